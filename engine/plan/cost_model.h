@@ -1,0 +1,115 @@
+#pragma once
+// The cost model: parameters, memory per GPU, FLOPs per step and the time of every pipeline op.
+// Formulas cite their sources next to them; all arithmetic is in double so that absurd sizes
+// cannot overflow.
+
+#include "job_spec.h"
+#include "mesh.h"
+#include "simulator.h"
+
+namespace meshbench::plan {
+
+// Which groups stay inside an NVLink domain (true) or cross the network (false).
+struct LinkClasses {
+    bool tensor = true;
+    bool pipeline = true;
+    bool data = true;
+    bool expert = true;
+    bool expertData = true;
+};
+LinkClasses linkClasses(const Mesh& mesh, const ClusterSpec& cluster);
+
+struct ParameterCounts {
+    double attentionPerLayer = 0;   // QKV and output projections
+    double normsPerLayer = 0;       // the two norms of a layer
+    double denseMlp = 0;            // MLP of a dense layer
+    double expertMlp = 0;           // all experts of an MoE layer
+    double denseLayer = 0;
+    double moeLayer = 0;
+    int denseLayers = 0;
+    int moeLayers = 0;
+    double finalNorm = 0;
+    double embedding = 0;           // V x h, one copy
+    double block = 0;               // every layer plus the final norm
+    double total = 0;               // block plus embedding (twice when untied)
+};
+ParameterCounts countParameters(const ModelSpec& model);
+
+// ZeRO model states (Rajbhandari et al. 2020, Fig. 1): bf16 weights (2 bytes), gradients
+// (4 bytes fp32 as Megatron, or 2 bytes bf16 as the paper) and K = 12 bytes of fp32 master
+// weights and Adam moments; stage 1 shards the optimizer, 2 also the gradients, 3 also the
+// weights over `shardGroup` ranks.
+struct ModelStateBytes {
+    double weights = 0;
+    double grads = 0;
+    double optimizer = 0;
+    double total() const { return weights + grads + optimizer; }
+};
+ModelStateBytes modelStateBytes(double params, int shardGroup, int zero, GradDtype grads);
+
+struct MemoryBreakdown {
+    double weights = 0;
+    double grads = 0;
+    double optimizer = 0;
+    double activations = 0;
+    double total() const { return weights + grads + optimizer + activations; }
+};
+
+// The time one micro-batch spends in each op of one physical stage (summed over its chunks),
+// seconds, with the same time split by cause.
+struct StageWork {
+    double forward = 0;
+    double backward = 0;       // input gradient (plus recomputation)
+    double weightGrad = 0;
+    double compute = 0;        // forward + backward + weightGrad minus the communication below
+    double tensorComm = 0;
+    double expertComm = 0;
+    double total() const { return forward + backward + weightGrad; }
+};
+
+// Pipeline makespan without simulation, for the search: exact for the four schedules when all
+// stages cost the same and transfers are free; otherwise the slowest stage sets the pace.
+double estimatedMakespan(const ScheduleShape& shape, const std::vector<StageWork>& stages, double transfer);
+
+// The spec is read at call time, except the per-stage parameter maxima taken at construction.
+class CostModel {
+public:
+    CostModel(const JobSpec& spec, const LinkClasses& links);
+
+    const ParameterCounts& parameters() const { return m_params; }
+    // Parameters held by one GPU of a stage: the dense part (split by tp) and its experts (by tp x ep).
+    double denseParametersOnStage(int stage) const;
+    double expertParametersOnStage(int stage) const;
+    MemoryBreakdown stageMemory(int stage) const;
+    double activationBytes(int stage) const;
+
+    StageWork stageWork(int stage) const;
+    OpCosts opCosts() const;                 // per virtual stage, for the simulator
+    double transferTime() const;             // one activation or gradient across a stage boundary
+    double dataParallelTime() const;         // gradient reduction and parameter gathering per step
+    double optimizerTime() const;            // AdamW over the local optimizer shard
+    double flopsPerStep() const;             // Megatron-LM's num_floating_point_operations
+    double tokensPerStep() const;
+
+private:
+    struct LayerCosts {
+        double forward = 0, backward = 0, weightGrad = 0, tensorComm = 0, expertComm = 0;
+    };
+    LayerCosts layerCosts(bool moe) const;
+    StageWork virtualStageWork(int virtualStage) const;
+    // Layers [first, first + count) of the virtual stage, split into dense and MoE.
+    void virtualStageLayers(int virtualStage, int& first, int& count) const;
+    double inFlightMicrobatches(int stage) const;
+
+    const JobSpec& m_spec;
+    LinkClasses m_links;
+    ParameterCounts m_params;
+    LayerCosts m_dense;
+    LayerCosts m_moe;
+    // The largest dense and expert shards over all stages (they may sit on different stages;
+    // taking both maxima keeps the DP and optimizer times an upper bound).
+    double m_maxDenseParams = 0;
+    double m_maxExpertParams = 0;
+};
+
+}  // namespace meshbench::plan

@@ -1,0 +1,647 @@
+#include "job_spec.h"
+
+#include "presets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+namespace meshbench::plan {
+
+using nlohmann::json;
+
+namespace {
+
+// Names of enum values as they appear in JSON; the first matching entry wins.
+template <typename E>
+struct EnumName {
+    std::string_view name;
+    E value;
+};
+
+constexpr EnumName<Norm> kNorms[] = {{"layernorm", Norm::LayerNorm}, {"rmsnorm", Norm::RmsNorm}};
+constexpr EnumName<Activation> kActivations[] = {{"gelu", Activation::Gelu}, {"swiglu", Activation::SwiGlu}};
+constexpr EnumName<Recompute> kRecomputes[] = {
+    {"none", Recompute::None}, {"selective", Recompute::Selective}, {"full", Recompute::Full}};
+constexpr EnumName<GradDtype> kGradDtypes[] = {{"fp32", GradDtype::Fp32}, {"bf16", GradDtype::Bf16}};
+constexpr EnumName<RankOrder> kOrders[] = {{"tp-dp-pp", RankOrder::TpDpPp}, {"tp-pp-dp", RankOrder::TpPpDp}};
+constexpr EnumName<ScheduleKind> kSchedules[] = {{"gpipe", ScheduleKind::GPipe},
+                                                 {"1f1b", ScheduleKind::OneFOneB},
+                                                 {"interleaved", ScheduleKind::Interleaved},
+                                                 {"zb-h1", ScheduleKind::ZeroBubbleH1}};
+
+template <typename E, std::size_t N>
+std::string_view nameOf(const EnumName<E> (&table)[N], E value)
+{
+    for (const auto& entry : table)
+        if (entry.value == value)
+            return entry.name;
+    return "?";
+}
+
+std::size_t editDistance(std::string_view a, std::string_view b)
+{
+    std::vector<std::size_t> row(b.size() + 1);
+    std::iota(row.begin(), row.end(), 0);
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diagonal = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            const std::size_t above = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+std::string joinOr(const std::vector<std::string>& items)
+{
+    std::string out;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i > 0)
+            out += i + 1 == items.size() ? " or " : ", ";
+        out += items[i];
+    }
+    return out;
+}
+
+template <typename Range>
+std::vector<std::string> toStrings(const Range& range)
+{
+    std::vector<std::string> out;
+    for (const auto& item : range)
+        out.emplace_back(item);
+    return out;
+}
+
+// "did you mean 'x'?" when a candidate is close enough to be a typo.
+std::string suggestion(std::string_view given, const std::vector<std::string>& candidates)
+{
+    std::string best;
+    std::size_t bestDistance = std::max<std::size_t>(3, given.size() / 2) + 1;
+    for (const std::string& candidate : candidates) {
+        const std::size_t d = editDistance(given, candidate);
+        if (d < bestDistance) {
+            bestDistance = d;
+            best = candidate;
+        }
+    }
+    return best.empty() ? std::string() : "did you mean '" + best + "'? ";
+}
+
+std::string describe(const json& value)
+{
+    std::string text = value.dump();
+    if (text.size() > 40)
+        text = text.substr(0, 37) + "...";
+    return std::string(value.type_name()) + " " + text;
+}
+
+std::string withThousands(std::int64_t value)
+{
+    std::string digits = std::to_string(value);
+    for (int i = int(digits.size()) - 3; i > (value < 0 ? 1 : 0); i -= 3)
+        digits.insert(std::size_t(i), ",");
+    return digits;
+}
+
+// Walks one JSON object: reads known keys with type and range checks, reports unknown keys.
+class ObjectReader {
+public:
+    ObjectReader(const json& object, std::string path, std::vector<SpecError>& errors)
+        : m_object(object), m_path(std::move(path)), m_errors(errors)
+    {
+    }
+
+    std::string pathOf(std::string_view key) const { return m_path.empty() ? std::string(key) : m_path + "." + std::string(key); }
+
+    void fail(std::string_view key, std::string message) { m_errors.push_back({pathOf(key), std::move(message)}); }
+
+    const json* find(std::string_view key)
+    {
+        m_known.emplace_back(key);
+        const auto it = m_object.find(std::string(key));
+        return it == m_object.end() || it->is_null() ? nullptr : &*it;
+    }
+
+    bool readInt(std::string_view key, std::int64_t& out, std::int64_t min, std::int64_t max, bool required = false)
+    {
+        const json* value = find(key);
+        if (!value) {
+            if (required)
+                fail(key, "is required: give an integer from " + withThousands(min) + " to " + withThousands(max));
+            return false;
+        }
+        std::int64_t parsed = 0;
+        if (value->is_number_unsigned()) {
+            const std::uint64_t u = value->get<std::uint64_t>();
+            if (u > std::uint64_t(max)) {
+                fail(key, value->dump() + " is out of range; use " + withThousands(min) + " to " + withThousands(max));
+                return false;
+            }
+            parsed = std::int64_t(u);
+        } else if (value->is_number_integer()) {
+            parsed = value->get<std::int64_t>();
+        } else if (value->is_number_float()) {
+            const double d = value->get<double>();
+            if (std::floor(d) != d || !std::isfinite(d)) {
+                fail(key, "expected an integer, got " + describe(*value));
+                return false;
+            }
+            if (d < double(min) || d > double(max)) {
+                fail(key, value->dump() + " is out of range; use " + withThousands(min) + " to " + withThousands(max));
+                return false;
+            }
+            parsed = std::int64_t(d);
+        } else {
+            fail(key, "expected an integer, got " + describe(*value));
+            return false;
+        }
+        if (parsed < min || parsed > max) {
+            fail(key, std::to_string(parsed) + " is out of range; use " + withThousands(min) + " to " + withThousands(max));
+            return false;
+        }
+        out = parsed;
+        return true;
+    }
+
+    template <typename T>
+    bool readInt(std::string_view key, T& out, std::int64_t min, std::int64_t max, bool required = false)
+    {
+        std::int64_t wide = 0;
+        if (!readInt(key, wide, min, max, required))
+            return false;
+        out = T(wide);
+        return true;
+    }
+
+    bool readDouble(std::string_view key, double& out, double min, double max, bool minExclusive = false)
+    {
+        const json* value = find(key);
+        if (!value)
+            return false;
+        if (!value->is_number()) {
+            fail(key, "expected a number, got " + describe(*value));
+            return false;
+        }
+        const double d = value->get<double>();
+        const bool below = minExclusive ? d <= min : d < min;
+        if (!std::isfinite(d) || below || d > max) {
+            std::ostringstream range;
+            range << (minExclusive ? "above " : "from ") << min << (minExclusive ? " up to " : " to ") << max;
+            fail(key, value->dump() + " is out of range; use a value " + range.str());
+            return false;
+        }
+        out = d;
+        return true;
+    }
+
+    bool readBool(std::string_view key, bool& out)
+    {
+        const json* value = find(key);
+        if (!value)
+            return false;
+        if (!value->is_boolean()) {
+            fail(key, "expected true or false, got " + describe(*value));
+            return false;
+        }
+        out = value->get<bool>();
+        return true;
+    }
+
+    bool readString(std::string_view key, std::string& out, bool required = false)
+    {
+        const json* value = find(key);
+        if (!value) {
+            if (required)
+                fail(key, "is required");
+            return false;
+        }
+        if (!value->is_string()) {
+            fail(key, "expected a string, got " + describe(*value));
+            return false;
+        }
+        out = value->get<std::string>();
+        return true;
+    }
+
+    template <typename E, std::size_t N>
+    bool readEnum(std::string_view key, E& out, const EnumName<E> (&table)[N])
+    {
+        std::string text;
+        if (!readString(key, text))
+            return false;
+        std::vector<std::string> names;
+        for (const auto& entry : table) {
+            if (entry.name == text) {
+                out = entry.value;
+                return true;
+            }
+            names.emplace_back(entry.name);
+        }
+        fail(key, "'" + text + "' is not allowed; " + suggestion(text, names) + "use " + joinOr(names));
+        return false;
+    }
+
+    // A nested object; null when absent or of the wrong type (reported).
+    const json* object(std::string_view key, bool required = false)
+    {
+        const json* value = find(key);
+        if (!value) {
+            if (required)
+                fail(key, "is required: add a \"" + std::string(key) + "\" object");
+            return nullptr;
+        }
+        if (!value->is_object()) {
+            fail(key, "expected an object, got " + describe(*value));
+            return nullptr;
+        }
+        return value;
+    }
+
+    // Call after every read: reports keys nobody asked for.
+    void rejectUnknownKeys()
+    {
+        for (const auto& [key, value] : m_object.items()) {
+            if (std::find(m_known.begin(), m_known.end(), key) != m_known.end())
+                continue;
+            fail(key, "unknown key; " + suggestion(key, m_known) + "valid keys here: " + joinOr(m_known));
+        }
+    }
+
+private:
+    const json& m_object;
+    std::string m_path;
+    std::vector<SpecError>& m_errors;
+    std::vector<std::string> m_known;
+};
+
+constexpr std::int64_t kMaxDegree = 1 << 20;
+
+void readMoe(ObjectReader& parent, const json& object, ModelSpec& model, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, parent.pathOf("moe"), errors);
+    MoeSpec& moe = model.moe;
+    r.readInt("experts", moe.experts, 1, 65536, true);
+    r.readInt("top_k", moe.topK, 1, 65536);
+    moe.ffnHidden = model.ffnHidden;
+    r.readInt("moe_ffn_hidden", moe.ffnHidden, 1, 1 << 24);
+    r.readInt("every_n_layers", moe.everyNLayers, 1, 10000);
+    r.readDouble("capacity_factor", moe.capacityFactor, 0.0, 1000.0, true);
+    r.readDouble("aux_loss_coef", moe.auxLossCoef, 0.0, 1.0);
+    r.rejectUnknownKeys();
+    if (moe.experts > 0 && moe.topK > moe.experts)
+        r.fail("top_k", "top_k=" + std::to_string(moe.topK) + " exceeds experts=" + std::to_string(moe.experts) +
+                            "; a token cannot go to more experts than exist: use top_k 1 to " + std::to_string(moe.experts));
+    if (moe.everyNLayers > model.layers && model.layers > 0)
+        r.fail("every_n_layers", std::to_string(moe.everyNLayers) + " exceeds the " + std::to_string(model.layers) +
+                                     " layers; use 1 to " + std::to_string(model.layers));
+}
+
+void readModel(const json& object, ModelSpec& model, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, "model", errors);
+    r.readInt("layers", model.layers, 1, 10000, true);
+    r.readInt("hidden", model.hidden, 1, 1 << 20, true);
+    r.readInt("heads", model.heads, 1, 65536, true);
+    model.kvHeads = model.heads;
+    r.readInt("kv_heads", model.kvHeads, 1, 65536);
+    model.ffnHidden = 4 * model.hidden;
+    r.readInt("ffn_hidden", model.ffnHidden, 1, 1 << 24);
+    r.readInt("vocab", model.vocab, 1, 100'000'000, true);
+    r.readInt("seq_len", model.seqLen, 1, 100'000'000, true);
+    r.readEnum("norm", model.norm, kNorms);
+    r.readEnum("activation", model.activation, kActivations);
+    r.readBool("tied_embeddings", model.tiedEmbeddings);
+    if (const json* moe = r.object("moe"))
+        readMoe(r, *moe, model, errors);
+    r.rejectUnknownKeys();
+
+    if (model.heads > 0 && model.hidden > 0 && model.hidden % model.heads != 0)
+        r.fail("hidden", "hidden=" + std::to_string(model.hidden) + " does not split into heads=" +
+                             std::to_string(model.heads) + " equal head dimensions; use a multiple of " +
+                             std::to_string(model.heads));
+    if (model.kvHeads > model.heads)
+        r.fail("kv_heads", "kv_heads=" + std::to_string(model.kvHeads) + " exceeds heads=" + std::to_string(model.heads) +
+                               "; use at most " + std::to_string(model.heads));
+    else if (model.kvHeads > 0 && model.heads % model.kvHeads != 0)
+        r.fail("kv_heads", "heads=" + std::to_string(model.heads) + " do not form equal query groups over kv_heads=" +
+                               std::to_string(model.kvHeads) + "; use a divisor of " + std::to_string(model.heads));
+}
+
+void readParallel(const json& object, ParallelSpec& p, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, "parallel", errors);
+    r.readInt("dp", p.dp, 1, kMaxDegree);
+    r.readInt("pp", p.pp, 1, kMaxDegree);
+    r.readInt("tp", p.tp, 1, kMaxDegree);
+    r.readInt("ep", p.ep, 1, kMaxDegree);
+    r.readInt("zero", p.zero, 0, 3);
+    r.readBool("sequence_parallel", p.sequenceParallel);
+    r.readEnum("recompute", p.recompute, kRecomputes);
+    r.readEnum("schedule", p.schedule, kSchedules);
+    r.readInt("virtual_stages", p.virtualStages, 1, 1024);
+    r.readInt("microbatches", p.microbatches, 1, kMaxDegree);
+    r.readInt("micro_batch_size", p.microBatchSize, 1, 65536);
+    r.readEnum("order", p.order, kOrders);
+    r.rejectUnknownKeys();
+}
+
+void readPrecision(const json& object, PrecisionSpec& precision, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, "precision", errors);
+    r.readEnum("grads", precision.grads, kGradDtypes);
+    r.rejectUnknownKeys();
+}
+
+void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, "cluster", errors);
+    std::string preset;
+    std::string device;
+    const bool hasPreset = r.readString("preset", preset);
+    const bool hasDevice = r.readString("device", device);
+    if (hasPreset) {
+        if (auto c = clusterPreset(preset))
+            cluster = *c;
+        else
+            r.fail("preset", "unknown cluster preset '" + preset + "'; " +
+                                 suggestion(preset, toStrings(clusterPresetNames())) + "use " +
+                                 joinOr(toStrings(clusterPresetNames())) + ", or describe nodes, devices_per_node and device");
+    }
+    if (hasDevice) {
+        if (auto d = devicePreset(device))
+            cluster.device = *d;
+        else
+            r.fail("device", "unknown device '" + device + "'; " + suggestion(device, toStrings(devicePresetNames())) +
+                                 "use " + joinOr(toStrings(devicePresetNames())));
+    } else if (!hasPreset) {
+        r.fail("device", "is required without a preset: use " + joinOr(toStrings(devicePresetNames())));
+    }
+    const bool hasNodes = r.readInt("nodes", cluster.nodes, 1, kMaxDegree, !hasPreset);
+    const bool hasDevices = r.readInt("devices_per_node", cluster.devicesPerNode, 1, 1024, !hasPreset);
+    if (!r.readInt("nvlink_domain", cluster.nvlinkDomain, 1, 65536) && (hasNodes || hasDevices) && !hasPreset)
+        cluster.nvlinkDomain = cluster.devicesPerNode;
+    double value = 0;
+    if (r.readDouble("intra_node_bandwidth_GBps", value, 0.0, 1e6, true))
+        cluster.intraBandwidth = value * 1e9;
+    if (r.readDouble("inter_node_bandwidth_GBps", value, 0.0, 1e6, true))
+        cluster.interBandwidth = value * 1e9;
+    if (r.readDouble("intra_node_latency_us", value, 0.0, 1e6))
+        cluster.intraLatency = value * 1e-6;
+    if (r.readDouble("inter_node_latency_us", value, 0.0, 1e6))
+        cluster.interLatency = value * 1e-6;
+    r.readDouble("compute_efficiency", cluster.computeEfficiency, 0.0, 1.0, true);
+    r.rejectUnknownKeys();
+
+    if (!hasPreset) {
+        // A hand-described cluster without link figures gets DGX H100-like links (NVLink 4, 400 Gb/s NICs).
+        if (cluster.intraBandwidth <= 0)
+            cluster.intraBandwidth = 450e9;
+        if (cluster.interBandwidth <= 0)
+            cluster.interBandwidth = 50e9;
+        if (cluster.intraLatency <= 0)
+            cluster.intraLatency = 3e-6;
+        if (cluster.interLatency <= 0)
+            cluster.interLatency = 10e-6;
+    }
+    if (cluster.nvlinkDomain % cluster.devicesPerNode != 0 && cluster.devicesPerNode % cluster.nvlinkDomain != 0)
+        r.fail("nvlink_domain", "nvlink_domain=" + std::to_string(cluster.nvlinkDomain) +
+                                    " must divide devices_per_node=" + std::to_string(cluster.devicesPerNode) +
+                                    " or be a multiple of it (e.g. 72 for an NVL72 rack of 4-GPU trays)");
+}
+
+std::vector<std::int64_t> divisorsOf(std::int64_t n)
+{
+    std::vector<std::int64_t> out;
+    for (std::int64_t d = 1; d * d <= n; ++d) {
+        if (n % d == 0) {
+            out.push_back(d);
+            if (d != n / d)
+                out.push_back(n / d);
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::string listValues(const std::vector<std::int64_t>& values, std::string_view name)
+{
+    if (values.empty())
+        return "no " + std::string(name) + " value fits";
+    std::vector<std::string> text;
+    const std::size_t shown = std::min<std::size_t>(values.size(), 10);
+    for (std::size_t i = 0; i < shown; ++i)
+        text.push_back(std::to_string(values[i]));
+    if (shown < values.size())
+        text.push_back("... (" + std::to_string(values.size()) + " in all)");
+    return "use " + std::string(name) + " " + joinOr(text);
+}
+
+}  // namespace
+
+std::string_view normName(Norm n) { return nameOf(kNorms, n); }
+std::string_view activationName(Activation a) { return nameOf(kActivations, a); }
+std::string_view recomputeName(Recompute r) { return nameOf(kRecomputes, r); }
+std::string_view gradDtypeName(GradDtype g) { return nameOf(kGradDtypes, g); }
+std::string_view rankOrderName(RankOrder o) { return nameOf(kOrders, o); }
+
+int ModelSpec::moeLayersIn(int first, int count) const
+{
+    if (!moe.enabled() || count <= 0)
+        return 0;
+    // Multiples of everyNLayers in [first, first + count).
+    const int every = moe.everyNLayers;
+    const auto upTo = [every](int end) { return end <= 0 ? 0 : (end - 1) / every + 1; };
+    return upTo(first + count) - upTo(first);
+}
+
+std::vector<SpecError> validateLayout(const JobSpec& spec)
+{
+    std::vector<SpecError> errors;
+    const ModelSpec& m = spec.model;
+    const ParallelSpec& p = spec.parallel;
+    const ClusterSpec& c = spec.cluster;
+    auto fail = [&errors](std::string path, std::string message) { errors.push_back({std::move(path), std::move(message)}); };
+    const auto str = [](std::int64_t v) { return std::to_string(v); };
+
+    if (p.worldSize() != c.devices()) {
+        const std::int64_t others = std::int64_t(p.pp) * p.tp;
+        std::string fix = c.devices() % others == 0
+                              ? "use dp=" + str(c.devices() / others)
+                              : "choose dp, pp and tp whose product is " + str(c.devices());
+        fail("parallel.dp", "dp=" + str(p.dp) + " x pp=" + str(p.pp) + " x tp=" + str(p.tp) + " = " + str(p.worldSize()) +
+                                " ranks, but the cluster has " + str(c.devices()) + " devices (" + str(c.nodes) + " nodes x " +
+                                str(c.devicesPerNode) + "); " + fix + ", or change cluster.nodes");
+    }
+
+    const std::int64_t stages = std::int64_t(p.pp) * p.virtualStages;
+    if (m.layers % stages != 0) {
+        std::vector<std::int64_t> fits;
+        if (m.layers % p.virtualStages == 0)
+            for (std::int64_t d : divisorsOf(m.layers / p.virtualStages))
+                if (d > 1 && d < m.layers / p.virtualStages)
+                    fits.push_back(d);
+        fail("parallel.pp", str(m.layers) + " layers do not divide into pp=" + str(p.pp) + " x virtual_stages=" +
+                                str(p.virtualStages) + " stages; " +
+                                (m.layers % p.virtualStages == 0 ? listValues(fits, "pp")
+                                                                 : "use virtual_stages that divides " + str(m.layers)));
+    }
+
+    // TP splits heads, query groups, both MLPs and the vocabulary (Megatron's column/row-parallel layers).
+    std::int64_t tpCommon = std::gcd(std::gcd(std::int64_t(m.heads), std::int64_t(m.kvHeads)), m.ffnHidden);
+    tpCommon = std::gcd(tpCommon, m.vocab);
+    if (m.moe.enabled())
+        tpCommon = std::gcd(tpCommon, m.moe.ffnHidden);
+    std::vector<std::int64_t> tpFits = divisorsOf(tpCommon);
+    const std::string tpFix = listValues(tpFits, "tp");
+    if (m.heads % p.tp != 0)
+        fail("parallel.tp", str(m.heads) + " attention heads do not split over tp=" + str(p.tp) + "; " + tpFix);
+    if (m.kvHeads % p.tp != 0)
+        fail("parallel.tp", str(m.kvHeads) + " kv_heads (query groups) do not split over tp=" + str(p.tp) + "; " + tpFix);
+    if (m.ffnHidden % p.tp != 0)
+        fail("parallel.tp", "ffn_hidden=" + str(m.ffnHidden) + " does not split over tp=" + str(p.tp) + "; " + tpFix);
+    if (m.moe.enabled() && m.moe.ffnHidden % p.tp != 0)
+        fail("parallel.tp", "moe_ffn_hidden=" + str(m.moe.ffnHidden) + " does not split over tp=" + str(p.tp) + "; " + tpFix);
+    if (m.vocab % p.tp != 0) {
+        const std::int64_t padded = (m.vocab + p.tp - 1) / p.tp * p.tp;
+        fail("parallel.tp", "vocab=" + str(m.vocab) + " does not split over tp=" + str(p.tp) + "; pad model.vocab to " +
+                                str(padded) + " (as Megatron pads it) or " + tpFix);
+    }
+    if (p.sequenceParallel && m.seqLen % p.tp != 0)
+        fail("parallel.sequence_parallel", "seq_len=" + str(m.seqLen) + " does not split over tp=" + str(p.tp) +
+                                               " for sequence parallelism; use a seq_len that is a multiple of " + str(p.tp) +
+                                               " or set sequence_parallel to false");
+
+    // EP is carved out of DP; experts are sharded over the ep ranks.
+    if (p.ep > 1 && !m.moe.enabled())
+        fail("parallel.ep", "ep=" + str(p.ep) + " needs an MoE model; set parallel.ep to 1 or add model.moe");
+    if (p.dp % p.ep != 0) {
+        std::vector<std::int64_t> fits;
+        for (std::int64_t d : divisorsOf(p.dp))
+            if (!m.moe.enabled() || m.moe.experts % d == 0)
+                fits.push_back(d);
+        fail("parallel.ep", "ep=" + str(p.ep) + " must divide dp=" + str(p.dp) + " (EP is carved out of DP); " +
+                                listValues(fits, "ep"));
+    }
+    if (m.moe.enabled() && m.moe.experts % p.ep != 0) {
+        std::vector<std::int64_t> fits;
+        for (std::int64_t d : divisorsOf(m.moe.experts))
+            if (p.dp % d == 0)
+                fits.push_back(d);
+        fail("parallel.ep", str(m.moe.experts) + " experts do not shard evenly over ep=" + str(p.ep) + "; " +
+                                listValues(fits, "ep"));
+    }
+
+    // DeepSpeed's pipeline engine refuses ZeRO-2/3 with pipeline parallelism: gradients are
+    // accumulated over micro-batches, which ZeRO-2/3 would reduce-scatter after every one.
+    if (p.zero >= 2 && p.pp > 1)
+        fail("parallel.zero", "ZeRO-" + str(p.zero) + " cannot be combined with pipeline parallelism (pp=" + str(p.pp) +
+                                  "); use zero 0 or 1 (Megatron's distributed optimizer), or pp 1");
+
+    if (p.schedule != ScheduleKind::Interleaved && p.virtualStages > 1)
+        fail("parallel.virtual_stages", "virtual_stages=" + str(p.virtualStages) + " needs schedule \"interleaved\"; " +
+                                            "set schedule to interleaved or virtual_stages to 1");
+    else if (const std::string why = validateScheduleShape(p.scheduleShape()); !why.empty())
+        fail("parallel.schedule", why);
+    return errors;
+}
+
+LoadResult loadJobSpec(const json& document)
+{
+    LoadResult result;
+    if (!document.is_object()) {
+        result.errors.push_back({"", "a job spec is a JSON object with model, parallel and cluster sections, got " +
+                                         std::string(document.type_name())});
+        return result;
+    }
+    JobSpec spec;
+    ObjectReader top(document, "", result.errors);
+    top.readString("name", spec.name);
+    if (const json* model = top.object("model", true))
+        readModel(*model, spec.model, result.errors);
+    if (const json* parallel = top.object("parallel"))
+        readParallel(*parallel, spec.parallel, result.errors);
+    if (const json* precision = top.object("precision"))
+        readPrecision(*precision, spec.precision, result.errors);
+    if (const json* cluster = top.object("cluster", true))
+        readCluster(*cluster, spec.cluster, result.errors);
+    if (const json* train = top.object("train"))
+        spec.train = *train;
+    if (const json* backend = top.find("backend")) {
+        const bool known = backend->is_string() &&
+                           (*backend == "auto" || *backend == "cpu" || *backend == "cuda");
+        if (known)
+            spec.backend = *backend;
+        else
+            top.fail("backend", "expected \"auto\", \"cpu\" or \"cuda\", got " + describe(*backend));
+    }
+    top.rejectUnknownKeys();
+    if (!result.errors.empty())
+        return result;
+    result.errors = validateLayout(spec);
+    result.spec = std::move(spec);
+    return result;
+}
+
+LoadResult parseJobSpec(std::string_view text)
+{
+    json document;
+    try {
+        document = json::parse(text.begin(), text.end());
+    } catch (const json::parse_error& e) {
+        // Turn the byte offset into line:column, which editors understand.
+        const std::size_t offset = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+        const std::size_t line = std::size_t(std::count(text.begin(), text.begin() + std::ptrdiff_t(offset), '\n')) + 1;
+        const std::size_t lineStart = text.rfind('\n', offset == 0 ? 0 : offset - 1);
+        const std::size_t column = offset - (lineStart == std::string_view::npos ? 0 : lineStart + 1) + 1;
+        std::string what = e.what();
+        if (const std::size_t colon = what.find("error: "); colon != std::string::npos)
+            what = what.substr(colon + 7);
+        LoadResult result;
+        result.errors.push_back({"", "line " + std::to_string(line) + ", column " + std::to_string(column) +
+                                         ": not valid JSON: " + what});
+        return result;
+    }
+    return loadJobSpec(document);
+}
+
+json toJson(const JobSpec& spec)
+{
+    const ModelSpec& m = spec.model;
+    const ParallelSpec& p = spec.parallel;
+    const ClusterSpec& c = spec.cluster;
+    json model = {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"kv_heads", m.kvHeads},
+                  {"ffn_hidden", m.ffnHidden}, {"vocab", m.vocab}, {"seq_len", m.seqLen},
+                  {"norm", normName(m.norm)}, {"activation", activationName(m.activation)},
+                  {"tied_embeddings", m.tiedEmbeddings}};
+    if (m.moe.enabled())
+        model["moe"] = {{"experts", m.moe.experts}, {"top_k", m.moe.topK}, {"moe_ffn_hidden", m.moe.ffnHidden},
+                        {"every_n_layers", m.moe.everyNLayers}, {"capacity_factor", m.moe.capacityFactor},
+                        {"aux_loss_coef", m.moe.auxLossCoef}};
+    json cluster = {{"nodes", c.nodes}, {"devices_per_node", c.devicesPerNode}, {"nvlink_domain", c.nvlinkDomain},
+                    {"device", c.device.kind}, {"intra_node_bandwidth_GBps", c.intraBandwidth / 1e9},
+                    {"inter_node_bandwidth_GBps", c.interBandwidth / 1e9},
+                    {"intra_node_latency_us", c.intraLatency * 1e6}, {"inter_node_latency_us", c.interLatency * 1e6},
+                    {"compute_efficiency", c.computeEfficiency}};
+    if (!c.preset.empty())
+        cluster["preset"] = c.preset;
+    json out = {{"model", model},
+                {"parallel",
+                 {{"dp", p.dp}, {"pp", p.pp}, {"tp", p.tp}, {"ep", p.ep}, {"zero", p.zero},
+                  {"sequence_parallel", p.sequenceParallel}, {"recompute", recomputeName(p.recompute)},
+                  {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
+                  {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
+                  {"order", rankOrderName(p.order)}}},
+                {"precision", {{"grads", gradDtypeName(spec.precision.grads)}}},
+                {"cluster", cluster},
+                {"train", spec.train},
+                {"backend", spec.backend}};
+    if (!spec.name.empty())
+        out["name"] = spec.name;
+    return out;
+}
+
+}  // namespace meshbench::plan

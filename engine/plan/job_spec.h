@@ -1,0 +1,139 @@
+#pragma once
+// The job spec: one JSON document describing the model, the parallel layout, the precision,
+// the cluster, and (passed through for the training stack) train and backend settings.
+
+#include "schedule.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshbench::plan {
+
+enum class Norm { LayerNorm, RmsNorm };
+enum class Activation { Gelu, SwiGlu };
+enum class Recompute { None, Selective, Full };
+enum class GradDtype { Fp32, Bf16 };
+// Rank order, innermost dimension first. EP is always carved out of DP at its innermost end.
+enum class RankOrder { TpDpPp, TpPpDp };
+
+std::string_view normName(Norm n);
+std::string_view activationName(Activation a);
+std::string_view recomputeName(Recompute r);
+std::string_view gradDtypeName(GradDtype g);
+std::string_view rankOrderName(RankOrder o);
+
+struct MoeSpec {
+    int experts = 0;                 // 0: a dense model
+    int topK = 1;
+    std::int64_t ffnHidden = 0;      // per expert
+    int everyNLayers = 1;            // layer i is an MoE layer when i % everyNLayers == 0 (Megatron's moe_layer_freq)
+    double capacityFactor = 1.0;
+    double auxLossCoef = 0.01;
+    bool enabled() const { return experts > 0; }
+};
+
+struct ModelSpec {
+    int layers = 0;
+    std::int64_t hidden = 0;
+    int heads = 0;
+    int kvHeads = 0;                 // GQA query groups; equal to heads for plain multi-head attention
+    std::int64_t ffnHidden = 0;
+    std::int64_t vocab = 0;
+    std::int64_t seqLen = 0;
+    Norm norm = Norm::LayerNorm;
+    Activation activation = Activation::Gelu;
+    bool tiedEmbeddings = true;
+    MoeSpec moe;
+
+    bool isMoeLayer(int layer) const { return moe.enabled() && layer % moe.everyNLayers == 0; }
+    // MoE layers among [first, first + count).
+    int moeLayersIn(int first, int count) const;
+};
+
+struct ParallelSpec {
+    int dp = 1;
+    int pp = 1;
+    int tp = 1;
+    int ep = 1;
+    int zero = 0;                    // ZeRO stage 0-3; 1 is Megatron's distributed optimizer
+    bool sequenceParallel = false;
+    Recompute recompute = Recompute::Selective;
+    ScheduleKind schedule = ScheduleKind::OneFOneB;
+    int virtualStages = 1;
+    int microbatches = 1;
+    int microBatchSize = 1;
+    RankOrder order = RankOrder::TpDpPp;
+
+    std::int64_t worldSize() const { return std::int64_t(dp) * pp * tp; }
+    std::int64_t globalBatch() const { return std::int64_t(dp) * microBatchSize * microbatches; }
+    ScheduleShape scheduleShape() const { return {schedule, pp, microbatches, virtualStages, 0}; }
+};
+
+struct PrecisionSpec {
+    GradDtype grads = GradDtype::Fp32;   // Megatron keeps fp32 main grads; the ZeRO paper uses fp16/bf16
+};
+
+struct DeviceSpec {
+    std::string kind;                // preset name, e.g. "h100-sxm"
+    double peakFlops = 0;            // dense bf16 (fp32 for the cpu device), FLOP/s
+    double memoryBytes = 0;
+    double memoryBandwidth = 0;      // bytes/s
+};
+
+struct ClusterSpec {
+    std::string preset;              // empty when described by hand
+    int nodes = 1;
+    int devicesPerNode = 1;
+    int nvlinkDomain = 1;            // devices that share the fast fabric (a node, or an NVL72 rack)
+    DeviceSpec device;
+    double intraBandwidth = 0;       // bytes/s per device, one direction, inside an NVLink domain
+    double interBandwidth = 0;       // bytes/s per device, one direction, across the network
+    double intraLatency = 0;         // seconds
+    double interLatency = 0;         // seconds
+    double computeEfficiency = 0.6;  // achieved share of peak for the model's GEMMs
+
+    std::int64_t devices() const { return std::int64_t(nodes) * devicesPerNode; }
+};
+
+struct JobSpec {
+    std::string name;
+    ModelSpec model;
+    ParallelSpec parallel;
+    PrecisionSpec precision;
+    ClusterSpec cluster;
+    nlohmann::json train = nlohmann::json::object();     // passed through to the training stack
+    nlohmann::json backend = "auto";                     // passed through to the training stack
+};
+
+// One thing wrong with a spec: the JSON path ("parallel.pp") and a message that names the rule,
+// the values and a fix.
+struct SpecError {
+    std::string path;
+    std::string message;
+};
+
+struct LoadResult {
+    std::optional<JobSpec> spec;     // set when the document is structurally sound (types, ranges, keys)
+    std::vector<SpecError> errors;   // structural errors, then layout errors
+    bool valid() const { return spec.has_value() && errors.empty(); }
+};
+
+// Parses and checks a job spec. Structural problems (syntax, types, ranges, unknown keys,
+// unknown presets) leave spec empty; layout problems (divisibility, world size) keep the spec
+// so that a designer can still draw it.
+LoadResult parseJobSpec(std::string_view text);
+LoadResult loadJobSpec(const nlohmann::json& document);
+
+// The layout rules alone: world size, divisibility of layers, heads, ffn, vocab and experts,
+// EP inside DP, and the schedule's own rules.
+std::vector<SpecError> validateLayout(const JobSpec& spec);
+
+// Serialises a spec back to JSON with every field explicit.
+nlohmann::json toJson(const JobSpec& spec);
+
+}  // namespace meshbench::plan

@@ -1,0 +1,75 @@
+#include "planner.h"
+
+#include <algorithm>
+
+namespace meshbench::plan {
+
+Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
+{
+    Plan plan;
+    plan.spec = spec;
+    plan.unitCosts = unitCosts;
+    const ParallelSpec& p = spec.parallel;
+    const Mesh mesh(p);
+    plan.worldSize = mesh.worldSize();
+    plan.warnings = placementWarnings(mesh, spec.cluster);
+
+    const CostModel model(plan.spec, linkClasses(mesh, spec.cluster));
+    plan.parameters = model.parameters();
+    plan.deviceMemory = spec.cluster.device.memoryBytes;
+    double heaviest = -1;
+    for (int s = 0; s < p.pp; ++s) {
+        StageMemory stage;
+        stage.stage = s;
+        stage.parameters = model.denseParametersOnStage(s) + model.expertParametersOnStage(s);
+        stage.memory = model.stageMemory(s);
+        stage.fits = stage.memory.total() <= plan.deviceMemory;
+        plan.fits = plan.fits && stage.fits;
+        plan.parametersPerGpuMax = std::max(plan.parametersPerGpuMax, stage.parameters);
+        if (stage.memory.total() > heaviest) {
+            heaviest = stage.memory.total();
+            plan.mostLoadedStage = s;
+        }
+        plan.stages.push_back(stage);
+    }
+    if (!plan.fits)
+        plan.warnings.push_back("stage " + std::to_string(plan.mostLoadedStage) + " needs " +
+                                std::to_string(int(heaviest / 1e9 + 0.5)) + " GB but a " + spec.cluster.device.kind +
+                                " has " + std::to_string(int(plan.deviceMemory / 1e9 + 0.5)) +
+                                " GB; raise tp or pp, use a higher ZeRO stage, recompute, or a smaller micro_batch_size");
+
+    plan.schedule = buildSchedule(p.scheduleShape());
+    // Schedules that don't split the backward run B and W as one op.
+    const bool split = plan.schedule.splitBackward();
+    const OpCosts costs =
+        unitCosts ? OpCosts::uniform(p.scheduleShape(), unitCosts->forward,
+                                     split ? unitCosts->backward : unitCosts->backward + unitCosts->weightGrad,
+                                     split ? unitCosts->weightGrad : 0.0)
+                  : model.opCosts();
+    plan.simulation = simulate(plan.schedule, costs);
+
+    plan.flopsPerStep = model.flopsPerStep();
+    StepBreakdown& step = plan.step;
+    if (!unitCosts) {
+        // The critical stage is the busiest one; the rest of the makespan is its bubble.
+        int critical = 0;
+        for (int s = 1; s < p.pp; ++s)
+            if (plan.simulation.busy[std::size_t(s)] > plan.simulation.busy[std::size_t(critical)])
+                critical = s;
+        const StageWork work = model.stageWork(critical);
+        const double m = p.microbatches;
+        step.compute = m * work.compute;
+        step.tensorComm = m * work.tensorComm;
+        step.expertComm = m * work.expertComm;
+        step.pipelineBubble = plan.simulation.makespan - plan.simulation.busy[std::size_t(critical)];
+        step.dataParallelComm = model.dataParallelTime();
+        step.optimizer = model.optimizerTime();
+        step.total = plan.simulation.makespan + step.dataParallelComm + step.optimizer;
+        plan.tokensPerSecond = model.tokensPerStep() / step.total;
+        // MFU as Megatron-LM reports it: model FLOPs / (step time x GPUs x peak).
+        plan.mfu = plan.flopsPerStep / (step.total * plan.worldSize * spec.cluster.device.peakFlops);
+    }
+    return plan;
+}
+
+}  // namespace meshbench::plan

@@ -1,0 +1,315 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace meshbench::plan {
+
+using nlohmann::json;
+
+namespace {
+
+std::string printf1(const char* format, double value)
+{
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, format, value);
+    return buffer;
+}
+
+std::string pad(std::string text, std::size_t width, bool right = true)
+{
+    if (text.size() >= width)
+        return text;
+    const std::string fill(width - text.size(), ' ');
+    return right ? fill + text : text + fill;
+}
+
+std::string formatCount(double n)
+{
+    if (n >= 1e9)
+        return printf1("%.2f B", n / 1e9);
+    if (n >= 1e6)
+        return printf1("%.2f M", n / 1e6);
+    if (n >= 1e3)
+        return printf1("%.1f k", n / 1e3);
+    return printf1("%.0f", n);
+}
+
+std::string formatFlops(double flops)
+{
+    const char* units[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP"};
+    int unit = 0;
+    while (flops >= 1000 && unit < 6) {
+        flops /= 1000;
+        ++unit;
+    }
+    return printf1("%.3g ", flops) + units[unit];
+}
+
+json memoryToJson(const MemoryBreakdown& m)
+{
+    return {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer},
+            {"activations", m.activations}, {"total", m.total()}};
+}
+
+std::string layoutLine(const ParallelSpec& p)
+{
+    std::ostringstream out;
+    out << "dp " << p.dp << " x pp " << p.pp << " x tp " << p.tp << " = " << p.worldSize() << " ranks, ep " << p.ep
+        << ", ZeRO-" << p.zero << (p.sequenceParallel ? ", sequence parallel" : "") << ", "
+        << recomputeName(p.recompute) << " recompute";
+    return out.str();
+}
+
+std::string scheduleLine(const ParallelSpec& p)
+{
+    std::ostringstream out;
+    out << scheduleName(p.schedule);
+    if (p.schedule == ScheduleKind::Interleaved)
+        out << " (v=" << p.virtualStages << ")";
+    out << ", " << p.microbatches << " micro-batches of " << p.microBatchSize;
+    return out.str();
+}
+
+// One text row per stage: each column is makespan / width of time, showing the op that covers
+// its middle ('F', 'B', 'W'; the micro-batch's last digit follows when the op is wide enough),
+// '.' where the stage is idle.
+std::string gantt(const SimulationResult& sim, int width)
+{
+    std::ostringstream out;
+    if (!sim.completed || sim.makespan <= 0)
+        return "";
+    const int stages = int(sim.timeline.size());
+    const int shownHead = stages > 16 ? 8 : stages;
+    for (int s = 0; s < stages; ++s) {
+        if (s == shownHead && shownHead < stages - 8) {
+            out << "  ...  (" << stages - 16 << " stages not shown)\n";
+            s = stages - 8;
+        }
+        std::string row(std::size_t(width), '.');
+        for (const TimedOp& t : sim.timeline[std::size_t(s)]) {
+            if (!isCompute(t.op.kind) || t.end <= t.begin)
+                continue;
+            const int first = int(std::floor(t.begin / sim.makespan * width + 0.5));
+            const int last = std::min(width, int(std::floor(t.end / sim.makespan * width + 0.5)));
+            for (int col = first; col < last; ++col)
+                row[std::size_t(col)] = opKindName(t.op.kind)[0];
+            if (last - first >= 2)
+                row[std::size_t(first + 1)] = char('0' + t.op.microbatch % 10);
+        }
+        out << "  stage " << pad(std::to_string(s), 3, false) << "|" << row << "|  bubble "
+            << printf1("%.1f%%", 100.0 * sim.bubbleRatio[std::size_t(s)]) << "\n";
+    }
+    return out.str();
+}
+
+}  // namespace
+
+std::string formatBytes(double bytes)
+{
+    if (bytes >= 1e12)
+        return printf1("%.2f TB", bytes / 1e12);
+    if (bytes >= 1e9)
+        return printf1("%.2f GB", bytes / 1e9);
+    if (bytes >= 1e6)
+        return printf1("%.1f MB", bytes / 1e6);
+    if (bytes >= 1e3)
+        return printf1("%.1f kB", bytes / 1e3);
+    return printf1("%.0f B", bytes);
+}
+
+std::string formatSeconds(double seconds)
+{
+    if (seconds >= 1)
+        return printf1("%.3f s", seconds);
+    if (seconds >= 1e-3)
+        return printf1("%.2f ms", seconds * 1e3);
+    return printf1("%.1f us", seconds * 1e6);
+}
+
+json errorsToJson(const std::vector<SpecError>& errors)
+{
+    json out = json::array();
+    for (const SpecError& e : errors)
+        out.push_back({{"path", e.path}, {"message", e.message}});
+    return out;
+}
+
+std::string errorsToText(const std::vector<SpecError>& errors)
+{
+    std::string out;
+    for (const SpecError& e : errors)
+        out += "error: " + (e.path.empty() ? std::string() : e.path + ": ") + e.message + "\n";
+    return out;
+}
+
+json planToJson(const Plan& plan)
+{
+    json stages = json::array();
+    for (const StageMemory& s : plan.stages)
+        stages.push_back({{"stage", s.stage}, {"params", s.parameters}, {"memory_bytes", memoryToJson(s.memory)},
+                          {"fits", s.fits}});
+    json schedule = json::array();
+    for (std::size_t s = 0; s < plan.simulation.timeline.size(); ++s) {
+        json ops = json::array();
+        for (const TimedOp& t : plan.simulation.timeline[s]) {
+            json op = {{"op", opKindName(t.op.kind)}, {"mb", t.op.microbatch}, {"chunk", t.op.chunk},
+                       {"begin", t.begin}, {"end", t.end}};
+            if (t.op.peerStage >= 0)
+                op["peer"] = t.op.peerStage;
+            ops.push_back(std::move(op));
+        }
+        schedule.push_back({{"stage", s}, {"bubble_ratio", plan.simulation.bubbleRatio[s]},
+                            {"busy", plan.simulation.busy[s]}, {"ops", std::move(ops)}});
+    }
+    const StepBreakdown& st = plan.step;
+    json out = {
+        {"valid", true},
+        {"errors", json::array()},
+        {"warnings", plan.warnings},
+        {"world_size", plan.worldSize},
+        {"params_total", plan.parameters.total},
+        {"params_per_gpu_max", plan.parametersPerGpuMax},
+        {"memory_bytes", memoryToJson(plan.mostLoaded())},
+        {"most_loaded_stage", plan.mostLoadedStage},
+        {"device_memory_bytes", plan.deviceMemory},
+        {"fits", plan.fits},
+        {"stages", stages},
+        {"flops_per_step", plan.flopsPerStep},
+        {"step_time_s", st.total},
+        {"step_breakdown_s",
+         {{"compute", st.compute}, {"tensor_comm", st.tensorComm}, {"expert_comm", st.expertComm},
+          {"pipeline_bubble", st.pipelineBubble}, {"data_parallel_comm", st.dataParallelComm},
+          {"optimizer", st.optimizer}}},
+        {"tokens_per_s", plan.tokensPerSecond},
+        {"mfu", plan.mfu},
+        {"bubble_ratio", plan.simulation.overallBubbleRatio},
+        {"makespan", plan.simulation.makespan},
+        {"schedule", schedule},
+        {"spec", toJson(plan.spec)},
+    };
+    if (plan.unitCosts)
+        out["unit_costs"] = {{"F", plan.unitCosts->forward}, {"B", plan.unitCosts->backward}, {"W", plan.unitCosts->weightGrad}};
+    return out;
+}
+
+std::string planToText(const Plan& plan)
+{
+    const JobSpec& spec = plan.spec;
+    const ModelSpec& m = spec.model;
+    const ClusterSpec& c = spec.cluster;
+    std::ostringstream out;
+    out << "Meshbench plan" << (spec.name.empty() ? "" : ": " + spec.name) << "\n\n";
+    out << "Model    " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads << " heads (" << m.kvHeads
+        << " kv), ffn " << m.ffnHidden << ", vocab " << m.vocab << ", seq " << m.seqLen << ", " << normName(m.norm)
+        << ", " << activationName(m.activation) << (m.tiedEmbeddings ? ", tied embeddings" : ", untied embeddings") << "\n";
+    if (m.moe.enabled())
+        out << "         MoE every " << m.moe.everyNLayers << " layer(s): " << m.moe.experts << " experts of "
+            << m.moe.ffnHidden << ", top-" << m.moe.topK << ", capacity factor " << m.moe.capacityFactor << "\n";
+    out << "         " << formatCount(plan.parameters.total) << " parameters\n";
+    out << "Layout   " << layoutLine(spec.parallel) << "\n";
+    out << "Schedule " << scheduleLine(spec.parallel) << ", global batch " << spec.parallel.globalBatch()
+        << " sequences\n";
+    out << "Cluster  " << c.nodes << " x " << c.devicesPerNode << " " << c.device.kind << " ("
+        << formatBytes(c.device.memoryBytes) << ", " << formatFlops(c.device.peakFlops) << "/s peak), NVLink domain "
+        << c.nvlinkDomain << " at " << formatBytes(c.intraBandwidth) << "/s, network " << formatBytes(c.interBandwidth)
+        << "/s per device\n\n";
+
+    out << "Memory per GPU (capacity " << formatBytes(plan.deviceMemory) << ")\n";
+    out << "  " << pad("stage", 9, false) << pad("params", 11) << pad("weights", 11) << pad("grads", 11)
+        << pad("optimizer", 11) << pad("activations", 13) << pad("total", 11) << "\n";
+    // Stages with identical figures share a row ("1-6").
+    for (std::size_t i = 0; i < plan.stages.size();) {
+        std::size_t j = i;
+        const auto same = [&](const StageMemory& a, const StageMemory& b) {
+            return std::abs(a.memory.total() - b.memory.total()) < 1.0 && std::abs(a.parameters - b.parameters) < 1.0;
+        };
+        while (j + 1 < plan.stages.size() && same(plan.stages[j + 1], plan.stages[i]))
+            ++j;
+        const StageMemory& s = plan.stages[i];
+        const std::string label = i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j);
+        out << "  " << pad(label, 9, false) << pad(formatCount(s.parameters), 11) << pad(formatBytes(s.memory.weights), 11)
+            << pad(formatBytes(s.memory.grads), 11) << pad(formatBytes(s.memory.optimizer), 11)
+            << pad(formatBytes(s.memory.activations), 13) << pad(formatBytes(s.memory.total()), 11)
+            << (s.fits ? "" : "  DOES NOT FIT") << "\n";
+        i = j + 1;
+    }
+    out << "\n";
+
+    if (!plan.unitCosts) {
+        const StepBreakdown& st = plan.step;
+        out << "Step     " << formatSeconds(st.total) << ": compute " << formatSeconds(st.compute) << ", TP comm "
+            << formatSeconds(st.tensorComm) << ", EP comm " << formatSeconds(st.expertComm) << ", pipeline bubble "
+            << formatSeconds(st.pipelineBubble) << ", DP comm " << formatSeconds(st.dataParallelComm) << ", optimizer "
+            << formatSeconds(st.optimizer) << "\n";
+        out << "         " << formatFlops(plan.flopsPerStep) << " per step, "
+            << printf1("%.0f", plan.tokensPerSecond) << " tokens/s, MFU " << printf1("%.1f%%", 100.0 * plan.mfu) << "\n";
+    } else {
+        out << "Unit costs F=" << plan.unitCosts->forward << " B=" << plan.unitCosts->backward
+            << " W=" << plan.unitCosts->weightGrad << " (no communication): makespan " << plan.simulation.makespan << "\n";
+    }
+    out << "Bubble   " << printf1("%.2f%%", 100.0 * plan.simulation.overallBubbleRatio)
+        << " of stage time (simulated)\n\n";
+    out << "Timeline (F forward, B backward, W weight gradient, . idle)\n" << gantt(plan.simulation, 96);
+    for (const std::string& w : plan.warnings)
+        out << "\nwarning: " << w;
+    if (!plan.warnings.empty())
+        out << "\n";
+    return out.str();
+}
+
+json searchToJson(const SearchResult& result)
+{
+    json best = json::array();
+    for (const SearchCandidate& c : result.best) {
+        const ParallelSpec& p = c.parallel;
+        best.push_back({{"dp", p.dp}, {"pp", p.pp}, {"tp", p.tp}, {"ep", p.ep}, {"zero", p.zero},
+                        {"sequence_parallel", p.sequenceParallel}, {"recompute", recomputeName(p.recompute)},
+                        {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
+                        {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
+                        {"step_time_s", c.stepTime}, {"tokens_per_s", c.tokensPerSecond}, {"mfu", c.mfu},
+                        {"memory_bytes", c.memoryBytes}, {"bubble_ratio", c.bubbleRatio}});
+    }
+    return {{"valid", result.errors.empty()}, {"errors", errorsToJson(result.errors)},
+            {"global_batch", result.globalBatch}, {"evaluated", result.evaluated}, {"fitting", result.fitting},
+            {"evaluation_s", result.evaluationSeconds}, {"total_s", result.totalSeconds}, {"best", best}};
+}
+
+std::string searchToText(const SearchResult& result, const JobSpec& spec)
+{
+    std::ostringstream out;
+    const ClusterSpec& c = spec.cluster;
+    out << "Meshbench search" << (spec.name.empty() ? "" : ": " + spec.name) << "\n";
+    out << "Cluster " << c.nodes << " x " << c.devicesPerNode << " " << c.device.kind << " = " << c.devices()
+        << " devices, global batch " << result.globalBatch << " sequences of " << spec.model.seqLen << "\n";
+    out << result.evaluated << " layouts priced in " << formatSeconds(result.evaluationSeconds) << " ("
+        << printf1("%.2f", result.evaluationSeconds > 0 ? double(result.evaluated) / result.evaluationSeconds / 1e6 : 0.0)
+        << " M/s), " << result.fitting << " fit in memory; best " << result.best.size()
+        << " simulated in full, " << formatSeconds(result.totalSeconds) << " in all\n\n";
+    if (result.best.empty()) {
+        out << "No layout fits in " << formatBytes(c.device.memoryBytes)
+            << " per device: add devices, or lower seq_len or the global batch.\n";
+        return out.str();
+    }
+    out << "  " << pad("#", 3) << pad("tp", 5) << pad("pp", 5) << pad("dp", 6) << pad("ep", 5) << pad("v", 4)
+        << pad("mbs", 5) << pad("m", 6) << pad("zero", 5) << pad("sp", 4) << "  " << pad("recompute", 10, false)
+        << pad("schedule", 12, false) << pad("step", 11) << pad("tokens/s", 12) << pad("MFU", 7) << pad("bubble", 8)
+        << pad("memory", 10) << "\n";
+    int rank = 1;
+    for (const SearchCandidate& cand : result.best) {
+        const ParallelSpec& p = cand.parallel;
+        out << "  " << pad(std::to_string(rank++), 3) << pad(std::to_string(p.tp), 5) << pad(std::to_string(p.pp), 5)
+            << pad(std::to_string(p.dp), 6) << pad(std::to_string(p.ep), 5) << pad(std::to_string(p.virtualStages), 4)
+            << pad(std::to_string(p.microBatchSize), 5) << pad(std::to_string(p.microbatches), 6)
+            << pad(std::to_string(p.zero), 5) << pad(p.sequenceParallel ? "on" : "off", 4) << "  "
+            << pad(std::string(recomputeName(p.recompute)), 10, false) << pad(std::string(scheduleName(p.schedule)), 12, false)
+            << pad(formatSeconds(cand.stepTime), 11) << pad(printf1("%.0f", cand.tokensPerSecond), 12)
+            << pad(printf1("%.1f%%", 100 * cand.mfu), 7) << pad(printf1("%.1f%%", 100 * cand.bubbleRatio), 8)
+            << pad(formatBytes(cand.memoryBytes), 10) << "\n";
+    }
+    return out.str();
+}
+
+}  // namespace meshbench::plan

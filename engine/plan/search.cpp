@@ -1,0 +1,181 @@
+#include "search.h"
+
+#include "cost_model.h"
+#include "mesh.h"
+#include "planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+namespace meshbench::plan {
+namespace {
+
+std::vector<int> divisors(std::int64_t n)
+{
+    std::vector<int> out;
+    for (std::int64_t d = 1; d <= n && d <= (1 << 20); ++d)
+        if (n % d == 0)
+            out.push_back(int(d));
+    return out;
+}
+
+struct Priced {
+    ParallelSpec parallel;
+    double stepTime;
+};
+
+// Keeps the `capacity` cheapest candidates seen so far (a max-heap on step time).
+class BestList {
+public:
+    explicit BestList(std::size_t capacity) : m_capacity(capacity) {}
+
+    double worst() const { return m_heap.size() < m_capacity ? 1e300 : m_heap.front().stepTime; }
+
+    void offer(const ParallelSpec& parallel, double stepTime)
+    {
+        if (stepTime >= worst())
+            return;
+        const auto slower = [](const Priced& a, const Priced& b) { return a.stepTime < b.stepTime; };
+        m_heap.push_back({parallel, stepTime});
+        std::push_heap(m_heap.begin(), m_heap.end(), slower);
+        if (m_heap.size() > m_capacity) {
+            std::pop_heap(m_heap.begin(), m_heap.end(), slower);
+            m_heap.pop_back();
+        }
+    }
+
+    std::vector<Priced> sorted() const
+    {
+        std::vector<Priced> out = m_heap;
+        std::sort(out.begin(), out.end(), [](const Priced& a, const Priced& b) { return a.stepTime < b.stepTime; });
+        return out;
+    }
+
+private:
+    std::size_t m_capacity;
+    std::vector<Priced> m_heap;
+};
+
+}  // namespace
+
+SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
+{
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    SearchResult result;
+    const ModelSpec& model = spec.model;
+    const std::int64_t world = spec.cluster.devices();
+    result.globalBatch = options.globalBatch > 0 ? options.globalBatch : spec.parallel.globalBatch();
+    if (world > (1 << 20)) {
+        result.errors.push_back({"cluster.nodes", "the cluster has " + std::to_string(world) +
+                                                      " devices; the search handles at most 1,048,576"});
+        return result;
+    }
+
+    // The same divisibility rules as validateLayout, used to enumerate only valid layouts.
+    std::int64_t tpCommon = std::gcd(std::gcd(std::int64_t(model.heads), std::int64_t(model.kvHeads)), model.ffnHidden);
+    tpCommon = std::gcd(tpCommon, model.vocab);
+    if (model.moe.enabled())
+        tpCommon = std::gcd(tpCommon, model.moe.ffnHidden);
+
+    JobSpec candidate = spec;
+    ParallelSpec& p = candidate.parallel;
+    p.order = RankOrder::TpDpPp;
+    BestList best(std::size_t(std::max(1, options.top)) * 4);   // margin for re-ranking after simulation
+    std::vector<StageWork> works;
+
+    for (int tp : divisors(std::gcd(tpCommon, world))) {
+        for (int pp : divisors(std::gcd(std::int64_t(model.layers), world / tp))) {
+            const std::int64_t dp = world / (std::int64_t(tp) * pp);
+            if (result.globalBatch % dp != 0)
+                continue;
+            p.tp = tp;
+            p.pp = pp;
+            p.dp = int(dp);
+            const std::vector<int> eps = model.moe.enabled() ? divisors(std::gcd(dp, std::int64_t(model.moe.experts)))
+                                                             : std::vector<int>{1};
+            for (int ep : eps) {
+                p.ep = ep;
+                const LinkClasses links = linkClasses(Mesh(p), spec.cluster);
+                for (bool sp : {false, true}) {
+                    if (sp && (tp == 1 || model.seqLen % tp != 0))
+                        continue;
+                    p.sequenceParallel = sp;
+                    const std::int64_t perReplica = result.globalBatch / dp;
+                    for (std::int64_t mbs = 1; mbs <= perReplica && mbs <= 65536; mbs *= 2) {
+                        if (perReplica % mbs != 0)
+                            continue;
+                        p.microBatchSize = int(mbs);
+                        p.microbatches = int(perReplica / mbs);
+                        for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+                            p.recompute = recompute;
+                            for (int v : divisors(model.layers / pp)) {
+                                const bool interleaved = v > 1;
+                                if (interleaved && (pp == 1 || p.microbatches % pp != 0))
+                                    continue;
+                                p.virtualStages = v;
+                                const CostModel costs(candidate, links);
+                                works.clear();
+                                for (int s = 0; s < pp; ++s)
+                                    works.push_back(costs.stageWork(s));
+                                // One pipeline stage runs every schedule the same; list it once.
+                                std::vector<ScheduleKind> kinds;
+                                if (interleaved)
+                                    kinds = {ScheduleKind::Interleaved};
+                                else if (pp == 1)
+                                    kinds = {ScheduleKind::OneFOneB};
+                                else
+                                    kinds = {ScheduleKind::OneFOneB, ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1};
+                                for (ScheduleKind kind : kinds) {
+                                    p.schedule = kind;
+                                    const double makespan = estimatedMakespan(p.scheduleShape(), works, costs.transferTime());
+                                    for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+                                        p.zero = zero;
+                                        ++result.evaluated;
+                                        const double stepTime =
+                                            makespan + costs.dataParallelTime() + costs.optimizerTime();
+                                        if (stepTime >= best.worst())
+                                            continue;
+                                        // Stage 0 holds the most activations and the embedding, the last
+                                        // stage the output layer; the full plan below checks every stage.
+                                        const double memory = std::max(costs.stageMemory(0).total(),
+                                                                       costs.stageMemory(pp - 1).total());
+                                        if (memory > spec.cluster.device.memoryBytes)
+                                            continue;
+                                        ++result.fitting;
+                                        best.offer(p, stepTime);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    result.evaluationSeconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+    for (const Priced& priced : best.sorted()) {
+        candidate.parallel = priced.parallel;
+        const Plan plan = makePlan(candidate);
+        if (!plan.fits || !plan.simulation.completed)
+            continue;
+        SearchCandidate c;
+        c.parallel = priced.parallel;
+        c.stepTime = plan.step.total;
+        c.tokensPerSecond = plan.tokensPerSecond;
+        c.mfu = plan.mfu;
+        c.memoryBytes = plan.mostLoaded().total();
+        c.bubbleRatio = plan.simulation.overallBubbleRatio;
+        result.best.push_back(c);
+    }
+    std::sort(result.best.begin(), result.best.end(),
+              [](const SearchCandidate& a, const SearchCandidate& b) { return a.stepTime < b.stepTime; });
+    if (result.best.size() > std::size_t(std::max(1, options.top)))
+        result.best.resize(std::size_t(std::max(1, options.top)));
+    result.totalSeconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return result;
+}
+
+}  // namespace meshbench::plan

@@ -1,0 +1,169 @@
+#include "plan_commands.h"
+
+#include "plan/planner.h"
+#include "plan/report.h"
+#include "plan/search.h"
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+namespace meshbench::service {
+
+using namespace meshbench::plan;
+
+namespace {
+
+constexpr std::streamoff kMaxSpecBytes = 16 << 20;
+
+int usageError(const std::string& message, const char* usage)
+{
+    std::cerr << "meshbench-engine: " << message << "\nusage: " << usage << "\n";
+    return 2;
+}
+
+// Reads and checks a job spec file; prints the errors (as JSON when asked) and returns nullopt
+// when it cannot be planned.
+std::optional<JobSpec> loadSpecFile(const std::string& path, bool json, bool layoutMustHold)
+{
+    std::ifstream file(path, std::ios::binary);
+    std::vector<SpecError> errors;
+    LoadResult loaded;
+    if (!file) {
+        errors.push_back({"", "cannot open job spec '" + path + "': check the path"});
+    } else {
+        file.seekg(0, std::ios::end);
+        const std::streamoff size = file.tellg();
+        file.seekg(0);
+        if (size > kMaxSpecBytes) {
+            errors.push_back({"", "'" + path + "' is " + std::to_string(size) +
+                                      " bytes; a job spec is a small JSON document (at most 16 MiB)"});
+        } else {
+            std::ostringstream text;
+            text << file.rdbuf();
+            loaded = parseJobSpec(text.str());
+            errors = loaded.errors;
+        }
+    }
+    // Layout errors don't stop a search: it picks its own layout.
+    const bool usable = loaded.spec && (errors.empty() || !layoutMustHold);
+    if (usable)
+        return loaded.spec;
+    if (json)
+        std::cout << nlohmann::json{{"valid", false}, {"errors", errorsToJson(errors)}}.dump(2) << "\n";
+    else
+        std::cerr << path << ": the job spec has " << errors.size() << " problem" << (errors.size() == 1 ? "" : "s")
+                  << ":\n" << errorsToText(errors);
+    return std::nullopt;
+}
+
+bool parsePositive(const std::string& text, double& out)
+{
+    try {
+        std::size_t used = 0;
+        out = std::stod(text, &used);
+        return used == text.size() && std::isfinite(out) && out >= 0;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+}  // namespace
+
+int runPlanCommand(const std::vector<std::string>& args)
+{
+    const char* usage = "meshbench-engine plan JOB.json [--json] [--unit-costs F,B,W]";
+    std::string path;
+    bool json = false;
+    std::optional<UnitCosts> unitCosts;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--json") {
+            json = true;
+        } else if (a == "--unit-costs") {
+            if (i + 1 >= args.size())
+                return usageError("--unit-costs needs three numbers, e.g. --unit-costs 1,2,1", usage);
+            std::istringstream list(args[++i]);
+            std::string item;
+            std::vector<double> values;
+            double v = 0;
+            while (std::getline(list, item, ','))
+                if (parsePositive(item, v))
+                    values.push_back(v);
+                else
+                    return usageError("--unit-costs: '" + item + "' is not a non-negative number", usage);
+            if (values.size() != 3 || values[0] + values[1] + values[2] <= 0)
+                return usageError("--unit-costs needs three non-negative numbers F,B,W, not all zero, e.g. 1,1,1", usage);
+            unitCosts = UnitCosts{values[0], values[1], values[2]};
+        } else if (!a.empty() && a[0] == '-') {
+            return usageError("unknown option '" + a + "'", usage);
+        } else if (path.empty()) {
+            path = a;
+        } else {
+            return usageError("one job spec at a time ('" + path + "' and '" + a + "')", usage);
+        }
+    }
+    if (path.empty())
+        return usageError("plan needs a job spec", usage);
+    const std::optional<JobSpec> spec = loadSpecFile(path, json, true);
+    if (!spec)
+        return 1;
+    const Plan plan = makePlan(*spec, unitCosts);
+    if (!plan.simulation.completed) {
+        // The schedules are built to be deadlock-free; reaching this is a bug in the planner.
+        std::cerr << "meshbench-engine: internal error: the schedule did not complete: " << plan.simulation.error << "\n";
+        return 3;
+    }
+    std::cout << (json ? planToJson(plan).dump(2) + "\n" : planToText(plan));
+    return 0;
+}
+
+int runSearchCommand(const std::vector<std::string>& args)
+{
+    const char* usage = "meshbench-engine search JOB.json [--top N] [--global-batch SEQUENCES] [--json]";
+    std::string path;
+    bool json = false;
+    SearchOptions options;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--json") {
+            json = true;
+        } else if (a == "--top" || a == "--global-batch") {
+            const double limit = a == "--top" ? 1000 : 1e9;
+            double v = 0;
+            if (i + 1 >= args.size() || !parsePositive(args[i + 1], v) || v < 1 || v > limit || std::floor(v) != v)
+                return usageError(a + " needs a whole number from 1 to " + (a == "--top" ? "1,000" : "1,000,000,000"),
+                                  usage);
+            ++i;
+            if (a == "--top")
+                options.top = int(v);
+            else
+                options.globalBatch = std::int64_t(v);
+        } else if (!a.empty() && a[0] == '-') {
+            return usageError("unknown option '" + a + "'", usage);
+        } else if (path.empty()) {
+            path = a;
+        } else {
+            return usageError("one job spec at a time ('" + path + "' and '" + a + "')", usage);
+        }
+    }
+    if (path.empty())
+        return usageError("search needs a job spec", usage);
+    const std::optional<JobSpec> spec = loadSpecFile(path, json, false);
+    if (!spec)
+        return 1;
+    const SearchResult result = searchLayouts(*spec, options);
+    if (!result.errors.empty()) {
+        if (json)
+            std::cout << searchToJson(result).dump(2) << "\n";
+        else
+            std::cerr << errorsToText(result.errors);
+        return 1;
+    }
+    std::cout << (json ? searchToJson(result).dump(2) + "\n" : searchToText(result, *spec));
+    return 0;
+}
+
+}  // namespace meshbench::service

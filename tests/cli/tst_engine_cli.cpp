@@ -1,0 +1,187 @@
+// meshbench-engine's command line, run as a user would: good jobs, bad jobs, bad arguments.
+
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+using nlohmann::json;
+
+namespace {
+
+struct Run {
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+Run engine(const QStringList& args)
+{
+    QProcess process;
+    process.start(QStringLiteral(MESHBENCH_ENGINE), args);
+    if (!process.waitForFinished(120000))
+        qFatal("meshbench-engine did not finish");
+    Run run;
+    // A crash (abort, segfault) is a failure in itself, whatever the exit code would have been.
+    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -100;
+    run.out = QString::fromUtf8(process.readAllStandardOutput());
+    run.err = QString::fromUtf8(process.readAllStandardError());
+    return run;
+}
+
+QString job(const char* name) { return QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/") + name; }
+
+}  // namespace
+
+class TestEngineCli : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void planDemoText();
+    void planDemoJson();
+    void planUnitCosts();
+    void searchJson();
+    void badSpecs_data();
+    void badSpecs();
+    void badSpecJsonReport();
+    void badCommandLines_data();
+    void badCommandLines();
+
+private:
+    QString write(const QByteArray& content);
+    QTemporaryDir m_dir;
+    int m_files = 0;
+};
+
+void TestEngineCli::initTestCase() { QVERIFY(m_dir.isValid()); }
+
+QString TestEngineCli::write(const QByteArray& content)
+{
+    const QString path = m_dir.filePath(QStringLiteral("job%1.json").arg(m_files++));
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly) || f.write(content) != content.size())
+        qFatal("cannot write %s", qPrintable(path));
+    return path;
+}
+
+void TestEngineCli::planDemoText()
+{
+    const Run r = engine({"plan", job("demo.json")});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(r.out.contains("Memory per GPU"));
+    QVERIFY(r.out.contains("dp 2 x pp 2 x tp 2 = 8 ranks, ep 2"));
+    QVERIFY(r.out.contains("stage 1  |"));
+}
+
+void TestEngineCli::planDemoJson()
+{
+    const Run r = engine({"plan", job("demo.json"), "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const json j = json::parse(r.out.toStdString());
+    QCOMPARE(j["valid"].get<bool>(), true);
+    QCOMPARE(j["world_size"].get<int>(), 8);
+    QCOMPARE(int(j["schedule"].size()), 2);
+    QVERIFY(j["memory_bytes"]["total"].get<double>() > 0);
+}
+
+void TestEngineCli::planUnitCosts()
+{
+    // The Mixtral job runs zb-h1 with p = 2, m = 16; with F = B = W = 1 the makespan is
+    // 3m + p - 1 = 49 (Qi et al. 2024: bubble (p - 1)(F + B - W)).
+    const Run r = engine({"plan", job("mixtral-8x7b.json"), "--json", "--unit-costs", "1,1,1"});
+    QCOMPARE(r.exitCode, 0);
+    const json j = json::parse(r.out.toStdString());
+    QCOMPARE(j["makespan"].get<double>(), 49.0);
+    QCOMPARE(j["bubble_ratio"].get<double>(), 1.0 / 49);
+}
+
+void TestEngineCli::searchJson()
+{
+    const Run r = engine({"search", job("demo.json"), "--top", "3", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const json j = json::parse(r.out.toStdString());
+    QCOMPARE(j["valid"].get<bool>(), true);
+    QCOMPARE(int(j["best"].size()), 3);
+    QVERIFY(j["evaluated"].get<std::uint64_t>() >= 3);
+}
+
+void TestEngineCli::badSpecs_data()
+{
+    QTest::addColumn<QByteArray>("content");
+    QTest::addColumn<QString>("expected");   // must appear in stderr
+    const QByteArray valid = R"({"model": {"layers": 4, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 16},
+                                 "cluster": {"nodes": 1, "devices_per_node": 1, "device": "cpu"}})";
+    QTest::newRow("not json") << QByteArray("{\"model\": ") << "line 1, column";
+    QTest::newRow("empty") << QByteArray() << "not valid JSON";
+    QTest::newRow("array") << QByteArray("[1, 2]") << "a job spec is a JSON object";
+    QTest::newRow("wrong type") << QByteArray(valid).replace("\"layers\": 4", "\"layers\": \"four\"")
+                                << "model.layers: expected an integer";
+    QTest::newRow("zero size") << QByteArray(valid).replace("\"hidden\": 64", "\"hidden\": 0") << "model.hidden";
+    QTest::newRow("negative") << QByteArray(valid).replace("\"layers\": 4", "\"layers\": -3") << "model.layers";
+    QTest::newRow("10^12 layers") << QByteArray(valid).replace("\"layers\": 4", "\"layers\": 1000000000000")
+                                  << "model.layers: 1000000000000 is out of range";
+    QTest::newRow("unknown preset") << QByteArray(valid).replace(R"("nodes": 1, "devices_per_node": 1, "device": "cpu")",
+                                                                  R"("preset": "dgx-h10")")
+                                    << "did you mean 'dgx-h100'";
+    QTest::newRow("unknown key") << QByteArray(valid).replace("\"seq_len\"", "\"seqlen\"") << "did you mean 'seq_len'";
+    QTest::newRow("indivisible pp") << QByteArray(valid).replace("\"seq_len\": 16}", R"("seq_len": 16}, "parallel": {"pp": 3})")
+                                    << "parallel.pp: 4 layers do not divide into pp=3";
+}
+
+void TestEngineCli::badSpecs()
+{
+    QFETCH(QByteArray, content);
+    QFETCH(QString, expected);
+    const QString path = write(content);
+    for (const char* command : {"plan", "search"}) {
+        const Run r = engine({command, path});
+        QCOMPARE(r.exitCode, 1);
+        // search tolerates layout errors only; the indivisible pp row is a layout error.
+        QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+        if (QTest::currentDataTag() == QLatin1String("indivisible pp"))
+            break;
+    }
+}
+
+void TestEngineCli::badSpecJsonReport()
+{
+    const QString path = write(R"({"model": {"layers": 30, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 16},
+                                   "parallel": {"pp": 4},
+                                   "cluster": {"nodes": 1, "devices_per_node": 4, "device": "cpu"}})");
+    const Run r = engine({"plan", path, "--json"});
+    QCOMPARE(r.exitCode, 1);
+    const json j = json::parse(r.out.toStdString());
+    QCOMPARE(j["valid"].get<bool>(), false);
+    QCOMPARE(j["errors"][0]["path"].get<std::string>(), std::string("parallel.pp"));
+    QVERIFY(j["errors"][0]["message"].get<std::string>().find("use pp 2, 3, 5, 6, 10 or 15") != std::string::npos);
+}
+
+void TestEngineCli::badCommandLines_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<int>("exitCode");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("no command") << QStringList{} << 2 << "usage";
+    QTest::newRow("unknown command") << QStringList{"frobnicate"} << 2 << "unknown command 'frobnicate'";
+    QTest::newRow("plan without job") << QStringList{"plan"} << 2 << "plan needs a job spec";
+    QTest::newRow("unknown option") << QStringList{"plan", job("demo.json"), "--fast"} << 2 << "unknown option '--fast'";
+    QTest::newRow("bad unit costs") << QStringList{"plan", job("demo.json"), "--unit-costs", "1,x,1"} << 2 << "'x'";
+    QTest::newRow("two unit costs") << QStringList{"plan", job("demo.json"), "--unit-costs", "1,1"} << 2 << "three";
+    QTest::newRow("bad top") << QStringList{"search", job("demo.json"), "--top", "0"} << 2 << "--top needs";
+    QTest::newRow("missing file") << QStringList{"plan", "/nonexistent/job.json"} << 1 << "cannot open job spec";
+    QTest::newRow("directory") << QStringList{"plan", "/"} << 1 << "/";
+}
+
+void TestEngineCli::badCommandLines()
+{
+    QFETCH(QStringList, args);
+    QFETCH(int, exitCode);
+    QFETCH(QString, expected);
+    const Run r = engine(args);
+    QCOMPARE(r.exitCode, exitCode);
+    QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+}
+
+QTEST_APPLESS_MAIN(TestEngineCli)
+#include "tst_engine_cli.moc"

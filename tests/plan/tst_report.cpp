@@ -1,0 +1,122 @@
+// Plan and search reports: the JSON keys other tools rely on, and text that agrees with them.
+
+#include "plan/report.h"
+
+#include <QtTest>
+
+using namespace meshbench::plan;
+using nlohmann::json;
+
+namespace {
+
+JobSpec demoSpec()
+{
+    QFile f(QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json"));
+    if (!f.open(QIODevice::ReadOnly))
+        qFatal("resources/jobs/demo.json is missing");
+    LoadResult loaded = parseJobSpec(f.readAll().toStdString());
+    if (!loaded.valid())
+        qFatal("demo.json does not load");
+    return *loaded.spec;
+}
+
+}  // namespace
+
+class TestReport : public QObject {
+    Q_OBJECT
+private slots:
+    void planJsonHasTheContractKeys();
+    void planJsonScheduleIsTheSimulatedOpList();
+    void planTextShowsMemoryTableAndTimeline();
+    void unitCostsReportTheScheduleAlone();
+    void searchJsonListsTheBestLayouts();
+    void formatting();
+};
+
+void TestReport::planJsonHasTheContractKeys()
+{
+    const Plan plan = makePlan(demoSpec());
+    const json j = planToJson(plan);
+    for (const char* key : {"valid", "errors", "world_size", "params_total", "params_per_gpu_max", "memory_bytes",
+                            "flops_per_step", "step_time_s", "tokens_per_s", "mfu", "bubble_ratio", "schedule"})
+        QVERIFY2(j.contains(key), key);
+    QCOMPARE(j["valid"].get<bool>(), true);
+    QVERIFY(j["errors"].empty());
+    QCOMPARE(j["world_size"].get<int>(), 8);
+    const json& m = j["memory_bytes"];
+    QCOMPARE(m["total"].get<double>(), m["weights"].get<double>() + m["grads"].get<double>() +
+                                           m["optimizer"].get<double>() + m["activations"].get<double>());
+    QCOMPARE(m["total"].get<double>(), plan.mostLoaded().total());
+    QCOMPARE(j["params_total"].get<double>(), plan.parameters.total);
+    QCOMPARE(j["step_time_s"].get<double>(), plan.step.total);
+    QCOMPARE(j["bubble_ratio"].get<double>(), plan.simulation.overallBubbleRatio);
+    // The spec goes along in full, so the plan can be reproduced.
+    QVERIFY(loadJobSpec(j["spec"]).valid());
+}
+
+void TestReport::planJsonScheduleIsTheSimulatedOpList()
+{
+    const Plan plan = makePlan(demoSpec());
+    const json schedule = planToJson(plan)["schedule"];
+    QCOMPARE(int(schedule.size()), plan.spec.parallel.pp);
+    for (std::size_t s = 0; s < schedule.size(); ++s) {
+        const json& ops = schedule[s]["ops"];
+        QCOMPARE(ops.size(), plan.simulation.timeline[s].size());
+        int forwards = 0;
+        double previousEnd = 0;
+        for (const json& op : ops) {
+            QVERIFY(op["end"].get<double>() >= op["begin"].get<double>());
+            QVERIFY(op["begin"].get<double>() >= previousEnd - 1e-15);   // one op at a time per stage
+            previousEnd = op["end"].get<double>();
+            forwards += op["op"] == "F";
+        }
+        QCOMPARE(forwards, plan.spec.parallel.microbatches);
+    }
+}
+
+void TestReport::planTextShowsMemoryTableAndTimeline()
+{
+    const Plan plan = makePlan(demoSpec());
+    const QString text = QString::fromStdString(planToText(plan));
+    QVERIFY(text.contains("Memory per GPU"));
+    QVERIFY(text.contains(QString::fromStdString(formatBytes(plan.mostLoaded().total()))));
+    QVERIFY(text.contains("stage 0  |"));
+    QVERIFY(text.contains("stage 1  |"));
+    QVERIFY(text.contains(QStringLiteral("MFU %1%").arg(100 * plan.mfu, 0, 'f', 1)));
+}
+
+void TestReport::unitCostsReportTheScheduleAlone()
+{
+    // 1F1B with p = 2, m = 4, F = 1, B = 2: makespan (m + p - 1)(F + B) = 15.
+    JobSpec spec = demoSpec();
+    const Plan plan = makePlan(spec, UnitCosts{1, 2, 0});
+    const json j = planToJson(plan);
+    QCOMPARE(j["makespan"].get<double>(), 15.0);
+    QCOMPARE(j["bubble_ratio"].get<double>(), 1.0 / 5);
+    QVERIFY(QString::fromStdString(planToText(plan)).contains("makespan 15"));
+}
+
+void TestReport::searchJsonListsTheBestLayouts()
+{
+    const SearchResult result = searchLayouts(demoSpec(), {3, 0});
+    const json j = searchToJson(result);
+    QCOMPARE(j["valid"].get<bool>(), true);
+    QCOMPARE(j["best"].size(), result.best.size());
+    QCOMPARE(j["evaluated"].get<std::uint64_t>(), result.evaluated);
+    QCOMPARE(j["best"][0]["step_time_s"].get<double>(), result.best[0].stepTime);
+    const int world = j["best"][0]["dp"].get<int>() * j["best"][0]["pp"].get<int>() * j["best"][0]["tp"].get<int>();
+    QCOMPARE(world, 8);
+}
+
+void TestReport::formatting()
+{
+    QCOMPARE(formatBytes(31.40625e9), std::string("31.41 GB"));
+    QCOMPARE(formatBytes(350e6), std::string("350.0 MB"));
+    QCOMPARE(formatSeconds(1.5), std::string("1.500 s"));
+    QCOMPARE(formatSeconds(0.0123), std::string("12.30 ms"));
+    QCOMPARE(formatSeconds(4.2e-6), std::string("4.2 us"));
+    QCOMPARE(errorsToText({{"parallel.pp", "bad"}}), std::string("error: parallel.pp: bad\n"));
+}
+
+QTEST_APPLESS_MAIN(TestReport)
+#include "tst_report.moc"

@@ -1,0 +1,136 @@
+// The layout search against an independent enumeration (validateLayout over the whole space) and
+// against the planner.
+
+#include "plan/planner.h"
+#include "plan/search.h"
+
+#include <QtTest>
+
+using namespace meshbench::plan;
+using nlohmann::json;
+
+namespace {
+
+JobSpec specFrom(const json& document)
+{
+    LoadResult loaded = loadJobSpec(document);
+    if (!loaded.spec)
+        qFatal("test spec does not load: %s", loaded.errors.front().message.c_str());
+    return *loaded.spec;
+}
+
+json smallMoeJson()
+{
+    return {{"model",
+             {{"layers", 8}, {"hidden", 64}, {"heads", 4}, {"kv_heads", 2}, {"ffn_hidden", 128}, {"vocab", 256},
+              {"seq_len", 32}, {"moe", {{"experts", 4}, {"top_k", 2}, {"every_n_layers", 2}}}}},
+            {"parallel", {{"dp", 8}, {"microbatches", 2}, {"micro_batch_size", 2}}},
+            {"cluster", {{"nodes", 2}, {"devices_per_node", 4}, {"device", "a100-80gb"}}}};
+}
+
+}  // namespace
+
+class TestSearch : public QObject {
+    Q_OBJECT
+private slots:
+    void enumeratesExactlyTheValidLayouts();
+    void resultsAreValidFitAndSorted();
+    void findsAtLeastTheHandPickedLayout();
+    void reportsWhenNothingFits();
+};
+
+void TestSearch::enumeratesExactlyTheValidLayouts()
+{
+    // Count every layout validateLayout accepts, over the same axes the search walks: micro-batch
+    // sizes are powers of two, and layouts that differ only in a knob without effect are listed
+    // once (the schedule when pp = 1, sequence parallelism when tp = 1).
+    const JobSpec base = specFrom(smallMoeJson());
+    const std::int64_t globalBatch = base.parallel.globalBatch();   // 8 x 2 x 2 = 32
+    std::uint64_t valid = 0;
+    JobSpec spec = base;
+    ParallelSpec& p = spec.parallel;
+    for (int tp = 1; tp <= 8; ++tp)
+        for (int pp = 1; pp <= 8; ++pp) {
+            if (8 % (tp * pp) != 0)
+                continue;
+            const int dp = 8 / (tp * pp);
+            if (globalBatch % dp != 0)
+                continue;
+            for (int ep = 1; ep <= dp; ++ep)
+                for (bool sp : {false, true})
+                    for (int mbs = 1; mbs <= globalBatch / dp; mbs *= 2) {
+                        if (globalBatch / dp % mbs != 0)
+                            continue;
+                        for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
+                            for (int v = 1; v <= 8; ++v)
+                                for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
+                                                       ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleH1})
+                                    for (int zero = 0; zero <= 3; ++zero) {
+                                        if ((pp == 1 && k != ScheduleKind::OneFOneB) || (sp && tp == 1))
+                                            continue;
+                                        p = {dp, pp, tp, ep, zero, sp, r, k, v, int(globalBatch / dp / mbs), mbs};
+                                        if (validateLayout(spec).empty())
+                                            ++valid;
+                                    }
+                    }
+        }
+    QVERIFY(valid > 100);
+    const SearchResult result = searchLayouts(base, {});
+    QVERIFY(result.errors.empty());
+    QCOMPARE(result.globalBatch, globalBatch);
+    QCOMPARE(result.evaluated, valid);
+}
+
+void TestSearch::resultsAreValidFitAndSorted()
+{
+    JobSpec spec = specFrom(smallMoeJson());
+    const SearchResult result = searchLayouts(spec, {5, 0});
+    QCOMPARE(int(result.best.size()), 5);
+    for (std::size_t i = 0; i < result.best.size(); ++i) {
+        const SearchCandidate& c = result.best[i];
+        spec.parallel = c.parallel;
+        QVERIFY(validateLayout(spec).empty());
+        QCOMPARE(c.parallel.globalBatch(), result.globalBatch);
+        // The row's figures are the full plan's.
+        const Plan plan = makePlan(spec);
+        QVERIFY(plan.fits);
+        QCOMPARE(c.stepTime, plan.step.total);
+        QCOMPARE(c.memoryBytes, plan.mostLoaded().total());
+        QVERIFY(c.memoryBytes <= spec.cluster.device.memoryBytes);
+        if (i > 0)
+            QVERIFY(result.best[i - 1].stepTime <= c.stepTime);
+    }
+}
+
+void TestSearch::findsAtLeastTheHandPickedLayout()
+{
+    // The layout Narayanan et al. 2021 picked for GPT-3 on 1,024 GPUs lies inside the search
+    // space, so the best layout found can be no slower than it.
+    QFile f(QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/gpt3-175b.json"));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const LoadResult loaded = parseJobSpec(f.readAll().toStdString());
+    QVERIFY(loaded.valid());
+    const Plan handPicked = makePlan(*loaded.spec);
+    const SearchResult result = searchLayouts(*loaded.spec, {3, 0});
+    QVERIFY(!result.best.empty());
+    QVERIFY2(result.best.front().stepTime <= handPicked.step.total,
+             qPrintable(QStringLiteral("search %1 s, hand-picked %2 s")
+                            .arg(result.best.front().stepTime)
+                            .arg(handPicked.step.total)));
+}
+
+void TestSearch::reportsWhenNothingFits()
+{
+    // 175 B parameters on one 80 GB GPU: 18 bytes per parameter alone is 3.2 TB.
+    const json doc = {{"model", {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"vocab", 51200}, {"seq_len", 2048}}},
+                      {"cluster", {{"nodes", 1}, {"devices_per_node", 1}, {"device", "h100-sxm"}}},
+                      {"parallel", {{"microbatches", 4}}}};
+    const SearchResult result = searchLayouts(specFrom(doc), {});
+    QVERIFY(result.errors.empty());
+    QVERIFY(result.evaluated > 0);
+    QCOMPARE(result.fitting, std::uint64_t(0));
+    QVERIFY(result.best.empty());
+}
+
+QTEST_APPLESS_MAIN(TestSearch)
+#include "tst_search.moc"
