@@ -101,10 +101,15 @@ std::string describe(const json& value)
 
 std::string withThousands(std::int64_t value)
 {
-    std::string digits = std::to_string(value);
-    for (int i = int(digits.size()) - 3; i > (value < 0 ? 1 : 0); i -= 3)
-        digits.insert(std::size_t(i), ",");
-    return digits;
+    const std::string digits = std::to_string(value);
+    const std::size_t sign = value < 0 ? 1 : 0;
+    std::string out = digits.substr(0, sign);
+    for (std::size_t i = sign; i < digits.size(); ++i) {
+        if (i > sign && (digits.size() - i) % 3 == 0)
+            out += ',';
+        out += digits[i];
+    }
+    return out;
 }
 
 // Walks one JSON object: reads known keys with type and range checks, reports unknown keys.
