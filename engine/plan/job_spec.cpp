@@ -93,6 +93,8 @@ std::string suggestion(std::string_view given, const std::vector<std::string>& c
 
 std::string describe(const json& value)
 {
+    if (value.is_structured())
+        return std::string(value.type_name()) + " of " + std::to_string(value.size()) + " entries";
     std::string text = value.dump();
     if (text.size() > 40)
         text = text.substr(0, 37) + "...";
@@ -412,6 +414,10 @@ void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError
         if (cluster.interLatency <= 0)
             cluster.interLatency = 10e-6;
     }
+    if (cluster.devices() > kMaxDegree)
+        r.fail("nodes", std::to_string(cluster.nodes) + " nodes x " + std::to_string(cluster.devicesPerNode) +
+                            " devices = " + withThousands(cluster.devices()) + " devices; Meshbench plans up to " +
+                            withThousands(kMaxDegree) + " devices");
     if (cluster.nvlinkDomain % cluster.devicesPerNode != 0 && cluster.devicesPerNode % cluster.nvlinkDomain != 0)
         r.fail("nvlink_domain", "nvlink_domain=" + std::to_string(cluster.nvlinkDomain) +
                                     " must divide devices_per_node=" + std::to_string(cluster.devicesPerNode) +
@@ -443,6 +449,35 @@ std::string listValues(const std::vector<std::int64_t>& values, std::string_view
     if (shown < values.size())
         text.push_back("... (" + std::to_string(values.size()) + " in all)");
     return "use " + std::string(name) + " " + joinOr(text);
+}
+
+// Deeply nested input would make copying and printing the document recurse without bound; no
+// job spec needs more than a few levels. Empty when the nesting is fine.
+std::string nestingError(std::string_view text)
+{
+    constexpr int kMaxDepth = 64;
+    int depth = 0;
+    bool inString = false;
+    std::size_t line = 1;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (c == '\n')
+            ++line;
+        if (inString) {
+            if (c == '\\')
+                ++i;
+            else if (c == '"')
+                inString = false;
+        } else if (c == '"') {
+            inString = true;
+        } else if ((c == '{' || c == '[') && ++depth > kMaxDepth) {
+            return "line " + std::to_string(line) + ": JSON nested deeper than " + std::to_string(kMaxDepth) +
+                   " levels; a job spec needs only a few";
+        } else if (c == '}' || c == ']') {
+            --depth;
+        }
+    }
+    return "";
 }
 
 }  // namespace
@@ -546,6 +581,13 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
         fail("parallel.zero", "ZeRO-" + str(p.zero) + " cannot be combined with pipeline parallelism (pp=" + str(p.pp) +
                                   "); use zero 0 or 1 (Megatron's distributed optimizer), or pp 1");
 
+    if (p.scheduleShape().slots() > kMaxScheduleSlots)
+        fail("parallel.microbatches", "pp=" + str(p.pp) + " x microbatches=" + str(p.microbatches) +
+                                          " x virtual_stages=" + str(p.virtualStages) + " = " +
+                                          withThousands(p.scheduleShape().slots()) +
+                                          " pipeline slots; the planner simulates at most " +
+                                          withThousands(kMaxScheduleSlots) +
+                                          ": use fewer microbatches with a larger micro_batch_size");
     if (p.schedule != ScheduleKind::Interleaved && p.virtualStages > 1)
         fail("parallel.virtual_stages", "virtual_stages=" + str(p.virtualStages) + " needs schedule \"interleaved\"; " +
                                             "set schedule to interleaved or virtual_stages to 1");
@@ -593,6 +635,11 @@ LoadResult loadJobSpec(const json& document)
 
 LoadResult parseJobSpec(std::string_view text)
 {
+    if (std::string tooDeep = nestingError(text); !tooDeep.empty()) {
+        LoadResult result;
+        result.errors.push_back({"", std::move(tooDeep)});
+        return result;
+    }
     json document;
     try {
         document = json::parse(text.begin(), text.end());

@@ -34,12 +34,18 @@ struct Op {
     int peerStage;    // for send/recv: the physical stage on the other side; -1 for compute ops
 };
 
+// The most (stage, micro-batch, chunk) slots a schedule may have, so that building and
+// simulating its op lists stays within memory and a fraction of a second.
+constexpr long long kMaxScheduleSlots = 1'000'000;
+
 struct ScheduleShape {
     ScheduleKind kind = ScheduleKind::OneFOneB;
     int stages = 1;           // p
     int microbatches = 1;     // m
     int virtualStages = 1;    // v (chunks per stage); 1 unless interleaved
     int groupSize = 0;        // interleaved micro-batch group size G; 0 means Megatron's default p
+
+    long long slots() const { return 1LL * stages * microbatches * virtualStages; }
 };
 
 struct Schedule {

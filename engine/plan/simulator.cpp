@@ -102,6 +102,44 @@ std::string checkOpList(const Schedule& schedule)
     return "";
 }
 
+// Every recv needs a send, and a message may be sent and received at most once, or its arrival
+// time (and who waits for it) would be ambiguous. A complete schedule also receives every send.
+std::string checkMessages(const Schedule& schedule, bool requireReceiver)
+{
+    const Layout layout(schedule.shape);
+    std::vector<int> sends(layout.messages(), 0);
+    std::vector<int> recvs(layout.messages(), 0);
+    for (int s = 0; s < layout.p; ++s)
+        for (const Op& op : schedule.stages[s]) {
+            if (op.kind == OpKind::SendActivation || op.kind == OpKind::SendGradient)
+                ++sends[messageKey(layout, s, op)];
+            else if (op.kind == OpKind::RecvActivation || op.kind == OpKind::RecvGradient)
+                ++recvs[messageKey(layout, s, op)];
+        }
+    for (int s = 0; s < layout.p; ++s) {
+        const auto& ops = schedule.stages[s];
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+            const Op& op = ops[i];
+            if (isCompute(op.kind))
+                continue;
+            const std::size_t key = messageKey(layout, s, op);
+            const std::string peer = "stage " + std::to_string(op.peerStage);
+            if (op.kind == OpKind::SendActivation || op.kind == OpKind::SendGradient) {
+                if (sends[key] > 1)
+                    return describeAt(s, i, op) + ": the same message is sent " + std::to_string(sends[key]) + " times";
+                if (requireReceiver && recvs[key] != 1)
+                    return describeAt(s, i, op) + ": " + std::to_string(recvs[key]) + " matching recvs on " + peer +
+                           ", expected exactly one";
+            } else if (recvs[key] > 1) {
+                return describeAt(s, i, op) + ": the same message is received " + std::to_string(recvs[key]) + " times";
+            } else if (sends[key] == 0) {
+                return describeAt(s, i, op) + ": no matching send on " + peer;
+            }
+        }
+    }
+    return "";
+}
+
 double computeCost(const OpCosts& costs, const Op& op, int vs)
 {
     switch (op.kind) {
@@ -143,45 +181,19 @@ SimulationResult simulate(const Schedule& schedule, const OpCosts& costs)
         return result;
     }
 
-    // One pass up front: every recv must have a producer somewhere, and a message must be sent
-    // and received at most once, or its arrival time (and who waits for it) would be ambiguous.
-    std::vector<int> sends(layout.messages(), 0);
-    std::vector<int> recvs(layout.messages(), 0);
     bool hasWeightGrad = false;
-    for (int s = 0; s < layout.p; ++s)
-        for (const Op& op : schedule.stages[s]) {
+    for (const auto& ops : schedule.stages)
+        for (const Op& op : ops)
             hasWeightGrad = hasWeightGrad || op.kind == OpKind::WeightGrad;
-            if (op.kind == OpKind::SendActivation || op.kind == OpKind::SendGradient)
-                ++sends[messageKey(layout, s, op)];
-            else if (op.kind == OpKind::RecvActivation || op.kind == OpKind::RecvGradient)
-                ++recvs[messageKey(layout, s, op)];
-        }
     if (hasWeightGrad && costs.weightGrad.size() < virtualStages) {
         result.error = "the schedule has W ops but costs give weightGrad for only " +
                        std::to_string(costs.weightGrad.size()) + " of " + std::to_string(virtualStages) +
                        " virtual stages";
         return result;
     }
-    for (int s = 0; s < layout.p; ++s) {
-        const auto& ops = schedule.stages[s];
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-            const Op& op = ops[i];
-            if (isCompute(op.kind))
-                continue;
-            const std::size_t key = messageKey(layout, s, op);
-            const bool isSend = op.kind == OpKind::SendActivation || op.kind == OpKind::SendGradient;
-            std::string problem;
-            if (isSend && sends[key] > 1)
-                problem = "the same message is sent " + std::to_string(sends[key]) + " times";
-            else if (!isSend && recvs[key] > 1)
-                problem = "the same message is received " + std::to_string(recvs[key]) + " times";
-            else if (!isSend && sends[key] == 0)
-                problem = "no matching send on any stage";
-            if (!problem.empty()) {
-                result.error = describeAt(s, i, op) + ": " + problem;
-                return result;
-            }
-        }
+    if (std::string error = checkMessages(schedule, false); !error.empty()) {
+        result.error = error;
+        return result;
     }
 
     // Topological sweep: a stage runs until it blocks on a recv whose send has not run yet and
@@ -305,8 +317,6 @@ std::string checkDependencies(const Schedule& schedule, const SimulationResult& 
     std::vector<const TimedOp*> forwards(layout.slots(), nullptr);
     std::vector<const TimedOp*> backwards(layout.slots(), nullptr);
     std::vector<const TimedOp*> weightGrads(layout.slots(), nullptr);
-    std::vector<int> sends(layout.messages(), 0);
-    std::vector<int> recvs(layout.messages(), 0);
     for (int s = 0; s < layout.p; ++s) {
         const auto& ops = schedule.stages[s];
         for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -327,13 +337,7 @@ std::string checkDependencies(const Schedule& schedule, const SimulationResult& 
                            std::string(scheduleName(schedule.shape.kind)) + ")";
                 seen = &weightGrads[slot];
                 break;
-            case OpKind::SendActivation:
-            case OpKind::SendGradient:
-                ++sends[messageKey(layout, s, op)];
-                break;
-            case OpKind::RecvActivation:
-            case OpKind::RecvGradient:
-                ++recvs[messageKey(layout, s, op)];
+            default:
                 break;
             }
             if (seen != nullptr) {
@@ -362,25 +366,8 @@ std::string checkDependencies(const Schedule& schedule, const SimulationResult& 
                     return "stage " + std::to_string(s) + " has no " + missing + " for mb " + std::to_string(mb) +
                            " chunk " + std::to_string(chunk);
             }
-    for (int s = 0; s < layout.p; ++s) {
-        const auto& ops = schedule.stages[s];
-        for (std::size_t i = 0; i < ops.size(); ++i) {
-            const Op& op = ops[i];
-            if (isCompute(op.kind))
-                continue;
-            const std::size_t key = messageKey(layout, s, op);
-            const std::string peer = "stage " + std::to_string(op.peerStage);
-            if (op.kind == OpKind::SendActivation || op.kind == OpKind::SendGradient) {
-                if (sends[key] > 1)
-                    return describeAt(s, i, op) + ": the same message is sent " + std::to_string(sends[key]) + " times";
-                if (recvs[key] != 1)
-                    return describeAt(s, i, op) + ": " + std::to_string(recvs[key]) + " matching recvs on " + peer +
-                           ", expected exactly one";
-            } else if (sends[key] == 0) {
-                return describeAt(s, i, op) + ": no matching send on " + peer;
-            }
-        }
-    }
+    if (std::string error = checkMessages(schedule, true); !error.empty())
+        return error;
 
     for (int s = 0; s < layout.p; ++s) {
         const auto& ops = schedule.stages[s];

@@ -423,7 +423,7 @@ void TestSimulator::recvWithoutSend()
     ops.erase(ops.begin() + std::ptrdiff_t(indexOf(ops, OpKind::SendActivation, 1)));
     const SimulationResult result = simulate(schedule, OpCosts::uniform(schedule.shape, 1, 2, 0));
     QVERIFY(!result.completed);
-    QCOMPARE(result.error, std::string("stage 1 op 4 (recv-act mb 1 chunk 0): no matching send on any stage"));
+    QCOMPARE(result.error, std::string("stage 1 op 4 (recv-act mb 1 chunk 0): no matching send on stage 0"));
 }
 
 void TestSimulator::costsTooShort()
