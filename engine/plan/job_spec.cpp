@@ -79,6 +79,10 @@ std::vector<std::string> toStrings(const Range& range)
 // "did you mean 'x'?" when a candidate is close enough to be a typo.
 std::string suggestion(std::string_view given, const std::vector<std::string>& candidates)
 {
+    // A name the user typed the start of ("h100" for "h100-sxm") beats a closer edit distance.
+    for (const std::string& candidate : candidates)
+        if (!given.empty() && candidate.size() > given.size() && candidate.compare(0, given.size(), given) == 0)
+            return "did you mean '" + candidate + "'? ";
     std::string best;
     std::size_t bestDistance = std::max<std::size_t>(3, given.size() / 2) + 1;
     for (const std::string& candidate : candidates) {
@@ -451,33 +455,22 @@ std::string listValues(const std::vector<std::int64_t>& values, std::string_view
     return "use " + std::string(name) + " " + joinOr(text);
 }
 
-// Deeply nested input would make copying and printing the document recurse without bound; no
-// job spec needs more than a few levels. Empty when the nesting is fine.
-std::string nestingError(std::string_view text)
+// Nesting depth of a document, walked without recursion: copying or printing a deeply nested
+// document recurses once per level, so depth is checked before anything else touches it.
+int nestingDepth(const json& document)
 {
-    constexpr int kMaxDepth = 64;
-    int depth = 0;
-    bool inString = false;
-    std::size_t line = 1;
-    for (std::size_t i = 0; i < text.size(); ++i) {
-        const char c = text[i];
-        if (c == '\n')
-            ++line;
-        if (inString) {
-            if (c == '\\')
-                ++i;
-            else if (c == '"')
-                inString = false;
-        } else if (c == '"') {
-            inString = true;
-        } else if ((c == '{' || c == '[') && ++depth > kMaxDepth) {
-            return "line " + std::to_string(line) + ": JSON nested deeper than " + std::to_string(kMaxDepth) +
-                   " levels; a job spec needs only a few";
-        } else if (c == '}' || c == ']') {
-            --depth;
-        }
+    int deepest = 0;
+    std::vector<std::pair<const json*, int>> pending{{&document, 1}};
+    while (!pending.empty()) {
+        const auto [value, depth] = pending.back();
+        pending.pop_back();
+        if (!value->is_structured())
+            continue;
+        deepest = std::max(deepest, depth);
+        for (const json& child : *value)
+            pending.emplace_back(&child, depth + 1);
     }
-    return "";
+    return deepest;
 }
 
 }  // namespace
@@ -519,11 +512,16 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
 
     const std::int64_t stages = std::int64_t(p.pp) * p.virtualStages;
     if (m.layers % stages != 0) {
+        // Proper divisors first; 1 and one layer per stage only when nothing else divides.
         std::vector<std::int64_t> fits;
-        if (m.layers % p.virtualStages == 0)
-            for (std::int64_t d : divisorsOf(m.layers / p.virtualStages))
-                if (d > 1 && d < m.layers / p.virtualStages)
+        if (m.layers % p.virtualStages == 0) {
+            const std::int64_t perChunk = m.layers / p.virtualStages;
+            for (std::int64_t d : divisorsOf(perChunk))
+                if (d > 1 && d < perChunk)
                     fits.push_back(d);
+            if (fits.empty())
+                fits = perChunk > 1 ? std::vector<std::int64_t>{1, perChunk} : std::vector<std::int64_t>{1};
+        }
         fail("parallel.pp", str(m.layers) + " layers do not divide into pp=" + str(p.pp) + " x virtual_stages=" +
                                 str(p.virtualStages) + " stages; " +
                                 (m.layers % p.virtualStages == 0 ? listValues(fits, "pp")
@@ -598,7 +596,13 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
 
 LoadResult loadJobSpec(const json& document)
 {
+    constexpr int kMaxDepth = 64;
     LoadResult result;
+    if (nestingDepth(document) > kMaxDepth) {
+        result.errors.push_back({"", "JSON nested deeper than " + std::to_string(kMaxDepth) +
+                                         " levels; a job spec needs only a few"});
+        return result;
+    }
     if (!document.is_object()) {
         result.errors.push_back({"", "a job spec is a JSON object with model, parallel and cluster sections, got " +
                                          std::string(document.type_name())});
@@ -635,11 +639,6 @@ LoadResult loadJobSpec(const json& document)
 
 LoadResult parseJobSpec(std::string_view text)
 {
-    if (std::string tooDeep = nestingError(text); !tooDeep.empty()) {
-        LoadResult result;
-        result.errors.push_back({"", std::move(tooDeep)});
-        return result;
-    }
     json document;
     try {
         document = json::parse(text.begin(), text.end());
@@ -655,6 +654,11 @@ LoadResult parseJobSpec(std::string_view text)
         LoadResult result;
         result.errors.push_back({"", "line " + std::to_string(line) + ", column " + std::to_string(column) +
                                          ": not valid JSON: " + what});
+        return result;
+    } catch (const json::exception& e) {
+        // Numbers beyond double's range (1e400) surface as out_of_range, without a position.
+        LoadResult result;
+        result.errors.push_back({"", std::string("not valid JSON: ") + e.what()});
         return result;
     }
     return loadJobSpec(document);
