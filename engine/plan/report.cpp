@@ -58,8 +58,8 @@ std::string layoutLine(const ParallelSpec& p)
 {
     std::ostringstream out;
     out << "dp " << p.dp << " x pp " << p.pp << " x tp " << p.tp << " = " << p.worldSize() << " ranks, ep " << p.ep
-        << ", ZeRO-" << p.zero << (p.sequenceParallel ? ", sequence parallel" : "") << ", "
-        << recomputeName(p.recompute) << " recompute";
+        << ", ZeRO-" << p.zero << (p.sequenceParallel ? ", sequence parallel" : "") << ", recompute "
+        << recomputeName(p.recompute);
     return out.str();
 }
 
@@ -219,7 +219,7 @@ std::string planToText(const Plan& plan)
 
     out << "Memory per GPU (capacity " << formatBytes(plan.deviceMemory) << ")\n";
     out << "  " << pad("stage", 9, false) << pad("params", 11) << pad("weights", 11) << pad("grads", 11)
-        << pad("optimizer", 11) << pad("activations", 13) << pad("total", 11) << "\n";
+        << pad("optimizer", 11) << pad("activations", 13) << pad("total", 11) << pad("of device", 11) << "\n";
     // Stages with identical figures share a row ("1-6").
     for (std::size_t i = 0; i < plan.stages.size();) {
         std::size_t j = i;
@@ -233,6 +233,7 @@ std::string planToText(const Plan& plan)
         out << "  " << pad(label, 9, false) << pad(formatCount(s.parameters), 11) << pad(formatBytes(s.memory.weights), 11)
             << pad(formatBytes(s.memory.grads), 11) << pad(formatBytes(s.memory.optimizer), 11)
             << pad(formatBytes(s.memory.activations), 13) << pad(formatBytes(s.memory.total()), 11)
+            << pad(printf1("%.0f%%", 100.0 * s.memory.total() / plan.deviceMemory), 11)
             << (s.fits ? "" : "  DOES NOT FIT") << "\n";
         i = j + 1;
     }
