@@ -135,10 +135,6 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                     for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
                                         p.zero = zero;
                                         ++result.evaluated;
-                                        const double stepTime =
-                                            makespan + costs.dataParallelTime() + costs.optimizerTime();
-                                        if (stepTime >= best.worst())
-                                            continue;
                                         // Stage 0 holds the most activations and the embedding, the last
                                         // stage the output layer; the full plan below checks every stage.
                                         const double memory = std::max(costs.stageMemory(0).total(),
@@ -146,7 +142,7 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                         if (memory > spec.cluster.device.memoryBytes)
                                             continue;
                                         ++result.fitting;
-                                        best.offer(p, stepTime);
+                                        best.offer(p, makespan + costs.dataParallelTime() + costs.optimizerTime());
                                     }
                                 }
                             }
