@@ -39,12 +39,14 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
                                 " GB; raise tp or pp, use a higher ZeRO stage, recompute, or a smaller micro_batch_size");
 
     plan.schedule = buildSchedule(p.scheduleShape());
-    // Schedules that don't split the backward run B and W as one op.
+    // Unit costs are per stage and micro-batch: an interleaved chunk does 1/v of it, and schedules
+    // that don't split the backward run B and W as one op.
     const bool split = plan.schedule.splitBackward();
+    const double chunk = 1.0 / p.virtualStages;
     const OpCosts costs =
-        unitCosts ? OpCosts::uniform(p.scheduleShape(), unitCosts->forward,
-                                     split ? unitCosts->backward : unitCosts->backward + unitCosts->weightGrad,
-                                     split ? unitCosts->weightGrad : 0.0)
+        unitCosts ? OpCosts::uniform(p.scheduleShape(), unitCosts->forward * chunk,
+                                     (split ? unitCosts->backward : unitCosts->backward + unitCosts->weightGrad) * chunk,
+                                     split ? unitCosts->weightGrad * chunk : 0.0)
                   : model.opCosts();
     plan.simulation = simulate(plan.schedule, costs);
 

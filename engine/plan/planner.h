@@ -14,7 +14,8 @@
 
 namespace meshbench::plan {
 
-// Relative F, B, W costs for looking at a schedule's shape alone: no communication.
+// Relative F, B, W costs of one micro-batch on one stage (all of its chunks), for looking at a
+// schedule's shape alone: no communication.
 struct UnitCosts {
     double forward = 1;
     double backward = 1;

@@ -29,6 +29,7 @@ private slots:
     void planJsonScheduleIsTheSimulatedOpList();
     void planTextShowsMemoryTableAndTimeline();
     void unitCostsReportTheScheduleAlone();
+    void unitCostsAreShapedPerStage();
     void searchJsonListsTheBestLayouts();
     void formatting();
 };
@@ -94,6 +95,19 @@ void TestReport::unitCostsReportTheScheduleAlone()
     QCOMPARE(j["makespan"].get<double>(), 15.0);
     QCOMPARE(j["bubble_ratio"].get<double>(), 1.0 / 5);
     QVERIFY(QString::fromStdString(planToText(plan)).contains("makespan 15"));
+}
+
+void TestReport::unitCostsAreShapedPerStage()
+{
+    // Interleaved, p = 2, v = 2, m = 4 with F = 1, B = 2 per stage: each chunk does half, and the
+    // bubble is (p - 1)/(v m + p - 1) = 1/9 of (v m + p - 1)(F + B)/v = 13.5.
+    JobSpec spec = demoSpec();
+    spec.parallel.schedule = ScheduleKind::Interleaved;
+    spec.parallel.virtualStages = 2;
+    QVERIFY(validateLayout(spec).empty());
+    const Plan plan = makePlan(spec, UnitCosts{1, 2, 0});
+    QCOMPARE(plan.simulation.makespan, 13.5);
+    QCOMPARE(plan.simulation.overallBubbleRatio, 1.0 / 9);
 }
 
 void TestReport::searchJsonListsTheBestLayouts()
