@@ -26,6 +26,8 @@ constexpr EnumName<Recompute> kRecomputes[] = {
     {"none", Recompute::None}, {"selective", Recompute::Selective}, {"full", Recompute::Full}};
 constexpr EnumName<GradDtype> kGradDtypes[] = {{"fp32", GradDtype::Fp32}, {"bf16", GradDtype::Bf16}};
 constexpr EnumName<RankOrder> kOrders[] = {{"tp-dp-pp", RankOrder::TpDpPp}, {"tp-pp-dp", RankOrder::TpPpDp}};
+constexpr EnumName<BackendKind> kBackends[] = {
+    {"auto", BackendKind::Auto}, {"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}};
 constexpr EnumName<ScheduleKind> kSchedules[] = {{"gpipe", ScheduleKind::GPipe},
                                                  {"1f1b", ScheduleKind::OneFOneB},
                                                  {"interleaved", ScheduleKind::Interleaved},
@@ -428,6 +430,23 @@ void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError
                                     " or be a multiple of it (e.g. 72 for an NVL72 rack of 4-GPU trays)");
 }
 
+void readTrain(const json& object, TrainSpec& train, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, "train", errors);
+    r.readInt("steps", train.steps, 0, 1'000'000'000);
+    r.readDouble("lr", train.lr, 0.0, 10.0, true);
+    r.readInt("warmup_steps", train.warmupSteps, 0, 1'000'000'000);
+    r.readDouble("weight_decay", train.weightDecay, 0.0, 10.0);
+    r.readDouble("beta1", train.beta1, 0.0, 0.999999);
+    r.readDouble("beta2", train.beta2, 0.0, 0.999999);
+    r.readDouble("eps", train.eps, 0.0, 1.0, true);
+    r.readDouble("grad_clip", train.gradClip, 0.0, 1e9);
+    r.readInt("seed", train.seed, 0, std::int64_t(1) << 62);
+    if (const json* data = r.find("data"))
+        train.data = *data;
+    r.rejectUnknownKeys();
+}
+
 std::vector<std::int64_t> divisorsOf(std::int64_t n)
 {
     std::vector<std::int64_t> out;
@@ -480,6 +499,7 @@ std::string_view activationName(Activation a) { return nameOf(kActivations, a); 
 std::string_view recomputeName(Recompute r) { return nameOf(kRecomputes, r); }
 std::string_view gradDtypeName(GradDtype g) { return nameOf(kGradDtypes, g); }
 std::string_view rankOrderName(RankOrder o) { return nameOf(kOrders, o); }
+std::string_view backendName(BackendKind b) { return nameOf(kBackends, b); }
 
 int ModelSpec::moeLayersIn(int first, int count) const
 {
@@ -620,15 +640,8 @@ LoadResult loadJobSpec(const json& document)
     if (const json* cluster = top.object("cluster", true))
         readCluster(*cluster, spec.cluster, result.errors);
     if (const json* train = top.object("train"))
-        spec.train = *train;
-    if (const json* backend = top.find("backend")) {
-        const bool known = backend->is_string() &&
-                           (*backend == "auto" || *backend == "cpu" || *backend == "cuda");
-        if (known)
-            spec.backend = *backend;
-        else
-            top.fail("backend", "expected \"auto\", \"cpu\" or \"cuda\", got " + describe(*backend));
-    }
+        readTrain(*train, spec.train, result.errors);
+    top.readEnum("backend", spec.backend, kBackends);
     top.rejectUnknownKeys();
     if (!result.errors.empty())
         return result;
@@ -693,8 +706,12 @@ json toJson(const JobSpec& spec)
                   {"order", rankOrderName(p.order)}}},
                 {"precision", {{"grads", gradDtypeName(spec.precision.grads)}}},
                 {"cluster", cluster},
-                {"train", spec.train},
-                {"backend", spec.backend}};
+                {"train",
+                 {{"steps", spec.train.steps}, {"lr", spec.train.lr}, {"warmup_steps", spec.train.warmupSteps},
+                  {"weight_decay", spec.train.weightDecay}, {"beta1", spec.train.beta1}, {"beta2", spec.train.beta2},
+                  {"eps", spec.train.eps}, {"grad_clip", spec.train.gradClip}, {"seed", spec.train.seed},
+                  {"data", spec.train.data}}},
+                {"backend", backendName(spec.backend)}};
     if (!spec.name.empty())
         out["name"] = spec.name;
     return out;

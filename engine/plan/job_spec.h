@@ -100,14 +100,32 @@ struct ClusterSpec {
     std::int64_t devices() const { return std::int64_t(nodes) * devicesPerNode; }
 };
 
+// Optimiser and data settings of the training stack. The learning rate warms up linearly over
+// warmupSteps and then stays constant; AdamW as Loshchilov & Hutter 2019.
+struct TrainSpec {
+    int steps = 100;
+    double lr = 3e-3;
+    int warmupSteps = 0;
+    double weightDecay = 0.1;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double gradClip = 1.0;          // global gradient-norm clip; 0 turns it off
+    std::uint64_t seed = 1234;
+    nlohmann::json data;            // the data source, read by the agent (null: the default Markov source)
+};
+
+enum class BackendKind { Auto, Cpu, Cuda };
+std::string_view backendName(BackendKind b);
+
 struct JobSpec {
     std::string name;
     ModelSpec model;
     ParallelSpec parallel;
     PrecisionSpec precision;
     ClusterSpec cluster;
-    nlohmann::json train = nlohmann::json::object();     // passed through to the training stack
-    nlohmann::json backend = "auto";                     // passed through to the training stack
+    TrainSpec train;
+    BackendKind backend = BackendKind::Auto;
 };
 
 // One thing wrong with a spec: the JSON path ("parallel.pp") and a message that names the rule,

@@ -165,8 +165,17 @@ void compareSpecs(const JobSpec& a, const JobSpec& b)
     QCOMPARE(c.interLatency, d.interLatency);
     QCOMPARE(c.computeEfficiency, d.computeEfficiency);
 
-    QCOMPARE(qs(a.train.dump()), qs(b.train.dump()));
-    QCOMPARE(qs(a.backend.dump()), qs(b.backend.dump()));
+    QCOMPARE(a.train.steps, b.train.steps);
+    QCOMPARE(a.train.lr, b.train.lr);
+    QCOMPARE(a.train.warmupSteps, b.train.warmupSteps);
+    QCOMPARE(a.train.weightDecay, b.train.weightDecay);
+    QCOMPARE(a.train.beta1, b.train.beta1);
+    QCOMPARE(a.train.beta2, b.train.beta2);
+    QCOMPARE(a.train.eps, b.train.eps);
+    QCOMPARE(a.train.gradClip, b.train.gradClip);
+    QCOMPARE(a.train.seed, b.train.seed);
+    QCOMPARE(qs(a.train.data.dump()), qs(b.train.data.dump()));
+    QCOMPARE(qs(backendName(a.backend)), qs(backendName(b.backend)));
 }
 
 }  // namespace
@@ -248,8 +257,13 @@ void TestJobSpec::baseSpecLoadsWithDefaults()
     QCOMPARE(spec.cluster.interLatency, 10e-6);
     QCOMPARE(spec.cluster.computeEfficiency, 0.6);
 
-    QVERIFY(spec.train.is_object() && spec.train.empty());
-    QCOMPARE(qs(spec.backend.get<std::string>()), QStringLiteral("auto"));
+    // Train defaults: 100 steps, lr 3e-3, AdamW (0.9, 0.95, 1e-8), weight decay 0.1, clip 1.0.
+    QCOMPARE(spec.train.steps, 100);
+    QCOMPARE(spec.train.lr, 3e-3);
+    QCOMPARE(spec.train.beta2, 0.95);
+    QCOMPARE(spec.train.gradClip, 1.0);
+    QVERIFY(spec.train.data.is_null());
+    QCOMPARE(spec.backend, BackendKind::Auto);
 }
 
 void TestJobSpec::moeDefaultsAndValues()
@@ -338,8 +352,8 @@ void TestJobSpec::demoFileValues()
     QCOMPARE(spec.cluster.intraBandwidth, 5e9);   // 5 GB/s
     QCOMPARE(spec.cluster.intraLatency, 1e-6);    // 1 us
     QCOMPARE(spec.cluster.computeEfficiency, 0.5);
-    QCOMPARE(spec.train.at("steps").get<int>(), 50);
-    QCOMPARE(qs(spec.backend.get<std::string>()), QStringLiteral("cpu"));
+    QCOMPARE(spec.train.steps, 300);
+    QCOMPARE(spec.backend, BackendKind::Cpu);
 }
 
 void TestJobSpec::layoutRules_data()
@@ -513,7 +527,9 @@ void TestJobSpec::badValues_data()
     row("schedule 1f1f", R"({"parallel": {"schedule": "1f1f"}})", "parallel.schedule",
         {"'1f1f' is not allowed; did you mean '1f1b'?", "use gpipe, 1f1b, interleaved or zb-h1"});
     row("order", R"({"parallel": {"order": "dp-tp-pp"}})", "parallel.order", {"use tp-dp-pp or tp-pp-dp"});
-    row("backend gpu", R"({"backend": "gpu"})", "backend", {"expected \"auto\", \"cpu\" or \"cuda\", got string \"gpu\""});
+    row("backend gpu", R"({"backend": "gpu"})", "backend", {"'gpu' is not allowed", "use auto, cpu or cuda"});
+    row("train lr zero", R"({"train": {"lr": 0}})", "train.lr", {"0 is out of range"});
+    row("train unknown key", R"({"train": {"step": 3}})", "train.step", {"did you mean 'steps'"});
 }
 
 void TestJobSpec::badValues()
