@@ -436,6 +436,8 @@ void readTrain(const json& object, TrainSpec& train, std::vector<SpecError>& err
     r.readInt("steps", train.steps, 0, 1'000'000'000);
     r.readDouble("lr", train.lr, 0.0, 10.0, true);
     r.readInt("warmup_steps", train.warmupSteps, 0, 1'000'000'000);
+    r.readInt("decay_steps", train.decaySteps, 0, 1'000'000'000);
+    r.readDouble("min_lr", train.minLr, 0.0, 10.0);
     r.readDouble("weight_decay", train.weightDecay, 0.0, 10.0);
     r.readDouble("beta1", train.beta1, 0.0, 0.999999);
     r.readDouble("beta2", train.beta2, 0.0, 0.999999);
@@ -708,6 +710,7 @@ json toJson(const JobSpec& spec)
                 {"cluster", cluster},
                 {"train",
                  {{"steps", spec.train.steps}, {"lr", spec.train.lr}, {"warmup_steps", spec.train.warmupSteps},
+                  {"decay_steps", spec.train.decaySteps}, {"min_lr", spec.train.minLr},
                   {"weight_decay", spec.train.weightDecay}, {"beta1", spec.train.beta1}, {"beta2", spec.train.beta2},
                   {"eps", spec.train.eps}, {"grad_clip", spec.train.gradClip}, {"seed", spec.train.seed},
                   {"data", spec.train.data}}},

@@ -101,11 +101,15 @@ struct ClusterSpec {
 };
 
 // Optimiser and data settings of the training stack. The learning rate warms up linearly over
-// warmupSteps and then stays constant; AdamW as Loshchilov & Hutter 2019.
+// warmupSteps, then follows a cosine from lr down to minLr at step decaySteps (as nanoGPT and
+// Megatron's cosine schedule) and stays there; decaySteps = 0 keeps it constant. AdamW as
+// Loshchilov & Hutter 2019.
 struct TrainSpec {
     int steps = 100;
     double lr = 3e-3;
     int warmupSteps = 0;
+    int decaySteps = 0;
+    double minLr = 0;
     double weightDecay = 0.1;
     double beta1 = 0.9;
     double beta2 = 0.95;

@@ -1,0 +1,382 @@
+#include "gpt_model.h"
+
+#include <algorithm>
+
+namespace meshbench::agent {
+
+using kernels::ConstDevPtr;
+using kernels::DevPtr;
+
+// Everything one layer keeps between its forward and its backward for one micro-batch.
+struct GptModel::LayerActivations {
+    DeviceBuffer xIn;                 // [T, h] the layer's input (kept under every recompute mode)
+    DeviceBuffer a, mean1, rstd1;     // attention norm output and statistics
+    DeviceBuffer q, k, v;             // [T, H d], [T, Hkv d], after RoPE
+    DeviceBuffer att, lse;            // attention output [T, H d] and row log-sum-exp [B, H, S]
+    DeviceBuffer xMid;                // [T, h] after the attention residual
+    DeviceBuffer c, mean2, rstd2;     // MLP norm output and statistics
+    DeviceBuffer u, g;                // dense MLP: fc1 output [T, gated f], activation [T, f]
+    // MoE
+    std::vector<float> probs, weightOf, dRouterLogits;
+    std::vector<int> expertOf, rowOf, tokenOfRow, countOf, routedOf;
+    DeviceBuffer permuted, eu, eg, eout;   // [E C, h], [E C, gated f], [E C, f], [E C, h]
+    int capacity = 0;
+
+    kernels::Routing routing()
+    {
+        return {probs.data(), expertOf.data(), weightOf.data(), rowOf.data(), tokenOfRow.data(), countOf.data(),
+                routedOf.data()};
+    }
+    void releaseAllButInput()
+    {
+        LayerActivations kept;
+        kept.xIn = std::move(xIn);
+        *this = std::move(kept);
+    }
+};
+
+class GptModel::Activations {
+public:
+    int batch = 0;
+    std::vector<std::int32_t> ids;       // [T]
+    std::vector<LayerActivations> layers;
+    DeviceBuffer xFinal, normOut, meanF, rstdF;
+    DeviceBuffer dLogits;                 // [T, V], the loss gradient computed in the forward pass
+    float auxScale = 0;
+};
+
+GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend)
+    : m_model(model), m_recompute(recompute), m_backend(backend), m_layout(model),
+      m_params(backend, m_layout.totalSize()), m_grads(backend, m_layout.totalSize()),
+      m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1)
+{
+}
+
+GptModel::~GptModel() = default;
+
+void GptModel::zeroGradients() { m_backend.fill(m_grads.ptr(), 0.0f, m_grads.size()); }
+
+DevPtr GptModel::param(int view, std::size_t elementOffset) const
+{
+    return m_params.at(m_layout.at(view).offset + elementOffset);
+}
+
+DevPtr GptModel::grad(int view, std::size_t elementOffset) const
+{
+    return m_grads.at(m_layout.at(view).offset + elementOffset);
+}
+
+void GptModel::linear(ConstDevPtr x, int tokens, int view, std::size_t elementOffset, int out, int in, DevPtr y,
+                      float beta)
+{
+    m_backend.gemm(false, true, tokens, out, in, 1.0f, x, in, param(view, elementOffset), in, beta, y, out);
+}
+
+void GptModel::linearBackward(ConstDevPtr dy, ConstDevPtr x, int tokens, int view, std::size_t elementOffset, int out,
+                              int in, DevPtr dx, float dxBeta)
+{
+    m_backend.gemm(true, false, out, in, tokens, 1.0f, dy, out, x, in, 1.0f, grad(view, elementOffset), in);
+    if (dx.data)
+        m_backend.gemm(false, false, tokens, in, out, 1.0f, dy, out, param(view, elementOffset), in, dxBeta, dx, in);
+}
+
+void GptModel::normForward(int weight, int bias, ConstDevPtr x, int tokens, DevPtr out, DevPtr mean, DevPtr rstd)
+{
+    const int h = int(m_model.hidden);
+    if (m_model.norm == plan::Norm::LayerNorm)
+        m_backend.layerNormForward(x, param(weight), param(bias), tokens, h, kNormEps, out, mean, rstd);
+    else
+        m_backend.rmsNormForward(x, param(weight), tokens, h, kNormEps, out, rstd);
+}
+
+void GptModel::normBackward(int weight, int bias, ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr mean, ConstDevPtr rstd,
+                            int tokens, DevPtr dxAccumulate)
+{
+    const int h = int(m_model.hidden);
+    DeviceBuffer dx(m_backend, std::size_t(tokens) * h);
+    if (m_model.norm == plan::Norm::LayerNorm)
+        m_backend.layerNormBackward(dOut, x, param(weight), mean, rstd, tokens, h, dx.ptr(), grad(weight), grad(bias));
+    else
+        m_backend.rmsNormBackward(dOut, x, param(weight), rstd, tokens, h, dx.ptr(), grad(weight));
+    m_backend.add(dx.ptr(), dxAccumulate, dx.size());
+}
+
+void GptModel::activationForward(ConstDevPtr u, int rows, int ffn, DevPtr out)
+{
+    if (m_gated == 2)
+        m_backend.swigluForward(u, rows, ffn, out);
+    else
+        m_backend.geluForward(u, out, std::size_t(rows) * ffn);
+}
+
+void GptModel::activationBackward(ConstDevPtr dOut, ConstDevPtr u, int rows, int ffn, DevPtr du)
+{
+    if (m_gated == 2)
+        m_backend.swigluBackward(dOut, u, rows, ffn, du);
+    else
+        m_backend.geluBackward(dOut, u, du, std::size_t(rows) * ffn);
+}
+
+void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float auxScale, DevPtr xOut,
+                            ForwardResult* result)
+{
+    const LayerViews& w = m_layout.layer(layer);
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
+    const int H = m_model.heads, Hkv = m_model.kvHeads;
+    const int T = batch * s;
+    const std::size_t rows = std::size_t(T);
+
+    a.a = DeviceBuffer(m_backend, rows * h);
+    a.mean1 = DeviceBuffer(m_backend, rows);
+    a.rstd1 = DeviceBuffer(m_backend, rows);
+    normForward(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), T, a.a.ptr(), a.mean1.ptr(), a.rstd1.ptr());
+
+    // q, k and v are row blocks of the qkv weight: three GEMMs write them apart.
+    a.q = DeviceBuffer(m_backend, rows * H * d);
+    a.k = DeviceBuffer(m_backend, rows * Hkv * d);
+    a.v = DeviceBuffer(m_backend, rows * Hkv * d);
+    linear(a.a.ptr(), T, w.qkv, 0, H * d, h, a.q.ptr());
+    linear(a.a.ptr(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, a.k.ptr());
+    linear(a.a.ptr(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, a.v.ptr());
+    m_backend.rope(a.q.ptr(), T, s, H, d, kRopeBase, false);
+    m_backend.rope(a.k.ptr(), T, s, Hkv, d, kRopeBase, false);
+
+    const kernels::AttentionShape shape{batch, s, H, Hkv, d};
+    a.att = DeviceBuffer(m_backend, rows * H * d);
+    a.lse = DeviceBuffer(m_backend, std::size_t(batch) * H * s);
+    m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
+
+    a.xMid = DeviceBuffer(m_backend, rows * h);
+    m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), rows * h);
+    linear(a.att.ptr(), T, w.proj, 0, h, H * d, a.xMid.ptr(), 1.0f);   // residual: xMid = xIn + att W^T
+
+    a.c = DeviceBuffer(m_backend, rows * h);
+    a.mean2 = DeviceBuffer(m_backend, rows);
+    a.rstd2 = DeviceBuffer(m_backend, rows);
+    normForward(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), T, a.c.ptr(), a.mean2.ptr(), a.rstd2.ptr());
+
+    m_backend.copy(xOut, a.xMid.ptr(), rows * h);
+    if (w.router >= 0) {
+        DeviceBuffer y(m_backend, rows * h);
+        forwardMoe(layer, a, T, auxScale, y.ptr(), result);
+        m_backend.add(y.ptr(), xOut, rows * h);
+    } else {
+        const int f = int(m_model.ffnHidden);
+        a.u = DeviceBuffer(m_backend, rows * m_gated * f);
+        a.g = DeviceBuffer(m_backend, rows * f);
+        linear(a.c.ptr(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
+        activationForward(a.u.ptr(), T, f, a.g.ptr());
+        linear(a.g.ptr(), T, w.fc2, 0, h, f, xOut, 1.0f);   // residual: xOut = xMid + g W2^T
+    }
+
+    if (m_recompute == plan::Recompute::Full) {
+        a.releaseAllButInput();
+    } else if (m_recompute == plan::Recompute::Selective) {
+        // Core attention is recomputed in the backward from q, k and v.
+        a.att = DeviceBuffer();
+        a.lse = DeviceBuffer();
+    }
+}
+
+void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale, DevPtr y, ForwardResult* result)
+{
+    const LayerViews& w = m_layout.layer(layer);
+    const plan::MoeSpec& moe = m_model.moe;
+    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden);
+    a.capacity = kernels::routerCapacity(T, E, k, moe.capacityFactor);
+    const kernels::RouterShape shape{T, E, k, a.capacity};
+    const std::size_t rows = std::size_t(E) * a.capacity;
+
+    DeviceBuffer logits(m_backend, std::size_t(T) * E);
+    linear(a.c.ptr(), T, w.router, 0, E, h, logits.ptr());
+    std::vector<float> hostLogits(std::size_t(T) * E);
+    m_backend.download(hostLogits.data(), logits.ptr(), hostLogits.size());
+
+    a.probs.assign(std::size_t(T) * E, 0.0f);
+    a.expertOf.assign(std::size_t(T) * k, 0);
+    a.weightOf.assign(std::size_t(T) * k, 0.0f);
+    a.rowOf.assign(std::size_t(T) * k, -1);
+    a.tokenOfRow.assign(rows, -1);
+    a.countOf.assign(std::size_t(E), 0);
+    a.routedOf.assign(std::size_t(E), 0);
+    const kernels::Routing routing = a.routing();
+    m_backend.route(shape, hostLogits.data(), routing);
+    a.dRouterLogits.assign(std::size_t(T) * E, 0.0f);
+    const double aux = m_backend.auxLoss(shape, routing, float(moe.auxLossCoef) * auxScale, a.dRouterLogits.data());
+    if (result) {
+        // auxLoss scaled its gradient by auxScale through coef; report the unscaled loss.
+        result->auxLoss += auxScale != 0.0f ? aux / auxScale : 0.0;
+        result->expertLoads.push_back({layer, a.routedOf, a.countOf});
+    }
+
+    a.permuted = DeviceBuffer(m_backend, rows * h);
+    a.eu = DeviceBuffer(m_backend, rows * m_gated * f);
+    a.eg = DeviceBuffer(m_backend, rows * f);
+    a.eout = DeviceBuffer(m_backend, rows * h);
+    m_backend.permute(shape, routing, a.c.ptr(), h, a.permuted.ptr());
+    for (int e = 0; e < E; ++e) {
+        const int n = a.countOf[std::size_t(e)];
+        if (n == 0)
+            continue;
+        const std::size_t row0 = std::size_t(e) * a.capacity;
+        linear(a.permuted.at(row0 * h), n, w.expertFc1, std::size_t(e) * m_gated * f * h, m_gated * f, h,
+               a.eu.at(row0 * m_gated * f));
+        activationForward(a.eu.at(row0 * m_gated * f), n, f, a.eg.at(row0 * f));
+        linear(a.eg.at(row0 * f), n, w.expertFc2, std::size_t(e) * h * f, h, f, a.eout.at(row0 * h));
+    }
+    m_backend.combine(shape, routing, a.eout.ptr(), h, y);
+}
+
+void GptModel::backwardMoe(int layer, LayerActivations& a, int T, DevPtr dy, DevPtr dc)
+{
+    const LayerViews& w = m_layout.layer(layer);
+    const plan::MoeSpec& moe = m_model.moe;
+    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden);
+    const kernels::RouterShape shape{T, E, k, a.capacity};
+    const kernels::Routing routing = a.routing();
+    const std::size_t rows = std::size_t(E) * a.capacity;
+
+    DeviceBuffer dEout(m_backend, rows * h);
+    std::vector<float> dWeight(std::size_t(T) * k, 0.0f);
+    m_backend.combineBackward(shape, routing, dy, a.eout.ptr(), h, dEout.ptr(), dWeight.data());
+
+    DeviceBuffer dEg(m_backend, rows * f);
+    DeviceBuffer dEu(m_backend, rows * m_gated * f);
+    DeviceBuffer dPermuted(m_backend, rows * h);
+    for (int e = 0; e < E; ++e) {
+        const int n = a.countOf[std::size_t(e)];
+        if (n == 0)
+            continue;
+        const std::size_t row0 = std::size_t(e) * a.capacity;
+        linearBackward(dEout.at(row0 * h), a.eg.at(row0 * f), n, w.expertFc2, std::size_t(e) * h * f, h, f,
+                       dEg.at(row0 * f), 0.0f);
+        activationBackward(dEg.at(row0 * f), a.eu.at(row0 * m_gated * f), n, f, dEu.at(row0 * m_gated * f));
+        linearBackward(dEu.at(row0 * m_gated * f), a.permuted.at(row0 * h), n, w.expertFc1,
+                       std::size_t(e) * m_gated * f * h, m_gated * f, h, dPermuted.at(row0 * h), 0.0f);
+    }
+    m_backend.fill(dc, 0.0f, std::size_t(T) * h);
+    m_backend.permuteBackward(shape, routing, dPermuted.ptr(), h, dc);
+
+    // Router: the combine weights' gradient through the softmax, plus the load-balancing loss's.
+    std::vector<float> dLogits = a.dRouterLogits;
+    m_backend.routerBackward(shape, routing, dWeight.data(), dLogits.data());
+    DeviceBuffer dLogitsDevice(m_backend, dLogits.size());
+    m_backend.upload(dLogitsDevice.ptr(), dLogits.data(), dLogits.size());
+    linearBackward(dLogitsDevice.ptr(), a.c.ptr(), T, w.router, 0, E, h, dc, 1.0f);
+}
+
+void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float auxScale, DevPtr dx)
+{
+    const LayerViews& w = m_layout.layer(layer);
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
+    const int H = m_model.heads, Hkv = m_model.kvHeads;
+    const int T = batch * s;
+    const std::size_t rows = std::size_t(T);
+
+    if (m_recompute == plan::Recompute::Full) {
+        DeviceBuffer scratch(m_backend, rows * h);
+        const plan::Recompute mode = m_recompute;
+        m_recompute = plan::Recompute::None;   // rebuild every activation of this layer once
+        forwardLayer(layer, a, batch, auxScale, scratch.ptr(), nullptr);
+        m_recompute = mode;
+    }
+    const kernels::AttentionShape shape{batch, s, H, Hkv, d};
+    if (a.att.empty()) {
+        a.att = DeviceBuffer(m_backend, rows * H * d);
+        a.lse = DeviceBuffer(m_backend, std::size_t(batch) * H * s);
+        m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
+    }
+
+    // MLP branch: dx is d(loss)/d(xOut), which is also the gradient of its residual input xMid.
+    DeviceBuffer dc(m_backend, rows * h);
+    if (w.router >= 0) {
+        backwardMoe(layer, a, T, dx, dc.ptr());
+    } else {
+        const int f = int(m_model.ffnHidden);
+        DeviceBuffer dg(m_backend, rows * f);
+        DeviceBuffer du(m_backend, rows * m_gated * f);
+        linearBackward(dx, a.g.ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
+        activationBackward(dg.ptr(), a.u.ptr(), T, f, du.ptr());
+        linearBackward(du.ptr(), a.c.ptr(), T, w.fc1, 0, m_gated * f, h, dc.ptr(), 0.0f);
+    }
+    normBackward(w.mlpNormWeight, w.mlpNormBias, dc.ptr(), a.xMid.ptr(), a.mean2.ptr(), a.rstd2.ptr(), T, dx);
+
+    // Attention branch: dx is now d(loss)/d(xMid), the gradient of the projection's output too.
+    DeviceBuffer dAtt(m_backend, rows * H * d);
+    linearBackward(dx, a.att.ptr(), T, w.proj, 0, h, H * d, dAtt.ptr(), 0.0f);
+    DeviceBuffer dq(m_backend, rows * H * d);
+    DeviceBuffer dk(m_backend, rows * Hkv * d);
+    DeviceBuffer dv(m_backend, rows * Hkv * d);
+    m_backend.attentionBackward(shape, dAtt.ptr(), a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr(),
+                                dq.ptr(), dk.ptr(), dv.ptr());
+    m_backend.rope(dq.ptr(), T, s, H, d, kRopeBase, true);
+    m_backend.rope(dk.ptr(), T, s, Hkv, d, kRopeBase, true);
+    DeviceBuffer da(m_backend, rows * h);
+    linearBackward(dq.ptr(), a.a.ptr(), T, w.qkv, 0, H * d, h, da.ptr(), 0.0f);
+    linearBackward(dk.ptr(), a.a.ptr(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
+    linearBackward(dv.ptr(), a.a.ptr(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(), 1.0f);
+    normBackward(w.attnNormWeight, w.attnNormBias, da.ptr(), a.xIn.ptr(), a.mean1.ptr(), a.rstd1.ptr(), T, dx);
+}
+
+void GptModel::ActivationsDeleter::operator()(Activations* activations) const { delete activations; }
+
+GptModel::ActivationsPtr GptModel::forward(const MicroBatch& batch, float lossScale, float auxScale,
+                                           ForwardResult& result)
+{
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab);
+    const int T = batch.batch * s;
+    const std::size_t rows = std::size_t(T);
+    ActivationsPtr acts(new Activations);
+    acts->batch = batch.batch;
+    acts->auxScale = auxScale;
+    acts->ids.resize(rows);
+    std::vector<std::int32_t> targets(rows);
+    for (int b = 0; b < batch.batch; ++b)
+        for (int t = 0; t < s; ++t) {
+            const std::int32_t* row = batch.tokens + std::size_t(b) * (s + 1);
+            acts->ids[std::size_t(b) * s + t] = row[t];
+            targets[std::size_t(b) * s + t] = row[t + 1];
+        }
+
+    acts->layers.resize(std::size_t(m_model.layers));
+    DeviceBuffer x(m_backend, rows * h);
+    m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
+    for (int i = 0; i < m_model.layers; ++i) {
+        LayerActivations& a = acts->layers[std::size_t(i)];
+        a.xIn = std::move(x);
+        x = DeviceBuffer(m_backend, rows * h);
+        forwardLayer(i, a, batch.batch, auxScale, x.ptr(), &result);
+    }
+    acts->xFinal = std::move(x);
+    acts->normOut = DeviceBuffer(m_backend, rows * h);
+    acts->meanF = DeviceBuffer(m_backend, rows);
+    acts->rstdF = DeviceBuffer(m_backend, rows);
+    normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), T, acts->normOut.ptr(),
+                acts->meanF.ptr(), acts->rstdF.ptr());
+    acts->dLogits = DeviceBuffer(m_backend, rows * V);
+    linear(acts->normOut.ptr(), T, m_layout.head(), 0, V, h, acts->dLogits.ptr());
+    result.lossSum += m_backend.crossEntropy(acts->dLogits.ptr(), targets.data(), T, V, lossScale,
+                                             acts->dLogits.ptr());
+    return acts;
+}
+
+void GptModel::backward(Activations& acts)
+{
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab);
+    const int T = acts.batch * s;
+    const std::size_t rows = std::size_t(T);
+
+    DeviceBuffer dNorm(m_backend, rows * h);
+    linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
+    acts.dLogits = DeviceBuffer();
+    DeviceBuffer dx(m_backend, rows * h);
+    normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), dNorm.ptr(), acts.xFinal.ptr(),
+                 acts.meanF.ptr(), acts.rstdF.ptr(), T, dx.ptr());
+    for (int i = m_model.layers - 1; i >= 0; --i) {
+        backwardLayer(i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
+        acts.layers[std::size_t(i)] = LayerActivations();
+    }
+    m_backend.embeddingBackward(acts.ids.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
+}
+
+}  // namespace meshbench::agent

@@ -1,0 +1,103 @@
+#pragma once
+// A GPT-style decoder with optional Mixture-of-Experts layers, forward and backward written out
+// by hand over the kernels::Backend interface. Pre-norm blocks: x += Attn(Norm(x)); x += MLP(Norm(x)),
+// rotary position embeddings (RoPE, Su et al. 2021, half-split as in Llama) on q and k,
+// causal attention with grouped query heads, a final norm and the output layer (tied to the
+// embedding unless the spec unties it). Activations live per micro-batch in an Activations
+// object, so a pipeline schedule can keep several micro-batches in flight.
+
+#include "device_buffer.h"
+#include "parameters.h"
+
+#include "kernels/backend.h"
+#include "plan/job_spec.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace meshbench::agent {
+
+// One micro-batch: `batch` rows of seq_len + 1 tokens each (inputs, and targets shifted by one).
+struct MicroBatch {
+    const std::int32_t* tokens = nullptr;
+    int batch = 1;
+};
+
+// Tokens per expert of one MoE layer in one micro-batch.
+struct ExpertLoad {
+    int layer = 0;
+    std::vector<int> routed;   // assignments before capacity dropping
+    std::vector<int> kept;     // after
+};
+
+struct ForwardResult {
+    double lossSum = 0;        // cross-entropy summed over the micro-batch's tokens
+    double auxLoss = 0;        // load-balancing loss summed over MoE layers
+    std::vector<ExpertLoad> expertLoads;
+};
+
+class GptModel {
+public:
+    static constexpr float kNormEps = 1e-5f;
+    static constexpr float kRopeBase = 10000.0f;
+
+    GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend);
+    ~GptModel();
+
+    const plan::ModelSpec& spec() const { return m_model; }
+    const ParameterLayout& layout() const { return m_layout; }
+    kernels::DevPtr parameters() const { return m_params.ptr(); }
+    kernels::DevPtr gradients() const { return m_grads.ptr(); }
+    void zeroGradients();
+
+    class Activations;
+    struct ActivationsDeleter {
+        void operator()(Activations* activations) const;
+    };
+    using ActivationsPtr = std::unique_ptr<Activations, ActivationsDeleter>;
+
+    // Runs the forward pass and keeps what the backward needs. The loss gradient is taken here
+    // already: d(loss)/d(logits) = lossScale x (softmax - onehot), and the load-balancing
+    // loss's gradient is scaled by auxScale.
+    ActivationsPtr forward(const MicroBatch& batch, float lossScale, float auxScale,
+                                         ForwardResult& result);
+    // Accumulates this micro-batch's gradients into gradients(); the activations are spent.
+    void backward(Activations& activations);
+
+private:
+    struct LayerActivations;
+    void forwardLayer(int layer, LayerActivations& a, int batch, float auxScale, kernels::DevPtr xOut,
+                      ForwardResult* result);
+    void backwardLayer(int layer, LayerActivations& a, int batch, float auxScale, kernels::DevPtr dx);
+    void forwardMoe(int layer, LayerActivations& a, int tokens, float auxScale, kernels::DevPtr y,
+                    ForwardResult* result);
+    void backwardMoe(int layer, LayerActivations& a, int tokens, kernels::DevPtr dy, kernels::DevPtr dc);
+    void normForward(int weight, int bias, kernels::ConstDevPtr x, int tokens, kernels::DevPtr out,
+                     kernels::DevPtr mean, kernels::DevPtr rstd);
+    // dx = Norm'(dOut) added into dxAccumulate.
+    void normBackward(int weight, int bias, kernels::ConstDevPtr dOut, kernels::ConstDevPtr x,
+                      kernels::ConstDevPtr mean, kernels::ConstDevPtr rstd, int tokens, kernels::DevPtr dxAccumulate);
+    void activationForward(kernels::ConstDevPtr u, int rows, int ffn, kernels::DevPtr out);
+    void activationBackward(kernels::ConstDevPtr dOut, kernels::ConstDevPtr u, int rows, int ffn, kernels::DevPtr du);
+
+    // y[T, out] = x[T, in] W^T, W = rows [row0, row0 + out) of view `view` (an [*, in] matrix).
+    void linear(kernels::ConstDevPtr x, int tokens, int view, std::size_t elementOffset, int out, int in,
+                kernels::DevPtr y, float beta = 0.0f);
+    // dx[T, in] (+)= dy W; dW += dy^T x.
+    void linearBackward(kernels::ConstDevPtr dy, kernels::ConstDevPtr x, int tokens, int view,
+                        std::size_t elementOffset, int out, int in, kernels::DevPtr dx, float dxBeta);
+    kernels::DevPtr param(int view, std::size_t elementOffset = 0) const;
+    kernels::DevPtr grad(int view, std::size_t elementOffset = 0) const;
+
+    plan::ModelSpec m_model;
+    plan::Recompute m_recompute;
+    kernels::Backend& m_backend;
+    ParameterLayout m_layout;
+    DeviceBuffer m_params;
+    DeviceBuffer m_grads;
+    int m_headDim;
+    int m_gated;   // 2 for SwiGLU (gate and up), 1 otherwise
+};
+
+}  // namespace meshbench::agent

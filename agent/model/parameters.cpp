@@ -1,0 +1,116 @@
+#include "parameters.h"
+
+#include <cmath>
+
+namespace meshbench::agent {
+namespace {
+
+constexpr std::size_t kAlignElements = 16;   // 64 bytes of fp32
+
+std::uint64_t splitmix64(std::uint64_t& state)
+{
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1], from the top 53 bits.
+double uniform(std::uint64_t& state) { return (double(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53; }
+
+}  // namespace
+
+ParameterLayout::ParameterLayout(const plan::ModelSpec& m)
+{
+    const std::int64_t h = m.hidden;
+    const std::int64_t d = m.hidden / m.heads;
+    const bool layerNorm = m.norm == plan::Norm::LayerNorm;
+    const std::int64_t gated = m.activation == plan::Activation::SwiGlu ? 2 : 1;
+
+    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal);
+    for (int i = 0; i < m.layers; ++i) {
+        const std::string p = "layers." + std::to_string(i) + ".";
+        LayerViews l;
+        l.attnNormWeight = add(p + "attn_norm.weight", {h}, InitKind::Ones);
+        if (layerNorm)
+            l.attnNormBias = add(p + "attn_norm.bias", {h}, InitKind::Zeros);
+        l.qkv = add(p + "attn.qkv.weight", {(m.heads + 2 * std::int64_t(m.kvHeads)) * d, h}, InitKind::Normal);
+        l.proj = add(p + "attn.proj.weight", {h, m.heads * d}, InitKind::ScaledNormal);
+        l.mlpNormWeight = add(p + "mlp_norm.weight", {h}, InitKind::Ones);
+        if (layerNorm)
+            l.mlpNormBias = add(p + "mlp_norm.bias", {h}, InitKind::Zeros);
+        if (m.isMoeLayer(i)) {
+            const std::int64_t e = m.moe.experts, f = m.moe.ffnHidden;
+            l.router = add(p + "moe.router.weight", {e, h}, InitKind::Normal);
+            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal);
+            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal);
+        } else {
+            l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal);
+            l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal);
+        }
+        m_layers.push_back(l);
+    }
+    m_finalNormWeight = add("final_norm.weight", {h}, InitKind::Ones);
+    if (layerNorm)
+        m_finalNormBias = add("final_norm.bias", {h}, InitKind::Zeros);
+    m_head = m.tiedEmbeddings ? m_embedding : add("lm_head.weight", {m.vocab, h}, InitKind::Normal);
+}
+
+int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init)
+{
+    TensorView v;
+    v.name = std::move(name);
+    v.size = 1;
+    for (std::int64_t dim : shape)
+        v.size *= std::size_t(dim);
+    v.shape = std::move(shape);
+    v.offset = m_total;
+    v.init = init;
+    v.decay = v.shape.size() >= 2;
+    m_total += (v.size + kAlignElements - 1) / kAlignElements * kAlignElements;
+    m_views.push_back(std::move(v));
+    return int(m_views.size()) - 1;
+}
+
+std::size_t ParameterLayout::parameterCount() const
+{
+    std::size_t n = 0;
+    for (const TensorView& v : m_views)
+        n += v.size;
+    return n;
+}
+
+void initializeParameters(const ParameterLayout& layout, const plan::ModelSpec& model, std::uint64_t seed,
+                          float* params)
+{
+    const double stddev = 0.02;
+    const double scaled = stddev / std::sqrt(2.0 * model.layers);
+    for (std::size_t index = 0; index < layout.views().size(); ++index) {
+        const TensorView& v = layout.views()[index];
+        float* out = params + v.offset;
+        std::uint64_t state = seed + index;
+        switch (v.init) {
+        case InitKind::Ones:
+            std::fill(out, out + v.size, 1.0f);
+            break;
+        case InitKind::Zeros:
+            std::fill(out, out + v.size, 0.0f);
+            break;
+        case InitKind::Normal:
+        case InitKind::ScaledNormal: {
+            const double sigma = v.init == InitKind::Normal ? stddev : scaled;
+            for (std::size_t i = 0; i < v.size; i += 2) {
+                // Box-Muller: two independent normals from two uniforms.
+                const double r = std::sqrt(-2.0 * std::log(uniform(state)));
+                const double theta = 2.0 * M_PI * uniform(state);
+                out[i] = float(sigma * r * std::cos(theta));
+                if (i + 1 < v.size)
+                    out[i + 1] = float(sigma * r * std::sin(theta));
+            }
+            break;
+        }
+        }
+    }
+}
+
+}  // namespace meshbench::agent

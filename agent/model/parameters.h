@@ -1,0 +1,78 @@
+#pragma once
+// The model's parameters as one flat buffer with an index of named views. Gradients and the
+// optimizer's moments use the same layout, so ZeRO can shard all of them by offset ranges.
+//
+// Names, shapes (row-major, PyTorch's Linear convention: weight [out, in], y = x W^T):
+//   embed.weight                    [V, h]
+//   layers.{i}.attn_norm.weight     [h]          (+ .bias [h] with LayerNorm)
+//   layers.{i}.attn.qkv.weight      [(H + 2 Hkv) d, h]   rows: q heads, then k heads, then v heads
+//   layers.{i}.attn.proj.weight     [h, H d]
+//   layers.{i}.mlp_norm.weight      [h]          (+ .bias [h] with LayerNorm)
+//   dense layer:
+//   layers.{i}.mlp.fc1.weight       [f, h], or [2f, h] for SwiGLU (gate rows first, then up)
+//   layers.{i}.mlp.fc2.weight       [h, f]
+//   MoE layer:
+//   layers.{i}.moe.router.weight    [E, h]
+//   layers.{i}.moe.experts.fc1.weight  [E, f_moe (x2 for SwiGLU), h]   experts stacked on dim 0
+//   layers.{i}.moe.experts.fc2.weight  [E, h, f_moe]
+//   final_norm.weight               [h]          (+ .bias [h] with LayerNorm)
+//   lm_head.weight                  [V, h]       only with untied embeddings
+
+#include "plan/job_spec.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshbench::agent {
+
+enum class InitKind { Normal, ScaledNormal, Ones, Zeros };
+
+struct TensorView {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::size_t offset = 0;   // in elements, into the flat buffer (64-byte aligned)
+    std::size_t size = 0;     // elements
+    InitKind init = InitKind::Normal;
+    bool decay = false;       // weight decay applies (matrices, as nanoGPT: every tensor of 2+ dims)
+};
+
+// Indices into views() for one layer; -1 where the layer has no such tensor.
+struct LayerViews {
+    int attnNormWeight = -1, attnNormBias = -1, qkv = -1, proj = -1;
+    int mlpNormWeight = -1, mlpNormBias = -1;
+    int fc1 = -1, fc2 = -1;                          // dense MLP
+    int router = -1, expertFc1 = -1, expertFc2 = -1; // MoE
+};
+
+class ParameterLayout {
+public:
+    explicit ParameterLayout(const plan::ModelSpec& model);
+
+    const std::vector<TensorView>& views() const { return m_views; }
+    const TensorView& at(int index) const { return m_views[std::size_t(index)]; }
+    const LayerViews& layer(int i) const { return m_layers[std::size_t(i)]; }
+    int embedding() const { return m_embedding; }
+    int finalNormWeight() const { return m_finalNormWeight; }
+    int finalNormBias() const { return m_finalNormBias; }
+    int head() const { return m_head; }           // the embedding when tied
+    std::size_t totalSize() const { return m_total; }
+    std::size_t parameterCount() const;          // without alignment padding
+
+private:
+    int add(std::string name, std::vector<std::int64_t> shape, InitKind init);
+
+    std::vector<TensorView> m_views;
+    std::vector<LayerViews> m_layers;
+    int m_embedding = -1, m_finalNormWeight = -1, m_finalNormBias = -1, m_head = -1;
+    std::size_t m_total = 0;
+};
+
+// Deterministic initialisation from the seed, into host memory of totalSize() floats:
+// Normal ~ N(0, 0.02); ScaledNormal (attention and MLP output projections) ~ N(0, 0.02 /
+// sqrt(2 L)) as GPT-2; norm weights 1, biases 0. Draws come from splitmix64 (Steele et al.
+// 2014) through Box-Muller, tensor by tensor in view order, seeded with seed + view index.
+void initializeParameters(const ParameterLayout& layout, const plan::ModelSpec& model, std::uint64_t seed,
+                          float* params);
+
+}  // namespace meshbench::agent

@@ -1,0 +1,183 @@
+#include "trainer.h"
+
+#include "agent/checkpoint/safetensors.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace meshbench::agent {
+namespace {
+
+constexpr const char* kFormat = "meshbench-checkpoint-1";
+const std::string kMomentPrefix = "optimizer.exp_avg.";
+const std::string kSecondMomentPrefix = "optimizer.exp_avg_sq.";
+
+}  // namespace
+
+Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend)
+    : m_spec(spec), m_backend(backend), m_model(spec.model, spec.parallel.recompute, backend),
+      m_data(makeTokenSource(spec.train.data, int(spec.model.vocab), int(spec.model.seqLen), spec.train.seed)),
+      m_adamM(backend, m_model.layout().totalSize()), m_adamV(backend, m_model.layout().totalSize())
+{
+}
+
+void Trainer::initialize()
+{
+    std::vector<float> host(m_model.layout().totalSize(), 0.0f);
+    initializeParameters(m_model.layout(), m_spec.model, m_spec.train.seed, host.data());
+    m_backend.upload(m_model.parameters(), host.data(), host.size());
+    m_backend.fill(m_adamM.ptr(), 0.0f, m_adamM.size());
+    m_backend.fill(m_adamV.ptr(), 0.0f, m_adamV.size());
+    m_step = 0;
+}
+
+std::int64_t Trainer::tokensPerStep() const { return m_spec.parallel.globalBatch() * m_spec.model.seqLen; }
+
+void Trainer::sampleTokens(std::int64_t index, std::int32_t* out) const
+{
+    m_data->sample(index, int(m_spec.model.seqLen) + 1, out);
+}
+
+double Trainer::learningRate(int step) const
+{
+    const plan::TrainSpec& t = m_spec.train;
+    // Step t (1-based): linear warm-up lr x t / warmup_steps, then a cosine down to min_lr at
+    // decay_steps.
+    if (step < t.warmupSteps)
+        return t.lr * step / t.warmupSteps;
+    if (t.decaySteps <= t.warmupSteps)
+        return t.lr;
+    if (step >= t.decaySteps)
+        return t.minLr;
+    const double progress = double(step - t.warmupSteps) / double(t.decaySteps - t.warmupSteps);
+    return t.minLr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (t.lr - t.minLr);
+}
+
+StepMetrics Trainer::step()
+{
+    const auto start = std::chrono::steady_clock::now();
+    const plan::ParallelSpec& p = m_spec.parallel;
+    const int seqPlusOne = int(m_spec.model.seqLen) + 1;
+    const std::int64_t globalBatch = p.globalBatch();
+    const int microBatchSize = p.microBatchSize;
+    const int microbatches = int(globalBatch / microBatchSize);
+    // Loss = mean cross-entropy over every token of the step + mean load-balancing loss over
+    // micro-batches; each micro-batch's gradients are scaled so that their sum is that loss's.
+    const float lossScale = float(1.0 / (double(globalBatch) * double(m_spec.model.seqLen)));
+    const float auxScale = float(1.0 / microbatches);
+
+    StepMetrics metrics;
+    metrics.step = m_step + 1;
+    m_model.zeroGradients();
+    std::vector<std::int32_t> tokens(std::size_t(microBatchSize) * seqPlusOne);
+    double lossSum = 0;
+    double auxSum = 0;
+    for (int mb = 0; mb < microbatches; ++mb) {
+        // Sample k of step i is global sample i x globalBatch + k.
+        for (int row = 0; row < microBatchSize; ++row)
+            sampleTokens(std::int64_t(m_step) * globalBatch + std::int64_t(mb) * microBatchSize + row,
+                         tokens.data() + std::size_t(row) * seqPlusOne);
+        ForwardResult result;
+        auto activations = m_model.forward({tokens.data(), microBatchSize}, lossScale, auxScale, result);
+        m_model.backward(*activations);
+        lossSum += result.lossSum;
+        auxSum += result.auxLoss;
+        for (const ExpertLoad& load : result.expertLoads) {
+            auto it = std::find_if(metrics.expertLoads.begin(), metrics.expertLoads.end(),
+                                   [&](const ExpertLoad& l) { return l.layer == load.layer; });
+            if (it == metrics.expertLoads.end()) {
+                metrics.expertLoads.push_back(load);
+                continue;
+            }
+            for (std::size_t e = 0; e < load.routed.size(); ++e) {
+                it->routed[e] += load.routed[e];
+                it->kept[e] += load.kept[e];
+            }
+        }
+    }
+    metrics.loss = lossSum * lossScale;
+    metrics.auxLoss = auxSum * auxScale;
+
+    // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) when above.
+    const std::size_t total = m_model.layout().totalSize();
+    metrics.gradNorm = std::sqrt(m_backend.sumSquares(m_model.gradients(), total));
+    const double clip = m_spec.train.gradClip;
+    const float gradScale = clip > 0 && metrics.gradNorm > clip ? float(clip / (metrics.gradNorm + 1e-6)) : 1.0f;
+
+    ++m_step;
+    metrics.learningRate = learningRate(m_step);
+    const plan::TrainSpec& t = m_spec.train;
+    for (const TensorView& v : m_model.layout().views()) {
+        auto at = [&](kernels::DevPtr base) {
+            return kernels::DevPtr{static_cast<float*>(base.data) + v.offset, base.dtype};
+        };
+        m_backend.adamw(at(m_model.parameters()), at(m_model.gradients()), at(m_adamM.ptr()), at(m_adamV.ptr()), v.size,
+                        float(metrics.learningRate), float(t.beta1), float(t.beta2), float(t.eps),
+                        v.decay ? float(t.weightDecay) : 0.0f, m_step, gradScale);
+    }
+    metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics.tokensPerSecond = double(tokensPerStep()) / metrics.seconds;
+    return metrics;
+}
+
+void Trainer::save(const std::string& path) const
+{
+    const ParameterLayout& layout = m_model.layout();
+    const std::size_t total = layout.totalSize();
+    std::vector<float> params(total), m(total), v(total);
+    m_backend.download(params.data(), m_model.parameters(), total);
+    m_backend.download(m.data(), m_adamM.ptr(), total);
+    m_backend.download(v.data(), m_adamV.ptr(), total);
+    std::vector<TensorRecord> tensors;
+    for (const auto& [prefix, buffer] : {std::pair{std::string(), &params}, std::pair{kMomentPrefix, &m},
+                                         std::pair{kSecondMomentPrefix, &v}})
+        for (const TensorView& view : layout.views())
+            tensors.push_back({prefix + view.name, view.shape, buffer->data() + view.offset});
+    const std::map<std::string, std::string> metadata = {
+        {"format", kFormat}, {"step", std::to_string(m_step)}, {"job", plan::toJson(m_spec).dump()}};
+    writeSafetensors(path, tensors, metadata);
+}
+
+void Trainer::load(const std::string& path)
+{
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    const auto& metadata = file.metadata();
+    const auto format = metadata.find("format");
+    if (format == metadata.end() || format->second != kFormat)
+        throw CheckpointError(path + " is not a Meshbench checkpoint (its __metadata__ has no format \"" + kFormat +
+                              "\")");
+    // The model must be the same; everything else (layout, optimizer settings, steps) may change.
+    const auto job = metadata.find("job");
+    nlohmann::json stored = job == metadata.end() ? nlohmann::json() : nlohmann::json::parse(job->second, nullptr, false);
+    const nlohmann::json expected = plan::toJson(m_spec)["model"];
+    if (!stored.is_object() || !stored.contains("model"))
+        throw CheckpointError(path + ": the checkpoint's job spec is missing or unreadable");
+    for (const auto& [key, value] : expected.items())
+        if (!stored["model"].contains(key) || stored["model"][key] != value)
+            throw CheckpointError(path + ": the checkpoint was trained with model." + key + " = " +
+                                  (stored["model"].contains(key) ? stored["model"][key].dump() : "(absent)") +
+                                  " but the job has " + value.dump() + "; load it with the job it was saved from");
+    int step = 0;
+    try {
+        step = std::stoi(metadata.at("step"));
+    } catch (const std::exception&) {
+        throw CheckpointError(path + ": the checkpoint's step is missing or not a number");
+    }
+    if (step < 0)
+        throw CheckpointError(path + ": the checkpoint's step is negative");
+
+    const ParameterLayout& layout = m_model.layout();
+    const std::size_t total = layout.totalSize();
+    std::vector<float> params(total, 0.0f), m(total, 0.0f), v(total, 0.0f);
+    for (const TensorView& view : layout.views()) {
+        file.readF32(view.name, view.shape, params.data() + view.offset);
+        file.readF32(kMomentPrefix + view.name, view.shape, m.data() + view.offset);
+        file.readF32(kSecondMomentPrefix + view.name, view.shape, v.data() + view.offset);
+    }
+    m_backend.upload(m_model.parameters(), params.data(), total);
+    m_backend.upload(m_adamM.ptr(), m.data(), total);
+    m_backend.upload(m_adamV.ptr(), v.data(), total);
+    m_step = step;
+}
+
+}  // namespace meshbench::agent

@@ -1,0 +1,62 @@
+#pragma once
+// Training on one device: the job's global batch per step (dp x micro_batch_size x microbatches
+// sequences, run as dp x microbatches micro-batches), mean cross-entropy plus the MoE
+// load-balancing loss, global gradient-norm clipping and AdamW. Checkpoints hold the parameters,
+// both Adam moments and the step, so a resumed run continues bit for bit.
+
+#include "agent/data/token_source.h"
+#include "agent/model/gpt_model.h"
+
+#include "kernels/backend.h"
+#include "plan/job_spec.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace meshbench::agent {
+
+struct StepMetrics {
+    int step = 0;                  // 1-based: the optimizer step just taken
+    double loss = 0;               // mean cross-entropy over the step's tokens
+    double auxLoss = 0;            // load-balancing loss, summed over MoE layers, mean over micro-batches
+    double gradNorm = 0;           // global L2 norm before clipping
+    double learningRate = 0;
+    double seconds = 0;
+    double tokensPerSecond = 0;
+    std::vector<ExpertLoad> expertLoads;   // per MoE layer, summed over the step's micro-batches
+};
+
+class Trainer {
+public:
+    Trainer(const plan::JobSpec& spec, kernels::Backend& backend);
+
+    // Fresh parameters from the seed, zero optimizer state, step 0.
+    void initialize();
+    // Parameters, optimizer state and step from a checkpoint written by save(); throws
+    // CheckpointError when it does not belong to this job's model.
+    void load(const std::string& path);
+    void save(const std::string& path) const;
+
+    StepMetrics step();
+    int completedSteps() const { return m_step; }
+    std::int64_t tokensPerStep() const;
+    // The tokens of global sample `index`: seq_len + 1 of them.
+    void sampleTokens(std::int64_t index, std::int32_t* out) const;
+    const TokenSource& data() const { return *m_data; }
+    GptModel& model() { return m_model; }
+
+private:
+    double learningRate(int step) const;
+
+    plan::JobSpec m_spec;
+    kernels::Backend& m_backend;
+    GptModel m_model;
+    std::unique_ptr<TokenSource> m_data;
+    DeviceBuffer m_adamM;
+    DeviceBuffer m_adamV;
+    int m_step = 0;
+};
+
+}  // namespace meshbench::agent
