@@ -6,6 +6,7 @@
 #include "agent/train/trainer.h"
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/openblas_core.h"
 #include "plan/job_spec.h"
 
 #include <cstdio>
@@ -108,7 +109,12 @@ int run(const Options& options)
             std::cerr << "error: " << (e.path.empty() ? "" : e.path + ": ") << e.message << "\n";
         return 1;
     }
-    const plan::JobSpec& spec = *loaded.spec;
+    plan::JobSpec spec = *loaded.spec;
+    // A token file named relative to the job is found next to the job, wherever the agent runs.
+    nlohmann::json& data = spec.train.data;
+    if (data.is_object() && data.value("source", "") == "file" && data.contains("path") && data["path"].is_string() &&
+        std::filesystem::path(data["path"].get<std::string>()).is_relative())
+        data["path"] = (std::filesystem::path(options.job).parent_path() / data["path"].get<std::string>()).string();
     if (spec.backend == plan::BackendKind::Cuda) {
         std::cerr << "meshbench-agent: backend \"cuda\" is not in this build; set backend to \"cpu\" or \"auto\"\n";
         return 1;
@@ -175,6 +181,7 @@ int run(const Options& options)
 
 int main(int argc, char** argv)
 {
+    kernels::reexecWithBetterOpenblasCore(argv);
     Options options;
     const std::vector<std::string> args(argv + 1, argv + argc);
     for (std::size_t i = 0; i < args.size(); ++i) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Meshbench builds and tests with, skipping those already present.
 # Run as root or through sudo. CUDA is optional and is picked up from /usr/local/cuda when present.
+# python3-torch is for the tests only: they check that PyTorch reproduces our training losses.
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,7 @@ packages=(
   nlohmann-json3-dev
   libopenblas-dev
   xvfb xauth
+  python3-torch python3-numpy
 )
 
 missing=()

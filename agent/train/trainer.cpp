@@ -98,11 +98,11 @@ StepMetrics Trainer::step()
     metrics.loss = lossSum * lossScale;
     metrics.auxLoss = auxSum * auxScale;
 
-    // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) when above.
+    // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
     const std::size_t total = m_model.layout().totalSize();
     metrics.gradNorm = std::sqrt(m_backend.sumSquares(m_model.gradients(), total));
     const double clip = m_spec.train.gradClip;
-    const float gradScale = clip > 0 && metrics.gradNorm > clip ? float(clip / (metrics.gradNorm + 1e-6)) : 1.0f;
+    const float gradScale = clip > 0 ? float(std::min(1.0, clip / (metrics.gradNorm + 1e-6))) : 1.0f;
 
     ++m_step;
     metrics.learningRate = learningRate(m_step);
@@ -152,11 +152,15 @@ void Trainer::load(const std::string& path)
     const nlohmann::json expected = plan::toJson(m_spec)["model"];
     if (!stored.is_object() || !stored.contains("model"))
         throw CheckpointError(path + ": the checkpoint's job spec is missing or unreadable");
+    std::string differences;
     for (const auto& [key, value] : expected.items())
         if (!stored["model"].contains(key) || stored["model"][key] != value)
-            throw CheckpointError(path + ": the checkpoint was trained with model." + key + " = " +
-                                  (stored["model"].contains(key) ? stored["model"][key].dump() : "(absent)") +
-                                  " but the job has " + value.dump() + "; load it with the job it was saved from");
+            differences += std::string(differences.empty() ? "" : ", ") + "model." + key + " = " +
+                           (stored["model"].contains(key) ? stored["model"][key].dump() : "(absent)") +
+                           " (the job has " + value.dump() + ")";
+    if (!differences.empty())
+        throw CheckpointError(path + ": the checkpoint was trained with a different model: " + differences +
+                              "; load it with the job it was saved from");
     int step = 0;
     try {
         step = std::stoi(metadata.at("step"));

@@ -1,6 +1,7 @@
 // meshbench-engine's command line, run as a user would: good jobs, bad jobs, bad arguments.
 
-#include <QProcess>
+#include "common/process_run.h"
+
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -10,25 +11,9 @@ using nlohmann::json;
 
 namespace {
 
-struct Run {
-    int exitCode = -1;
-    QString out;
-    QString err;
-};
+using Run = ProcessRun;
 
-Run engine(const QStringList& args)
-{
-    QProcess process;
-    process.start(QStringLiteral(MESHBENCH_ENGINE), args);
-    if (!process.waitForFinished(120000))
-        qFatal("meshbench-engine did not finish");
-    Run run;
-    // A crash (abort, segfault) is a failure in itself, whatever the exit code would have been.
-    run.exitCode = process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -100;
-    run.out = QString::fromUtf8(process.readAllStandardOutput());
-    run.err = QString::fromUtf8(process.readAllStandardError());
-    return run;
-}
+Run engine(const QStringList& args) { return runProcess(QStringLiteral(MESHBENCH_ENGINE), args); }
 
 QString job(const char* name) { return QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/") + name; }
 
