@@ -7,6 +7,7 @@
 #include "agent/train/trainer.h"
 
 #include "kernels/cpu/cpu_backend.h"
+#include "plan/cost_model.h"
 #include "kernels/cpu/openblas_core.h"
 
 #include <QTemporaryDir>
@@ -65,6 +66,7 @@ double lossOf(GptModel& model, const std::vector<std::int32_t>& tokens, int batc
 class TestModel : public QObject {
     Q_OBJECT
 private slots:
+    void parameterCountMatchesThePlanner();
     void gradientsMatchFiniteDifferences_data();
     void gradientsMatchFiniteDifferences();
     void recomputeModesGiveIdenticalGradients();
@@ -72,6 +74,22 @@ private slots:
     void checkpointFromAnotherModelIsRefused();
     void demoModelApproachesEntropyFloor();
 };
+
+void TestModel::parameterCountMatchesThePlanner()
+{
+    // The planner counts parameters with Megatron's formula, which leaves out the router's E x h
+    // weights of every MoE layer; the model's tensors must agree with it to the parameter.
+    for (const char* file : {"demo.json", "gpt3-175b.json", "llama3-70b.json", "mixtral-8x7b.json"}) {
+        QFile f(QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/") + file);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const plan::LoadResult loaded = plan::parseJobSpec(f.readAll().toStdString());
+        QVERIFY(loaded.valid());
+        const plan::ModelSpec& m = loaded.spec->model;
+        const ParameterLayout layout(m);   // the index only: no memory is allocated
+        const double routers = double(m.moeLayersIn(0, m.layers)) * m.moe.experts * double(m.hidden);
+        QCOMPARE(double(layout.parameterCount()), plan::countParameters(m).total + routers);
+    }
+}
 
 void TestModel::gradientsMatchFiniteDifferences_data()
 {
