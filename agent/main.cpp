@@ -1,8 +1,10 @@
-// meshbench-agent: runs the training stack. This build trains on one device (the CPU backend);
-// the parallel issue runs one agent per rank under mpirun.
+// meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
+// started (one process per device). This build runs data parallelism across ranks; pipeline,
+// tensor and expert parallelism and ZeRO arrive with the rest of the parallel issue.
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
+#include "agent/runtime/mpi_runtime.h"
 #include "agent/train/trainer.h"
 
 #include "kernels/cpu/cpu_backend.h"
@@ -93,7 +95,24 @@ std::string expertSummary(const std::vector<agent::ExpertLoad>& loads)
     return text;
 }
 
-int run(const Options& options)
+// Launched by Open MPI's mpirun (or another PMIx launcher)?
+bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK"); }
+
+// What this build can split across ranks; empty when the layout is supported.
+std::string unsupportedLayout(const plan::ParallelSpec& p)
+{
+    if (p.pp > 1)
+        return "parallel.pp = " + std::to_string(p.pp) + ": pipeline parallelism is not in this build yet";
+    if (p.tp > 1)
+        return "parallel.tp = " + std::to_string(p.tp) + ": tensor parallelism is not in this build yet";
+    if (p.ep > 1)
+        return "parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not in this build yet";
+    if (p.zero > 0)
+        return "parallel.zero = " + std::to_string(p.zero) + ": ZeRO sharding is not in this build yet";
+    return "";
+}
+
+int run(const Options& options, const agent::MpiRuntime* mpi)
 {
     std::ifstream file(options.job, std::ios::binary);
     if (!file) {
@@ -120,8 +139,19 @@ int run(const Options& options)
         return 1;
     }
 
+    std::optional<agent::ProcessGroups> groups;
+    if (mpi && mpi->worldSize() > 1) {
+        if (const std::string why = unsupportedLayout(spec.parallel); !why.empty()) {
+            std::cerr << "meshbench-agent: " << why << "; use data parallelism only, or run without mpirun on one device\n";
+            return 1;
+        }
+        groups.emplace(mpi->createGroups(plan::Mesh(spec.parallel)));
+    }
+    // Rank 0 speaks for the job and writes its checkpoints.
+    const bool leader = !mpi || mpi->worldRank() == 0;
+
     kernels::CpuBackend backend(options.threads);
-    agent::Trainer trainer(spec, backend);
+    agent::Trainer trainer(spec, backend, groups ? &*groups : nullptr);
     if (options.load.empty())
         trainer.initialize();
     else
@@ -129,26 +159,30 @@ int run(const Options& options)
 
     const int steps = options.steps.value_or(spec.train.steps);
     const int last = trainer.completedSteps() + steps;
+    if (!leader)
+        std::fclose(stdout);   // one voice per job: rank 0 reports
     std::printf("meshbench-agent: %s\n", spec.name.empty() ? options.job.c_str() : spec.name.c_str());
-    std::printf("model %zu parameters, %lld tokens per step (global batch %lld x seq %lld) on one %s device\n",
+    std::printf("model %zu parameters, %lld tokens per step (global batch %lld x seq %lld), %s backend\n",
                 trainer.model().layout().parameterCount(), static_cast<long long>(trainer.tokensPerStep()),
                 static_cast<long long>(spec.parallel.globalBatch()), static_cast<long long>(spec.model.seqLen),
                 std::string(backend.name()).c_str());
     std::printf("data %s\n", trainer.data().describe().c_str());
-    if (spec.parallel.worldSize() > 1)
+    if (groups)
+        std::printf("data parallel over %d ranks\n", groups->data->size());
+    else if (spec.parallel.worldSize() > 1)
         std::printf("note: the layout has %lld ranks; this run computes the same global batch on one device\n",
                     static_cast<long long>(spec.parallel.worldSize()));
     const auto* markov = dynamic_cast<const agent::MarkovSource*>(&trainer.data());
 
     std::ofstream metrics;
-    if (!options.metrics.empty()) {
+    if (leader && !options.metrics.empty()) {
         metrics.open(options.metrics, std::ios::app);
         if (!metrics) {
             std::cerr << "meshbench-agent: cannot write metrics file '" << options.metrics << "'\n";
             return 1;
         }
     }
-    if (!options.saveDir.empty()) {
+    if (leader && !options.saveDir.empty()) {
         std::filesystem::create_directories(options.saveDir);
         trainer.save(checkpointName(options.saveDir, trainer.completedSteps()));
     }
@@ -167,7 +201,7 @@ int run(const Options& options)
                            .dump()
                     << "\n";
         const bool due = options.saveEvery > 0 && m.step % options.saveEvery == 0;
-        if (!options.saveDir.empty() && (due || m.step == last))
+        if (leader && !options.saveDir.empty() && (due || m.step == last))
             trainer.save(checkpointName(options.saveDir, m.step));
     }
     if (markov && steps > 0)
@@ -218,14 +252,23 @@ int main(int argc, char** argv)
     }
     if (options.job.empty())
         return usageError("--job is required");
+    std::optional<agent::MpiRuntime> mpi;
+    if (launchedByMpirun())
+        mpi.emplace(argc, argv);
+    const std::string who = mpi && mpi->worldSize() > 1 ? "meshbench-agent: rank " + std::to_string(mpi->worldRank()) + ": "
+                                                       : "meshbench-agent: ";
+    int status = 1;
     try {
-        return run(options);
+        status = run(options, mpi ? &*mpi : nullptr);
     } catch (const agent::CheckpointError& e) {
-        std::cerr << "meshbench-agent: checkpoint: " << e.what() << "\n";
+        std::cerr << who << "checkpoint: " << e.what() << "\n";
     } catch (const agent::DataError& e) {
-        std::cerr << "meshbench-agent: data: " << e.what() << "\n";
+        std::cerr << who << "data: " << e.what() << "\n";
     } catch (const std::exception& e) {
-        std::cerr << "meshbench-agent: " << e.what() << "\n";
+        std::cerr << who << e.what() << "\n";
     }
-    return 1;
+    // A failing rank ends the whole job now rather than leaving its peers in a collective.
+    if (status != 0 && mpi && mpi->worldSize() > 1)
+        agent::MpiRuntime::abortJob(status);
+    return status;
 }

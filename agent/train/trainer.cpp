@@ -14,8 +14,8 @@ const std::string kSecondMomentPrefix = "optimizer.exp_avg_sq.";
 
 }  // namespace
 
-Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend)
-    : m_spec(spec), m_backend(backend), m_model(spec.model, spec.parallel.recompute, backend),
+Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups)
+    : m_spec(spec), m_backend(backend), m_groups(groups), m_model(spec.model, spec.parallel.recompute, backend),
       m_data(makeTokenSource(spec.train.data, int(spec.model.vocab), int(spec.model.seqLen), spec.train.seed)),
       m_adamM(backend, m_model.layout().totalSize()), m_adamV(backend, m_model.layout().totalSize())
 {
@@ -72,7 +72,10 @@ StepMetrics Trainer::step()
     std::vector<std::int32_t> tokens(std::size_t(microBatchSize) * seqPlusOne);
     double lossSum = 0;
     double auxSum = 0;
-    for (int mb = 0; mb < microbatches; ++mb) {
+    // Data-parallel rank r runs micro-batches [r M / dp, (r + 1) M / dp) of the step's M.
+    const int dp = m_groups ? m_groups->data->size() : 1;
+    const int firstMicrobatch = m_groups ? m_groups->data->rank() * (microbatches / dp) : 0;
+    for (int mb = firstMicrobatch; mb < firstMicrobatch + microbatches / dp; ++mb) {
         // Sample k of step i is global sample i x globalBatch + k.
         for (int row = 0; row < microBatchSize; ++row)
             sampleTokens(std::int64_t(m_step) * globalBatch + std::int64_t(mb) * microBatchSize + row,
@@ -95,11 +98,29 @@ StepMetrics Trainer::step()
             }
         }
     }
+    const std::size_t total = m_model.layout().totalSize();
+    if (dp > 1) {
+        // The step's gradient is the sum over all micro-batches, wherever they ran. The CPU
+        // backend's memory is host memory, which MPI reads directly.
+        m_groups->data->allReduceSum(static_cast<float*>(m_model.gradients().data), total);
+        double sums[2] = {lossSum, auxSum};
+        m_groups->data->allReduceSum(sums, 2);
+        lossSum = sums[0];
+        auxSum = sums[1];
+        for (ExpertLoad& load : metrics.expertLoads) {
+            std::vector<double> counts(load.routed.begin(), load.routed.end());
+            counts.insert(counts.end(), load.kept.begin(), load.kept.end());
+            m_groups->data->allReduceSum(counts.data(), counts.size());
+            for (std::size_t e = 0; e < load.routed.size(); ++e) {
+                load.routed[e] = int(counts[e]);
+                load.kept[e] = int(counts[load.routed.size() + e]);
+            }
+        }
+    }
     metrics.loss = lossSum * lossScale;
     metrics.auxLoss = auxSum * auxScale;
 
     // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
-    const std::size_t total = m_model.layout().totalSize();
     metrics.gradNorm = std::sqrt(m_backend.sumSquares(m_model.gradients(), total));
     const double clip = m_spec.train.gradClip;
     const float gradScale = clip > 0 ? float(std::min(1.0, clip / (metrics.gradNorm + 1e-6))) : 1.0f;

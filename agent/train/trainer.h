@@ -1,11 +1,14 @@
 #pragma once
-// Training on one device: the job's global batch per step (dp x micro_batch_size x microbatches
-// sequences, run as dp x microbatches micro-batches), mean cross-entropy plus the MoE
-// load-balancing loss, global gradient-norm clipping and AdamW. Checkpoints hold the parameters,
-// both Adam moments and the step, so a resumed run continues bit for bit.
+// Training: the job's global batch per step (dp x micro_batch_size x microbatches sequences),
+// mean cross-entropy plus the MoE load-balancing loss, global gradient-norm clipping and AdamW.
+// On one device every micro-batch runs here; with process groups, data-parallel rank r runs the
+// r-th contiguous share of the global batch and gradients are summed over the data group, which
+// computes the same step as one device. Checkpoints hold the parameters, both Adam moments and
+// the step, so a resumed run continues bit for bit.
 
 #include "agent/data/token_source.h"
 #include "agent/model/gpt_model.h"
+#include "agent/runtime/communicator.h"
 
 #include "kernels/backend.h"
 #include "plan/job_spec.h"
@@ -30,7 +33,8 @@ struct StepMetrics {
 
 class Trainer {
 public:
-    Trainer(const plan::JobSpec& spec, kernels::Backend& backend);
+    // groups: null on one device; otherwise this rank's process groups (data parallelism only so far).
+    Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups = nullptr);
 
     // Fresh parameters from the seed, zero optimizer state, step 0.
     void initialize();
@@ -52,6 +56,7 @@ private:
 
     plan::JobSpec m_spec;
     kernels::Backend& m_backend;
+    const ProcessGroups* m_groups;
     GptModel m_model;
     std::unique_ptr<TokenSource> m_data;
     DeviceBuffer m_adamM;

@@ -28,8 +28,14 @@ void reexecWithBetterOpenblasCore(char** argv)
     const std::string core = betterOpenblasCore();
     if (core.empty())
         return;
+    // Exec the binary by its real path, so the process keeps its name (ps, pgrep, mpirun's reports).
+    char self[4096];
+    const ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (length <= 0)
+        return;
+    self[length] = '\0';
     setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-    execv("/proc/self/exe", argv);
+    execv(self, argv);
     // execv only returns on failure: carry on with the slower kernels.
 }
 

@@ -1,0 +1,34 @@
+#pragma once
+// MPI bootstrap and the MPI implementation of Communicator. Open MPI starts the ranks (mpirun,
+// a hostfile or a Slurm allocation); every rank calls MpiRuntime once.
+
+#include "communicator.h"
+
+namespace meshbench::agent {
+
+class MpiRuntime {
+public:
+    // Initialises MPI. Before that, asks Open MPI to yield the core while waiting
+    // (mpi_yield_when_idle) unless the user set it: ranks usually outnumber cores on a laptop or
+    // in CI, and busy-polling ranks would starve the ones doing the work.
+    MpiRuntime(int& argc, char**& argv);
+    ~MpiRuntime();
+    MpiRuntime(const MpiRuntime&) = delete;
+    MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+    int worldRank() const { return m_rank; }
+    int worldSize() const { return m_size; }
+
+    // Splits the world into the mesh's groups; the mesh's world size must equal the MPI world's.
+    ProcessGroups createGroups(const plan::Mesh& mesh) const;
+
+    // Ends every rank of the job at once with this exit code (MPI_Abort): used when one rank fails,
+    // so that the others do not wait in a collective until a timeout.
+    [[noreturn]] static void abortJob(int exitCode);
+
+private:
+    int m_rank = 0;
+    int m_size = 1;
+};
+
+}  // namespace meshbench::agent

@@ -1,0 +1,195 @@
+// Data parallelism under mpirun against one device: the same losses step by step and the same
+// parameters afterwards; wrong launches and dying ranks end the job with a message.
+
+#include "agent/checkpoint/safetensors.h"
+#include "common/process_run.h"
+
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <csignal>
+
+using namespace meshbench;
+using nlohmann::json;
+
+namespace {
+
+json job(int dp, bool moe)
+{
+    json model = {{"layers", 2}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16}};
+    if (moe)
+        model["moe"] = {{"experts", 4}, {"top_k", 2}, {"capacity_factor", 1.0}};
+    return {{"model", model},
+            {"parallel", {{"dp", dp}, {"microbatches", 2}, {"micro_batch_size", 2}}},
+            {"cluster", {{"nodes", 1}, {"devices_per_node", dp}, {"device", "cpu"}}},
+            {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
+}
+
+QStringList mpirun(int ranks, const QStringList& agentArgs)
+{
+    return QStringList{"--oversubscribe", "-np", QString::number(ranks), QStringLiteral(MESHBENCH_AGENT)} + agentArgs;
+}
+
+std::vector<json> readMetrics(const QString& path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly))
+        qFatal("no metrics at %s", qPrintable(path));
+    std::vector<json> lines;
+    for (const QByteArray& line : f.readAll().trimmed().split('\n'))
+        lines.push_back(json::parse(line.toStdString()));
+    return lines;
+}
+
+bool close(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
+
+}  // namespace
+
+class TestParallel : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void dataParallelEqualsOneDevice_data();
+    void dataParallelEqualsOneDevice();
+    void wrongRankCountIsRefused();
+    void unsupportedLayoutIsRefused();
+    void aDyingRankEndsTheJob();
+
+private:
+    QString write(const QString& name, const json& content);
+    QTemporaryDir m_dir;
+};
+
+void TestParallel::initTestCase() { QVERIFY(m_dir.isValid()); }
+
+QString TestParallel::write(const QString& name, const json& content)
+{
+    const QString path = m_dir.filePath(name);
+    QFile f(path);
+    const QByteArray bytes = QByteArray::fromStdString(content.dump());
+    if (!f.open(QIODevice::WriteOnly) || f.write(bytes) != bytes.size())
+        qFatal("cannot write %s", qPrintable(path));
+    return path;
+}
+
+void TestParallel::dataParallelEqualsOneDevice_data()
+{
+    QTest::addColumn<int>("dp");
+    QTest::addColumn<bool>("moe");
+    QTest::newRow("dp2 dense") << 2 << false;
+    QTest::newRow("dp2 moe") << 2 << true;
+    QTest::newRow("dp4 moe") << 4 << true;
+}
+
+void TestParallel::dataParallelEqualsOneDevice()
+{
+    // Gradients are summed by an MPI all-reduce instead of accumulated in one process, so only the
+    // order of fp32 additions differs: ~1e-7 relative per step, far inside the 1e-5 asked for.
+    QFETCH(int, dp);
+    QFETCH(bool, moe);
+    const QString tag = QStringLiteral("dp%1-%2").arg(dp).arg(moe);
+    const QString jobFile = write(tag + ".json", job(dp, moe));
+    const QString single = m_dir.filePath(tag + "-single"), parallel = m_dir.filePath(tag + "-parallel");
+    const ProcessRun one = runProcess(QStringLiteral(MESHBENCH_AGENT),
+                                      {"--job", jobFile, "--metrics", single + ".jsonl", "--save", single});
+    QVERIFY2(one.exitCode == 0, qPrintable(one.err));
+    const ProcessRun many = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                                       mpirun(dp, {"--job", jobFile, "--metrics", parallel + ".jsonl", "--save", parallel}));
+    QVERIFY2(many.exitCode == 0, qPrintable(many.err));
+    QVERIFY(many.out.contains(QStringLiteral("data parallel over %1 ranks").arg(dp)));
+
+    const std::vector<json> a = readMetrics(single + ".jsonl"), b = readMetrics(parallel + ".jsonl");
+    QCOMPARE(a.size(), std::size_t(10));
+    QCOMPARE(b.size(), a.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+        for (const char* key : {"loss", "aux_loss", "grad_norm"})
+            QVERIFY2(close(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
+                     qPrintable(QStringLiteral("step %1 %2: one device %3, %4 ranks %5")
+                                    .arg(i + 1).arg(key).arg(a[i][key].get<double>(), 0, 'g', 10).arg(dp)
+                                    .arg(b[i][key].get<double>(), 0, 'g', 10)));
+
+    // The parameters after the 10 steps, tensor by tensor. Adam normalises every element's update
+    // to about lr whatever the gradient's size, so an element whose gradient is near zero - where
+    // the two summation orders' ~1e-7 relative rounding is a large part of it - may move by a
+    // visibly different fraction of lr. The bound is therefore 1e-5 of the tensor's scale plus
+    // 1e-3 of the most Adam can move an element in these steps (lr x steps); a wrong data shard
+    // or a missing reduction moves elements by O(lr) per step and fails it.
+    const double adamReach = 0.003 * 10;
+    const agent::SafetensorsFile x = agent::SafetensorsFile::open((single + "/step-000010.safetensors").toStdString());
+    const agent::SafetensorsFile y = agent::SafetensorsFile::open((parallel + "/step-000010.safetensors").toStdString());
+    int compared = 0;
+    for (const std::string& name : x.names()) {
+        if (name.rfind("optimizer.", 0) == 0)
+            continue;
+        const std::vector<std::int64_t> shape = x.shape(name);
+        std::size_t n = 1;
+        for (std::int64_t d : shape)
+            n *= std::size_t(d);
+        std::vector<float> p(n), q(n);
+        x.readF32(name, shape, p.data());
+        y.readF32(name, shape, q.data());
+        float scale = 0;
+        for (float v : p)
+            scale = std::max(scale, std::abs(v));
+        for (std::size_t i = 0; i < n; ++i)
+            QVERIFY2(std::abs(p[i] - q[i]) <= 1e-5 * scale + 1e-3 * adamReach,
+                     qPrintable(QStringLiteral("%1[%2]: %3 vs %4").arg(QString::fromStdString(name)).arg(i).arg(p[i]).arg(q[i])));
+        ++compared;
+    }
+    QVERIFY(compared > 10);
+}
+
+void TestParallel::wrongRankCountIsRefused()
+{
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(3, {"--job", write("np.json", job(2, false))}));
+    QVERIFY(r.exitCode != 0);
+    QVERIFY2((r.out + r.err).contains("the layout needs dp x pp x tp = 2 ranks but mpirun started 3"), qPrintable(r.err));
+}
+
+void TestParallel::unsupportedLayoutIsRefused()
+{
+    json doc = job(2, false);
+    doc["parallel"] = {{"pp", 2}, {"microbatches", 2}};
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("pp.json", doc)}));
+    QVERIFY(r.exitCode != 0);
+    QVERIFY2((r.out + r.err).contains("parallel.pp = 2: pipeline parallelism is not in this build yet"), qPrintable(r.err));
+}
+
+void TestParallel::aDyingRankEndsTheJob()
+{
+    // One rank killed mid-run: the job must end within seconds, non-zero, naming the rank.
+    json doc = job(2, true);
+    doc["train"]["steps"] = 1000000;
+    QProcess launcher;
+    launcher.start(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("long.json", doc)}));
+    QVERIFY(launcher.waitForStarted());
+    // Wait until training runs, then kill the second rank.
+    QElapsedTimer clock;
+    clock.start();
+    QByteArray out;
+    while (!out.contains("step ") && clock.elapsed() < 60000) {
+        launcher.waitForReadyRead(1000);
+        out += launcher.readAllStandardOutput();
+    }
+    QVERIFY2(out.contains("step "), "the job never started training");
+    QProcess pgrep;
+    pgrep.start("pgrep", {"-P", QString::number(launcher.processId()), "meshbench-agent"});
+    QVERIFY(pgrep.waitForFinished());
+    const QList<QByteArray> pids = pgrep.readAllStandardOutput().trimmed().split('\n');
+    QCOMPARE(pids.size(), 2);
+    QVERIFY(::kill(pid_t(pids.back().toLongLong()), SIGKILL) == 0);
+    clock.restart();
+    QVERIFY2(launcher.waitForFinished(20000), "the job outlived its dead rank by 20 s");
+    qInfo("the job ended %lld ms after a rank was killed", static_cast<long long>(clock.elapsed()));
+    QVERIFY(launcher.exitCode() != 0 || launcher.exitStatus() != QProcess::NormalExit);
+    const QString all = QString::fromUtf8(out + launcher.readAllStandardOutput() + launcher.readAllStandardError());
+    QVERIFY2(all.contains("rank 1"), qPrintable(all.right(2000)));
+}
+
+QTEST_APPLESS_MAIN(TestParallel)
+#include "tst_parallel.moc"
