@@ -107,8 +107,8 @@ std::string unsupportedLayout(const plan::ParallelSpec& p)
         return "parallel.tp = " + std::to_string(p.tp) + ": tensor parallelism is not in this build yet";
     if (p.ep > 1)
         return "parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not in this build yet";
-    if (p.zero > 0)
-        return "parallel.zero = " + std::to_string(p.zero) + ": ZeRO sharding is not in this build yet";
+    if (p.zero > 2)
+        return "parallel.zero = 3: ZeRO-3 (sharded parameters) is not in this build yet";
     return "";
 }
 
@@ -182,8 +182,10 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
             return 1;
         }
     }
-    if (leader && !options.saveDir.empty()) {
-        std::filesystem::create_directories(options.saveDir);
+    // Saving is collective (ZeRO gathers the optimizer's shards); rank 0 writes.
+    if (!options.saveDir.empty()) {
+        if (leader)
+            std::filesystem::create_directories(options.saveDir);
         trainer.save(checkpointName(options.saveDir, trainer.completedSteps()));
     }
 
@@ -201,7 +203,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
                            .dump()
                     << "\n";
         const bool due = options.saveEvery > 0 && m.step % options.saveEvery == 0;
-        if (leader && !options.saveDir.empty() && (due || m.step == last))
+        if (!options.saveDir.empty() && (due || m.step == last))
             trainer.save(checkpointName(options.saveDir, m.step));
     }
     if (markov && steps > 0)

@@ -45,9 +45,11 @@ public:
     float auxScale = 0;
 };
 
-GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend)
+GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
+                   std::size_t bufferElements)
     : m_model(model), m_recompute(recompute), m_backend(backend), m_layout(model),
-      m_params(backend, m_layout.totalSize()), m_grads(backend, m_layout.totalSize()),
+      m_params(backend, std::max(bufferElements, m_layout.totalSize())),
+      m_grads(backend, std::max(bufferElements, m_layout.totalSize())),
       m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1)
 {
 }

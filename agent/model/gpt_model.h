@@ -42,13 +42,17 @@ public:
     static constexpr float kNormEps = 1e-5f;
     static constexpr float kRopeBase = 10000.0f;
 
-    GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend);
+    // bufferElements: size of the parameter and gradient buffers, at least layout().totalSize();
+    // more leaves zero padding that lets ZeRO cut the flat buffers into equal shards.
+    GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
+             std::size_t bufferElements = 0);
     ~GptModel();
 
     const plan::ModelSpec& spec() const { return m_model; }
     const ParameterLayout& layout() const { return m_layout; }
     kernels::DevPtr parameters() const { return m_params.ptr(); }
     kernels::DevPtr gradients() const { return m_grads.ptr(); }
+    std::size_t bufferElements() const { return m_params.size(); }
     void zeroGradients();
 
     class Activations;

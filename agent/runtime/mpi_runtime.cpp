@@ -57,7 +57,9 @@ public:
     }
     void allGather(const float* in, float* out, std::size_t perRank) override
     {
-        check(MPI_Allgather(in, count(perRank), MPI_FLOAT, out, count(perRank), MPI_FLOAT, m_comm), "MPI_Allgather");
+        // A member whose block already sits in place in the output gathers in place.
+        const void* send = in == out + std::size_t(m_rank) * perRank ? MPI_IN_PLACE : in;
+        check(MPI_Allgather(send, count(perRank), MPI_FLOAT, out, count(perRank), MPI_FLOAT, m_comm), "MPI_Allgather");
     }
     void broadcast(float* data, std::size_t n, int root) override
     {

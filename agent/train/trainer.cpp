@@ -14,11 +14,34 @@ const std::string kSecondMomentPrefix = "optimizer.exp_avg_sq.";
 
 }  // namespace
 
-Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups)
-    : m_spec(spec), m_backend(backend), m_groups(groups), m_model(spec.model, spec.parallel.recompute, backend),
-      m_data(makeTokenSource(spec.train.data, int(spec.model.vocab), int(spec.model.seqLen), spec.train.seed)),
-      m_adamM(backend, m_model.layout().totalSize()), m_adamV(backend, m_model.layout().totalSize())
+namespace {
+
+constexpr std::size_t kShardAlign = 16;   // elements: shards start 64-byte aligned
+
+std::size_t shardSizeFor(std::size_t total, int ranks)
 {
+    const std::size_t share = (total + std::size_t(ranks) - 1) / std::size_t(ranks);
+    return (share + kShardAlign - 1) / kShardAlign * kShardAlign;
+}
+
+}  // namespace
+
+Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups)
+    : m_spec(spec), m_backend(backend), m_groups(groups),
+      m_model(spec.model, spec.parallel.recompute, backend,
+              zeroStage() > 0 ? shardSizeFor(ParameterLayout(spec.model).totalSize(), dataParallelSize()) *
+                                    std::size_t(dataParallelSize())
+                              : 0),
+      m_data(makeTokenSource(spec.train.data, int(spec.model.vocab), int(spec.model.seqLen), spec.train.seed)),
+      m_shardSize(zeroStage() > 0 ? m_model.bufferElements() / std::size_t(dataParallelSize())
+                                  : m_model.layout().totalSize()),
+      m_shardBegin(zeroStage() > 0 ? m_shardSize * std::size_t(m_groups->data->rank()) : 0),
+      m_adamM(backend, m_shardSize), m_adamV(backend, m_shardSize)
+{
+    if (zeroStage() > 0)
+        m_gradShard = DeviceBuffer(backend, m_shardSize);
+    if (zeroStage() >= 2)
+        m_scatterOut = DeviceBuffer(backend, m_shardSize);
 }
 
 void Trainer::initialize()
@@ -69,6 +92,8 @@ StepMetrics Trainer::step()
     StepMetrics metrics;
     metrics.step = m_step + 1;
     m_model.zeroGradients();
+    if (zeroStage() > 0)
+        m_backend.fill(m_gradShard.ptr(), 0.0f, m_shardSize);
     std::vector<std::int32_t> tokens(std::size_t(microBatchSize) * seqPlusOne);
     double lossSum = 0;
     double auxSum = 0;
@@ -81,8 +106,15 @@ StepMetrics Trainer::step()
             sampleTokens(std::int64_t(m_step) * globalBatch + std::int64_t(mb) * microBatchSize + row,
                          tokens.data() + std::size_t(row) * seqPlusOne);
         ForwardResult result;
+        if (zeroStage() >= 2)
+            m_model.zeroGradients();   // the full buffer only carries this micro-batch
         auto activations = m_model.forward({tokens.data(), microBatchSize}, lossScale, auxScale, result);
         m_model.backward(*activations);
+        if (zeroStage() >= 2) {
+            m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
+                                             static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
+            m_backend.add(m_scatterOut.ptr(), m_gradShard.ptr(), m_shardSize);
+        }
         lossSum += result.lossSum;
         auxSum += result.auxLoss;
         for (const ExpertLoad& load : result.expertLoads) {
@@ -98,11 +130,14 @@ StepMetrics Trainer::step()
             }
         }
     }
-    const std::size_t total = m_model.layout().totalSize();
     if (dp > 1) {
         // The step's gradient is the sum over all micro-batches, wherever they ran. The CPU
         // backend's memory is host memory, which MPI reads directly.
-        m_groups->data->allReduceSum(static_cast<float*>(m_model.gradients().data), total);
+        if (zeroStage() == 0)
+            m_groups->data->allReduceSum(static_cast<float*>(m_model.gradients().data), m_shardSize);
+        else if (zeroStage() == 1)
+            m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
+                                             static_cast<float*>(m_gradShard.ptr().data), m_shardSize);
         double sums[2] = {lossSum, auxSum};
         m_groups->data->allReduceSum(sums, 2);
         lossSum = sums[0];
@@ -120,21 +155,38 @@ StepMetrics Trainer::step()
     metrics.loss = lossSum * lossScale;
     metrics.auxLoss = auxSum * auxScale;
 
+    // This rank's gradients for its shard of the flat buffers (all of them without ZeRO).
+    const kernels::DevPtr grads = zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients();
+
     // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
-    metrics.gradNorm = std::sqrt(m_backend.sumSquares(m_model.gradients(), total));
+    double sumSquares = m_backend.sumSquares(grads, m_shardSize);
+    if (zeroStage() > 0)
+        m_groups->data->allReduceSum(&sumSquares, 1);
+    metrics.gradNorm = std::sqrt(sumSquares);
     const double clip = m_spec.train.gradClip;
     const float gradScale = clip > 0 ? float(std::min(1.0, clip / (metrics.gradNorm + 1e-6))) : 1.0f;
 
     ++m_step;
     metrics.learningRate = learningRate(m_step);
     const plan::TrainSpec& t = m_spec.train;
+    const std::size_t shardEnd = m_shardBegin + m_shardSize;
+    auto at = [](kernels::DevPtr base, std::size_t offset) {
+        return kernels::DevPtr{static_cast<float*>(base.data) + offset, base.dtype};
+    };
     for (const TensorView& v : m_model.layout().views()) {
-        auto at = [&](kernels::DevPtr base) {
-            return kernels::DevPtr{static_cast<float*>(base.data) + v.offset, base.dtype};
-        };
-        m_backend.adamw(at(m_model.parameters()), at(m_model.gradients()), at(m_adamM.ptr()), at(m_adamV.ptr()), v.size,
-                        float(metrics.learningRate), float(t.beta1), float(t.beta2), float(t.eps),
-                        v.decay ? float(t.weightDecay) : 0.0f, m_step, gradScale);
+        // The part of this tensor inside this rank's shard.
+        const std::size_t begin = std::max(v.offset, m_shardBegin);
+        const std::size_t end = std::min(v.offset + v.size, shardEnd);
+        if (begin >= end)
+            continue;
+        const std::size_t local = begin - m_shardBegin;
+        m_backend.adamw(at(m_model.parameters(), begin), at(grads, local), at(m_adamM.ptr(), local),
+                        at(m_adamV.ptr(), local), end - begin, float(metrics.learningRate), float(t.beta1),
+                        float(t.beta2), float(t.eps), v.decay ? float(t.weightDecay) : 0.0f, m_step, gradScale);
+    }
+    if (zeroStage() > 0) {
+        float* params = static_cast<float*>(m_model.parameters().data);
+        m_groups->data->allGather(params + m_shardBegin, params, m_shardSize);
     }
     metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics.tokensPerSecond = double(tokensPerStep()) / metrics.seconds;
@@ -145,10 +197,11 @@ void Trainer::save(const std::string& path) const
 {
     const ParameterLayout& layout = m_model.layout();
     const std::size_t total = layout.totalSize();
-    std::vector<float> params(total), m(total), v(total);
+    std::vector<float> m = gatherMoment(m_adamM), v = gatherMoment(m_adamV);
+    if (m_groups && m_groups->worldRank != 0)
+        return;   // rank 0 writes the job's checkpoint
+    std::vector<float> params(total);
     m_backend.download(params.data(), m_model.parameters(), total);
-    m_backend.download(m.data(), m_adamM.ptr(), total);
-    m_backend.download(v.data(), m_adamV.ptr(), total);
     std::vector<TensorRecord> tensors;
     for (const auto& [prefix, buffer] : {std::pair{std::string(), &params}, std::pair{kMomentPrefix, &m},
                                          std::pair{kSecondMomentPrefix, &v}})
@@ -200,9 +253,24 @@ void Trainer::load(const std::string& path)
         file.readF32(kSecondMomentPrefix + view.name, view.shape, v.data() + view.offset);
     }
     m_backend.upload(m_model.parameters(), params.data(), total);
-    m_backend.upload(m_adamM.ptr(), m.data(), total);
-    m_backend.upload(m_adamV.ptr(), v.data(), total);
+    // This rank's share of the moments (beyond the last tensor a shard holds zero padding).
+    m.resize(std::max(total, m_shardBegin + m_shardSize), 0.0f);
+    v.resize(m.size(), 0.0f);
+    m_backend.upload(m_adamM.ptr(), m.data() + m_shardBegin, m_shardSize);
+    m_backend.upload(m_adamV.ptr(), v.data() + m_shardBegin, m_shardSize);
     m_step = step;
+}
+
+std::vector<float> Trainer::gatherMoment(const DeviceBuffer& moment) const
+{
+    std::vector<float> shard(m_shardSize);
+    m_backend.download(shard.data(), moment.ptr(), m_shardSize);
+    if (zeroStage() == 0)
+        return shard;
+    std::vector<float> full(m_shardSize * std::size_t(dataParallelSize()));
+    m_groups->data->allGather(shard.data(), full.data(), m_shardSize);
+    full.resize(m_model.layout().totalSize());
+    return full;
 }
 
 }  // namespace meshbench::agent

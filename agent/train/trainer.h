@@ -3,8 +3,12 @@
 // mean cross-entropy plus the MoE load-balancing loss, global gradient-norm clipping and AdamW.
 // On one device every micro-batch runs here; with process groups, data-parallel rank r runs the
 // r-th contiguous share of the global batch and gradients are summed over the data group, which
-// computes the same step as one device. Checkpoints hold the parameters, both Adam moments and
-// the step, so a resumed run continues bit for bit.
+// computes the same step as one device. ZeRO (Rajbhandari et al. 2020) cuts the flat buffers into
+// dp equal shards: stage 1 reduce-scatters the step's gradients and keeps only this rank's share
+// of Adam's moments, updates its share of the parameters and all-gathers them; stage 2 also
+// reduce-scatters after every micro-batch, so only a shard of gradients accumulates.
+// Checkpoints hold the parameters, both Adam moments (gathered) and the step, so a resumed run
+// continues bit for bit.
 
 #include "agent/data/token_source.h"
 #include "agent/model/gpt_model.h"
@@ -41,6 +45,7 @@ public:
     // Parameters, optimizer state and step from a checkpoint written by save(); throws
     // CheckpointError when it does not belong to this job's model.
     void load(const std::string& path);
+    // Collective with process groups (the optimizer shards are gathered); world rank 0 writes.
     void save(const std::string& path) const;
 
     StepMetrics step();
@@ -53,14 +58,23 @@ public:
 
 private:
     double learningRate(int step) const;
+    int dataParallelSize() const { return m_groups ? m_groups->data->size() : 1; }
+    // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
+    int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
+    // Full-size host copies of Adam's moments, gathered from the shards when ZeRO shards them.
+    std::vector<float> gatherMoment(const DeviceBuffer& moment) const;
 
     plan::JobSpec m_spec;
     kernels::Backend& m_backend;
     const ProcessGroups* m_groups;
     GptModel m_model;
     std::unique_ptr<TokenSource> m_data;
-    DeviceBuffer m_adamM;
+    std::size_t m_shardSize;    // elements of the flat buffers this rank updates (all of them without ZeRO)
+    std::size_t m_shardBegin;
+    DeviceBuffer m_adamM;       // [m_shardSize]
     DeviceBuffer m_adamV;
+    DeviceBuffer m_gradShard;   // ZeRO: this rank's summed share of the gradients
+    DeviceBuffer m_scatterOut;  // ZeRO-2: one micro-batch's reduce-scattered share
     int m_step = 0;
 };
 

@@ -19,13 +19,16 @@ using nlohmann::json;
 
 namespace {
 
-json job(int dp, bool moe)
+json job(int dp, bool moe, int zero = 0)
 {
     json model = {{"layers", 2}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16}};
+    // Every token goes to every expert and none is dropped: top-k selection and capacity are
+    // discontinuous, and the last-bit differences between the runs (below) could flip a near-tie
+    // and change a step's loss by far more than rounding. Data parallelism does not touch routing.
     if (moe)
-        model["moe"] = {{"experts", 4}, {"top_k", 2}, {"capacity_factor", 1.0}};
+        model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}};
     return {{"model", model},
-            {"parallel", {{"dp", dp}, {"microbatches", 2}, {"micro_batch_size", 2}}},
+            {"parallel", {{"dp", dp}, {"microbatches", 2}, {"micro_batch_size", 2}, {"zero", zero}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", dp}, {"device", "cpu"}}},
             {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
 }
@@ -81,9 +84,13 @@ void TestParallel::dataParallelEqualsOneDevice_data()
 {
     QTest::addColumn<int>("dp");
     QTest::addColumn<bool>("moe");
-    QTest::newRow("dp2 dense") << 2 << false;
-    QTest::newRow("dp2 moe") << 2 << true;
-    QTest::newRow("dp4 moe") << 4 << true;
+    QTest::addColumn<int>("zero");
+    QTest::newRow("dp2 dense") << 2 << false << 0;
+    QTest::newRow("dp2 moe") << 2 << true << 0;
+    QTest::newRow("dp4 moe") << 4 << true << 0;
+    QTest::newRow("dp2 zero-1") << 2 << false << 1;
+    QTest::newRow("dp2 zero-2") << 2 << false << 2;
+    QTest::newRow("dp4 moe zero-2") << 4 << true << 2;
 }
 
 void TestParallel::dataParallelEqualsOneDevice()
@@ -92,8 +99,9 @@ void TestParallel::dataParallelEqualsOneDevice()
     // order of fp32 additions differs: ~1e-7 relative per step, far inside the 1e-5 asked for.
     QFETCH(int, dp);
     QFETCH(bool, moe);
-    const QString tag = QStringLiteral("dp%1-%2").arg(dp).arg(moe);
-    const QString jobFile = write(tag + ".json", job(dp, moe));
+    QFETCH(int, zero);
+    const QString tag = QStringLiteral("dp%1-%2-zero%3").arg(dp).arg(moe).arg(zero);
+    const QString jobFile = write(tag + ".json", job(dp, moe, zero));
     const QString single = m_dir.filePath(tag + "-single"), parallel = m_dir.filePath(tag + "-parallel");
     const ProcessRun one = runProcess(QStringLiteral(MESHBENCH_AGENT),
                                       {"--job", jobFile, "--metrics", single + ".jsonl", "--save", single});
@@ -124,8 +132,10 @@ void TestParallel::dataParallelEqualsOneDevice()
     const agent::SafetensorsFile y = agent::SafetensorsFile::open((parallel + "/step-000010.safetensors").toStdString());
     int compared = 0;
     for (const std::string& name : x.names()) {
-        if (name.rfind("optimizer.", 0) == 0)
-            continue;
+        // Adam's moments are compared too: under ZeRO they come from gathered shards, and a shard
+        // in the wrong place is off by its whole size. They follow the gradients, which the
+        // parameters' differences above perturb at the 1e-4 level, so they get 1e-3 of their scale.
+        const bool moment = name.rfind("optimizer.", 0) == 0;
         const std::vector<std::int64_t> shape = x.shape(name);
         std::size_t n = 1;
         for (std::int64_t d : shape)
@@ -137,7 +147,7 @@ void TestParallel::dataParallelEqualsOneDevice()
         for (float v : p)
             scale = std::max(scale, std::abs(v));
         for (std::size_t i = 0; i < n; ++i)
-            QVERIFY2(std::abs(p[i] - q[i]) <= 1e-5 * scale + 1e-3 * adamReach,
+            QVERIFY2(std::abs(p[i] - q[i]) <= (moment ? 1e-3 * scale : 1e-5 * scale + 1e-3 * adamReach),
                      qPrintable(QStringLiteral("%1[%2]: %3 vs %4").arg(QString::fromStdString(name)).arg(i).arg(p[i]).arg(q[i])));
         ++compared;
     }
