@@ -38,16 +38,20 @@ struct GptModel::LayerActivations {
 class GptModel::Activations {
 public:
     int batch = 0;
+    int firstLayer = 0;
+    bool embeds = false;                  // the chunk starts the model
+    bool ends = false;                    // the chunk ends the model
     std::vector<std::int32_t> ids;       // [T]
-    std::vector<LayerActivations> layers;
+    std::vector<LayerActivations> layers; // the chunk's layers, in order
     DeviceBuffer xFinal, normOut, meanF, rstdF;
     DeviceBuffer dLogits;                 // [T, V], the loss gradient computed in the forward pass
     float auxScale = 0;
 };
 
 GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
-                   std::size_t bufferElements)
-    : m_model(model), m_recompute(recompute), m_backend(backend), m_layout(model),
+                   std::size_t bufferElements, const ModelSlice* slice)
+    : m_model(model), m_recompute(recompute), m_backend(backend),
+      m_layout(model, slice ? *slice : ModelSlice::whole(model)),
       m_params(backend, std::max(bufferElements, m_layout.totalSize())),
       m_grads(backend, std::max(bufferElements, m_layout.totalSize())),
       m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1)
@@ -322,32 +326,47 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
 
 void GptModel::ActivationsDeleter::operator()(Activations* activations) const { delete activations; }
 
-GptModel::ActivationsPtr GptModel::forward(const MicroBatch& batch, float lossScale, float auxScale,
-                                           ForwardResult& result)
+GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, ConstDevPtr input, DevPtr output,
+                                           float lossScale, float auxScale, ForwardResult& result)
 {
+    const ModelSlice& slice = m_layout.slice();
+    const ModelSlice::Chunk& range = slice.chunks[std::size_t(chunk)];
     const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab);
     const int T = batch.batch * s;
     const std::size_t rows = std::size_t(T);
     ActivationsPtr acts(new Activations);
     acts->batch = batch.batch;
     acts->auxScale = auxScale;
-    acts->ids.resize(rows);
-    std::vector<std::int32_t> targets(rows);
-    for (int b = 0; b < batch.batch; ++b)
-        for (int t = 0; t < s; ++t) {
-            const std::int32_t* row = batch.tokens + std::size_t(b) * (s + 1);
-            acts->ids[std::size_t(b) * s + t] = row[t];
-            targets[std::size_t(b) * s + t] = row[t + 1];
-        }
+    acts->firstLayer = range.firstLayer;
+    acts->embeds = slice.embedding && chunk == 0;
+    acts->ends = slice.head && chunk == int(slice.chunks.size()) - 1;
+    std::vector<std::int32_t> targets;
+    if (acts->embeds || acts->ends) {
+        acts->ids.resize(rows);
+        targets.resize(rows);
+        for (int b = 0; b < batch.batch; ++b)
+            for (int t = 0; t < s; ++t) {
+                const std::int32_t* row = batch.tokens + std::size_t(b) * (s + 1);
+                acts->ids[std::size_t(b) * s + t] = row[t];
+                targets[std::size_t(b) * s + t] = row[t + 1];
+            }
+    }
 
-    acts->layers.resize(std::size_t(m_model.layers));
     DeviceBuffer x(m_backend, rows * h);
-    m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
-    for (int i = 0; i < m_model.layers; ++i) {
+    if (acts->embeds)
+        m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
+    else
+        m_backend.copy(x.ptr(), input, rows * h);
+    acts->layers.resize(std::size_t(range.layers));
+    for (int i = 0; i < range.layers; ++i) {
         LayerActivations& a = acts->layers[std::size_t(i)];
         a.xIn = std::move(x);
         x = DeviceBuffer(m_backend, rows * h);
-        forwardLayer(i, a, batch.batch, auxScale, x.ptr(), &result);
+        forwardLayer(range.firstLayer + i, a, batch.batch, auxScale, x.ptr(), &result);
+    }
+    if (!acts->ends) {
+        m_backend.copy(output, x.ptr(), rows * h);
+        return acts;
     }
     acts->xFinal = std::move(x);
     acts->normOut = DeviceBuffer(m_backend, rows * h);
@@ -362,23 +381,30 @@ GptModel::ActivationsPtr GptModel::forward(const MicroBatch& batch, float lossSc
     return acts;
 }
 
-void GptModel::backward(Activations& acts)
+void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad)
 {
     const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab);
     const int T = acts.batch * s;
     const std::size_t rows = std::size_t(T);
 
-    DeviceBuffer dNorm(m_backend, rows * h);
-    linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
-    acts.dLogits = DeviceBuffer();
     DeviceBuffer dx(m_backend, rows * h);
-    normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), dNorm.ptr(), acts.xFinal.ptr(),
-                 acts.meanF.ptr(), acts.rstdF.ptr(), T, dx.ptr());
-    for (int i = m_model.layers - 1; i >= 0; --i) {
-        backwardLayer(i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
+    if (acts.ends) {
+        DeviceBuffer dNorm(m_backend, rows * h);
+        linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
+        acts.dLogits = DeviceBuffer();
+        normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), dNorm.ptr(), acts.xFinal.ptr(),
+                     acts.meanF.ptr(), acts.rstdF.ptr(), T, dx.ptr());
+    } else {
+        m_backend.copy(dx.ptr(), outputGrad, rows * h);
+    }
+    for (int i = int(acts.layers.size()) - 1; i >= 0; --i) {
+        backwardLayer(acts.firstLayer + i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
         acts.layers[std::size_t(i)] = LayerActivations();
     }
-    m_backend.embeddingBackward(acts.ids.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
+    if (acts.embeds)
+        m_backend.embeddingBackward(acts.ids.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
+    else
+        m_backend.copy(inputGrad, dx.ptr(), rows * h);
 }
 
 }  // namespace meshbench::agent

@@ -45,7 +45,7 @@ public:
     // bufferElements: size of the parameter and gradient buffers, at least layout().totalSize();
     // more leaves zero padding that lets ZeRO cut the flat buffers into equal shards.
     GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
-             std::size_t bufferElements = 0);
+             std::size_t bufferElements = 0, const ModelSlice* slice = nullptr);
     ~GptModel();
 
     const plan::ModelSpec& spec() const { return m_model; }
@@ -61,13 +61,23 @@ public:
     };
     using ActivationsPtr = std::unique_ptr<Activations, ActivationsDeleter>;
 
-    // Runs the forward pass and keeps what the backward needs. The loss gradient is taken here
-    // already: d(loss)/d(logits) = lossScale x (softmax - onehot), and the load-balancing
-    // loss's gradient is scaled by auxScale.
-    ActivationsPtr forward(const MicroBatch& batch, float lossScale, float auxScale,
-                                         ForwardResult& result);
-    // Accumulates this micro-batch's gradients into gradients(); the activations are spent.
-    void backward(Activations& activations);
+    // Runs the forward pass of one chunk of this model's slice for one micro-batch and keeps what
+    // the backward needs. The chunk that starts the model embeds the batch's tokens; any other
+    // reads `input` [T, h]. The chunk that ends the model takes the loss (the gradient too:
+    // d(loss)/d(logits) = lossScale x (softmax - onehot)); any other writes `output` [T, h].
+    // The load-balancing loss's gradient is scaled by auxScale.
+    ActivationsPtr forward(int chunk, const MicroBatch& batch, kernels::ConstDevPtr input, kernels::DevPtr output,
+                           float lossScale, float auxScale, ForwardResult& result);
+    // The whole model in one call (a slice of one chunk holding everything).
+    ActivationsPtr forward(const MicroBatch& batch, float lossScale, float auxScale, ForwardResult& result)
+    {
+        return forward(0, batch, {}, {}, lossScale, auxScale, result);
+    }
+    // Accumulates the chunk's gradients for this micro-batch into gradients(), given the gradient
+    // of its output (ignored for the chunk that ends the model), and writes the gradient of its
+    // input (not for the chunk that starts it). The activations are spent.
+    void backward(Activations& activations, kernels::ConstDevPtr outputGrad, kernels::DevPtr inputGrad);
+    void backward(Activations& activations) { backward(activations, {}, {}); }
 
 private:
     struct LayerActivations;

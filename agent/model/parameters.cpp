@@ -20,44 +20,74 @@ double uniform(std::uint64_t& state) { return (double(splitmix64(state) >> 11) +
 
 }  // namespace
 
-ParameterLayout::ParameterLayout(const plan::ModelSpec& m)
+ModelSlice ModelSlice::whole(const plan::ModelSpec& model) { return {{{0, model.layers}}, true, true}; }
+
+ModelSlice ModelSlice::ofStage(const plan::ModelSpec& model, int pp, int virtualStages, int stage)
+{
+    ModelSlice slice;
+    const int perChunk = model.layers / (pp * virtualStages);
+    for (int c = 0; c < virtualStages; ++c)
+        slice.chunks.push_back({(c * pp + stage) * perChunk, perChunk});
+    slice.embedding = stage == 0;
+    slice.head = stage == pp - 1;
+    return slice;
+}
+
+ParameterLayout::ParameterLayout(const plan::ModelSpec& model) : ParameterLayout(model, ModelSlice::whole(model)) {}
+
+ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& slice) : m_slice(slice)
 {
     const std::int64_t h = m.hidden;
     const std::int64_t d = m.hidden / m.heads;
     const bool layerNorm = m.norm == plan::Norm::LayerNorm;
     const std::int64_t gated = m.activation == plan::Activation::SwiGlu ? 2 : 1;
+    auto holds = [&slice](int layer) {
+        for (const ModelSlice::Chunk& c : slice.chunks)
+            if (layer >= c.firstLayer && layer < c.firstLayer + c.layers)
+                return true;
+        return false;
+    };
 
-    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal);
+    // Tensors are visited in the whole model's order; a slice keeps its own. With tied embeddings
+    // the last stage keeps a copy of the embedding for its output layer (as Megatron does).
+    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal, slice.embedding || (slice.head && m.tiedEmbeddings));
+    m_layers.resize(std::size_t(m.layers));
     for (int i = 0; i < m.layers; ++i) {
         const std::string p = "layers." + std::to_string(i) + ".";
-        LayerViews l;
-        l.attnNormWeight = add(p + "attn_norm.weight", {h}, InitKind::Ones);
+        const bool local = holds(i);
+        LayerViews& l = m_layers[std::size_t(i)];
+        l.attnNormWeight = add(p + "attn_norm.weight", {h}, InitKind::Ones, local);
         if (layerNorm)
-            l.attnNormBias = add(p + "attn_norm.bias", {h}, InitKind::Zeros);
-        l.qkv = add(p + "attn.qkv.weight", {(m.heads + 2 * std::int64_t(m.kvHeads)) * d, h}, InitKind::Normal);
-        l.proj = add(p + "attn.proj.weight", {h, m.heads * d}, InitKind::ScaledNormal);
-        l.mlpNormWeight = add(p + "mlp_norm.weight", {h}, InitKind::Ones);
+            l.attnNormBias = add(p + "attn_norm.bias", {h}, InitKind::Zeros, local);
+        l.qkv = add(p + "attn.qkv.weight", {(m.heads + 2 * std::int64_t(m.kvHeads)) * d, h}, InitKind::Normal, local);
+        l.proj = add(p + "attn.proj.weight", {h, m.heads * d}, InitKind::ScaledNormal, local);
+        l.mlpNormWeight = add(p + "mlp_norm.weight", {h}, InitKind::Ones, local);
         if (layerNorm)
-            l.mlpNormBias = add(p + "mlp_norm.bias", {h}, InitKind::Zeros);
+            l.mlpNormBias = add(p + "mlp_norm.bias", {h}, InitKind::Zeros, local);
         if (m.isMoeLayer(i)) {
             const std::int64_t e = m.moe.experts, f = m.moe.ffnHidden;
-            l.router = add(p + "moe.router.weight", {e, h}, InitKind::Normal);
-            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal);
-            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal);
+            l.router = add(p + "moe.router.weight", {e, h}, InitKind::Normal, local);
+            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local);
+            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local);
         } else {
-            l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal);
-            l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal);
+            l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal, local);
+            l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal, local);
         }
-        m_layers.push_back(l);
+        if (!local)
+            l = LayerViews();
     }
-    m_finalNormWeight = add("final_norm.weight", {h}, InitKind::Ones);
+    m_finalNormWeight = add("final_norm.weight", {h}, InitKind::Ones, slice.head);
     if (layerNorm)
-        m_finalNormBias = add("final_norm.bias", {h}, InitKind::Zeros);
-    m_head = m.tiedEmbeddings ? m_embedding : add("lm_head.weight", {m.vocab, h}, InitKind::Normal);
+        m_finalNormBias = add("final_norm.bias", {h}, InitKind::Zeros, slice.head);
+    m_head = m.tiedEmbeddings ? (slice.head ? m_embedding : -1)
+                              : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head);
 }
 
-int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init)
+int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local)
 {
+    const int globalIndex = m_globalCount++;
+    if (!local)
+        return -1;
     TensorView v;
     v.name = std::move(name);
     v.size = 1;
@@ -67,6 +97,7 @@ int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, Init
     v.offset = m_total;
     v.init = init;
     v.decay = v.shape.size() >= 2;
+    v.globalIndex = globalIndex;
     m_total += (v.size + kAlignElements - 1) / kAlignElements * kAlignElements;
     m_views.push_back(std::move(v));
     return int(m_views.size()) - 1;
@@ -85,10 +116,9 @@ void initializeParameters(const ParameterLayout& layout, const plan::ModelSpec& 
 {
     const double stddev = 0.02;
     const double scaled = stddev / std::sqrt(2.0 * model.layers);
-    for (std::size_t index = 0; index < layout.views().size(); ++index) {
-        const TensorView& v = layout.views()[index];
+    for (const TensorView& v : layout.views()) {
         float* out = params + v.offset;
-        std::uint64_t state = seed + index;
+        std::uint64_t state = seed + std::uint64_t(v.globalIndex);
         switch (v.init) {
         case InitKind::Ones:
             std::fill(out, out + v.size, 1.0f);

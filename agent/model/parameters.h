@@ -28,6 +28,23 @@ namespace meshbench::agent {
 
 enum class InitKind { Normal, ScaledNormal, Ones, Zeros };
 
+// The part of the model one pipeline rank holds: its chunks of consecutive layers (one per
+// virtual stage, in chunk order), and whether it holds the embedding (the first virtual stage)
+// and the final norm and output layer (the last virtual stage).
+struct ModelSlice {
+    struct Chunk {
+        int firstLayer = 0;
+        int layers = 0;
+    };
+    std::vector<Chunk> chunks;
+    bool embedding = true;
+    bool head = true;
+
+    static ModelSlice whole(const plan::ModelSpec& model);
+    // Stage s of pp holds chunk c = layers [(c p + s) L/(p v), +L/(p v)) (Megatron's interleaved assignment).
+    static ModelSlice ofStage(const plan::ModelSpec& model, int pp, int virtualStages, int stage);
+};
+
 struct TensorView {
     std::string name;
     std::vector<std::int64_t> shape;
@@ -35,6 +52,7 @@ struct TensorView {
     std::size_t size = 0;     // elements
     InitKind init = InitKind::Normal;
     bool decay = false;       // weight decay applies (matrices, as nanoGPT: every tensor of 2+ dims)
+    int globalIndex = 0;      // position in the whole model's list (checkpoint order, init seed)
 };
 
 // Indices into views() for one layer; -1 where the layer has no such tensor.
@@ -47,11 +65,14 @@ struct LayerViews {
 
 class ParameterLayout {
 public:
+    // The whole model, or the tensors of one slice (the names stay the whole model's).
     explicit ParameterLayout(const plan::ModelSpec& model);
+    ParameterLayout(const plan::ModelSpec& model, const ModelSlice& slice);
 
     const std::vector<TensorView>& views() const { return m_views; }
     const TensorView& at(int index) const { return m_views[std::size_t(index)]; }
-    const LayerViews& layer(int i) const { return m_layers[std::size_t(i)]; }
+    const LayerViews& layer(int i) const { return m_layers[std::size_t(i)]; }   // global layer index
+    const ModelSlice& slice() const { return m_slice; }
     int embedding() const { return m_embedding; }
     int finalNormWeight() const { return m_finalNormWeight; }
     int finalNormBias() const { return m_finalNormBias; }
@@ -60,8 +81,10 @@ public:
     std::size_t parameterCount() const;          // without alignment padding
 
 private:
-    int add(std::string name, std::vector<std::int64_t> shape, InitKind init);
+    int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local);
 
+    ModelSlice m_slice;
+    int m_globalCount = 0;
     std::vector<TensorView> m_views;
     std::vector<LayerViews> m_layers;
     int m_embedding = -1, m_finalNormWeight = -1, m_finalNormBias = -1, m_head = -1;
