@@ -1,6 +1,7 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
-// started (one process per device). This build runs data parallelism across ranks; pipeline,
-// tensor and expert parallelism and ZeRO arrive with the rest of the parallel issue.
+// started (one process per device). This build runs data parallelism (with ZeRO-1/2) and
+// pipeline parallelism (gpipe, 1f1b, interleaved) across ranks; tensor and expert parallelism,
+// ZeRO-3 and zb-h1 arrive with the rest of the parallel issue.
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
@@ -101,8 +102,8 @@ bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::get
 // What this build can split across ranks; empty when the layout is supported.
 std::string unsupportedLayout(const plan::ParallelSpec& p)
 {
-    if (p.pp > 1)
-        return "parallel.pp = " + std::to_string(p.pp) + ": pipeline parallelism is not in this build yet";
+    if (p.pp > 1 && p.schedule == plan::ScheduleKind::ZeroBubbleH1)
+        return "parallel.schedule = zb-h1: executing the split backward (B and W) is not in this build yet";
     if (p.tp > 1)
         return "parallel.tp = " + std::to_string(p.tp) + ": tensor parallelism is not in this build yet";
     if (p.ep > 1)
@@ -142,7 +143,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
     std::optional<agent::ProcessGroups> groups;
     if (mpi && mpi->worldSize() > 1) {
         if (const std::string why = unsupportedLayout(spec.parallel); !why.empty()) {
-            std::cerr << "meshbench-agent: " << why << "; use data parallelism only, or run without mpirun on one device\n";
+            std::cerr << "meshbench-agent: " << why << "; change the layout, or run without mpirun on one device\n";
             return 1;
         }
         groups.emplace(mpi->createGroups(plan::Mesh(spec.parallel)));
@@ -168,7 +169,8 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
                 std::string(backend.name()).c_str());
     std::printf("data %s\n", trainer.data().describe().c_str());
     if (groups)
-        std::printf("data parallel over %d ranks\n", groups->data->size());
+        std::printf("%d ranks: data parallel %d, pipeline %d (%s)\n", mpi->worldSize(), groups->data->size(),
+                    groups->pipeline->size(), std::string(plan::scheduleName(spec.parallel.schedule)).c_str());
     else if (spec.parallel.worldSize() > 1)
         std::printf("note: the layout has %lld ranks; this run computes the same global batch on one device\n",
                     static_cast<long long>(spec.parallel.worldSize()));

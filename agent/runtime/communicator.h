@@ -34,6 +34,12 @@ public:
     // this member's own block inside out.
     virtual void allGather(const float* in, float* out, std::size_t perRank) = 0;
     virtual void broadcast(float* data, std::size_t n, int root) = 0;
+
+    // Point to point. send returns at once; the data must stay untouched until waitSends().
+    // Messages between two members with the same tag arrive in the order they were sent.
+    virtual void send(const float* data, std::size_t n, int peer, int tag) = 0;
+    virtual void recv(float* data, std::size_t n, int peer, int tag) = 0;
+    virtual void waitSends() = 0;
 };
 
 // The world communicator and the groups of one rank, built from engine/plan's mesh (the same

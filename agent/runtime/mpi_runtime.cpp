@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 namespace meshbench::agent {
 namespace {
@@ -65,11 +66,27 @@ public:
     {
         check(MPI_Bcast(data, count(n), MPI_FLOAT, root, m_comm), "MPI_Bcast");
     }
+    void send(const float* data, std::size_t n, int peer, int tag) override
+    {
+        MPI_Request request;
+        check(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, m_comm, &request), "MPI_Isend");
+        m_sends.push_back(request);
+    }
+    void recv(float* data, std::size_t n, int peer, int tag) override
+    {
+        check(MPI_Recv(data, count(n), MPI_FLOAT, peer, tag, m_comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    }
+    void waitSends() override
+    {
+        check(MPI_Waitall(int(m_sends.size()), m_sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+        m_sends.clear();
+    }
 
 private:
     MPI_Comm m_comm;
     int m_rank = 0;
     int m_size = 1;
+    std::vector<MPI_Request> m_sends;
 };
 
 std::unique_ptr<Communicator> split(const plan::Mesh& mesh, plan::GroupKind kind, int worldRank)

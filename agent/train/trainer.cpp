@@ -1,6 +1,7 @@
 #include "trainer.h"
 
 #include "agent/checkpoint/safetensors.h"
+#include "pipeline_executor.h"
 
 #include <chrono>
 #include <cmath>
@@ -12,10 +13,6 @@ constexpr const char* kFormat = "meshbench-checkpoint-1";
 const std::string kMomentPrefix = "optimizer.exp_avg.";
 const std::string kSecondMomentPrefix = "optimizer.exp_avg_sq.";
 
-}  // namespace
-
-namespace {
-
 constexpr std::size_t kShardAlign = 16;   // elements: shards start 64-byte aligned
 
 std::size_t shardSizeFor(std::size_t total, int ranks)
@@ -24,14 +21,42 @@ std::size_t shardSizeFor(std::size_t total, int ranks)
     return (share + kShardAlign - 1) / kShardAlign * kShardAlign;
 }
 
+// The slice of the model this rank holds: all of it unless the layout has pipeline stages.
+ModelSlice sliceOf(const plan::JobSpec& spec, const ProcessGroups* groups)
+{
+    const plan::ParallelSpec& p = spec.parallel;
+    return groups && p.pp > 1 ? ModelSlice::ofStage(spec.model, p.pp, p.virtualStages, groups->coord.pp)
+                              : ModelSlice::whole(spec.model);
+}
+
+// Tokens per expert summed over micro-batches, one entry per MoE layer.
+std::vector<ExpertLoad> mergeByLayer(const std::vector<ExpertLoad>& loads)
+{
+    std::vector<ExpertLoad> merged;
+    for (const ExpertLoad& load : loads) {
+        auto it = std::find_if(merged.begin(), merged.end(), [&](const ExpertLoad& l) { return l.layer == load.layer; });
+        if (it == merged.end()) {
+            merged.push_back(load);
+            continue;
+        }
+        for (std::size_t e = 0; e < load.routed.size(); ++e) {
+            it->routed[e] += load.routed[e];
+            it->kept[e] += load.kept[e];
+        }
+    }
+    return merged;
+}
+
 }  // namespace
 
 Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups)
     : m_spec(spec), m_backend(backend), m_groups(groups),
+      m_slice(sliceOf(spec, groups)),
       m_model(spec.model, spec.parallel.recompute, backend,
-              zeroStage() > 0 ? shardSizeFor(ParameterLayout(spec.model).totalSize(), dataParallelSize()) *
+              zeroStage() > 0 ? shardSizeFor(ParameterLayout(spec.model, m_slice).totalSize(), dataParallelSize()) *
                                     std::size_t(dataParallelSize())
-                              : 0),
+                              : 0,
+              &m_slice),
       m_data(makeTokenSource(spec.train.data, int(spec.model.vocab), int(spec.model.seqLen), spec.train.seed)),
       m_shardSize(zeroStage() > 0 ? m_model.bufferElements() / std::size_t(dataParallelSize())
                                   : m_model.layout().totalSize()),
@@ -42,7 +67,13 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
         m_gradShard = DeviceBuffer(backend, m_shardSize);
     if (zeroStage() >= 2)
         m_scatterOut = DeviceBuffer(backend, m_shardSize);
+    if (pipelineSize() > 1)
+        m_pipeline = std::make_unique<PipelineExecutor>(m_model, backend, *groups->pipeline,
+                                                        plan::buildSchedule(spec.parallel.scheduleShape()),
+                                                        groups->coord.pp);
 }
+
+Trainer::~Trainer() = default;
 
 void Trainer::initialize()
 {
@@ -94,41 +125,51 @@ StepMetrics Trainer::step()
     m_model.zeroGradients();
     if (zeroStage() > 0)
         m_backend.fill(m_gradShard.ptr(), 0.0f, m_shardSize);
-    std::vector<std::int32_t> tokens(std::size_t(microBatchSize) * seqPlusOne);
-    double lossSum = 0;
-    double auxSum = 0;
-    // Data-parallel rank r runs micro-batches [r M / dp, (r + 1) M / dp) of the step's M.
-    const int dp = m_groups ? m_groups->data->size() : 1;
-    const int firstMicrobatch = m_groups ? m_groups->data->rank() * (microbatches / dp) : 0;
-    for (int mb = firstMicrobatch; mb < firstMicrobatch + microbatches / dp; ++mb) {
-        // Sample k of step i is global sample i x globalBatch + k.
-        for (int row = 0; row < microBatchSize; ++row)
-            sampleTokens(std::int64_t(m_step) * globalBatch + std::int64_t(mb) * microBatchSize + row,
-                         tokens.data() + std::size_t(row) * seqPlusOne);
-        ForwardResult result;
-        if (zeroStage() >= 2)
-            m_model.zeroGradients();   // the full buffer only carries this micro-batch
-        auto activations = m_model.forward({tokens.data(), microBatchSize}, lossScale, auxScale, result);
-        m_model.backward(*activations);
-        if (zeroStage() >= 2) {
-            m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
-                                             static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
-            m_backend.add(m_scatterOut.ptr(), m_gradShard.ptr(), m_shardSize);
+    // Data-parallel rank r runs micro-batches [r M / dp, (r + 1) M / dp) of the step's M; every
+    // pipeline stage of a replica sees the same micro-batches.
+    const int dp = dataParallelSize();
+    const int localMicrobatches = microbatches / dp;
+    const int firstMicrobatch = m_groups ? m_groups->data->rank() * localMicrobatches : 0;
+    std::vector<std::vector<std::int32_t>> batches(static_cast<std::size_t>(localMicrobatches));
+    auto tokensOf = [&](int local) -> const std::int32_t* {
+        std::vector<std::int32_t>& tokens = batches[std::size_t(local)];
+        if (tokens.empty()) {
+            tokens.resize(std::size_t(microBatchSize) * seqPlusOne);
+            // Sample k of step i is global sample i x globalBatch + k.
+            for (int row = 0; row < microBatchSize; ++row)
+                sampleTokens(std::int64_t(m_step) * globalBatch +
+                                 std::int64_t(firstMicrobatch + local) * microBatchSize + row,
+                             tokens.data() + std::size_t(row) * seqPlusOne);
         }
-        lossSum += result.lossSum;
-        auxSum += result.auxLoss;
-        for (const ExpertLoad& load : result.expertLoads) {
-            auto it = std::find_if(metrics.expertLoads.begin(), metrics.expertLoads.end(),
-                                   [&](const ExpertLoad& l) { return l.layer == load.layer; });
-            if (it == metrics.expertLoads.end()) {
-                metrics.expertLoads.push_back(load);
-                continue;
-            }
-            for (std::size_t e = 0; e < load.routed.size(); ++e) {
-                it->routed[e] += load.routed[e];
-                it->kept[e] += load.kept[e];
+        return tokens.data();
+    };
+
+    ForwardResult result;
+    if (m_pipeline) {
+        m_pipeline->runStep(tokensOf, microBatchSize, lossScale, auxScale, result);
+    } else {
+        for (int mb = 0; mb < localMicrobatches; ++mb) {
+            if (zeroStage() >= 2)
+                m_model.zeroGradients();   // the full buffer only carries this micro-batch
+            auto activations = m_model.forward({tokensOf(mb), microBatchSize}, lossScale, auxScale, result);
+            m_model.backward(*activations);
+            if (zeroStage() >= 2) {
+                m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
+                                                 static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
+                m_backend.add(m_scatterOut.ptr(), m_gradShard.ptr(), m_shardSize);
             }
         }
+    }
+    metrics.expertLoads = mergeByLayer(result.expertLoads);
+    double lossSum = result.lossSum;
+    double auxSum = result.auxLoss;
+    if (pipelineSize() > 1) {
+        shareTiedEmbeddingGradient();
+        // The loss lives on the last stage, load-balancing losses on every stage with MoE layers.
+        double sums[2] = {lossSum, auxSum};
+        m_groups->pipeline->allReduceSum(sums, 2);
+        lossSum = sums[0];
+        auxSum = sums[1];
     }
     if (dp > 1) {
         // The step's gradient is the sum over all micro-batches, wherever they ran. The CPU
@@ -159,9 +200,11 @@ StepMetrics Trainer::step()
     const kernels::DevPtr grads = zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients();
 
     // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
-    double sumSquares = m_backend.sumSquares(grads, m_shardSize);
+    double sumSquares = gradientSumSquares(grads);
     if (zeroStage() > 0)
         m_groups->data->allReduceSum(&sumSquares, 1);
+    if (pipelineSize() > 1)
+        m_groups->pipeline->allReduceSum(&sumSquares, 1);
     metrics.gradNorm = std::sqrt(sumSquares);
     const double clip = m_spec.train.gradClip;
     const float gradScale = clip > 0 ? float(std::min(1.0, clip / (metrics.gradNorm + 1e-6))) : 1.0f;
@@ -195,18 +238,54 @@ StepMetrics Trainer::step()
 
 void Trainer::save(const std::string& path) const
 {
-    const ParameterLayout& layout = m_model.layout();
-    const std::size_t total = layout.totalSize();
-    std::vector<float> m = gatherMoment(m_adamM), v = gatherMoment(m_adamV);
-    if (m_groups && m_groups->worldRank != 0)
-        return;   // rank 0 writes the job's checkpoint
-    std::vector<float> params(total);
-    m_backend.download(params.data(), m_model.parameters(), total);
+    // Every rank's parameters and (gathered) moments, as flat buffers in its slice's layout.
+    struct Part {
+        ParameterLayout layout;
+        std::vector<float> params, m, v;
+    };
+    const std::size_t total = m_model.layout().totalSize();
+    Part mine{m_model.layout(), std::vector<float>(total), gatherMoment(m_adamM), gatherMoment(m_adamV)};
+    m_backend.download(mine.params.data(), m_model.parameters(), total);
+
+    // Data-parallel replica 0's pipeline holds the model; its stage 0 (world rank 0) writes.
+    if (m_groups && m_groups->coord.dp != 0)
+        return;
+    const int stages = pipelineSize();
+    const int stage = m_groups ? m_groups->coord.pp : 0;
+    if (stage != 0) {
+        for (const std::vector<float>* buffer : {&mine.params, &mine.m, &mine.v})
+            m_groups->pipeline->send(buffer->data(), buffer->size(), 0, 1);
+        m_groups->pipeline->waitSends();
+        return;
+    }
+    std::vector<Part> parts;
+    parts.push_back(std::move(mine));
+    for (int s = 1; s < stages; ++s) {
+        const plan::ParallelSpec& p = m_spec.parallel;
+        ParameterLayout layout(m_spec.model, ModelSlice::ofStage(m_spec.model, p.pp, p.virtualStages, s));
+        const std::size_t size = layout.totalSize();
+        Part part{std::move(layout), std::vector<float>(size), std::vector<float>(size), std::vector<float>(size)};
+        for (std::vector<float>* buffer : {&part.params, &part.m, &part.v})
+            m_groups->pipeline->recv(buffer->data(), size, s, 1);
+        parts.push_back(std::move(part));
+    }
+
+    // Tensors in the whole model's order; a tied embedding's second copy is the same tensor.
+    std::vector<std::pair<const Part*, const TensorView*>> order;
+    for (const Part& part : parts)
+        for (const TensorView& view : part.layout.views())
+            order.emplace_back(&part, &view);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.second->globalIndex < b.second->globalIndex; });
+    order.erase(std::unique(order.begin(), order.end(),
+                            [](const auto& a, const auto& b) { return a.second->globalIndex == b.second->globalIndex; }),
+                order.end());
     std::vector<TensorRecord> tensors;
-    for (const auto& [prefix, buffer] : {std::pair{std::string(), &params}, std::pair{kMomentPrefix, &m},
-                                         std::pair{kSecondMomentPrefix, &v}})
-        for (const TensorView& view : layout.views())
-            tensors.push_back({prefix + view.name, view.shape, buffer->data() + view.offset});
+    for (const std::string& prefix : {std::string(), kMomentPrefix, kSecondMomentPrefix})
+        for (const auto& [part, view] : order) {
+            const std::vector<float>& buffer = prefix.empty() ? part->params : prefix == kMomentPrefix ? part->m : part->v;
+            tensors.push_back({prefix + view->name, view->shape, buffer.data() + view->offset});
+        }
     const std::map<std::string, std::string> metadata = {
         {"format", kFormat}, {"step", std::to_string(m_step)}, {"job", plan::toJson(m_spec).dump()}};
     writeSafetensors(path, tensors, metadata);
@@ -259,6 +338,50 @@ void Trainer::load(const std::string& path)
     m_backend.upload(m_adamM.ptr(), m.data() + m_shardBegin, m_shardSize);
     m_backend.upload(m_adamV.ptr(), v.data() + m_shardBegin, m_shardSize);
     m_step = step;
+}
+
+bool Trainer::holdsTiedCopy() const
+{
+    return pipelineSize() > 1 && m_spec.model.tiedEmbeddings && m_slice.head;
+}
+
+void Trainer::shareTiedEmbeddingGradient()
+{
+    // With tied embeddings the first and the last stage each hold the embedding (input and output
+    // layer); both need the sum of their gradients, as Megatron's embedding group all-reduce does.
+    if (!m_spec.model.tiedEmbeddings)
+        return;
+    const int last = pipelineSize() - 1;
+    const int stage = m_groups->coord.pp;
+    if (stage != 0 && stage != last)
+        return;
+    const TensorView& embedding = m_model.layout().at(m_model.layout().embedding());
+    float* mine = static_cast<float*>(m_model.gradients().data) + embedding.offset;
+    std::vector<float> theirs(embedding.size);
+    m_groups->pipeline->send(mine, embedding.size, stage == 0 ? last : 0, 0);
+    m_groups->pipeline->recv(theirs.data(), embedding.size, stage == 0 ? last : 0, 0);
+    m_groups->pipeline->waitSends();
+    // Both add in the same order (first stage's part + last stage's), so the copies stay identical.
+    for (std::size_t i = 0; i < embedding.size; ++i)
+        mine[i] = stage == 0 ? mine[i] + theirs[i] : theirs[i] + mine[i];
+}
+
+double Trainer::gradientSumSquares(kernels::DevPtr grads) const
+{
+    // Over this rank's shard, tensor by tensor; a tied embedding's second copy is counted once.
+    const std::size_t shardEnd = m_shardBegin + m_shardSize;
+    double sum = 0;
+    for (int i = 0; i < int(m_model.layout().views().size()); ++i) {
+        const TensorView& v = m_model.layout().at(i);
+        if (holdsTiedCopy() && i == m_model.layout().embedding())
+            continue;
+        const std::size_t begin = std::max(v.offset, m_shardBegin);
+        const std::size_t end = std::min(v.offset + v.size, shardEnd);
+        if (begin < end)
+            sum += m_backend.sumSquares({static_cast<float*>(grads.data) + (begin - m_shardBegin), grads.dtype},
+                                        end - begin);
+    }
+    return sum;
 }
 
 std::vector<float> Trainer::gatherMoment(const DeviceBuffer& moment) const

@@ -24,6 +24,8 @@
 
 namespace meshbench::agent {
 
+class PipelineExecutor;
+
 struct StepMetrics {
     int step = 0;                  // 1-based: the optimizer step just taken
     double loss = 0;               // mean cross-entropy over the step's tokens
@@ -39,6 +41,7 @@ class Trainer {
 public:
     // groups: null on one device; otherwise this rank's process groups (data parallelism only so far).
     Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups = nullptr);
+    ~Trainer();
 
     // Fresh parameters from the seed, zero optimizer state, step 0.
     void initialize();
@@ -59,6 +62,12 @@ public:
 private:
     double learningRate(int step) const;
     int dataParallelSize() const { return m_groups ? m_groups->data->size() : 1; }
+    int pipelineSize() const { return m_groups ? m_groups->pipeline->size() : 1; }
+    // Whether this rank's embedding is the last stage's copy of a tied embedding.
+    bool holdsTiedCopy() const;
+    void shareTiedEmbeddingGradient();
+    // Sum of squares of this rank's gradients (its shard under ZeRO), each parameter counted once.
+    double gradientSumSquares(kernels::DevPtr grads) const;
     // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
     int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
     // Full-size host copies of Adam's moments, gathered from the shards when ZeRO shards them.
@@ -67,6 +76,7 @@ private:
     plan::JobSpec m_spec;
     kernels::Backend& m_backend;
     const ProcessGroups* m_groups;
+    ModelSlice m_slice;
     GptModel m_model;
     std::unique_ptr<TokenSource> m_data;
     std::size_t m_shardSize;    // elements of the flat buffers this rank updates (all of them without ZeRO)
@@ -75,6 +85,7 @@ private:
     DeviceBuffer m_adamV;
     DeviceBuffer m_gradShard;   // ZeRO: this rank's summed share of the gradients
     DeviceBuffer m_scatterOut;  // ZeRO-2: one micro-batch's reduce-scattered share
+    std::unique_ptr<PipelineExecutor> m_pipeline;   // with pipeline stages
     int m_step = 0;
 };
 

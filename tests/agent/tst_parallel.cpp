@@ -1,5 +1,5 @@
-// Data parallelism under mpirun against one device: the same losses step by step and the same
-// parameters afterwards; wrong launches and dying ranks end the job with a message.
+// Data and pipeline parallelism under mpirun against one device: the same losses step by step and
+// the same parameters afterwards; wrong launches and dying ranks end the job with a message.
 
 #include "agent/checkpoint/safetensors.h"
 #include "common/process_run.h"
@@ -19,17 +19,29 @@ using nlohmann::json;
 
 namespace {
 
-json job(int dp, bool moe, int zero = 0)
+struct Layout {
+    int dp = 1;
+    int pp = 1;
+    int zero = 0;
+    const char* schedule = "1f1b";
+    int virtualStages = 1;
+    bool moe = false;
+    int ranks() const { return dp * pp; }
+};
+
+json job(const Layout& l)
 {
-    json model = {{"layers", 2}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16}};
+    json model = {{"layers", 4}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16}};
     // Every token goes to every expert and none is dropped: top-k selection and capacity are
     // discontinuous, and the last-bit differences between the runs (below) could flip a near-tie
     // and change a step's loss by far more than rounding. Data parallelism does not touch routing.
-    if (moe)
-        model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}};
+    if (l.moe)
+        model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
     return {{"model", model},
-            {"parallel", {{"dp", dp}, {"microbatches", 2}, {"micro_batch_size", 2}, {"zero", zero}}},
-            {"cluster", {{"nodes", 1}, {"devices_per_node", dp}, {"device", "cpu"}}},
+            {"parallel",
+             {{"dp", l.dp}, {"pp", l.pp}, {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
+              {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}}},
+            {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
             {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
 }
 
@@ -53,12 +65,14 @@ bool close(double a, double b, double relative) { return std::abs(a - b) <= rela
 
 }  // namespace
 
+Q_DECLARE_METATYPE(Layout)
+
 class TestParallel : public QObject {
     Q_OBJECT
 private slots:
     void initTestCase();
-    void dataParallelEqualsOneDevice_data();
-    void dataParallelEqualsOneDevice();
+    void layoutEqualsOneDevice_data();
+    void layoutEqualsOneDevice();
     void wrongRankCountIsRefused();
     void unsupportedLayoutIsRefused();
     void aDyingRankEndsTheJob();
@@ -80,36 +94,40 @@ QString TestParallel::write(const QString& name, const json& content)
     return path;
 }
 
-void TestParallel::dataParallelEqualsOneDevice_data()
+void TestParallel::layoutEqualsOneDevice_data()
 {
-    QTest::addColumn<int>("dp");
-    QTest::addColumn<bool>("moe");
-    QTest::addColumn<int>("zero");
-    QTest::newRow("dp2 dense") << 2 << false << 0;
-    QTest::newRow("dp2 moe") << 2 << true << 0;
-    QTest::newRow("dp4 moe") << 4 << true << 0;
-    QTest::newRow("dp2 zero-1") << 2 << false << 1;
-    QTest::newRow("dp2 zero-2") << 2 << false << 2;
-    QTest::newRow("dp4 moe zero-2") << 4 << true << 2;
+    QTest::addColumn<Layout>("layout");
+    QTest::newRow("dp2") << Layout{2};
+    QTest::newRow("dp2 moe") << Layout{2, 1, 0, "1f1b", 1, true};
+    QTest::newRow("dp4 moe") << Layout{4, 1, 0, "1f1b", 1, true};
+    QTest::newRow("dp2 zero-1") << Layout{2, 1, 1};
+    QTest::newRow("dp2 zero-2") << Layout{2, 1, 2};
+    QTest::newRow("dp4 moe zero-2") << Layout{4, 1, 2, "1f1b", 1, true};
+    QTest::newRow("pp2 gpipe") << Layout{1, 2, 0, "gpipe"};
+    QTest::newRow("pp2 1f1b") << Layout{1, 2, 0, "1f1b"};
+    QTest::newRow("pp4 gpipe") << Layout{1, 4, 0, "gpipe"};
+    QTest::newRow("pp4 1f1b") << Layout{1, 4, 0, "1f1b"};
+    QTest::newRow("pp2 interleaved v2") << Layout{1, 2, 0, "interleaved", 2};
+    QTest::newRow("pp2 1f1b moe") << Layout{1, 2, 0, "1f1b", 1, true};
+    QTest::newRow("dp2 pp2 zero-1") << Layout{2, 2, 1, "1f1b"};
 }
 
-void TestParallel::dataParallelEqualsOneDevice()
+void TestParallel::layoutEqualsOneDevice()
 {
-    // Gradients are summed by an MPI all-reduce instead of accumulated in one process, so only the
-    // order of fp32 additions differs: ~1e-7 relative per step, far inside the 1e-5 asked for.
-    QFETCH(int, dp);
-    QFETCH(bool, moe);
-    QFETCH(int, zero);
-    const QString tag = QStringLiteral("dp%1-%2-zero%3").arg(dp).arg(moe).arg(zero);
-    const QString jobFile = write(tag + ".json", job(dp, moe, zero));
+    // Gradients are summed by MPI and micro-batches run on other ranks, so only the order of fp32
+    // additions differs from one device: ~1e-7 relative per step, far inside the 1e-5 asked for.
+    QFETCH(Layout, layout);
+    const QString tag = QString::fromLatin1(QTest::currentDataTag()).replace(' ', '-');
+    const QString jobFile = write(tag + ".json", job(layout));
     const QString single = m_dir.filePath(tag + "-single"), parallel = m_dir.filePath(tag + "-parallel");
     const ProcessRun one = runProcess(QStringLiteral(MESHBENCH_AGENT),
                                       {"--job", jobFile, "--metrics", single + ".jsonl", "--save", single});
     QVERIFY2(one.exitCode == 0, qPrintable(one.err));
-    const ProcessRun many = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
-                                       mpirun(dp, {"--job", jobFile, "--metrics", parallel + ".jsonl", "--save", parallel}));
+    const ProcessRun many = runProcess(
+        QStringLiteral(MESHBENCH_MPIRUN),
+        mpirun(layout.ranks(), {"--job", jobFile, "--metrics", parallel + ".jsonl", "--save", parallel}));
     QVERIFY2(many.exitCode == 0, qPrintable(many.err));
-    QVERIFY(many.out.contains(QStringLiteral("data parallel over %1 ranks").arg(dp)));
+    QVERIFY(many.out.contains(QStringLiteral("data parallel %1, pipeline %2").arg(layout.dp).arg(layout.pp)));
 
     const std::vector<json> a = readMetrics(single + ".jsonl"), b = readMetrics(parallel + ".jsonl");
     QCOMPARE(a.size(), std::size_t(10));
@@ -118,7 +136,7 @@ void TestParallel::dataParallelEqualsOneDevice()
         for (const char* key : {"loss", "aux_loss", "grad_norm"})
             QVERIFY2(close(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
                      qPrintable(QStringLiteral("step %1 %2: one device %3, %4 ranks %5")
-                                    .arg(i + 1).arg(key).arg(a[i][key].get<double>(), 0, 'g', 10).arg(dp)
+                                    .arg(i + 1).arg(key).arg(a[i][key].get<double>(), 0, 'g', 10).arg(layout.ranks())
                                     .arg(b[i][key].get<double>(), 0, 'g', 10)));
 
     // The parameters after the 10 steps, tensor by tensor. Adam normalises every element's update
@@ -156,24 +174,24 @@ void TestParallel::dataParallelEqualsOneDevice()
 
 void TestParallel::wrongRankCountIsRefused()
 {
-    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(3, {"--job", write("np.json", job(2, false))}));
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(3, {"--job", write("np.json", job(Layout{2}))}));
     QVERIFY(r.exitCode != 0);
     QVERIFY2((r.out + r.err).contains("the layout needs dp x pp x tp = 2 ranks but mpirun started 3"), qPrintable(r.err));
 }
 
 void TestParallel::unsupportedLayoutIsRefused()
 {
-    json doc = job(2, false);
-    doc["parallel"] = {{"pp", 2}, {"microbatches", 2}};
-    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("pp.json", doc)}));
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                                    mpirun(2, {"--job", write("zb.json", job(Layout{1, 2, 0, "zb-h1"}))}));
     QVERIFY(r.exitCode != 0);
-    QVERIFY2((r.out + r.err).contains("parallel.pp = 2: pipeline parallelism is not in this build yet"), qPrintable(r.err));
+    QVERIFY2((r.out + r.err).contains("parallel.schedule = zb-h1: executing the split backward (B and W) is not in this build yet"),
+             qPrintable(r.err));
 }
 
 void TestParallel::aDyingRankEndsTheJob()
 {
     // One rank killed mid-run: the job must end within seconds, non-zero, naming the rank.
-    json doc = job(2, true);
+    json doc = job(Layout{2, 1, 0, "1f1b", 1, true});
     doc["train"]["steps"] = 1000000;
     QProcess launcher;
     launcher.start(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("long.json", doc)}));

@@ -1,0 +1,85 @@
+#include "pipeline_executor.h"
+
+#include <map>
+
+namespace meshbench::agent {
+
+PipelineExecutor::PipelineExecutor(GptModel& model, kernels::Backend& backend, Communicator& pipeline,
+                                   plan::Schedule schedule, int stage)
+    : m_model(model), m_backend(backend), m_pipeline(pipeline), m_schedule(std::move(schedule)), m_stage(stage)
+{
+    const plan::ScheduleShape& shape = m_schedule.shape;
+    // MPI promises tags up to 32767 (MPI_TAG_UB may be larger, but not everywhere).
+    if (2LL * shape.microbatches * shape.stages * shape.virtualStages > 32767)
+        throw CommError("the schedule has " + std::to_string(shape.microbatches) + " micro-batches x " +
+                        std::to_string(shape.stages * shape.virtualStages) +
+                        " virtual stages, more messages than MPI tags can name; use fewer, larger micro-batches");
+    if (m_schedule.splitBackward())
+        throw CommError("schedule " + std::string(plan::scheduleName(shape.kind)) +
+                        " splits the backward into B and W, which this build does not execute yet");
+}
+
+int PipelineExecutor::tagOf(int microbatch, int virtualStage, bool gradient) const
+{
+    const plan::ScheduleShape& shape = m_schedule.shape;
+    return (microbatch * shape.stages * shape.virtualStages + virtualStage) * 2 + (gradient ? 1 : 0);
+}
+
+void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& tokensOf, int batch, float lossScale,
+                               float auxScale, ForwardResult& result)
+{
+    const plan::ScheduleShape& shape = m_schedule.shape;
+    const std::size_t elements = std::size_t(batch) * std::size_t(m_model.spec().seqLen) *
+                                 std::size_t(m_model.spec().hidden);
+    // What is in flight, by (micro-batch, chunk).
+    struct Slot {
+        DeviceBuffer input, output, outputGrad, inputGrad;
+        GptModel::ActivationsPtr activations;
+    };
+    std::map<std::pair<int, int>, Slot> slots;
+    std::vector<DeviceBuffer> sent;   // kept until the sends complete
+
+    for (const plan::Op& op : m_schedule.stages[std::size_t(m_stage)]) {
+        Slot& slot = slots[{op.microbatch, op.chunk}];
+        const int virtualStage = op.chunk * shape.stages + m_stage;
+        switch (op.kind) {
+        case plan::OpKind::RecvActivation:
+            slot.input = DeviceBuffer(m_backend, elements);
+            m_pipeline.recv(static_cast<float*>(slot.input.ptr().data), elements, op.peerStage,
+                            tagOf(op.microbatch, virtualStage, false));
+            break;
+        case plan::OpKind::Forward:
+            slot.output = DeviceBuffer(m_backend, elements);
+            slot.activations = m_model.forward(op.chunk, {tokensOf(op.microbatch), batch}, slot.input.ptr(),
+                                               slot.output.ptr(), lossScale, auxScale, result);
+            slot.input = DeviceBuffer();
+            break;
+        case plan::OpKind::SendActivation:
+            m_pipeline.send(static_cast<const float*>(slot.output.ptr().data), elements, op.peerStage,
+                            tagOf(op.microbatch, virtualStage + 1, false));
+            sent.push_back(std::move(slot.output));
+            break;
+        case plan::OpKind::RecvGradient:
+            slot.outputGrad = DeviceBuffer(m_backend, elements);
+            m_pipeline.recv(static_cast<float*>(slot.outputGrad.ptr().data), elements, op.peerStage,
+                            tagOf(op.microbatch, virtualStage, true));
+            break;
+        case plan::OpKind::Backward:
+            slot.inputGrad = DeviceBuffer(m_backend, elements);
+            m_model.backward(*slot.activations, slot.outputGrad.ptr(), slot.inputGrad.ptr());
+            slot.activations.reset();
+            slot.outputGrad = DeviceBuffer();
+            break;
+        case plan::OpKind::SendGradient:
+            m_pipeline.send(static_cast<const float*>(slot.inputGrad.ptr().data), elements, op.peerStage,
+                            tagOf(op.microbatch, virtualStage - 1, true));
+            sent.push_back(std::move(slot.inputGrad));
+            break;
+        case plan::OpKind::WeightGrad:
+            break;   // refused in the constructor
+        }
+    }
+    m_pipeline.waitSends();
+}
+
+}  // namespace meshbench::agent
