@@ -7,6 +7,7 @@
 #include "agent/data/markov_source.h"
 #include "agent/runtime/mpi_runtime.h"
 #include "agent/train/trainer.h"
+#include "plan/planner.h"
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/openblas_core.h"
@@ -27,12 +28,14 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: meshbench-agent --job JOB.json [--steps N] [--save DIR] [--save-every N] [--load CHECKPOINT]\n"
-    "                       [--metrics FILE] [--threads N]\n"
+    "                       [--metrics FILE] [--spans FILE] [--threads N]\n"
     "\n"
     "  --steps N        optimizer steps to run (default: the job's train.steps)\n"
     "  --save DIR       write DIR/step-NNNNNN.safetensors at the start, every --save-every steps, and at the end\n"
     "  --load FILE      resume from a checkpoint written by --save\n"
     "  --metrics FILE   also write one JSON object per step to FILE\n"
+    "  --spans FILE     write every executed op as a span, and memory by category, as JSON lines\n"
+    "                   (FILE.rank<R> for each rank under mpirun)\n"
     "  --threads N      OpenBLAS threads (default 1)\n";
 
 struct Options {
@@ -42,6 +45,7 @@ struct Options {
     int saveEvery = 0;
     std::string load;
     std::string metrics;
+    std::string spans;
     int threads = 1;
 };
 
@@ -191,22 +195,36 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
         trainer.save(checkpointName(options.saveDir, trainer.completedSteps()));
     }
 
+    // With pipeline stages, each step's measured bubble is shown beside the planner's prediction.
+    const double plannedBubble = groups && spec.parallel.pp > 1 ? plan::makePlan(spec).simulation.overallBubbleRatio : -1;
     double lastLoss = 0;
     while (trainer.completedSteps() < last) {
         const agent::StepMetrics m = trainer.step();
         lastLoss = m.loss;
-        std::printf("step %6d  loss %.6f  aux %.6f  grad-norm %.4f  lr %.3g  tokens/s %.0f%s\n", m.step, m.loss,
-                    m.auxLoss, m.gradNorm, m.learningRate, m.tokensPerSecond, expertSummary(m.expertLoads).c_str());
+        char bubble[64] = "";
+        if (plannedBubble >= 0)
+            std::snprintf(bubble, sizeof bubble, "  bubble %.1f%% (plan %.1f%%)", 100 * m.bubbleRatio,
+                          100 * plannedBubble);
+        std::printf("step %6d  loss %.6f  aux %.6f  grad-norm %.4f  lr %.3g  tokens/s %.0f%s%s\n", m.step, m.loss,
+                    m.auxLoss, m.gradNorm, m.learningRate, m.tokensPerSecond, bubble,
+                    expertSummary(m.expertLoads).c_str());
         std::fflush(stdout);
         if (metrics.is_open())
             metrics << nlohmann::json{{"step", m.step}, {"loss", m.loss}, {"aux_loss", m.auxLoss},
                                       {"grad_norm", m.gradNorm}, {"lr", m.learningRate},
-                                      {"tokens_per_s", m.tokensPerSecond}}
+                                      {"tokens_per_s", m.tokensPerSecond}, {"bubble_ratio", m.bubbleRatio}}
                            .dump()
                     << "\n";
         const bool due = options.saveEvery > 0 && m.step % options.saveEvery == 0;
         if (!options.saveDir.empty() && (due || m.step == last))
             trainer.save(checkpointName(options.saveDir, m.step));
+    }
+    if (!options.spans.empty()) {
+        const std::string path = groups ? options.spans + ".rank" + std::to_string(mpi->worldRank()) : options.spans;
+        std::ofstream out(path);
+        trainer.measurements().writeJsonLines(out);
+        if (!out)
+            throw std::runtime_error("cannot write spans to '" + path + "'");
     }
     if (markov && steps > 0)
         std::printf("final loss %.4f nats, entropy floor of the source %.4f nats (%.1f%% above)\n", lastLoss,
@@ -230,7 +248,7 @@ int main(int argc, char** argv)
             return 0;
         }
         if (a != "--job" && a != "--steps" && a != "--save" && a != "--save-every" && a != "--load" &&
-            a != "--metrics" && a != "--threads")
+            a != "--metrics" && a != "--spans" && a != "--threads")
             return usageError("unknown option '" + a + "'");
         if (!hasValue)
             return usageError(a + " needs a value");
@@ -244,6 +262,8 @@ int main(int argc, char** argv)
             options.load = value;
         } else if (a == "--metrics") {
             options.metrics = value;
+        } else if (a == "--spans") {
+            options.spans = value;
         } else if (!parseCount(value, a == "--steps" ? 0 : 1, count)) {
             return usageError(a + " needs a whole number, got '" + value + "'");
         } else if (a == "--steps") {

@@ -3,16 +3,47 @@
 
 #include "kernels/backend.h"
 
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string_view>
 #include <utility>
 
 namespace meshbench::agent {
 
+// What a device allocation holds, for the per-rank memory report.
+enum class MemoryCategory : int { Params, Grads, Optimizer, Activations, Workspace };
+constexpr int kMemoryCategories = 5;
+std::string_view memoryCategoryName(MemoryCategory category);
+
+struct MemoryUsage {
+    std::array<std::int64_t, kMemoryCategories> current{};
+    std::array<std::int64_t, kMemoryCategories> peak{};
+};
+
+// The process's own count of device bytes by category, kept by DeviceBuffer: current and peak.
+class MemoryLedger {
+public:
+    static MemoryLedger& instance();
+    void allocated(MemoryCategory category, std::int64_t bytes);
+    void released(MemoryCategory category, std::int64_t bytes);
+    MemoryUsage usage() const;
+    void resetPeaks();   // peaks restart from the current values
+
+private:
+    std::array<std::atomic<std::int64_t>, kMemoryCategories> m_current{};
+    std::array<std::atomic<std::int64_t>, kMemoryCategories> m_peak{};
+};
+
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
-    DeviceBuffer(kernels::Backend& backend, std::size_t elements)
-        : m_backend(&backend), m_ptr(backend.allocate(elements, kernels::DType::F32)), m_size(elements)
+    DeviceBuffer(kernels::Backend& backend, std::size_t elements,
+                 MemoryCategory category = MemoryCategory::Workspace)
+        : m_backend(&backend), m_ptr(backend.allocate(elements, kernels::DType::F32)), m_size(elements),
+          m_category(category)
     {
+        MemoryLedger::instance().allocated(m_category, bytes());
     }
     DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
     DeviceBuffer& operator=(DeviceBuffer&& other) noexcept
@@ -24,8 +55,10 @@ public:
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
     ~DeviceBuffer()
     {
-        if (m_backend && m_ptr.data)
+        if (m_backend && m_ptr.data) {
             m_backend->release(m_ptr);
+            MemoryLedger::instance().released(m_category, bytes());
+        }
     }
 
     kernels::DevPtr ptr() const { return m_ptr; }
@@ -35,16 +68,19 @@ public:
     bool empty() const { return m_size == 0; }
 
 private:
+    std::int64_t bytes() const { return std::int64_t(m_size * kernels::dtypeSize(m_ptr.dtype)); }
     void swap(DeviceBuffer& other) noexcept
     {
         std::swap(m_backend, other.m_backend);
         std::swap(m_ptr, other.m_ptr);
         std::swap(m_size, other.m_size);
+        std::swap(m_category, other.m_category);
     }
 
     kernels::Backend* m_backend = nullptr;
     kernels::DevPtr m_ptr;
     std::size_t m_size = 0;
+    MemoryCategory m_category = MemoryCategory::Workspace;
 };
 
 }  // namespace meshbench::agent

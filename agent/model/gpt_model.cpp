@@ -52,13 +52,18 @@ GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kern
                    std::size_t bufferElements, const ModelSlice* slice)
     : m_model(model), m_recompute(recompute), m_backend(backend),
       m_layout(model, slice ? *slice : ModelSlice::whole(model)),
-      m_params(backend, std::max(bufferElements, m_layout.totalSize())),
-      m_grads(backend, std::max(bufferElements, m_layout.totalSize())),
+      m_params(backend, std::max(bufferElements, m_layout.totalSize()), MemoryCategory::Params),
+      m_grads(backend, std::max(bufferElements, m_layout.totalSize()), MemoryCategory::Grads),
       m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1)
 {
 }
 
 GptModel::~GptModel() = default;
+
+DeviceBuffer GptModel::activation(std::size_t elements)
+{
+    return DeviceBuffer(m_backend, elements, MemoryCategory::Activations);
+}
 
 void GptModel::zeroGradients() { m_backend.fill(m_grads.ptr(), 0.0f, m_grads.size()); }
 
@@ -132,15 +137,15 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
 
-    a.a = DeviceBuffer(m_backend, rows * h);
-    a.mean1 = DeviceBuffer(m_backend, rows);
-    a.rstd1 = DeviceBuffer(m_backend, rows);
+    a.a = activation(rows * h);
+    a.mean1 = activation(rows);
+    a.rstd1 = activation(rows);
     normForward(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), T, a.a.ptr(), a.mean1.ptr(), a.rstd1.ptr());
 
     // q, k and v are row blocks of the qkv weight: three GEMMs write them apart.
-    a.q = DeviceBuffer(m_backend, rows * H * d);
-    a.k = DeviceBuffer(m_backend, rows * Hkv * d);
-    a.v = DeviceBuffer(m_backend, rows * Hkv * d);
+    a.q = activation(rows * H * d);
+    a.k = activation(rows * Hkv * d);
+    a.v = activation(rows * Hkv * d);
     linear(a.a.ptr(), T, w.qkv, 0, H * d, h, a.q.ptr());
     linear(a.a.ptr(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, a.k.ptr());
     linear(a.a.ptr(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, a.v.ptr());
@@ -148,17 +153,17 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
     m_backend.rope(a.k.ptr(), T, s, Hkv, d, kRopeBase, false);
 
     const kernels::AttentionShape shape{batch, s, H, Hkv, d};
-    a.att = DeviceBuffer(m_backend, rows * H * d);
-    a.lse = DeviceBuffer(m_backend, std::size_t(batch) * H * s);
+    a.att = activation(rows * H * d);
+    a.lse = activation(std::size_t(batch) * H * s);
     m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
 
-    a.xMid = DeviceBuffer(m_backend, rows * h);
+    a.xMid = activation(rows * h);
     m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), rows * h);
     linear(a.att.ptr(), T, w.proj, 0, h, H * d, a.xMid.ptr(), 1.0f);   // residual: xMid = xIn + att W^T
 
-    a.c = DeviceBuffer(m_backend, rows * h);
-    a.mean2 = DeviceBuffer(m_backend, rows);
-    a.rstd2 = DeviceBuffer(m_backend, rows);
+    a.c = activation(rows * h);
+    a.mean2 = activation(rows);
+    a.rstd2 = activation(rows);
     normForward(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), T, a.c.ptr(), a.mean2.ptr(), a.rstd2.ptr());
 
     m_backend.copy(xOut, a.xMid.ptr(), rows * h);
@@ -168,8 +173,8 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         m_backend.add(y.ptr(), xOut, rows * h);
     } else {
         const int f = int(m_model.ffnHidden);
-        a.u = DeviceBuffer(m_backend, rows * m_gated * f);
-        a.g = DeviceBuffer(m_backend, rows * f);
+        a.u = activation(rows * m_gated * f);
+        a.g = activation(rows * f);
         linear(a.c.ptr(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
         activationForward(a.u.ptr(), T, f, a.g.ptr());
         linear(a.g.ptr(), T, w.fc2, 0, h, f, xOut, 1.0f);   // residual: xOut = xMid + g W2^T
@@ -215,10 +220,10 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
         result->expertLoads.push_back({layer, a.routedOf, a.countOf});
     }
 
-    a.permuted = DeviceBuffer(m_backend, rows * h);
-    a.eu = DeviceBuffer(m_backend, rows * m_gated * f);
-    a.eg = DeviceBuffer(m_backend, rows * f);
-    a.eout = DeviceBuffer(m_backend, rows * h);
+    a.permuted = activation(rows * h);
+    a.eu = activation(rows * m_gated * f);
+    a.eg = activation(rows * f);
+    a.eout = activation(rows * h);
     m_backend.permute(shape, routing, a.c.ptr(), h, a.permuted.ptr());
     for (int e = 0; e < E; ++e) {
         const int n = a.countOf[std::size_t(e)];
@@ -288,6 +293,7 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     }
     const kernels::AttentionShape shape{batch, s, H, Hkv, d};
     if (a.att.empty()) {
+        // Selective recompute: core attention again, a transient of this backward (workspace).
         a.att = DeviceBuffer(m_backend, rows * H * d);
         a.lse = DeviceBuffer(m_backend, std::size_t(batch) * H * s);
         m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
@@ -352,7 +358,7 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
             }
     }
 
-    DeviceBuffer x(m_backend, rows * h);
+    DeviceBuffer x = activation(rows * h);
     if (acts->embeds)
         m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
     else
@@ -361,20 +367,20 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     for (int i = 0; i < range.layers; ++i) {
         LayerActivations& a = acts->layers[std::size_t(i)];
         a.xIn = std::move(x);
-        x = DeviceBuffer(m_backend, rows * h);
-        forwardLayer(range.firstLayer + i, a, batch.batch, auxScale, x.ptr(), &result);
+        // A chunk that hands on to the next stage writes its last layer's output straight there.
+        const bool handsOn = !acts->ends && i == range.layers - 1;
+        x = handsOn ? DeviceBuffer() : activation(rows * h);
+        forwardLayer(range.firstLayer + i, a, batch.batch, auxScale, handsOn ? output : x.ptr(), &result);
     }
-    if (!acts->ends) {
-        m_backend.copy(output, x.ptr(), rows * h);
+    if (!acts->ends)
         return acts;
-    }
     acts->xFinal = std::move(x);
-    acts->normOut = DeviceBuffer(m_backend, rows * h);
-    acts->meanF = DeviceBuffer(m_backend, rows);
-    acts->rstdF = DeviceBuffer(m_backend, rows);
+    acts->normOut = activation(rows * h);
+    acts->meanF = activation(rows);
+    acts->rstdF = activation(rows);
     normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), T, acts->normOut.ptr(),
                 acts->meanF.ptr(), acts->rstdF.ptr());
-    acts->dLogits = DeviceBuffer(m_backend, rows * V);
+    acts->dLogits = activation(rows * V);
     linear(acts->normOut.ptr(), T, m_layout.head(), 0, V, h, acts->dLogits.ptr());
     result.lossSum += m_backend.crossEntropy(acts->dLogits.ptr(), targets.data(), T, V, lossScale,
                                              acts->dLogits.ptr());

@@ -102,6 +102,8 @@ private:
     void linearBackward(kernels::ConstDevPtr dy, kernels::ConstDevPtr x, int tokens, int view,
                         std::size_t elementOffset, int out, int in, kernels::DevPtr dx, float dxBeta);
     kernels::DevPtr param(int view, std::size_t elementOffset = 0) const;
+    // A buffer kept from a forward pass to its backward, counted as activations.
+    DeviceBuffer activation(std::size_t elements);
     kernels::DevPtr grad(int view, std::size_t elementOffset = 0) const;
 
     plan::ModelSpec m_model;

@@ -26,7 +26,7 @@ int PipelineExecutor::tagOf(int microbatch, int virtualStage, bool gradient) con
 }
 
 void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& tokensOf, int batch, float lossScale,
-                               float auxScale, ForwardResult& result)
+                               float auxScale, ForwardResult& result, int step, Measurements& measurements)
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
     const std::size_t elements = std::size_t(batch) * std::size_t(m_model.spec().seqLen) *
@@ -42,6 +42,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
     for (const plan::Op& op : m_schedule.stages[std::size_t(m_stage)]) {
         Slot& slot = slots[{op.microbatch, op.chunk}];
         const int virtualStage = op.chunk * shape.stages + m_stage;
+        const std::int64_t begin = Measurements::nowNs();
         switch (op.kind) {
         case plan::OpKind::RecvActivation:
             slot.input = DeviceBuffer(m_backend, elements);
@@ -78,6 +79,8 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
         case plan::OpKind::WeightGrad:
             break;   // refused in the constructor
         }
+        measurements.addSpan({step, m_stage, op.chunk, op.microbatch, std::string(plan::opKindName(op.kind)), begin,
+                              Measurements::nowNs(), plan::isCompute(op.kind) ? 0 : elements * sizeof(float)});
     }
     m_pipeline.waitSends();
 }

@@ -61,10 +61,11 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
       m_shardSize(zeroStage() > 0 ? m_model.bufferElements() / std::size_t(dataParallelSize())
                                   : m_model.layout().totalSize()),
       m_shardBegin(zeroStage() > 0 ? m_shardSize * std::size_t(m_groups->data->rank()) : 0),
-      m_adamM(backend, m_shardSize), m_adamV(backend, m_shardSize)
+      m_adamM(backend, m_shardSize, MemoryCategory::Optimizer), m_adamV(backend, m_shardSize, MemoryCategory::Optimizer),
+      m_measurements(groups ? groups->worldRank : 0)
 {
     if (zeroStage() > 0)
-        m_gradShard = DeviceBuffer(backend, m_shardSize);
+        m_gradShard = DeviceBuffer(backend, m_shardSize, MemoryCategory::Grads);
     if (zeroStage() >= 2)
         m_scatterOut = DeviceBuffer(backend, m_shardSize);
     if (pipelineSize() > 1)
@@ -145,14 +146,21 @@ StepMetrics Trainer::step()
     };
 
     ForwardResult result;
+    MemoryLedger::instance().resetPeaks();
+    const int stage = m_groups ? m_groups->coord.pp : 0;
+    const std::int64_t pipelineBegin = Measurements::nowNs();
     if (m_pipeline) {
-        m_pipeline->runStep(tokensOf, microBatchSize, lossScale, auxScale, result);
+        m_pipeline->runStep(tokensOf, microBatchSize, lossScale, auxScale, result, metrics.step, m_measurements);
     } else {
         for (int mb = 0; mb < localMicrobatches; ++mb) {
             if (zeroStage() >= 2)
                 m_model.zeroGradients();   // the full buffer only carries this micro-batch
+            const std::int64_t forwardBegin = Measurements::nowNs();
             auto activations = m_model.forward({tokensOf(mb), microBatchSize}, lossScale, auxScale, result);
+            const std::int64_t backwardBegin = Measurements::nowNs();
             m_model.backward(*activations);
+            m_measurements.addSpan({metrics.step, 0, 0, mb, "F", forwardBegin, backwardBegin, 0});
+            m_measurements.addSpan({metrics.step, 0, 0, mb, "B", backwardBegin, Measurements::nowNs(), 0});
             if (zeroStage() >= 2) {
                 m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
                                                  static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
@@ -160,6 +168,16 @@ StepMetrics Trainer::step()
             }
         }
     }
+    const std::int64_t pipelineEnd = Measurements::nowNs();
+    // Measured bubble: the share of the pipeline phase this stage spent outside F, B and W, summed
+    // over the stages (the simulator's definition, idle / (p x makespan)).
+    double phase[2] = {double(pipelineEnd - pipelineBegin), 0.0};
+    for (auto it = m_measurements.spans().rbegin(); it != m_measurements.spans().rend() && it->step == metrics.step; ++it)
+        if (it->kind == "F" || it->kind == "B" || it->kind == "W")
+            phase[1] += double(it->endNs - it->beginNs);
+    if (pipelineSize() > 1)
+        m_groups->pipeline->allReduceSum(phase, 2);
+    metrics.bubbleRatio = phase[0] > 0 ? 1.0 - phase[1] / phase[0] : 0.0;
     metrics.expertLoads = mergeByLayer(result.expertLoads);
     double lossSum = result.lossSum;
     double auxSum = result.auxLoss;
@@ -171,6 +189,7 @@ StepMetrics Trainer::step()
         lossSum = sums[0];
         auxSum = sums[1];
     }
+    const std::int64_t reduceBegin = Measurements::nowNs();
     if (dp > 1) {
         // The step's gradient is the sum over all micro-batches, wherever they ran. The CPU
         // backend's memory is host memory, which MPI reads directly.
@@ -196,6 +215,10 @@ StepMetrics Trainer::step()
     metrics.loss = lossSum * lossScale;
     metrics.auxLoss = auxSum * auxScale;
 
+    if (dp > 1)
+        m_measurements.addSpan({metrics.step, stage, 0, -1, "dp-reduce", reduceBegin, Measurements::nowNs(),
+                                m_shardSize * sizeof(float) * std::size_t(dp)});
+
     // This rank's gradients for its shard of the flat buffers (all of them without ZeRO).
     const kernels::DevPtr grads = zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients();
 
@@ -209,6 +232,7 @@ StepMetrics Trainer::step()
     const double clip = m_spec.train.gradClip;
     const float gradScale = clip > 0 ? float(std::min(1.0, clip / (metrics.gradNorm + 1e-6))) : 1.0f;
 
+    const std::int64_t optimizerBegin = Measurements::nowNs();
     ++m_step;
     metrics.learningRate = learningRate(m_step);
     const plan::TrainSpec& t = m_spec.train;
@@ -231,6 +255,8 @@ StepMetrics Trainer::step()
         float* params = static_cast<float*>(m_model.parameters().data);
         m_groups->data->allGather(params + m_shardBegin, params, m_shardSize);
     }
+    m_measurements.addSpan({metrics.step, stage, 0, -1, "optimizer", optimizerBegin, Measurements::nowNs(), 0});
+    m_measurements.addMemorySample({metrics.step, Measurements::nowNs(), MemoryLedger::instance().usage()});
     metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics.tokensPerSecond = double(tokensPerStep()) / metrics.seconds;
     return metrics;

@@ -13,6 +13,7 @@
 #include "agent/data/token_source.h"
 #include "agent/model/gpt_model.h"
 #include "agent/runtime/communicator.h"
+#include "measurements.h"
 
 #include "kernels/backend.h"
 #include "plan/job_spec.h"
@@ -34,6 +35,7 @@ struct StepMetrics {
     double learningRate = 0;
     double seconds = 0;
     double tokensPerSecond = 0;
+    double bubbleRatio = 0;        // measured: idle share of the pipeline phase, over all stages
     std::vector<ExpertLoad> expertLoads;   // per MoE layer, summed over the step's micro-batches
 };
 
@@ -58,6 +60,7 @@ public:
     void sampleTokens(std::int64_t index, std::int32_t* out) const;
     const TokenSource& data() const { return *m_data; }
     GptModel& model() { return m_model; }
+    const Measurements& measurements() const { return m_measurements; }
 
 private:
     double learningRate(int step) const;
@@ -86,6 +89,7 @@ private:
     DeviceBuffer m_gradShard;   // ZeRO: this rank's summed share of the gradients
     DeviceBuffer m_scatterOut;  // ZeRO-2: one micro-batch's reduce-scattered share
     std::unique_ptr<PipelineExecutor> m_pipeline;   // with pipeline stages
+    Measurements m_measurements;
     int m_step = 0;
 };
 

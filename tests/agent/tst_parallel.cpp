@@ -2,9 +2,11 @@
 // the same parameters afterwards; wrong launches and dying ranks end the job with a message.
 
 #include "agent/checkpoint/safetensors.h"
+#include "plan/simulator.h"
 #include "common/process_run.h"
 
 #include <QElapsedTimer>
+#include <QRegularExpression>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -26,6 +28,7 @@ struct Layout {
     const char* schedule = "1f1b";
     int virtualStages = 1;
     bool moe = false;
+    const char* recompute = "selective";
     int ranks() const { return dp * pp; }
 };
 
@@ -40,7 +43,7 @@ json job(const Layout& l)
     return {{"model", model},
             {"parallel",
              {{"dp", l.dp}, {"pp", l.pp}, {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
-              {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}}},
+              {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
             {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
 }
@@ -73,12 +76,18 @@ private slots:
     void initTestCase();
     void layoutEqualsOneDevice_data();
     void layoutEqualsOneDevice();
+    void spansReproduceTheSchedule_data();
+    void spansReproduceTheSchedule();
+    void activationMemoryFollowsTheSchedule_data();
+    void activationMemoryFollowsTheSchedule();
     void wrongRankCountIsRefused();
     void unsupportedLayoutIsRefused();
     void aDyingRankEndsTheJob();
 
 private:
     QString write(const QString& name, const json& content);
+    // Runs the layout under mpirun with --spans and returns every rank's records of step `step`.
+    std::vector<std::vector<json>> spansOfStep(const Layout& layout, const QString& tag, int step, QString* out = nullptr);
     QTemporaryDir m_dir;
 };
 
@@ -170,6 +179,104 @@ void TestParallel::layoutEqualsOneDevice()
         ++compared;
     }
     QVERIFY(compared > 10);
+}
+
+std::vector<std::vector<json>> TestParallel::spansOfStep(const Layout& layout, const QString& tag, int step, QString* out)
+{
+    json doc = job(layout);
+    doc["train"]["steps"] = 2;
+    const QString spans = m_dir.filePath(tag + ".spans");
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                                    mpirun(layout.ranks(), {"--job", write(tag + ".json", doc), "--spans", spans}));
+    if (r.exitCode != 0)
+        qFatal("%s", qPrintable(r.err));
+    if (out)
+        *out = r.out;
+    std::vector<std::vector<json>> ranks;
+    for (int rank = 0; rank < layout.ranks(); ++rank) {
+        QFile f(spans + ".rank" + QString::number(rank));
+        if (!f.open(QIODevice::ReadOnly))
+            qFatal("no spans for rank %d", rank);
+        std::vector<json> records;
+        for (const QByteArray& line : f.readAll().trimmed().split('\n')) {
+            json j = json::parse(line.toStdString());
+            if (j["step"] == step)
+                records.push_back(std::move(j));
+        }
+        ranks.push_back(std::move(records));
+    }
+    return ranks;
+}
+
+void TestParallel::spansReproduceTheSchedule_data()
+{
+    QTest::addColumn<Layout>("layout");
+    QTest::newRow("pp2 1f1b") << Layout{1, 2, 0, "1f1b"};
+    QTest::newRow("pp4 gpipe") << Layout{1, 4, 0, "gpipe"};
+    QTest::newRow("pp2 interleaved v2") << Layout{1, 2, 0, "interleaved", 2};
+}
+
+void TestParallel::spansReproduceTheSchedule()
+{
+    // Every stage runs exactly the op list engine/plan builds (and simulates), op for op.
+    QFETCH(Layout, layout);
+    QString out;
+    const auto ranks = spansOfStep(layout, QString::fromLatin1(QTest::currentDataTag()).replace(' ', '-'), 2, &out);
+    plan::ScheduleShape shape{plan::ScheduleKind::OneFOneB, layout.pp, 4, layout.virtualStages, 0};
+    QVERIFY(plan::parseScheduleName(layout.schedule, shape.kind));
+    const plan::Schedule expected = plan::buildSchedule(shape);
+    for (int rank = 0; rank < layout.ranks(); ++rank) {
+        QStringList executed, planned;
+        for (const json& s : ranks[std::size_t(rank)])
+            if (s["type"] == "span" && s["mb"].get<int>() >= 0)
+                executed << QStringLiteral("%1(%2,%3)").arg(QString::fromStdString(s["kind"])).arg(s["mb"].get<int>())
+                                .arg(s["chunk"].get<int>());
+        for (const plan::Op& op : expected.stages[std::size_t(rank)])
+            planned << QStringLiteral("%1(%2,%3)").arg(QString::fromStdString(std::string(plan::opKindName(op.kind))))
+                           .arg(op.microbatch).arg(op.chunk);
+        QCOMPARE(executed, planned);
+    }
+    // The measured bubble is reported beside the planner's.
+    QVERIFY2(out.contains(QRegularExpression("bubble \\d+\\.\\d% \\(plan \\d+\\.\\d%\\)")), qPrintable(out));
+}
+
+void TestParallel::activationMemoryFollowsTheSchedule_data()
+{
+    QTest::addColumn<int>("pp");
+    QTest::newRow("pp2") << 2;
+    QTest::newRow("pp4") << 4;
+}
+
+void TestParallel::activationMemoryFollowsTheSchedule()
+{
+    // GPipe keeps all m = 4 micro-batches' activations, so its peak on a stage over m is one
+    // micro-batch's worth there; 1F1B's peak must then be that times the micro-batches the
+    // schedule keeps in flight on the stage (min(p - r, m)), as the simulator counts them.
+    // Without recompute every activation buffer lives from its forward to its backward; selective
+    // recompute would add a one-layer transient (core attention) to both peaks.
+    QFETCH(int, pp);
+    auto peaks = [&](const char* schedule) {
+        const auto ranks = spansOfStep(Layout{1, pp, 0, schedule, 1, false, "none"},
+                                       QStringLiteral("mem-%1-%2").arg(pp).arg(schedule), 2);
+        std::vector<double> peak;
+        for (const auto& records : ranks)
+            for (const json& r : records)
+                if (r["type"] == "memory")
+                    peak.push_back(r["bytes"]["activations"]["peak"].get<double>());
+        return peak;
+    };
+    const std::vector<double> gpipe = peaks("gpipe"), oneF = peaks("1f1b");
+    QCOMPARE(int(gpipe.size()), pp);
+    QCOMPARE(int(oneF.size()), pp);
+    const plan::ScheduleShape shape{plan::ScheduleKind::OneFOneB, pp, 4, 1, 0};
+    const plan::Schedule schedule = plan::buildSchedule(shape);
+    const plan::SimulationResult sim = plan::simulate(schedule, plan::OpCosts::uniform(shape, 1, 2, 0));
+    for (int r = 0; r < pp; ++r) {
+        const double perMicrobatch = gpipe[std::size_t(r)] / 4;
+        QVERIFY(perMicrobatch > 0);
+        QCOMPARE(oneF[std::size_t(r)], perMicrobatch * sim.peakInFlight[std::size_t(r)]);
+        QCOMPARE(sim.peakInFlight[std::size_t(r)], std::min(pp - r, 4));
+    }
 }
 
 void TestParallel::wrongRankCountIsRefused()
