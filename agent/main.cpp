@@ -1,7 +1,7 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
 // started (one process per device). This build runs data parallelism (with ZeRO-1/2) and
-// pipeline parallelism (gpipe, 1f1b, interleaved) across ranks; tensor and expert parallelism,
-// ZeRO-3 and zb-h1 arrive with the rest of the parallel issue.
+// pipeline parallelism (gpipe, 1f1b, interleaved, zb-h1) across ranks; tensor and expert
+// parallelism and ZeRO-3 arrive with the rest of the parallel issue.
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
@@ -106,8 +106,6 @@ bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::get
 // What this build can split across ranks; empty when the layout is supported.
 std::string unsupportedLayout(const plan::ParallelSpec& p)
 {
-    if (p.pp > 1 && p.schedule == plan::ScheduleKind::ZeroBubbleH1)
-        return "parallel.schedule = zb-h1: executing the split backward (B and W) is not in this build yet";
     if (p.tp > 1)
         return "parallel.tp = " + std::to_string(p.tp) + ": tensor parallelism is not in this build yet";
     if (p.ep > 1)

@@ -86,7 +86,17 @@ void GptModel::linear(ConstDevPtr x, int tokens, int view, std::size_t elementOf
 void GptModel::linearBackward(ConstDevPtr dy, ConstDevPtr x, int tokens, int view, std::size_t elementOffset, int out,
                               int in, DevPtr dx, float dxBeta)
 {
-    m_backend.gemm(true, false, out, in, tokens, 1.0f, dy, out, x, in, 1.0f, grad(view, elementOffset), in);
+    if (m_deferred) {
+        // Keep copies of dy and x: the buffers they live in are freed or reused before W runs.
+        DeferredWeightGrad w{view, elementOffset, out, in, tokens,
+                             DeviceBuffer(m_backend, std::size_t(tokens) * out, MemoryCategory::Activations),
+                             DeviceBuffer(m_backend, std::size_t(tokens) * in, MemoryCategory::Activations)};
+        m_backend.copy(w.dy.ptr(), dy, w.dy.size());
+        m_backend.copy(w.x.ptr(), x, w.x.size());
+        m_deferred->push_back(std::move(w));
+    } else {
+        m_backend.gemm(true, false, out, in, tokens, 1.0f, dy, out, x, in, 1.0f, grad(view, elementOffset), in);
+    }
     if (dx.data)
         m_backend.gemm(false, false, tokens, in, out, 1.0f, dy, out, param(view, elementOffset), in, dxBeta, dx, in);
 }
@@ -387,8 +397,22 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     return acts;
 }
 
-void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad)
+void GptModel::applyWeightGradients(std::vector<DeferredWeightGrad>& deferred)
 {
+    for (DeferredWeightGrad& w : deferred)
+        m_backend.gemm(true, false, w.out, w.in, w.tokens, 1.0f, w.dy.ptr(), w.out, w.x.ptr(), w.in, 1.0f,
+                       grad(w.view, w.elementOffset), w.in);
+    deferred.clear();
+}
+
+void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad,
+                        std::vector<DeferredWeightGrad>* deferred)
+{
+    m_deferred = deferred;
+    struct Reset {
+        std::vector<DeferredWeightGrad>*& pointer;
+        ~Reset() { pointer = nullptr; }
+    } reset{m_deferred};
     const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab);
     const int T = acts.batch * s;
     const std::size_t rows = std::size_t(T);

@@ -31,6 +31,18 @@ struct ExpertLoad {
     std::vector<int> kept;     // after
 };
 
+// A weight-gradient GEMM put off by a split backward: dW += dy^T x for rows [elementOffset /
+// in, + out) of a tensor. dy and x are copies, kept until the W op runs.
+struct DeferredWeightGrad {
+    int view = -1;
+    std::size_t elementOffset = 0;
+    int out = 0;
+    int in = 0;
+    int tokens = 0;
+    DeviceBuffer dy;
+    DeviceBuffer x;
+};
+
 struct ForwardResult {
     double lossSum = 0;        // cross-entropy summed over the micro-batch's tokens
     double auxLoss = 0;        // load-balancing loss summed over MoE layers
@@ -76,8 +88,12 @@ public:
     // Accumulates the chunk's gradients for this micro-batch into gradients(), given the gradient
     // of its output (ignored for the chunk that ends the model), and writes the gradient of its
     // input (not for the chunk that starts it). The activations are spent.
-    void backward(Activations& activations, kernels::ConstDevPtr outputGrad, kernels::DevPtr inputGrad);
+    // With `deferred`, the backward computes input gradients only (zero-bubble's B; Qi et al.
+    // 2024) and queues the linear layers' weight-gradient GEMMs there for applyWeightGradients (W).
+    void backward(Activations& activations, kernels::ConstDevPtr outputGrad, kernels::DevPtr inputGrad,
+                  std::vector<DeferredWeightGrad>* deferred = nullptr);
     void backward(Activations& activations) { backward(activations, {}, {}); }
+    void applyWeightGradients(std::vector<DeferredWeightGrad>& deferred);
 
 private:
     struct LayerActivations;
@@ -114,6 +130,7 @@ private:
     DeviceBuffer m_grads;
     int m_headDim;
     int m_gated;   // 2 for SwiGLU (gate and up), 1 otherwise
+    std::vector<DeferredWeightGrad>* m_deferred = nullptr;   // set during a split backward
 };
 
 }  // namespace meshbench::agent

@@ -14,9 +14,6 @@ PipelineExecutor::PipelineExecutor(GptModel& model, kernels::Backend& backend, C
         throw CommError("the schedule has " + std::to_string(shape.microbatches) + " micro-batches x " +
                         std::to_string(shape.stages * shape.virtualStages) +
                         " virtual stages, more messages than MPI tags can name; use fewer, larger micro-batches");
-    if (m_schedule.splitBackward())
-        throw CommError("schedule " + std::string(plan::scheduleName(shape.kind)) +
-                        " splits the backward into B and W, which this build does not execute yet");
 }
 
 int PipelineExecutor::tagOf(int microbatch, int virtualStage, bool gradient) const
@@ -35,6 +32,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
     struct Slot {
         DeviceBuffer input, output, outputGrad, inputGrad;
         GptModel::ActivationsPtr activations;
+        std::vector<DeferredWeightGrad> weightGrads;   // zb-h1: B queues them, W runs them
     };
     std::map<std::pair<int, int>, Slot> slots;
     std::vector<DeviceBuffer> sent;   // kept until the sends complete
@@ -67,7 +65,8 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             break;
         case plan::OpKind::Backward:
             slot.inputGrad = DeviceBuffer(m_backend, elements);
-            m_model.backward(*slot.activations, slot.outputGrad.ptr(), slot.inputGrad.ptr());
+            m_model.backward(*slot.activations, slot.outputGrad.ptr(), slot.inputGrad.ptr(),
+                             m_schedule.splitBackward() ? &slot.weightGrads : nullptr);
             slot.activations.reset();
             slot.outputGrad = DeviceBuffer();
             break;
@@ -77,7 +76,8 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             sent.push_back(std::move(slot.inputGrad));
             break;
         case plan::OpKind::WeightGrad:
-            break;   // refused in the constructor
+            m_model.applyWeightGradients(slot.weightGrads);
+            break;
         }
         measurements.addSpan({step, m_stage, op.chunk, op.microbatch, std::string(plan::opKindName(op.kind)), begin,
                               Measurements::nowNs(), plan::isCompute(op.kind) ? 0 : elements * sizeof(float)});

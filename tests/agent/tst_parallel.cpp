@@ -117,6 +117,8 @@ void TestParallel::layoutEqualsOneDevice_data()
     QTest::newRow("pp4 gpipe") << Layout{1, 4, 0, "gpipe"};
     QTest::newRow("pp4 1f1b") << Layout{1, 4, 0, "1f1b"};
     QTest::newRow("pp2 interleaved v2") << Layout{1, 2, 0, "interleaved", 2};
+    QTest::newRow("pp2 zb-h1") << Layout{1, 2, 0, "zb-h1"};
+    QTest::newRow("pp4 zb-h1") << Layout{1, 4, 0, "zb-h1"};
     QTest::newRow("pp2 1f1b moe") << Layout{1, 2, 0, "1f1b", 1, true};
     QTest::newRow("dp2 pp2 zero-1") << Layout{2, 2, 1, "1f1b"};
 }
@@ -214,6 +216,7 @@ void TestParallel::spansReproduceTheSchedule_data()
     QTest::newRow("pp2 1f1b") << Layout{1, 2, 0, "1f1b"};
     QTest::newRow("pp4 gpipe") << Layout{1, 4, 0, "gpipe"};
     QTest::newRow("pp2 interleaved v2") << Layout{1, 2, 0, "interleaved", 2};
+    QTest::newRow("pp4 zb-h1") << Layout{1, 4, 0, "zb-h1"};
 }
 
 void TestParallel::spansReproduceTheSchedule()
@@ -288,11 +291,12 @@ void TestParallel::wrongRankCountIsRefused()
 
 void TestParallel::unsupportedLayoutIsRefused()
 {
-    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
-                                    mpirun(2, {"--job", write("zb.json", job(Layout{1, 2, 0, "zb-h1"}))}));
+    json doc = job(Layout{2});
+    doc["parallel"]["tp"] = 2;
+    doc["parallel"]["dp"] = 1;
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("tp.json", doc)}));
     QVERIFY(r.exitCode != 0);
-    QVERIFY2((r.out + r.err).contains("parallel.schedule = zb-h1: executing the split backward (B and W) is not in this build yet"),
-             qPrintable(r.err));
+    QVERIFY2((r.out + r.err).contains("parallel.tp = 2: tensor parallelism is not in this build yet"), qPrintable(r.err));
 }
 
 void TestParallel::aDyingRankEndsTheJob()
