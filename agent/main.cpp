@@ -1,6 +1,6 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
-// started (one process per device). This build runs data parallelism (with ZeRO-1/2) and
-// pipeline parallelism (gpipe, 1f1b, interleaved, zb-h1) across ranks; tensor and expert
+// started (one process per device). This build runs data parallelism (with ZeRO-1/2), pipeline
+// parallelism (gpipe, 1f1b, interleaved, zb-h1) and expert parallelism across ranks; tensor
 // parallelism and ZeRO-3 arrive with the rest of the parallel issue.
 
 #include "agent/checkpoint/safetensors.h"
@@ -108,8 +108,9 @@ std::string unsupportedLayout(const plan::ParallelSpec& p)
 {
     if (p.tp > 1)
         return "parallel.tp = " + std::to_string(p.tp) + ": tensor parallelism is not in this build yet";
-    if (p.ep > 1)
-        return "parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not in this build yet";
+    if (p.ep > 1 && p.zero > 0)
+        return "parallel.zero = " + std::to_string(p.zero) + " with ep = " + std::to_string(p.ep) +
+               ": ZeRO over expert parallelism is not in this build yet";
     if (p.zero > 2)
         return "parallel.zero = 3: ZeRO-3 (sharded parameters) is not in this build yet";
     return "";
@@ -171,8 +172,9 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
                 std::string(backend.name()).c_str());
     std::printf("data %s\n", trainer.data().describe().c_str());
     if (groups)
-        std::printf("%d ranks: data parallel %d, pipeline %d (%s)\n", mpi->worldSize(), groups->data->size(),
-                    groups->pipeline->size(), std::string(plan::scheduleName(spec.parallel.schedule)).c_str());
+        std::printf("%d ranks: data parallel %d, pipeline %d (%s), expert parallel %d\n", mpi->worldSize(),
+                    groups->data->size(), groups->pipeline->size(),
+                    std::string(plan::scheduleName(spec.parallel.schedule)).c_str(), groups->expert->size());
     else if (spec.parallel.worldSize() > 1)
         std::printf("note: the layout has %lld ranks; this run computes the same global batch on one device\n",
                     static_cast<long long>(spec.parallel.worldSize()));

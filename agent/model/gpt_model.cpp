@@ -19,7 +19,12 @@ struct GptModel::LayerActivations {
     // MoE
     std::vector<float> probs, weightOf, dRouterLogits;
     std::vector<int> expertOf, rowOf, tokenOfRow, countOf, routedOf;
-    DeviceBuffer permuted, eu, eg, eout;   // [E C, h], [E C, gated f], [E C, f], [E C, h]
+    // Expert rows at their owner (Megatron's all-to-all dispatcher: permute, all-to-all over EP,
+    // experts, all-to-all back, combine). The owner's buffers hold, for each source EP rank, its
+    // block of rows for each local expert: [E x C] rows in all, as the source's permuted buffer.
+    DeviceBuffer expertIn, eu, eg;   // [E C, h], [E C, gated f], [E C, f]
+    DeviceBuffer eout;               // expert outputs back at the source, [E C, h]
+    std::vector<int> ownerCounts;    // kept rows per (source, local expert)
     int capacity = 0;
 
     kernels::Routing routing()
@@ -230,22 +235,50 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
         result->expertLoads.push_back({layer, a.routedOf, a.countOf});
     }
 
-    a.permuted = activation(rows * h);
+    // Dispatch: each EP rank receives, from every rank, the rows routed to its experts.
+    const int ep = m_expertGroup ? m_expertGroup->size() : 1;
+    const int localExperts = E / ep;
+    {
+        DeviceBuffer permuted(m_backend, rows * h);
+        m_backend.permute(shape, routing, a.c.ptr(), h, permuted.ptr());
+        a.expertIn = activation(rows * h);
+        exchangeExpertRows(permuted.ptr(), a.expertIn.ptr(), rows * h);
+    }
+    std::vector<float> counts(a.countOf.begin(), a.countOf.end()), ownerCounts(counts.size());
+    if (ep > 1)
+        m_expertGroup->allToAll(counts.data(), ownerCounts.data(), std::size_t(localExperts));
+    else
+        ownerCounts = counts;
+    a.ownerCounts.assign(ownerCounts.begin(), ownerCounts.end());
+
     a.eu = activation(rows * m_gated * f);
     a.eg = activation(rows * f);
-    a.eout = activation(rows * h);
-    m_backend.permute(shape, routing, a.c.ptr(), h, a.permuted.ptr());
-    for (int e = 0; e < E; ++e) {
-        const int n = a.countOf[std::size_t(e)];
+    DeviceBuffer ownerOut(m_backend, rows * h);
+    for (int block = 0; block < E; ++block) {   // block = source x localExperts + local expert
+        const int n = a.ownerCounts[std::size_t(block)];
         if (n == 0)
             continue;
-        const std::size_t row0 = std::size_t(e) * a.capacity;
-        linear(a.permuted.at(row0 * h), n, w.expertFc1, std::size_t(e) * m_gated * f * h, m_gated * f, h,
+        const std::size_t expert = std::size_t(block % localExperts);
+        const std::size_t row0 = std::size_t(block) * a.capacity;
+        linear(a.expertIn.at(row0 * h), n, w.expertFc1, expert * m_gated * f * h, m_gated * f, h,
                a.eu.at(row0 * m_gated * f));
         activationForward(a.eu.at(row0 * m_gated * f), n, f, a.eg.at(row0 * f));
-        linear(a.eg.at(row0 * f), n, w.expertFc2, std::size_t(e) * h * f, h, f, a.eout.at(row0 * h));
+        linear(a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f, ownerOut.at(row0 * h));
     }
+    a.eout = activation(rows * h);
+    exchangeExpertRows(ownerOut.ptr(), a.eout.ptr(), rows * h);
     m_backend.combine(shape, routing, a.eout.ptr(), h, y);
+}
+
+void GptModel::exchangeExpertRows(ConstDevPtr in, DevPtr out, std::size_t elements)
+{
+    if (!m_expertGroup || m_expertGroup->size() == 1) {
+        m_backend.copy(out, in, elements);
+        return;
+    }
+    // The CPU backend's memory is host memory, which MPI reads directly.
+    m_expertGroup->allToAll(static_cast<const float*>(in.data), static_cast<float*>(out.data),
+                            elements / std::size_t(m_expertGroup->size()));
 }
 
 void GptModel::backwardMoe(int layer, LayerActivations& a, int T, DevPtr dy, DevPtr dc)
@@ -261,20 +294,28 @@ void GptModel::backwardMoe(int layer, LayerActivations& a, int T, DevPtr dy, Dev
     std::vector<float> dWeight(std::size_t(T) * k, 0.0f);
     m_backend.combineBackward(shape, routing, dy, a.eout.ptr(), h, dEout.ptr(), dWeight.data());
 
+    // The gradients travel the dispatcher's path backwards: to the experts' owners and back.
+    const int ep = m_expertGroup ? m_expertGroup->size() : 1;
+    const int localExperts = E / ep;
+    DeviceBuffer dOwnerOut(m_backend, rows * h);
+    exchangeExpertRows(dEout.ptr(), dOwnerOut.ptr(), rows * h);
     DeviceBuffer dEg(m_backend, rows * f);
     DeviceBuffer dEu(m_backend, rows * m_gated * f);
-    DeviceBuffer dPermuted(m_backend, rows * h);
-    for (int e = 0; e < E; ++e) {
-        const int n = a.countOf[std::size_t(e)];
+    DeviceBuffer dExpertIn(m_backend, rows * h);
+    for (int block = 0; block < E; ++block) {
+        const int n = a.ownerCounts[std::size_t(block)];
         if (n == 0)
             continue;
-        const std::size_t row0 = std::size_t(e) * a.capacity;
-        linearBackward(dEout.at(row0 * h), a.eg.at(row0 * f), n, w.expertFc2, std::size_t(e) * h * f, h, f,
+        const std::size_t expert = std::size_t(block % localExperts);
+        const std::size_t row0 = std::size_t(block) * a.capacity;
+        linearBackward(dOwnerOut.at(row0 * h), a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f,
                        dEg.at(row0 * f), 0.0f);
         activationBackward(dEg.at(row0 * f), a.eu.at(row0 * m_gated * f), n, f, dEu.at(row0 * m_gated * f));
-        linearBackward(dEu.at(row0 * m_gated * f), a.permuted.at(row0 * h), n, w.expertFc1,
-                       std::size_t(e) * m_gated * f * h, m_gated * f, h, dPermuted.at(row0 * h), 0.0f);
+        linearBackward(dEu.at(row0 * m_gated * f), a.expertIn.at(row0 * h), n, w.expertFc1,
+                       expert * m_gated * f * h, m_gated * f, h, dExpertIn.at(row0 * h), 0.0f);
     }
+    DeviceBuffer dPermuted(m_backend, rows * h);
+    exchangeExpertRows(dExpertIn.ptr(), dPermuted.ptr(), rows * h);
     m_backend.fill(dc, 0.0f, std::size_t(T) * h);
     m_backend.permuteBackward(shape, routing, dPermuted.ptr(), h, dc);
 

@@ -9,6 +9,8 @@
 #include "device_buffer.h"
 #include "parameters.h"
 
+#include "agent/runtime/communicator.h"
+
 #include "kernels/backend.h"
 #include "plan/job_spec.h"
 
@@ -66,6 +68,8 @@ public:
     kernels::DevPtr gradients() const { return m_grads.ptr(); }
     std::size_t bufferElements() const { return m_params.size(); }
     void zeroGradients();
+    // Expert parallelism: the group over which this slice's experts are sharded (its EP group).
+    void setExpertGroup(Communicator* group) { m_expertGroup = group; }
 
     class Activations;
     struct ActivationsDeleter {
@@ -131,6 +135,10 @@ private:
     int m_headDim;
     int m_gated;   // 2 for SwiGLU (gate and up), 1 otherwise
     std::vector<DeferredWeightGrad>* m_deferred = nullptr;   // set during a split backward
+    Communicator* m_expertGroup = nullptr;
+    // Moves blocks of an [E x capacity, width] buffer between the EP ranks: block j (the rows of
+    // rank j's experts) goes to rank j. Without EP it is a copy.
+    void exchangeExpertRows(kernels::ConstDevPtr in, kernels::DevPtr out, std::size_t elements);
 };
 
 }  // namespace meshbench::agent

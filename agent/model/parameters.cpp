@@ -1,5 +1,6 @@
 #include "parameters.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace meshbench::agent {
@@ -67,8 +68,8 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
         if (m.isMoeLayer(i)) {
             const std::int64_t e = m.moe.experts, f = m.moe.ffnHidden;
             l.router = add(p + "moe.router.weight", {e, h}, InitKind::Normal, local);
-            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local);
-            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local);
+            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local, true);
+            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local, true);
         } else {
             l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal, local);
             l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal, local);
@@ -83,12 +84,17 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
                               : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head);
 }
 
-int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local)
+int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts)
 {
     const int globalIndex = m_globalCount++;
     if (!local)
         return -1;
     TensorView v;
+    if (experts && m_slice.expertShards > 1) {
+        shape[0] /= m_slice.expertShards;
+        v.shardIndex = m_slice.expertShard;
+        v.shardCount = m_slice.expertShards;
+    }
     v.name = std::move(name);
     v.size = 1;
     for (std::int64_t dim : shape)
@@ -101,6 +107,13 @@ int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, Init
     m_total += (v.size + kAlignElements - 1) / kAlignElements * kAlignElements;
     m_views.push_back(std::move(v));
     return int(m_views.size()) - 1;
+}
+
+std::vector<std::int64_t> TensorView::globalShape() const
+{
+    std::vector<std::int64_t> whole = shape;
+    whole[0] *= shardCount;
+    return whole;
 }
 
 std::size_t ParameterLayout::parameterCount() const
@@ -117,29 +130,36 @@ void initializeParameters(const ParameterLayout& layout, const plan::ModelSpec& 
     const double stddev = 0.02;
     const double scaled = stddev / std::sqrt(2.0 * model.layers);
     for (const TensorView& v : layout.views()) {
-        float* out = params + v.offset;
+        // A shard draws the whole tensor's values and keeps its block, so every layout starts
+        // from the same model.
+        std::vector<float> whole(v.shardCount > 1 ? v.size * std::size_t(v.shardCount) : 0);
+        float* out = v.shardCount > 1 ? whole.data() : params + v.offset;
+        const std::size_t count = v.size * std::size_t(v.shardCount);
         std::uint64_t state = seed + std::uint64_t(v.globalIndex);
         switch (v.init) {
         case InitKind::Ones:
-            std::fill(out, out + v.size, 1.0f);
+            std::fill(out, out + count, 1.0f);
             break;
         case InitKind::Zeros:
-            std::fill(out, out + v.size, 0.0f);
+            std::fill(out, out + count, 0.0f);
             break;
         case InitKind::Normal:
         case InitKind::ScaledNormal: {
             const double sigma = v.init == InitKind::Normal ? stddev : scaled;
-            for (std::size_t i = 0; i < v.size; i += 2) {
+            for (std::size_t i = 0; i < count; i += 2) {
                 // Box-Muller: two independent normals from two uniforms.
                 const double r = std::sqrt(-2.0 * std::log(uniform(state)));
                 const double theta = 2.0 * M_PI * uniform(state);
                 out[i] = float(sigma * r * std::cos(theta));
-                if (i + 1 < v.size)
+                if (i + 1 < count)
                     out[i + 1] = float(sigma * r * std::sin(theta));
             }
             break;
         }
         }
+        if (v.shardCount > 1)
+            std::copy(whole.begin() + std::ptrdiff_t(v.size * std::size_t(v.shardIndex)),
+                      whole.begin() + std::ptrdiff_t(v.size * std::size_t(v.shardIndex + 1)), params + v.offset);
     }
 }
 

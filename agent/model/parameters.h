@@ -39,6 +39,8 @@ struct ModelSlice {
     std::vector<Chunk> chunks;
     bool embedding = true;
     bool head = true;
+    int expertShard = 0;        // this rank's block of each MoE layer's experts (its EP rank)
+    int expertShards = 1;       // ep: the experts are split into this many contiguous blocks
 
     static ModelSlice whole(const plan::ModelSpec& model);
     // Stage s of pp holds chunk c = layers [(c p + s) L/(p v), +L/(p v)) (Megatron's interleaved assignment).
@@ -53,6 +55,11 @@ struct TensorView {
     InitKind init = InitKind::Normal;
     bool decay = false;       // weight decay applies (matrices, as nanoGPT: every tensor of 2+ dims)
     int globalIndex = 0;      // position in the whole model's list (checkpoint order, init seed)
+    // Expert tensors under EP hold block shardIndex of shardCount along dimension 0 of the whole
+    // tensor, whose shape is `shape` with dimension 0 times shardCount.
+    int shardIndex = 0;
+    int shardCount = 1;
+    std::vector<std::int64_t> globalShape() const;
 };
 
 // Indices into views() for one layer; -1 where the layer has no such tensor.
@@ -81,7 +88,7 @@ public:
     std::size_t parameterCount() const;          // without alignment padding
 
 private:
-    int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local);
+    int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts = false);
 
     ModelSlice m_slice;
     int m_globalCount = 0;

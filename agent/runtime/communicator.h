@@ -34,6 +34,8 @@ public:
     // this member's own block inside out.
     virtual void allGather(const float* in, float* out, std::size_t perRank) = 0;
     virtual void broadcast(float* data, std::size_t n, int root) = 0;
+    // Block r of in (perRank elements) goes to member r; out receives member r's block for us at r.
+    virtual void allToAll(const float* in, float* out, std::size_t perRank) = 0;
 
     // Point to point. send returns at once; the data must stay untouched until waitSends().
     // Messages between two members with the same tag arrive in the order they were sent.

@@ -66,6 +66,10 @@ public:
     {
         check(MPI_Bcast(data, count(n), MPI_FLOAT, root, m_comm), "MPI_Bcast");
     }
+    void allToAll(const float* in, float* out, std::size_t perRank) override
+    {
+        check(MPI_Alltoall(in, count(perRank), MPI_FLOAT, out, count(perRank), MPI_FLOAT, m_comm), "MPI_Alltoall");
+    }
     void send(const float* data, std::size_t n, int peer, int tag) override
     {
         MPI_Request request;

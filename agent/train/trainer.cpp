@@ -25,8 +25,13 @@ std::size_t shardSizeFor(std::size_t total, int ranks)
 ModelSlice sliceOf(const plan::JobSpec& spec, const ProcessGroups* groups)
 {
     const plan::ParallelSpec& p = spec.parallel;
-    return groups && p.pp > 1 ? ModelSlice::ofStage(spec.model, p.pp, p.virtualStages, groups->coord.pp)
-                              : ModelSlice::whole(spec.model);
+    ModelSlice slice = groups && p.pp > 1 ? ModelSlice::ofStage(spec.model, p.pp, p.virtualStages, groups->coord.pp)
+                                          : ModelSlice::whole(spec.model);
+    if (groups && p.ep > 1) {
+        slice.expertShard = groups->coord.ep;
+        slice.expertShards = p.ep;
+    }
+    return slice;
 }
 
 // Tokens per expert summed over micro-batches, one entry per MoE layer.
@@ -68,6 +73,8 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
         m_gradShard = DeviceBuffer(backend, m_shardSize, MemoryCategory::Grads);
     if (zeroStage() >= 2)
         m_scatterOut = DeviceBuffer(backend, m_shardSize);
+    if (expertParallelSize() > 1)
+        m_model.setExpertGroup(groups->expert.get());
     if (pipelineSize() > 1)
         m_pipeline = std::make_unique<PipelineExecutor>(m_model, backend, *groups->pipeline,
                                                         plan::buildSchedule(spec.parallel.scheduleShape()),
@@ -193,8 +200,18 @@ StepMetrics Trainer::step()
     if (dp > 1) {
         // The step's gradient is the sum over all micro-batches, wherever they ran. The CPU
         // backend's memory is host memory, which MPI reads directly.
-        if (zeroStage() == 0)
+        if (zeroStage() == 0 && expertParallelSize() > 1) {
+            // Dense weights are replicated over the data group, each expert over its
+            // expert-data-parallel group only (the ranks that hold the same experts).
+            float* grads = static_cast<float*>(m_model.gradients().data);
+            for (const TensorView& v : m_model.layout().views()) {
+                Communicator& group = v.shardCount > 1 ? *m_groups->expertData : *m_groups->data;
+                if (group.size() > 1)
+                    group.allReduceSum(grads + v.offset, v.size);
+            }
+        } else if (zeroStage() == 0) {
             m_groups->data->allReduceSum(static_cast<float*>(m_model.gradients().data), m_shardSize);
+        }
         else if (zeroStage() == 1)
             m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
                                              static_cast<float*>(m_gradShard.ptr().data), m_shardSize);
@@ -223,9 +240,14 @@ StepMetrics Trainer::step()
     const kernels::DevPtr grads = zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients();
 
     // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
-    double sumSquares = gradientSumSquares(grads);
+    double sumSquares = gradientSumSquares(grads, false);
     if (zeroStage() > 0)
         m_groups->data->allReduceSum(&sumSquares, 1);
+    // Each EP rank holds other experts: their squares add up over the EP group.
+    double expertSquares = gradientSumSquares(grads, true);
+    if (expertParallelSize() > 1)
+        m_groups->expert->allReduceSum(&expertSquares, 1);
+    sumSquares += expertSquares;
     if (pipelineSize() > 1)
         m_groups->pipeline->allReduceSum(&sumSquares, 1);
     metrics.gradNorm = std::sqrt(sumSquares);
@@ -270,8 +292,25 @@ void Trainer::save(const std::string& path) const
         std::vector<float> params, m, v;
     };
     const std::size_t total = m_model.layout().totalSize();
-    Part mine{m_model.layout(), std::vector<float>(total), gatherMoment(m_adamM), gatherMoment(m_adamV)};
-    m_backend.download(mine.params.data(), m_model.parameters(), total);
+    std::vector<float> params(total), m = gatherMoment(m_adamM), v = gatherMoment(m_adamV);
+    m_backend.download(params.data(), m_model.parameters(), total);
+    // In the layout of this slice with whole experts: expert blocks are gathered over the EP group.
+    ModelSlice whole = m_slice;
+    whole.expertShard = 0;
+    whole.expertShards = 1;
+    ParameterLayout wholeLayout(m_spec.model, whole);
+    Part mine{wholeLayout, std::vector<float>(wholeLayout.totalSize()), std::vector<float>(wholeLayout.totalSize()),
+              std::vector<float>(wholeLayout.totalSize())};
+    for (std::size_t i = 0; i < m_model.layout().views().size(); ++i) {
+        const TensorView& local = m_model.layout().views()[i];
+        const TensorView& target = wholeLayout.views()[i];
+        for (auto [from, to] : {std::pair{&params, &mine.params}, std::pair{&m, &mine.m}, std::pair{&v, &mine.v}}) {
+            if (local.shardCount > 1)
+                m_groups->expert->allGather(from->data() + local.offset, to->data() + target.offset, local.size);
+            else
+                std::copy_n(from->data() + local.offset, local.size, to->data() + target.offset);
+        }
+    }
 
     // Data-parallel replica 0's pipeline holds the model; its stage 0 (world rank 0) writes.
     if (m_groups && m_groups->coord.dp != 0)
@@ -288,7 +327,7 @@ void Trainer::save(const std::string& path) const
     parts.push_back(std::move(mine));
     for (int s = 1; s < stages; ++s) {
         const plan::ParallelSpec& p = m_spec.parallel;
-        ParameterLayout layout(m_spec.model, ModelSlice::ofStage(m_spec.model, p.pp, p.virtualStages, s));
+        ParameterLayout layout(m_spec.model, ModelSlice::ofStage(m_spec.model, p.pp, p.virtualStages, s));   // whole experts
         const std::size_t size = layout.totalSize();
         Part part{std::move(layout), std::vector<float>(size), std::vector<float>(size), std::vector<float>(size)};
         for (std::vector<float>* buffer : {&part.params, &part.m, &part.v})
@@ -352,10 +391,20 @@ void Trainer::load(const std::string& path)
     const ParameterLayout& layout = m_model.layout();
     const std::size_t total = layout.totalSize();
     std::vector<float> params(total, 0.0f), m(total, 0.0f), v(total, 0.0f);
+    std::vector<float> whole;
     for (const TensorView& view : layout.views()) {
-        file.readF32(view.name, view.shape, params.data() + view.offset);
-        file.readF32(kMomentPrefix + view.name, view.shape, m.data() + view.offset);
-        file.readF32(kSecondMomentPrefix + view.name, view.shape, v.data() + view.offset);
+        for (auto [prefix, buffer] : {std::pair{std::string(), &params}, std::pair{kMomentPrefix, &m},
+                                      std::pair{kSecondMomentPrefix, &v}}) {
+            if (view.shardCount == 1) {
+                file.readF32(prefix + view.name, view.shape, buffer->data() + view.offset);
+                continue;
+            }
+            // An expert shard: this rank's block of the whole tensor.
+            whole.resize(view.size * std::size_t(view.shardCount));
+            file.readF32(prefix + view.name, view.globalShape(), whole.data());
+            std::copy_n(whole.data() + view.size * std::size_t(view.shardIndex), view.size,
+                        buffer->data() + view.offset);
+        }
     }
     m_backend.upload(m_model.parameters(), params.data(), total);
     // This rank's share of the moments (beyond the last tensor a shard holds zero padding).
@@ -392,14 +441,14 @@ void Trainer::shareTiedEmbeddingGradient()
         mine[i] = stage == 0 ? mine[i] + theirs[i] : theirs[i] + mine[i];
 }
 
-double Trainer::gradientSumSquares(kernels::DevPtr grads) const
+double Trainer::gradientSumSquares(kernels::DevPtr grads, bool experts) const
 {
     // Over this rank's shard, tensor by tensor; a tied embedding's second copy is counted once.
     const std::size_t shardEnd = m_shardBegin + m_shardSize;
     double sum = 0;
     for (int i = 0; i < int(m_model.layout().views().size()); ++i) {
         const TensorView& v = m_model.layout().at(i);
-        if (holdsTiedCopy() && i == m_model.layout().embedding())
+        if ((holdsTiedCopy() && i == m_model.layout().embedding()) || (v.shardCount > 1) != experts)
             continue;
         const std::size_t begin = std::max(v.offset, m_shardBegin);
         const std::size_t end = std::min(v.offset + v.size, shardEnd);

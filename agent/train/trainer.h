@@ -66,11 +66,13 @@ private:
     double learningRate(int step) const;
     int dataParallelSize() const { return m_groups ? m_groups->data->size() : 1; }
     int pipelineSize() const { return m_groups ? m_groups->pipeline->size() : 1; }
+    int expertParallelSize() const { return m_groups ? m_groups->expert->size() : 1; }
     // Whether this rank's embedding is the last stage's copy of a tied embedding.
     bool holdsTiedCopy() const;
     void shareTiedEmbeddingGradient();
-    // Sum of squares of this rank's gradients (its shard under ZeRO), each parameter counted once.
-    double gradientSumSquares(kernels::DevPtr grads) const;
+    // Sum of squares of this rank's gradients (its shard under ZeRO) of the dense tensors or of
+    // the expert shards, each parameter counted once.
+    double gradientSumSquares(kernels::DevPtr grads, bool experts) const;
     // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
     int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
     // Full-size host copies of Adam's moments, gathered from the shards when ZeRO shards them.

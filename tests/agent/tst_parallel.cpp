@@ -29,6 +29,7 @@ struct Layout {
     int virtualStages = 1;
     bool moe = false;
     const char* recompute = "selective";
+    int ep = 1;
     int ranks() const { return dp * pp; }
 };
 
@@ -42,7 +43,7 @@ json job(const Layout& l)
         model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
     return {{"model", model},
             {"parallel",
-             {{"dp", l.dp}, {"pp", l.pp}, {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
+             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
               {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
             {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
@@ -80,6 +81,7 @@ private slots:
     void spansReproduceTheSchedule();
     void activationMemoryFollowsTheSchedule_data();
     void activationMemoryFollowsTheSchedule();
+    void checkpointMovesBetweenLayouts();
     void wrongRankCountIsRefused();
     void unsupportedLayoutIsRefused();
     void aDyingRankEndsTheJob();
@@ -121,6 +123,10 @@ void TestParallel::layoutEqualsOneDevice_data()
     QTest::newRow("pp4 zb-h1") << Layout{1, 4, 0, "zb-h1"};
     QTest::newRow("pp2 1f1b moe") << Layout{1, 2, 0, "1f1b", 1, true};
     QTest::newRow("dp2 pp2 zero-1") << Layout{2, 2, 1, "1f1b"};
+    QTest::newRow("dp2 ep2 moe") << Layout{2, 1, 0, "1f1b", 1, true, "selective", 2};
+    QTest::newRow("dp4 ep2 moe") << Layout{4, 1, 0, "1f1b", 1, true, "selective", 2};
+    QTest::newRow("dp4 ep4 moe") << Layout{4, 1, 0, "1f1b", 1, true, "selective", 4};
+    QTest::newRow("dp2 pp2 ep2 moe zb-h1") << Layout{2, 2, 0, "zb-h1", 1, true, "selective", 2};
 }
 
 void TestParallel::layoutEqualsOneDevice()
@@ -279,6 +285,31 @@ void TestParallel::activationMemoryFollowsTheSchedule()
         QVERIFY(perMicrobatch > 0);
         QCOMPARE(oneF[std::size_t(r)], perMicrobatch * sim.peakInFlight[std::size_t(r)]);
         QCOMPARE(sim.peakInFlight[std::size_t(r)], std::min(pp - r, 4));
+    }
+}
+
+void TestParallel::checkpointMovesBetweenLayouts()
+{
+    // Five steps on one device, five more on dp2 x pp2 x ep2 from that checkpoint: the same ten
+    // losses as ten steps on one device (each rank loads its slice: its stage, its experts).
+    const Layout layout{2, 2, 0, "1f1b", 1, true, "selective", 2};
+    const QString jobFile = write("move.json", job(layout));
+    const QString dir = m_dir.filePath("move");
+    const ProcessRun straight = runProcess(QStringLiteral(MESHBENCH_AGENT),
+                                           {"--job", jobFile, "--metrics", dir + "-straight.jsonl", "--save", dir,
+                                            "--save-every", "5"});
+    QVERIFY2(straight.exitCode == 0, qPrintable(straight.err));
+    const ProcessRun resumed = runProcess(
+        QStringLiteral(MESHBENCH_MPIRUN),
+        mpirun(layout.ranks(), {"--job", jobFile, "--steps", "5", "--load", dir + "/step-000005.safetensors",
+                                "--metrics", dir + "-resumed.jsonl"}));
+    QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
+    const std::vector<json> a = readMetrics(dir + "-straight.jsonl"), b = readMetrics(dir + "-resumed.jsonl");
+    QCOMPARE(b.size(), std::size_t(5));
+    for (std::size_t i = 0; i < b.size(); ++i) {
+        QCOMPARE(b[i]["step"].get<int>(), a[5 + i]["step"].get<int>());
+        QVERIFY2(close(b[i]["loss"].get<double>(), a[5 + i]["loss"].get<double>(), 1e-5),
+                 qPrintable(QStringLiteral("step %1").arg(b[i]["step"].get<int>())));
     }
 }
 
