@@ -1,7 +1,7 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
 // started (one process per device). This build runs data parallelism (with ZeRO-1/2), pipeline
-// parallelism (gpipe, 1f1b, interleaved, zb-h1) and expert parallelism across ranks; tensor
-// parallelism and ZeRO-3 arrive with the rest of the parallel issue.
+// parallelism (gpipe, 1f1b, interleaved, zb-h1), expert and tensor parallelism across ranks;
+// sequence parallelism and ZeRO-3 arrive with the rest of the parallel issue.
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
@@ -106,8 +106,8 @@ bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::get
 // What this build can split across ranks; empty when the layout is supported.
 std::string unsupportedLayout(const plan::ParallelSpec& p)
 {
-    if (p.tp > 1)
-        return "parallel.tp = " + std::to_string(p.tp) + ": tensor parallelism is not in this build yet";
+    if (p.tp > 1 && p.sequenceParallel)
+        return "parallel.sequence_parallel: sequence parallelism is not in this build yet";
     if (p.ep > 1 && p.zero > 0)
         return "parallel.zero = " + std::to_string(p.zero) + " with ep = " + std::to_string(p.ep) +
                ": ZeRO over expert parallelism is not in this build yet";
@@ -172,9 +172,10 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
                 std::string(backend.name()).c_str());
     std::printf("data %s\n", trainer.data().describe().c_str());
     if (groups)
-        std::printf("%d ranks: data parallel %d, pipeline %d (%s), expert parallel %d\n", mpi->worldSize(),
-                    groups->data->size(), groups->pipeline->size(),
-                    std::string(plan::scheduleName(spec.parallel.schedule)).c_str(), groups->expert->size());
+        std::printf("%d ranks: data parallel %d, pipeline %d (%s), expert parallel %d, tensor parallel %d\n",
+                    mpi->worldSize(), groups->data->size(), groups->pipeline->size(),
+                    std::string(plan::scheduleName(spec.parallel.schedule)).c_str(), groups->expert->size(),
+                    groups->tensor->size());
     else if (spec.parallel.worldSize() > 1)
         std::printf("note: the layout has %lld ranks; this run computes the same global batch on one device\n",
                     static_cast<long long>(spec.parallel.worldSize()));

@@ -1,6 +1,7 @@
 #include "gpt_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace meshbench::agent {
 
@@ -148,7 +149,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
 {
     const LayerViews& w = m_layout.layer(layer);
     const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
-    const int H = m_model.heads, Hkv = m_model.kvHeads;
+    const int H = m_model.heads / m_tp, Hkv = m_model.kvHeads / m_tp;   // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
 
@@ -174,7 +175,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
 
     a.xMid = activation(rows * h);
     m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), rows * h);
-    linear(a.att.ptr(), T, w.proj, 0, h, H * d, a.xMid.ptr(), 1.0f);   // residual: xMid = xIn + att W^T
+    linearInto(a.att.ptr(), T, w.proj, h, H * d, a.xMid.ptr());   // residual: xMid = xIn + att W^T
 
     a.c = activation(rows * h);
     a.mean2 = activation(rows);
@@ -187,12 +188,12 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         forwardMoe(layer, a, T, auxScale, y.ptr(), result);
         m_backend.add(y.ptr(), xOut, rows * h);
     } else {
-        const int f = int(m_model.ffnHidden);
+        const int f = int(m_model.ffnHidden) / m_tp;
         a.u = activation(rows * m_gated * f);
         a.g = activation(rows * f);
         linear(a.c.ptr(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
         activationForward(a.u.ptr(), T, f, a.g.ptr());
-        linear(a.g.ptr(), T, w.fc2, 0, h, f, xOut, 1.0f);   // residual: xOut = xMid + g W2^T
+        linearInto(a.g.ptr(), T, w.fc2, h, f, xOut);   // residual: xOut = xMid + g W2^T
     }
 
     if (m_recompute == plan::Recompute::Full) {
@@ -208,7 +209,7 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
 {
     const LayerViews& w = m_layout.layer(layer);
     const plan::MoeSpec& moe = m_model.moe;
-    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden);
+    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tp;
     a.capacity = kernels::routerCapacity(T, E, k, moe.capacityFactor);
     const kernels::RouterShape shape{T, E, k, a.capacity};
     const std::size_t rows = std::size_t(E) * a.capacity;
@@ -265,9 +266,87 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
         activationForward(a.eu.at(row0 * m_gated * f), n, f, a.eg.at(row0 * f));
         linear(a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f, ownerOut.at(row0 * h));
     }
+    reduceTensorParallel(ownerOut.ptr(), rows * h);   // each TP rank computed part of every expert
     a.eout = activation(rows * h);
     exchangeExpertRows(ownerOut.ptr(), a.eout.ptr(), rows * h);
     m_backend.combine(shape, routing, a.eout.ptr(), h, y);
+}
+
+void GptModel::setTensorGroup(Communicator* group)
+{
+    m_tensorGroup = group;
+    m_tp = group ? group->size() : 1;
+    m_tpRank = group ? group->rank() : 0;
+}
+
+void GptModel::reduceTensorParallel(DevPtr x, std::size_t elements)
+{
+    if (m_tp > 1)
+        m_tensorGroup->allReduceSum(static_cast<float*>(x.data), elements);   // host memory on the CPU backend
+}
+
+void GptModel::linearInto(ConstDevPtr x, int tokens, int view, int out, int in, DevPtr dst)
+{
+    if (m_tp == 1) {
+        linear(x, tokens, view, 0, out, in, dst, 1.0f);
+        return;
+    }
+    DeviceBuffer partial(m_backend, std::size_t(tokens) * out);
+    linear(x, tokens, view, 0, out, in, partial.ptr());
+    reduceTensorParallel(partial.ptr(), partial.size());
+    m_backend.add(partial.ptr(), dst, partial.size());
+}
+
+void GptModel::localIds(const std::vector<std::int32_t>& ids, std::vector<std::int32_t>& local,
+                        std::vector<char>& inside) const
+{
+    const std::int32_t block = std::int32_t(m_model.vocab / m_tp), first = block * m_tpRank;
+    local.resize(ids.size());
+    inside.resize(ids.size());
+    for (std::size_t t = 0; t < ids.size(); ++t) {
+        inside[t] = ids[t] >= first && ids[t] < first + block;
+        local[t] = inside[t] ? ids[t] - first : 0;
+    }
+}
+
+double GptModel::vocabParallelCrossEntropy(DevPtr logits, const std::vector<std::int32_t>& targets, int T,
+                                           float lossScale)
+{
+    // Megatron's vocab-parallel cross-entropy: the row maximum, the sum of exponentials and the
+    // target's logit are each reduced over the tensor group, so no rank ever holds all logits.
+    const int V = int(m_model.vocab) / m_tp;
+    std::vector<float> host(std::size_t(T) * V);
+    m_backend.download(host.data(), logits, host.size());
+    std::vector<std::int32_t> local;
+    std::vector<char> inside;
+    localIds(targets, local, inside);
+    // Per token: the row maximum; then the sum of exponentials and the target logit.
+    std::vector<double> maxima(static_cast<std::size_t>(T)), sums(static_cast<std::size_t>(2 * T), 0.0);
+    for (int t = 0; t < T; ++t) {
+        const float* row = host.data() + std::size_t(t) * V;
+        maxima[std::size_t(t)] = *std::max_element(row, row + V);
+    }
+    m_tensorGroup->allReduceMax(maxima.data(), maxima.size());
+    for (int t = 0; t < T; ++t) {
+        const float* row = host.data() + std::size_t(t) * V;
+        for (int j = 0; j < V; ++j)
+            sums[std::size_t(t)] += std::exp(double(row[j]) - maxima[std::size_t(t)]);
+        if (inside[std::size_t(t)])
+            sums[std::size_t(T + t)] = row[local[std::size_t(t)]];
+    }
+    m_tensorGroup->allReduceSum(sums.data(), sums.size());
+    double loss = 0;
+    for (int t = 0; t < T; ++t) {
+        const double sum = sums[std::size_t(t)], max = maxima[std::size_t(t)];
+        loss += std::log(sum) + max - sums[std::size_t(T + t)];
+        float* row = host.data() + std::size_t(t) * V;
+        for (int j = 0; j < V; ++j)
+            row[j] = float(lossScale * std::exp(double(row[j]) - max) / sum);
+        if (inside[std::size_t(t)])
+            row[local[std::size_t(t)]] -= lossScale;
+    }
+    m_backend.upload(logits, host.data(), host.size());
+    return loss;
 }
 
 void GptModel::exchangeExpertRows(ConstDevPtr in, DevPtr out, std::size_t elements)
@@ -285,7 +364,7 @@ void GptModel::backwardMoe(int layer, LayerActivations& a, int T, DevPtr dy, Dev
 {
     const LayerViews& w = m_layout.layer(layer);
     const plan::MoeSpec& moe = m_model.moe;
-    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden);
+    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tp;
     const kernels::RouterShape shape{T, E, k, a.capacity};
     const kernels::Routing routing = a.routing();
     const std::size_t rows = std::size_t(E) * a.capacity;
@@ -314,6 +393,7 @@ void GptModel::backwardMoe(int layer, LayerActivations& a, int T, DevPtr dy, Dev
         linearBackward(dEu.at(row0 * m_gated * f), a.expertIn.at(row0 * h), n, w.expertFc1,
                        expert * m_gated * f * h, m_gated * f, h, dExpertIn.at(row0 * h), 0.0f);
     }
+    reduceTensorParallel(dExpertIn.ptr(), rows * h);
     DeviceBuffer dPermuted(m_backend, rows * h);
     exchangeExpertRows(dExpertIn.ptr(), dPermuted.ptr(), rows * h);
     m_backend.fill(dc, 0.0f, std::size_t(T) * h);
@@ -331,7 +411,7 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
 {
     const LayerViews& w = m_layout.layer(layer);
     const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
-    const int H = m_model.heads, Hkv = m_model.kvHeads;
+    const int H = m_model.heads / m_tp, Hkv = m_model.kvHeads / m_tp;   // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
 
@@ -355,12 +435,13 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     if (w.router >= 0) {
         backwardMoe(layer, a, T, dx, dc.ptr());
     } else {
-        const int f = int(m_model.ffnHidden);
+        const int f = int(m_model.ffnHidden) / m_tp;
         DeviceBuffer dg(m_backend, rows * f);
         DeviceBuffer du(m_backend, rows * m_gated * f);
         linearBackward(dx, a.g.ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
         activationBackward(dg.ptr(), a.u.ptr(), T, f, du.ptr());
         linearBackward(du.ptr(), a.c.ptr(), T, w.fc1, 0, m_gated * f, h, dc.ptr(), 0.0f);
+        reduceTensorParallel(dc.ptr(), rows * h);
     }
     normBackward(w.mlpNormWeight, w.mlpNormBias, dc.ptr(), a.xMid.ptr(), a.mean2.ptr(), a.rstd2.ptr(), T, dx);
 
@@ -378,6 +459,7 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     linearBackward(dq.ptr(), a.a.ptr(), T, w.qkv, 0, H * d, h, da.ptr(), 0.0f);
     linearBackward(dk.ptr(), a.a.ptr(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
     linearBackward(dv.ptr(), a.a.ptr(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(), 1.0f);
+    reduceTensorParallel(da.ptr(), rows * h);
     normBackward(w.attnNormWeight, w.attnNormBias, da.ptr(), a.xIn.ptr(), a.mean1.ptr(), a.rstd1.ptr(), T, dx);
 }
 
@@ -388,7 +470,7 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
 {
     const ModelSlice& slice = m_layout.slice();
     const ModelSlice::Chunk& range = slice.chunks[std::size_t(chunk)];
-    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab);
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab) / m_tp;
     const int T = batch.batch * s;
     const std::size_t rows = std::size_t(T);
     ActivationsPtr acts(new Activations);
@@ -410,7 +492,17 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     }
 
     DeviceBuffer x = activation(rows * h);
-    if (acts->embeds)
+    if (acts->embeds && m_tp > 1) {
+        // Vocabulary-parallel embedding: each rank looks up the ids in its block, the rest are zero.
+        std::vector<std::int32_t> local;
+        std::vector<char> inside;
+        localIds(acts->ids, local, inside);
+        m_backend.embeddingForward(local.data(), T, param(m_layout.embedding()), h, x.ptr());
+        for (int t = 0; t < T; ++t)
+            if (!inside[std::size_t(t)])
+                m_backend.fill(x.at(std::size_t(t) * h), 0.0f, std::size_t(h));
+        reduceTensorParallel(x.ptr(), rows * h);
+    } else if (acts->embeds)
         m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
     else
         m_backend.copy(x.ptr(), input, rows * h);
@@ -433,8 +525,9 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
                 acts->meanF.ptr(), acts->rstdF.ptr());
     acts->dLogits = activation(rows * V);
     linear(acts->normOut.ptr(), T, m_layout.head(), 0, V, h, acts->dLogits.ptr());
-    result.lossSum += m_backend.crossEntropy(acts->dLogits.ptr(), targets.data(), T, V, lossScale,
-                                             acts->dLogits.ptr());
+    result.lossSum += m_tp > 1 ? vocabParallelCrossEntropy(acts->dLogits.ptr(), targets, T, lossScale)
+                               : m_backend.crossEntropy(acts->dLogits.ptr(), targets.data(), T, V, lossScale,
+                                                        acts->dLogits.ptr());
     return acts;
 }
 
@@ -454,7 +547,7 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         std::vector<DeferredWeightGrad>*& pointer;
         ~Reset() { pointer = nullptr; }
     } reset{m_deferred};
-    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab);
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab) / m_tp;
     const int T = acts.batch * s;
     const std::size_t rows = std::size_t(T);
 
@@ -462,6 +555,7 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
     if (acts.ends) {
         DeviceBuffer dNorm(m_backend, rows * h);
         linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
+        reduceTensorParallel(dNorm.ptr(), rows * h);   // each rank saw a block of the vocabulary
         acts.dLogits = DeviceBuffer();
         normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), dNorm.ptr(), acts.xFinal.ptr(),
                      acts.meanF.ptr(), acts.rstdF.ptr(), T, dx.ptr());
@@ -472,7 +566,15 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         backwardLayer(acts.firstLayer + i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
         acts.layers[std::size_t(i)] = LayerActivations();
     }
-    if (acts.embeds)
+    if (acts.embeds && m_tp > 1) {
+        std::vector<std::int32_t> local;
+        std::vector<char> inside;
+        localIds(acts.ids, local, inside);
+        for (int t = 0; t < T; ++t)
+            if (!inside[std::size_t(t)])
+                m_backend.fill(dx.at(std::size_t(t) * h), 0.0f, std::size_t(h));
+        m_backend.embeddingBackward(local.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
+    } else if (acts.embeds)
         m_backend.embeddingBackward(acts.ids.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
     else
         m_backend.copy(inputGrad, dx.ptr(), rows * h);

@@ -70,6 +70,8 @@ public:
     void zeroGradients();
     // Expert parallelism: the group over which this slice's experts are sharded (its EP group).
     void setExpertGroup(Communicator* group) { m_expertGroup = group; }
+    // Tensor parallelism (Megatron): the group that splits every linear layer and the vocabulary.
+    void setTensorGroup(Communicator* group);
 
     class Activations;
     struct ActivationsDeleter {
@@ -136,6 +138,21 @@ private:
     int m_gated;   // 2 for SwiGLU (gate and up), 1 otherwise
     std::vector<DeferredWeightGrad>* m_deferred = nullptr;   // set during a split backward
     Communicator* m_expertGroup = nullptr;
+    Communicator* m_tensorGroup = nullptr;
+    int m_tp = 1;        // TP degree; heads, kv heads, both MLP widths and the vocabulary are split by it
+    int m_tpRank = 0;
+    // Sums a partial result over the tensor group in place (Megatron's g in the forward, f in the
+    // backward); nothing without TP.
+    void reduceTensorParallel(kernels::DevPtr x, std::size_t elements);
+    // dst += x W^T for a row-parallel layer: partial products summed over the tensor group.
+    void linearInto(kernels::ConstDevPtr x, int tokens, int view, int out, int in, kernels::DevPtr dst);
+    // Vocabulary-parallel cross-entropy over logits [T, V / tp] (Megatron's): returns the summed
+    // loss and overwrites the logits with the loss gradient.
+    double vocabParallelCrossEntropy(kernels::DevPtr logits, const std::vector<std::int32_t>& targets, int tokens,
+                                     float lossScale);
+    // Token ids as rows of this rank's block of the vocabulary (0 for ids outside it), and whether
+    // each id is inside.
+    void localIds(const std::vector<std::int32_t>& ids, std::vector<std::int32_t>& local, std::vector<char>& inside) const;
     // Moves blocks of an [E x capacity, width] buffer between the EP ranks: block j (the rows of
     // rank j's experts) goes to rank j. Without EP it is a copy.
     void exchangeExpertRows(kernels::ConstDevPtr in, kernels::DevPtr out, std::size_t elements);

@@ -51,7 +51,9 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
 
     // Tensors are visited in the whole model's order; a slice keeps its own. With tied embeddings
     // the last stage keeps a copy of the embedding for its output layer (as Megatron does).
-    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal, slice.embedding || (slice.head && m.tiedEmbeddings));
+    // Vocabulary-parallel embedding and output layer: each TP rank holds a block of V / tp rows.
+    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal, slice.embedding || (slice.head && m.tiedEmbeddings),
+                      false, TensorView::Split::Rows);
     m_layers.resize(std::size_t(m.layers));
     for (int i = 0; i < m.layers; ++i) {
         const std::string p = "layers." + std::to_string(i) + ".";
@@ -60,19 +62,23 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
         l.attnNormWeight = add(p + "attn_norm.weight", {h}, InitKind::Ones, local);
         if (layerNorm)
             l.attnNormBias = add(p + "attn_norm.bias", {h}, InitKind::Zeros, local);
-        l.qkv = add(p + "attn.qkv.weight", {(m.heads + 2 * std::int64_t(m.kvHeads)) * d, h}, InitKind::Normal, local);
-        l.proj = add(p + "attn.proj.weight", {h, m.heads * d}, InitKind::ScaledNormal, local);
+        using Split = TensorView::Split;
+        const Split gatedRows = gated == 2 ? Split::GatedRows : Split::Rows;
+        l.qkv = add(p + "attn.qkv.weight", {(m.heads + 2 * std::int64_t(m.kvHeads)) * d, h}, InitKind::Normal, local,
+                    false, Split::QkvRows);
+        l.proj = add(p + "attn.proj.weight", {h, m.heads * d}, InitKind::ScaledNormal, local, false, Split::Columns);
         l.mlpNormWeight = add(p + "mlp_norm.weight", {h}, InitKind::Ones, local);
         if (layerNorm)
             l.mlpNormBias = add(p + "mlp_norm.bias", {h}, InitKind::Zeros, local);
         if (m.isMoeLayer(i)) {
             const std::int64_t e = m.moe.experts, f = m.moe.ffnHidden;
             l.router = add(p + "moe.router.weight", {e, h}, InitKind::Normal, local);
-            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local, true);
-            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local, true);
+            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local, true, gatedRows);
+            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local, true,
+                              Split::Columns);
         } else {
-            l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal, local);
-            l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal, local);
+            l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal, local, false, gatedRows);
+            l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal, local, false, Split::Columns);
         }
         if (!local)
             l = LayerViews();
@@ -81,19 +87,30 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
     if (layerNorm)
         m_finalNormBias = add("final_norm.bias", {h}, InitKind::Zeros, slice.head);
     m_head = m.tiedEmbeddings ? (slice.head ? m_embedding : -1)
-                              : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head);
+                              : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head, false,
+                                    TensorView::Split::Rows);
 }
 
-int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts)
+int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts,
+                         TensorView::Split split)
 {
     const int globalIndex = m_globalCount++;
     if (!local)
         return -1;
     TensorView v;
+    v.wholeShape = shape;
     if (experts && m_slice.expertShards > 1) {
         shape[0] /= m_slice.expertShards;
         v.shardIndex = m_slice.expertShard;
         v.shardCount = m_slice.expertShards;
+    }
+    if (m_slice.tensorShards > 1 && split != TensorView::Split::None) {
+        // Every split divides its dimension by tp: rows (all row groups alike) or columns.
+        const std::size_t dim = split == TensorView::Split::Columns ? shape.size() - 1 : shape.size() - 2;
+        shape[dim] /= m_slice.tensorShards;
+        v.split = split;
+        v.tensorIndex = m_slice.tensorShard;
+        v.tensorCount = m_slice.tensorShards;
     }
     v.name = std::move(name);
     v.size = 1;
@@ -109,11 +126,55 @@ int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, Init
     return int(m_views.size()) - 1;
 }
 
-std::vector<std::int64_t> TensorView::globalShape() const
+void copyTensorShard(const TensorView& v, float* whole, float* shard, bool toShard, int heads, int kvHeads)
 {
-    std::vector<std::int64_t> whole = shape;
-    whole[0] *= shardCount;
-    return whole;
+    // The tensor is a stack of [R, C] matrices (one per local expert, or one); the TP-whole form
+    // has R x tp rows or C x tp columns.
+    const std::size_t rows = std::size_t(v.shape[v.shape.size() - 2]);
+    const std::size_t cols = std::size_t(v.shape.back());
+    const std::size_t matrices = v.size / (rows * cols);
+    const std::size_t t = std::size_t(v.tensorCount), r = std::size_t(v.tensorIndex);
+    auto move = [toShard](float* wholeRow, float* shardRow, std::size_t n) {
+        if (toShard)
+            std::copy_n(wholeRow, n, shardRow);
+        else
+            std::copy_n(shardRow, n, wholeRow);
+    };
+    // Row groups (first whole row, rows in the shard) for the row splits.
+    std::vector<std::pair<std::size_t, std::size_t>> groups;
+    switch (v.split) {
+    case TensorView::Split::None:
+    case TensorView::Split::Columns:
+        break;
+    case TensorView::Split::Rows:
+        groups = {{r * rows, rows}};
+        break;
+    case TensorView::Split::GatedRows:
+        groups = {{r * rows / 2, rows / 2}, {t * rows / 2 + r * rows / 2, rows / 2}};
+        break;
+    case TensorView::Split::QkvRows: {
+        const std::size_t d = rows / std::size_t((heads + 2 * kvHeads) / int(t));
+        const std::size_t q = std::size_t(heads) * d / t, kv = std::size_t(kvHeads) * d / t;
+        groups = {{r * q, q}, {t * q + r * kv, kv}, {t * q + t * kv + r * kv, kv}};
+        break;
+    }
+    }
+    for (std::size_t m = 0; m < matrices; ++m) {
+        float* wholeMatrix = whole + m * rows * cols * t;
+        float* shardMatrix = shard + m * rows * cols;
+        if (v.split == TensorView::Split::Columns) {
+            for (std::size_t i = 0; i < rows; ++i)
+                move(wholeMatrix + i * cols * t + r * cols, shardMatrix + i * cols, cols);
+        } else if (v.split == TensorView::Split::None) {
+            move(wholeMatrix, shardMatrix, rows * cols);
+        } else {
+            std::size_t next = 0;
+            for (const auto& [first, count] : groups) {
+                move(wholeMatrix + first * cols, shardMatrix + next * cols, count * cols);
+                next += count;
+            }
+        }
+    }
 }
 
 std::size_t ParameterLayout::parameterCount() const
@@ -130,11 +191,14 @@ void initializeParameters(const ParameterLayout& layout, const plan::ModelSpec& 
     const double stddev = 0.02;
     const double scaled = stddev / std::sqrt(2.0 * model.layers);
     for (const TensorView& v : layout.views()) {
-        // A shard draws the whole tensor's values and keeps its block, so every layout starts
+        // A shard draws the whole tensor's values and keeps its part, so every layout starts
         // from the same model.
-        std::vector<float> whole(v.shardCount > 1 ? v.size * std::size_t(v.shardCount) : 0);
-        float* out = v.shardCount > 1 ? whole.data() : params + v.offset;
-        const std::size_t count = v.size * std::size_t(v.shardCount);
+        const bool sharded = v.shardCount > 1 || v.tensorCount > 1;
+        std::size_t count = 1;
+        for (std::int64_t dim : v.wholeShape)
+            count *= std::size_t(dim);
+        std::vector<float> whole(sharded ? count : 0);
+        float* out = sharded ? whole.data() : params + v.offset;
         std::uint64_t state = seed + std::uint64_t(v.globalIndex);
         switch (v.init) {
         case InitKind::Ones:
@@ -157,10 +221,22 @@ void initializeParameters(const ParameterLayout& layout, const plan::ModelSpec& 
             break;
         }
         }
-        if (v.shardCount > 1)
-            std::copy(whole.begin() + std::ptrdiff_t(v.size * std::size_t(v.shardIndex)),
-                      whole.begin() + std::ptrdiff_t(v.size * std::size_t(v.shardIndex + 1)), params + v.offset);
+        if (sharded)
+            extractShard(v, whole.data(), params + v.offset, model);
     }
+}
+
+void extractShard(const TensorView& v, float* whole, float* shard, const plan::ModelSpec& model)
+{
+    // The EP block (along dimension 0), then the TP part of it.
+    float* block = whole + v.size * std::size_t(v.tensorCount) * std::size_t(v.shardIndex);
+    copyTensorShard(v, block, shard, true, model.heads, model.kvHeads);
+}
+
+void insertShard(const TensorView& v, const float* shard, float* whole, const plan::ModelSpec& model)
+{
+    float* block = whole + v.size * std::size_t(v.tensorCount) * std::size_t(v.shardIndex);
+    copyTensorShard(v, block, const_cast<float*>(shard), false, model.heads, model.kvHeads);
 }
 
 }  // namespace meshbench::agent

@@ -41,6 +41,8 @@ struct ModelSlice {
     bool head = true;
     int expertShard = 0;        // this rank's block of each MoE layer's experts (its EP rank)
     int expertShards = 1;       // ep: the experts are split into this many contiguous blocks
+    int tensorShard = 0;        // this rank's TP rank
+    int tensorShards = 1;       // tp: Megatron's column- and row-parallel split of every linear layer
 
     static ModelSlice whole(const plan::ModelSpec& model);
     // Stage s of pp holds chunk c = layers [(c p + s) L/(p v), +L/(p v)) (Megatron's interleaved assignment).
@@ -56,11 +58,27 @@ struct TensorView {
     bool decay = false;       // weight decay applies (matrices, as nanoGPT: every tensor of 2+ dims)
     int globalIndex = 0;      // position in the whole model's list (checkpoint order, init seed)
     // Expert tensors under EP hold block shardIndex of shardCount along dimension 0 of the whole
-    // tensor, whose shape is `shape` with dimension 0 times shardCount.
+    // tensor.
     int shardIndex = 0;
     int shardCount = 1;
-    std::vector<std::int64_t> globalShape() const;
+    // Under TP, how the last two dimensions (rows = outputs, columns = inputs) are split:
+    // Rows: a block of rows; GatedRows: a block of the gate rows and the same block of the up
+    // rows; QkvRows: blocks of the q, k and v rows; Columns: a block of columns (row-parallel
+    // layers); None: replicated.
+    enum class Split { None, Rows, GatedRows, QkvRows, Columns };
+    Split split = Split::None;
+    int tensorIndex = 0;
+    int tensorCount = 1;
+    std::vector<std::int64_t> wholeShape;   // the tensor's shape in the whole model
+    const std::vector<std::int64_t>& globalShape() const { return wholeShape; }
 };
+
+// Copies between a tensor's TP-whole form (EP block already taken) and this view's TP shard;
+// toShard picks the direction. heads and kvHeads place the q, k and v rows of QkvRows.
+void copyTensorShard(const TensorView& view, float* whole, float* shard, bool toShard, int heads, int kvHeads);
+// This view's part (EP block, then TP part) of the whole tensor, and back.
+void extractShard(const TensorView& view, float* whole, float* shard, const plan::ModelSpec& model);
+void insertShard(const TensorView& view, const float* shard, float* whole, const plan::ModelSpec& model);
 
 // Indices into views() for one layer; -1 where the layer has no such tensor.
 struct LayerViews {
@@ -88,7 +106,8 @@ public:
     std::size_t parameterCount() const;          // without alignment padding
 
 private:
-    int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts = false);
+    int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts = false,
+            TensorView::Split split = TensorView::Split::None);
 
     ModelSlice m_slice;
     int m_globalCount = 0;

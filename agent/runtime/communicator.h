@@ -28,6 +28,7 @@ public:
 
     virtual void allReduceSum(float* data, std::size_t n) = 0;
     virtual void allReduceSum(double* data, std::size_t n) = 0;
+    virtual void allReduceMax(double* data, std::size_t n) = 0;
     // in holds size() x perRank elements; member r receives the sum of block r.
     virtual void reduceScatterSum(const float* in, float* out, std::size_t perRank) = 0;
     // in holds perRank elements; out receives every member's block in member order. in may be

@@ -52,6 +52,10 @@ public:
     {
         check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, m_comm), "MPI_Allreduce");
     }
+    void allReduceMax(double* data, std::size_t n) override
+    {
+        check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_MAX, m_comm), "MPI_Allreduce");
+    }
     void reduceScatterSum(const float* in, float* out, std::size_t perRank) override
     {
         check(MPI_Reduce_scatter_block(in, out, count(perRank), MPI_FLOAT, MPI_SUM, m_comm), "MPI_Reduce_scatter_block");

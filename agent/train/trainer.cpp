@@ -3,6 +3,7 @@
 #include "agent/checkpoint/safetensors.h"
 #include "pipeline_executor.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 
@@ -30,6 +31,10 @@ ModelSlice sliceOf(const plan::JobSpec& spec, const ProcessGroups* groups)
     if (groups && p.ep > 1) {
         slice.expertShard = groups->coord.ep;
         slice.expertShards = p.ep;
+    }
+    if (groups && p.tp > 1) {
+        slice.tensorShard = groups->coord.tp;
+        slice.tensorShards = p.tp;
     }
     return slice;
 }
@@ -75,6 +80,8 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
         m_scatterOut = DeviceBuffer(backend, m_shardSize);
     if (expertParallelSize() > 1)
         m_model.setExpertGroup(groups->expert.get());
+    if (groups && groups->tensor->size() > 1)
+        m_model.setTensorGroup(groups->tensor.get());
     if (pipelineSize() > 1)
         m_pipeline = std::make_unique<PipelineExecutor>(m_model, backend, *groups->pipeline,
                                                         plan::buildSchedule(spec.parallel.scheduleShape()),
@@ -240,14 +247,23 @@ StepMetrics Trainer::step()
     const kernels::DevPtr grads = zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients();
 
     // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
-    double sumSquares = gradientSumSquares(grads, false);
+    // Squares by how the tensors are split: a ZeRO shard's add up over the data group, TP parts
+    // over the tensor group, expert blocks over the EP group; replicated tensors count once.
+    std::array<double, 4> squares = gradientSumSquares(grads);
     if (zeroStage() > 0)
-        m_groups->data->allReduceSum(&sumSquares, 1);
-    // Each EP rank holds other experts: their squares add up over the EP group.
-    double expertSquares = gradientSumSquares(grads, true);
+        m_groups->data->allReduceSum(squares.data(), squares.size());
+    // Index bit 1: TP-split, bit 2: expert block (see gradientSumSquares).
+    auto reduceOver = [&squares](Communicator& group, std::size_t bit) {
+        double parts[2] = {squares[bit], squares[3]};
+        group.allReduceSum(parts, 2);
+        squares[bit] = parts[0];
+        squares[3] = parts[1];
+    };
+    if (m_groups && m_groups->tensor->size() > 1)
+        reduceOver(*m_groups->tensor, 1);
     if (expertParallelSize() > 1)
-        m_groups->expert->allReduceSum(&expertSquares, 1);
-    sumSquares += expertSquares;
+        reduceOver(*m_groups->expert, 2);
+    double sumSquares = squares[0] + squares[1] + squares[2] + squares[3];
     if (pipelineSize() > 1)
         m_groups->pipeline->allReduceSum(&sumSquares, 1);
     metrics.gradNorm = std::sqrt(sumSquares);
@@ -294,10 +310,11 @@ void Trainer::save(const std::string& path) const
     const std::size_t total = m_model.layout().totalSize();
     std::vector<float> params(total), m = gatherMoment(m_adamM), v = gatherMoment(m_adamV);
     m_backend.download(params.data(), m_model.parameters(), total);
-    // In the layout of this slice with whole experts: expert blocks are gathered over the EP group.
+    // In the layout of this pipeline slice with whole tensors: TP parts are gathered over the
+    // tensor group and put in place, then expert blocks gathered over the EP group.
     ModelSlice whole = m_slice;
-    whole.expertShard = 0;
-    whole.expertShards = 1;
+    whole.expertShard = whole.tensorShard = 0;
+    whole.expertShards = whole.tensorShards = 1;
     ParameterLayout wholeLayout(m_spec.model, whole);
     Part mine{wholeLayout, std::vector<float>(wholeLayout.totalSize()), std::vector<float>(wholeLayout.totalSize()),
               std::vector<float>(wholeLayout.totalSize())};
@@ -305,15 +322,31 @@ void Trainer::save(const std::string& path) const
         const TensorView& local = m_model.layout().views()[i];
         const TensorView& target = wholeLayout.views()[i];
         for (auto [from, to] : {std::pair{&params, &mine.params}, std::pair{&m, &mine.m}, std::pair{&v, &mine.v}}) {
+            const float* part = from->data() + local.offset;
+            std::vector<float> tpWhole;
+            if (local.tensorCount > 1) {
+                std::vector<float> parts(local.size * std::size_t(local.tensorCount));
+                m_groups->tensor->allGather(part, parts.data(), local.size);
+                tpWhole.resize(parts.size());
+                TensorView piece = local;
+                piece.shardIndex = 0;   // place within this EP block only
+                for (int r = 0; r < local.tensorCount; ++r) {
+                    piece.tensorIndex = r;
+                    insertShard(piece, parts.data() + local.size * std::size_t(r), tpWhole.data(), m_spec.model);
+                }
+                part = tpWhole.data();
+            }
+            const std::size_t blockSize = local.size * std::size_t(local.tensorCount);
             if (local.shardCount > 1)
-                m_groups->expert->allGather(from->data() + local.offset, to->data() + target.offset, local.size);
+                m_groups->expert->allGather(part, to->data() + target.offset, blockSize);
             else
-                std::copy_n(from->data() + local.offset, local.size, to->data() + target.offset);
+                std::copy_n(part, blockSize, to->data() + target.offset);
         }
     }
 
-    // Data-parallel replica 0's pipeline holds the model; its stage 0 (world rank 0) writes.
-    if (m_groups && m_groups->coord.dp != 0)
+    // Data-parallel replica 0's pipeline of TP rank 0 holds the whole model; its stage 0 (world
+    // rank 0) writes.
+    if (m_groups && (m_groups->coord.dp != 0 || m_groups->coord.tp != 0))
         return;
     const int stages = pipelineSize();
     const int stage = m_groups ? m_groups->coord.pp : 0;
@@ -395,15 +428,14 @@ void Trainer::load(const std::string& path)
     for (const TensorView& view : layout.views()) {
         for (auto [prefix, buffer] : {std::pair{std::string(), &params}, std::pair{kMomentPrefix, &m},
                                       std::pair{kSecondMomentPrefix, &v}}) {
-            if (view.shardCount == 1) {
+            if (view.shardCount == 1 && view.tensorCount == 1) {
                 file.readF32(prefix + view.name, view.shape, buffer->data() + view.offset);
                 continue;
             }
-            // An expert shard: this rank's block of the whole tensor.
-            whole.resize(view.size * std::size_t(view.shardCount));
+            // A shard (of experts, or of a TP-split layer): this rank's part of the whole tensor.
+            whole.resize(view.size * std::size_t(view.shardCount) * std::size_t(view.tensorCount));
             file.readF32(prefix + view.name, view.globalShape(), whole.data());
-            std::copy_n(whole.data() + view.size * std::size_t(view.shardIndex), view.size,
-                        buffer->data() + view.offset);
+            extractShard(view, whole.data(), buffer->data() + view.offset, m_spec.model);
         }
     }
     m_backend.upload(m_model.parameters(), params.data(), total);
@@ -441,22 +473,23 @@ void Trainer::shareTiedEmbeddingGradient()
         mine[i] = stage == 0 ? mine[i] + theirs[i] : theirs[i] + mine[i];
 }
 
-double Trainer::gradientSumSquares(kernels::DevPtr grads, bool experts) const
+std::array<double, 4> Trainer::gradientSumSquares(kernels::DevPtr grads) const
 {
     // Over this rank's shard, tensor by tensor; a tied embedding's second copy is counted once.
     const std::size_t shardEnd = m_shardBegin + m_shardSize;
-    double sum = 0;
+    std::array<double, 4> sums{};
     for (int i = 0; i < int(m_model.layout().views().size()); ++i) {
         const TensorView& v = m_model.layout().at(i);
-        if ((holdsTiedCopy() && i == m_model.layout().embedding()) || (v.shardCount > 1) != experts)
+        if (holdsTiedCopy() && i == m_model.layout().embedding())
             continue;
+        double& sum = sums[std::size_t((v.tensorCount > 1 ? 1 : 0) + (v.shardCount > 1 ? 2 : 0))];
         const std::size_t begin = std::max(v.offset, m_shardBegin);
         const std::size_t end = std::min(v.offset + v.size, shardEnd);
         if (begin < end)
             sum += m_backend.sumSquares({static_cast<float*>(grads.data) + (begin - m_shardBegin), grads.dtype},
                                         end - begin);
     }
-    return sum;
+    return sums;
 }
 
 std::vector<float> Trainer::gatherMoment(const DeviceBuffer& moment) const

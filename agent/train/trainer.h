@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "plan/job_spec.h"
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,9 +71,9 @@ private:
     // Whether this rank's embedding is the last stage's copy of a tied embedding.
     bool holdsTiedCopy() const;
     void shareTiedEmbeddingGradient();
-    // Sum of squares of this rank's gradients (its shard under ZeRO) of the dense tensors or of
-    // the expert shards, each parameter counted once.
-    double gradientSumSquares(kernels::DevPtr grads, bool experts) const;
+    // Sums of squares of this rank's gradients (its shard under ZeRO), each parameter counted
+    // once, by split: [0] replicated, [1] TP-split, [2] expert blocks, [3] TP-split expert blocks.
+    std::array<double, 4> gradientSumSquares(kernels::DevPtr grads) const;
     // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
     int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
     // Full-size host copies of Adam's moments, gathered from the shards when ZeRO shards them.

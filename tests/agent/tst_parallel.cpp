@@ -30,12 +30,14 @@ struct Layout {
     bool moe = false;
     const char* recompute = "selective";
     int ep = 1;
-    int ranks() const { return dp * pp; }
+    int tp = 1;
+    int ranks() const { return dp * pp * tp; }
 };
 
 json job(const Layout& l)
 {
-    json model = {{"layers", 4}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16}};
+    json model = {{"layers", 4}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16},
+                  {"activation", "swiglu"}, {"norm", "rmsnorm"}};
     // Every token goes to every expert and none is dropped: top-k selection and capacity are
     // discontinuous, and the last-bit differences between the runs (below) could flip a near-tie
     // and change a step's loss by far more than rounding. Data parallelism does not touch routing.
@@ -43,7 +45,7 @@ json job(const Layout& l)
         model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
     return {{"model", model},
             {"parallel",
-             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
+             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
               {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
             {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
@@ -82,6 +84,7 @@ private slots:
     void activationMemoryFollowsTheSchedule_data();
     void activationMemoryFollowsTheSchedule();
     void checkpointMovesBetweenLayouts();
+    void demoEqualsOneDevice();
     void wrongRankCountIsRefused();
     void unsupportedLayoutIsRefused();
     void aDyingRankEndsTheJob();
@@ -127,6 +130,10 @@ void TestParallel::layoutEqualsOneDevice_data()
     QTest::newRow("dp4 ep2 moe") << Layout{4, 1, 0, "1f1b", 1, true, "selective", 2};
     QTest::newRow("dp4 ep4 moe") << Layout{4, 1, 0, "1f1b", 1, true, "selective", 4};
     QTest::newRow("dp2 pp2 ep2 moe zb-h1") << Layout{2, 2, 0, "zb-h1", 1, true, "selective", 2};
+    QTest::newRow("tp2") << Layout{1, 1, 0, "1f1b", 1, false, "selective", 1, 2};
+    QTest::newRow("tp2 moe") << Layout{1, 1, 0, "1f1b", 1, true, "selective", 1, 2};
+    QTest::newRow("dp2 tp2 zero-1") << Layout{2, 1, 1, "1f1b", 1, false, "selective", 1, 2};
+    QTest::newRow("dp2 pp2 tp2 ep2 moe interleaved") << Layout{2, 2, 0, "interleaved", 2, true, "none", 2, 2};
 }
 
 void TestParallel::layoutEqualsOneDevice()
@@ -145,6 +152,7 @@ void TestParallel::layoutEqualsOneDevice()
         mpirun(layout.ranks(), {"--job", jobFile, "--metrics", parallel + ".jsonl", "--save", parallel}));
     QVERIFY2(many.exitCode == 0, qPrintable(many.err));
     QVERIFY(many.out.contains(QStringLiteral("data parallel %1, pipeline %2").arg(layout.dp).arg(layout.pp)));
+    QVERIFY(many.out.contains(QStringLiteral("tensor parallel %1").arg(layout.tp)));
 
     const std::vector<json> a = readMetrics(single + ".jsonl"), b = readMetrics(parallel + ".jsonl");
     QCOMPARE(a.size(), std::size_t(10));
@@ -322,12 +330,35 @@ void TestParallel::wrongRankCountIsRefused()
 
 void TestParallel::unsupportedLayoutIsRefused()
 {
-    json doc = job(Layout{2});
-    doc["parallel"]["tp"] = 2;
-    doc["parallel"]["dp"] = 1;
-    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("tp.json", doc)}));
+    json doc = job(Layout{1, 1, 0, "1f1b", 1, false, "selective", 1, 2});
+    doc["parallel"]["sequence_parallel"] = true;
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("sp.json", doc)}));
     QVERIFY(r.exitCode != 0);
-    QVERIFY2((r.out + r.err).contains("parallel.tp = 2: tensor parallelism is not in this build yet"), qPrintable(r.err));
+    QVERIFY2((r.out + r.err).contains("parallel.sequence_parallel: sequence parallelism is not in this build yet"),
+             qPrintable(r.err));
+}
+
+void TestParallel::demoEqualsOneDevice()
+{
+    // The demo job itself, dp2 x pp2 x tp2 x ep2 on 8 ranks, against one device for 10 steps. Its
+    // MoE layers route top-2 with a capacity of 1.25, so a last-bit difference could flip a
+    // near-tie; the losses must still agree to 1e-5 (they agree to all printed digits here).
+    const QString demo = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json");
+    const QString one = m_dir.filePath("demo-one.jsonl"), eight = m_dir.filePath("demo-eight.jsonl");
+    const ProcessRun single = runProcess(QStringLiteral(MESHBENCH_AGENT), {"--job", demo, "--steps", "10", "--metrics", one});
+    QVERIFY2(single.exitCode == 0, qPrintable(single.err));
+    QElapsedTimer clock;
+    clock.start();
+    const ProcessRun parallel =
+        runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(8, {"--job", demo, "--steps", "10", "--metrics", eight}));
+    QVERIFY2(parallel.exitCode == 0, qPrintable(parallel.err));
+    qInfo("the demo's 10 steps on 8 ranks took %lld ms", static_cast<long long>(clock.elapsed()));
+    const std::vector<json> a = readMetrics(one), b = readMetrics(eight);
+    QCOMPARE(b.size(), a.size());
+    for (std::size_t i = 0; i < a.size(); ++i)
+        for (const char* key : {"loss", "aux_loss", "grad_norm"})
+            QVERIFY2(close(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
+                     qPrintable(QStringLiteral("step %1 %2").arg(i + 1).arg(key)));
 }
 
 void TestParallel::aDyingRankEndsTheJob()
