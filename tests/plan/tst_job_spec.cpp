@@ -342,7 +342,7 @@ void TestJobSpec::demoFileValues()
     QCOMPARE(spec.model.moe.capacityFactor, 1.25);
     QCOMPARE(spec.parallel.worldSize(), 8);   // 2 x 2 x 2 = 1 node x 8
     QCOMPARE(spec.parallel.ep, 2);
-    QCOMPARE(spec.parallel.zero, 1);
+    QCOMPARE(spec.parallel.zero, 0);
     QCOMPARE(spec.parallel.recompute, Recompute::None);
     QCOMPARE(spec.parallel.microbatches, 4);
     QCOMPARE(spec.parallel.microBatchSize, 2);
