@@ -1,7 +1,7 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
 // started (one process per device). This build runs data parallelism (with ZeRO-1/2), pipeline
-// parallelism (gpipe, 1f1b, interleaved, zb-h1), expert and tensor parallelism across ranks;
-// sequence parallelism and ZeRO-3 arrive with the rest of the parallel issue.
+// parallelism (gpipe, 1f1b, interleaved, zb-h1), expert and tensor parallelism (with sequence
+// parallelism) across ranks; ZeRO-3 arrives with the rest of the parallel issue.
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
@@ -106,8 +106,6 @@ bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::get
 // What this build can split across ranks; empty when the layout is supported.
 std::string unsupportedLayout(const plan::ParallelSpec& p)
 {
-    if (p.tp > 1 && p.sequenceParallel)
-        return "parallel.sequence_parallel: sequence parallelism is not in this build yet";
     if (p.ep > 1 && p.zero > 0)
         return "parallel.zero = " + std::to_string(p.zero) + " with ep = " + std::to_string(p.ep) +
                ": ZeRO over expert parallelism is not in this build yet";

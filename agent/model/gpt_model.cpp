@@ -11,7 +11,8 @@ using kernels::DevPtr;
 // Everything one layer keeps between its forward and its backward for one micro-batch.
 struct GptModel::LayerActivations {
     DeviceBuffer xIn;                 // [T, h] the layer's input (kept under every recompute mode)
-    DeviceBuffer a, mean1, rstd1;     // attention norm output and statistics
+    DeviceBuffer a, mean1, rstd1;     // attention norm output and statistics (this rank's rows)
+    DeviceBuffer aFull, cFull;        // sequence parallelism: the norm outputs gathered over the tensor group
     DeviceBuffer q, k, v;             // [T, H d], [T, Hkv d], after RoPE
     DeviceBuffer att, lse;            // attention output [T, H d] and row log-sum-exp [B, H, S]
     DeviceBuffer xMid;                // [T, h] after the attention residual
@@ -33,6 +34,8 @@ struct GptModel::LayerActivations {
         return {probs.data(), expertOf.data(), weightOf.data(), rowOf.data(), tokenOfRow.data(), countOf.data(),
                 routedOf.data()};
     }
+    kernels::DevPtr attentionInput() const { return aFull.empty() ? a.ptr() : aFull.ptr(); }
+    kernels::DevPtr mlpInput() const { return cFull.empty() ? c.ptr() : cFull.ptr(); }
     void releaseAllButInput()
     {
         LayerActivations kept;
@@ -152,19 +155,25 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
     const int H = m_model.heads / m_tp, Hkv = m_model.kvHeads / m_tp;   // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
+    const int localTokens = int(streamElements(batch) / std::size_t(h));   // the stream's rows here
+    const std::size_t localRows = std::size_t(localTokens);
 
-    a.a = activation(rows * h);
-    a.mean1 = activation(rows);
-    a.rstd1 = activation(rows);
-    normForward(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), T, a.a.ptr(), a.mean1.ptr(), a.rstd1.ptr());
+    a.a = activation(localRows * h);
+    a.mean1 = activation(localRows);
+    a.rstd1 = activation(localRows);
+    normForward(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), localTokens, a.a.ptr(), a.mean1.ptr(), a.rstd1.ptr());
+    if (m_sp) {
+        a.aFull = activation(rows * h);
+        gatherSequence(a.a.ptr(), a.aFull.ptr(), rows * h);
+    }
 
     // q, k and v are row blocks of the qkv weight: three GEMMs write them apart.
     a.q = activation(rows * H * d);
     a.k = activation(rows * Hkv * d);
     a.v = activation(rows * Hkv * d);
-    linear(a.a.ptr(), T, w.qkv, 0, H * d, h, a.q.ptr());
-    linear(a.a.ptr(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, a.k.ptr());
-    linear(a.a.ptr(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, a.v.ptr());
+    linear(a.attentionInput(), T, w.qkv, 0, H * d, h, a.q.ptr());
+    linear(a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, a.k.ptr());
+    linear(a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, a.v.ptr());
     m_backend.rope(a.q.ptr(), T, s, H, d, kRopeBase, false);
     m_backend.rope(a.k.ptr(), T, s, Hkv, d, kRopeBase, false);
 
@@ -173,25 +182,30 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
     a.lse = activation(std::size_t(batch) * H * s);
     m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
 
-    a.xMid = activation(rows * h);
-    m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), rows * h);
+    a.xMid = activation(localRows * h);
+    m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), localRows * h);
     linearInto(a.att.ptr(), T, w.proj, h, H * d, a.xMid.ptr());   // residual: xMid = xIn + att W^T
 
-    a.c = activation(rows * h);
-    a.mean2 = activation(rows);
-    a.rstd2 = activation(rows);
-    normForward(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), T, a.c.ptr(), a.mean2.ptr(), a.rstd2.ptr());
+    a.c = activation(localRows * h);
+    a.mean2 = activation(localRows);
+    a.rstd2 = activation(localRows);
+    normForward(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), localTokens, a.c.ptr(), a.mean2.ptr(), a.rstd2.ptr());
+    if (m_sp) {
+        a.cFull = activation(rows * h);
+        gatherSequence(a.c.ptr(), a.cFull.ptr(), rows * h);
+    }
 
-    m_backend.copy(xOut, a.xMid.ptr(), rows * h);
+    m_backend.copy(xOut, a.xMid.ptr(), localRows * h);
     if (w.router >= 0) {
+        // Every TP rank routes all T tokens alike; its rows of the (complete) output join its stream.
         DeviceBuffer y(m_backend, rows * h);
         forwardMoe(layer, a, T, auxScale, y.ptr(), result);
-        m_backend.add(y.ptr(), xOut, rows * h);
+        m_backend.add(y.at(m_sp ? localRows * h * std::size_t(m_tpRank) : 0), xOut, localRows * h);
     } else {
         const int f = int(m_model.ffnHidden) / m_tp;
         a.u = activation(rows * m_gated * f);
         a.g = activation(rows * f);
-        linear(a.c.ptr(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
+        linear(a.mlpInput(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
         activationForward(a.u.ptr(), T, f, a.g.ptr());
         linearInto(a.g.ptr(), T, w.fc2, h, f, xOut);   // residual: xOut = xMid + g W2^T
     }
@@ -215,7 +229,7 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
     const std::size_t rows = std::size_t(E) * a.capacity;
 
     DeviceBuffer logits(m_backend, std::size_t(T) * E);
-    linear(a.c.ptr(), T, w.router, 0, E, h, logits.ptr());
+    linear(a.mlpInput(), T, w.router, 0, E, h, logits.ptr());
     std::vector<float> hostLogits(std::size_t(T) * E);
     m_backend.download(hostLogits.data(), logits.ptr(), hostLogits.size());
 
@@ -241,7 +255,7 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
     const int localExperts = E / ep;
     {
         DeviceBuffer permuted(m_backend, rows * h);
-        m_backend.permute(shape, routing, a.c.ptr(), h, permuted.ptr());
+        m_backend.permute(shape, routing, a.mlpInput(), h, permuted.ptr());
         a.expertIn = activation(rows * h);
         exchangeExpertRows(permuted.ptr(), a.expertIn.ptr(), rows * h);
     }
@@ -272,17 +286,43 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
     m_backend.combine(shape, routing, a.eout.ptr(), h, y);
 }
 
-void GptModel::setTensorGroup(Communicator* group)
+void GptModel::setTensorGroup(Communicator* group, bool sequenceParallel)
 {
     m_tensorGroup = group;
     m_tp = group ? group->size() : 1;
     m_tpRank = group ? group->rank() : 0;
+    m_sp = sequenceParallel && m_tp > 1;
+}
+
+std::size_t GptModel::streamElements(int batch) const
+{
+    return std::size_t(batch) * std::size_t(m_model.seqLen) * std::size_t(m_model.hidden) / std::size_t(m_sp ? m_tp : 1);
 }
 
 void GptModel::reduceTensorParallel(DevPtr x, std::size_t elements)
 {
     if (m_tp > 1)
         m_tensorGroup->allReduceSum(static_cast<float*>(x.data), elements);   // host memory on the CPU backend
+}
+
+void GptModel::gatherSequence(ConstDevPtr local, DevPtr full, std::size_t fullElements)
+{
+    m_tensorGroup->allGather(static_cast<const float*>(local.data), static_cast<float*>(full.data),
+                             fullElements / std::size_t(m_tp));
+}
+
+void GptModel::scatterSequence(ConstDevPtr full, DevPtr local, std::size_t fullElements)
+{
+    m_tensorGroup->reduceScatterSum(static_cast<const float*>(full.data), static_cast<float*>(local.data),
+                                    fullElements / std::size_t(m_tp));
+}
+
+void GptModel::completePartial(DevPtr full, DevPtr local, std::size_t fullElements)
+{
+    if (m_sp)
+        scatterSequence(full, local, fullElements);
+    else
+        reduceTensorParallel(full, fullElements);
 }
 
 void GptModel::linearInto(ConstDevPtr x, int tokens, int view, int out, int in, DevPtr dst)
@@ -293,6 +333,12 @@ void GptModel::linearInto(ConstDevPtr x, int tokens, int view, int out, int in, 
     }
     DeviceBuffer partial(m_backend, std::size_t(tokens) * out);
     linear(x, tokens, view, 0, out, in, partial.ptr());
+    if (m_sp) {
+        DeviceBuffer mine(m_backend, partial.size() / std::size_t(m_tp));
+        scatterSequence(partial.ptr(), mine.ptr(), partial.size());
+        m_backend.add(mine.ptr(), dst, mine.size());
+        return;
+    }
     reduceTensorParallel(partial.ptr(), partial.size());
     m_backend.add(partial.ptr(), dst, partial.size());
 }
@@ -360,7 +406,7 @@ void GptModel::exchangeExpertRows(ConstDevPtr in, DevPtr out, std::size_t elemen
                             elements / std::size_t(m_expertGroup->size()));
 }
 
-void GptModel::backwardMoe(int layer, LayerActivations& a, int T, DevPtr dy, DevPtr dc)
+void GptModel::backwardMoe(int layer, LayerActivations& a, int T, ConstDevPtr dy, DevPtr dc)
 {
     const LayerViews& w = m_layout.layer(layer);
     const plan::MoeSpec& moe = m_model.moe;
@@ -404,7 +450,7 @@ void GptModel::backwardMoe(int layer, LayerActivations& a, int T, DevPtr dy, Dev
     m_backend.routerBackward(shape, routing, dWeight.data(), dLogits.data());
     DeviceBuffer dLogitsDevice(m_backend, dLogits.size());
     m_backend.upload(dLogitsDevice.ptr(), dLogits.data(), dLogits.size());
-    linearBackward(dLogitsDevice.ptr(), a.c.ptr(), T, w.router, 0, E, h, dc, 1.0f);
+    linearBackward(dLogitsDevice.ptr(), a.mlpInput(), T, w.router, 0, E, h, dc, 1.0f);
 }
 
 void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float auxScale, DevPtr dx)
@@ -414,9 +460,11 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     const int H = m_model.heads / m_tp, Hkv = m_model.kvHeads / m_tp;   // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
+    const int localTokens = int(streamElements(batch) / std::size_t(h));
+    const std::size_t localRows = std::size_t(localTokens);
 
     if (m_recompute == plan::Recompute::Full) {
-        DeviceBuffer scratch(m_backend, rows * h);
+        DeviceBuffer scratch(m_backend, localRows * h);
         const plan::Recompute mode = m_recompute;
         m_recompute = plan::Recompute::None;   // rebuild every activation of this layer once
         forwardLayer(layer, a, batch, auxScale, scratch.ptr(), nullptr);
@@ -430,24 +478,41 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
         m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
     }
 
+    // With sequence parallelism dx holds this rank's rows; the TP regions need all of them.
+    DeviceBuffer dxFull;
+    auto wholeGradient = [&]() -> kernels::ConstDevPtr {
+        if (!m_sp)
+            return dx;
+        dxFull = DeviceBuffer(m_backend, rows * h);
+        gatherSequence(dx, dxFull.ptr(), rows * h);
+        return dxFull.ptr();
+    };
+
     // MLP branch: dx is d(loss)/d(xOut), which is also the gradient of its residual input xMid.
+    const kernels::ConstDevPtr dy = wholeGradient();
     DeviceBuffer dc(m_backend, rows * h);
+    DeviceBuffer dcLocal = m_sp ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
+    kernels::DevPtr dcMine = m_sp ? dcLocal.ptr() : dc.ptr();
     if (w.router >= 0) {
-        backwardMoe(layer, a, T, dx, dc.ptr());
+        // Complete on every TP rank already: keep this rank's rows.
+        backwardMoe(layer, a, T, dy, dc.ptr());
+        if (m_sp)
+            m_backend.copy(dcMine, dc.at(localRows * h * std::size_t(m_tpRank)), localRows * h);
     } else {
         const int f = int(m_model.ffnHidden) / m_tp;
         DeviceBuffer dg(m_backend, rows * f);
         DeviceBuffer du(m_backend, rows * m_gated * f);
-        linearBackward(dx, a.g.ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
+        linearBackward(dy, a.g.ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
         activationBackward(dg.ptr(), a.u.ptr(), T, f, du.ptr());
-        linearBackward(du.ptr(), a.c.ptr(), T, w.fc1, 0, m_gated * f, h, dc.ptr(), 0.0f);
-        reduceTensorParallel(dc.ptr(), rows * h);
+        linearBackward(du.ptr(), a.mlpInput(), T, w.fc1, 0, m_gated * f, h, dc.ptr(), 0.0f);
+        completePartial(dc.ptr(), dcMine, rows * h);
     }
-    normBackward(w.mlpNormWeight, w.mlpNormBias, dc.ptr(), a.xMid.ptr(), a.mean2.ptr(), a.rstd2.ptr(), T, dx);
+    normBackward(w.mlpNormWeight, w.mlpNormBias, dcMine, a.xMid.ptr(), a.mean2.ptr(), a.rstd2.ptr(), localTokens, dx);
 
     // Attention branch: dx is now d(loss)/d(xMid), the gradient of the projection's output too.
+    const kernels::ConstDevPtr dOut = wholeGradient();
     DeviceBuffer dAtt(m_backend, rows * H * d);
-    linearBackward(dx, a.att.ptr(), T, w.proj, 0, h, H * d, dAtt.ptr(), 0.0f);
+    linearBackward(dOut, a.att.ptr(), T, w.proj, 0, h, H * d, dAtt.ptr(), 0.0f);
     DeviceBuffer dq(m_backend, rows * H * d);
     DeviceBuffer dk(m_backend, rows * Hkv * d);
     DeviceBuffer dv(m_backend, rows * Hkv * d);
@@ -456,11 +521,14 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     m_backend.rope(dq.ptr(), T, s, H, d, kRopeBase, true);
     m_backend.rope(dk.ptr(), T, s, Hkv, d, kRopeBase, true);
     DeviceBuffer da(m_backend, rows * h);
-    linearBackward(dq.ptr(), a.a.ptr(), T, w.qkv, 0, H * d, h, da.ptr(), 0.0f);
-    linearBackward(dk.ptr(), a.a.ptr(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
-    linearBackward(dv.ptr(), a.a.ptr(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(), 1.0f);
-    reduceTensorParallel(da.ptr(), rows * h);
-    normBackward(w.attnNormWeight, w.attnNormBias, da.ptr(), a.xIn.ptr(), a.mean1.ptr(), a.rstd1.ptr(), T, dx);
+    linearBackward(dq.ptr(), a.attentionInput(), T, w.qkv, 0, H * d, h, da.ptr(), 0.0f);
+    linearBackward(dk.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
+    linearBackward(dv.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(),
+                   1.0f);
+    DeviceBuffer daLocal = m_sp ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
+    completePartial(da.ptr(), m_sp ? daLocal.ptr() : da.ptr(), rows * h);
+    normBackward(w.attnNormWeight, w.attnNormBias, m_sp ? daLocal.ptr() : da.ptr(), a.xIn.ptr(), a.mean1.ptr(),
+                 a.rstd1.ptr(), localTokens, dx);
 }
 
 void GptModel::ActivationsDeleter::operator()(Activations* activations) const { delete activations; }
@@ -491,38 +559,46 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
             }
     }
 
-    DeviceBuffer x = activation(rows * h);
+    const std::size_t stream = streamElements(batch.batch);   // this rank's rows of the residual stream
+    DeviceBuffer x = activation(stream);
     if (acts->embeds && m_tp > 1) {
         // Vocabulary-parallel embedding: each rank looks up the ids in its block, the rest are zero.
         std::vector<std::int32_t> local;
         std::vector<char> inside;
         localIds(acts->ids, local, inside);
-        m_backend.embeddingForward(local.data(), T, param(m_layout.embedding()), h, x.ptr());
+        DeviceBuffer full(m_backend, rows * h);
+        m_backend.embeddingForward(local.data(), T, param(m_layout.embedding()), h, full.ptr());
         for (int t = 0; t < T; ++t)
             if (!inside[std::size_t(t)])
-                m_backend.fill(x.at(std::size_t(t) * h), 0.0f, std::size_t(h));
-        reduceTensorParallel(x.ptr(), rows * h);
+                m_backend.fill(full.at(std::size_t(t) * h), 0.0f, std::size_t(h));
+        completePartial(full.ptr(), x.ptr(), rows * h);
+        if (!m_sp)
+            m_backend.copy(x.ptr(), full.ptr(), rows * h);
     } else if (acts->embeds)
         m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
     else
-        m_backend.copy(x.ptr(), input, rows * h);
+        m_backend.copy(x.ptr(), input, stream);
     acts->layers.resize(std::size_t(range.layers));
     for (int i = 0; i < range.layers; ++i) {
         LayerActivations& a = acts->layers[std::size_t(i)];
         a.xIn = std::move(x);
         // A chunk that hands on to the next stage writes its last layer's output straight there.
         const bool handsOn = !acts->ends && i == range.layers - 1;
-        x = handsOn ? DeviceBuffer() : activation(rows * h);
+        x = handsOn ? DeviceBuffer() : activation(stream);
         forwardLayer(range.firstLayer + i, a, batch.batch, auxScale, handsOn ? output : x.ptr(), &result);
     }
     if (!acts->ends)
         return acts;
+    const int localTokens = int(stream / std::size_t(h));
     acts->xFinal = std::move(x);
-    acts->normOut = activation(rows * h);
-    acts->meanF = activation(rows);
-    acts->rstdF = activation(rows);
-    normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), T, acts->normOut.ptr(),
-                acts->meanF.ptr(), acts->rstdF.ptr());
+    acts->meanF = activation(std::size_t(localTokens));
+    acts->rstdF = activation(std::size_t(localTokens));
+    acts->normOut = activation(rows * h);   // the output layer sees every token
+    DeviceBuffer normLocal = m_sp ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
+    normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), localTokens,
+                m_sp ? normLocal.ptr() : acts->normOut.ptr(), acts->meanF.ptr(), acts->rstdF.ptr());
+    if (m_sp)
+        gatherSequence(normLocal.ptr(), acts->normOut.ptr(), rows * h);
     acts->dLogits = activation(rows * V);
     linear(acts->normOut.ptr(), T, m_layout.head(), 0, V, h, acts->dLogits.ptr());
     result.lossSum += m_tp > 1 ? vocabParallelCrossEntropy(acts->dLogits.ptr(), targets, T, lossScale)
@@ -551,16 +627,20 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
     const int T = acts.batch * s;
     const std::size_t rows = std::size_t(T);
 
-    DeviceBuffer dx(m_backend, rows * h);
+    const std::size_t stream = streamElements(acts.batch);
+    const int localTokens = int(stream / std::size_t(h));
+    DeviceBuffer dx(m_backend, stream);
     if (acts.ends) {
         DeviceBuffer dNorm(m_backend, rows * h);
         linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
-        reduceTensorParallel(dNorm.ptr(), rows * h);   // each rank saw a block of the vocabulary
         acts.dLogits = DeviceBuffer();
-        normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), dNorm.ptr(), acts.xFinal.ptr(),
-                     acts.meanF.ptr(), acts.rstdF.ptr(), T, dx.ptr());
+        // Each rank saw a block of the vocabulary: complete the gradient (this rank's rows under SP).
+        DeviceBuffer dNormLocal = m_sp ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
+        completePartial(dNorm.ptr(), m_sp ? dNormLocal.ptr() : dNorm.ptr(), rows * h);
+        normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), m_sp ? dNormLocal.ptr() : dNorm.ptr(),
+                     acts.xFinal.ptr(), acts.meanF.ptr(), acts.rstdF.ptr(), localTokens, dx.ptr());
     } else {
-        m_backend.copy(dx.ptr(), outputGrad, rows * h);
+        m_backend.copy(dx.ptr(), outputGrad, stream);
     }
     for (int i = int(acts.layers.size()) - 1; i >= 0; --i) {
         backwardLayer(acts.firstLayer + i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
@@ -570,14 +650,19 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         std::vector<std::int32_t> local;
         std::vector<char> inside;
         localIds(acts.ids, local, inside);
+        DeviceBuffer full(m_backend, rows * h);
+        if (m_sp)
+            gatherSequence(dx.ptr(), full.ptr(), rows * h);
+        else
+            m_backend.copy(full.ptr(), dx.ptr(), rows * h);
         for (int t = 0; t < T; ++t)
             if (!inside[std::size_t(t)])
-                m_backend.fill(dx.at(std::size_t(t) * h), 0.0f, std::size_t(h));
-        m_backend.embeddingBackward(local.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
+                m_backend.fill(full.at(std::size_t(t) * h), 0.0f, std::size_t(h));
+        m_backend.embeddingBackward(local.data(), T, full.ptr(), h, grad(m_layout.embedding()));
     } else if (acts.embeds)
         m_backend.embeddingBackward(acts.ids.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
     else
-        m_backend.copy(inputGrad, dx.ptr(), rows * h);
+        m_backend.copy(inputGrad, dx.ptr(), stream);
 }
 
 }  // namespace meshbench::agent

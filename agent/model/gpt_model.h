@@ -70,8 +70,13 @@ public:
     void zeroGradients();
     // Expert parallelism: the group over which this slice's experts are sharded (its EP group).
     void setExpertGroup(Communicator* group) { m_expertGroup = group; }
-    // Tensor parallelism (Megatron): the group that splits every linear layer and the vocabulary.
-    void setTensorGroup(Communicator* group);
+    // Tensor parallelism (Megatron): the group that splits every linear layer and the vocabulary;
+    // with sequence parallelism the residual stream, norms and the hand-over between pipeline
+    // stages hold T / tp tokens each, gathered before and reduce-scattered after each TP region
+    // (Korthikanti et al. 2022).
+    void setTensorGroup(Communicator* group, bool sequenceParallel);
+    // Elements of the residual stream of one micro-batch on this rank (what pipeline stages pass).
+    std::size_t streamElements(int batch) const;
 
     class Activations;
     struct ActivationsDeleter {
@@ -108,7 +113,7 @@ private:
     void backwardLayer(int layer, LayerActivations& a, int batch, float auxScale, kernels::DevPtr dx);
     void forwardMoe(int layer, LayerActivations& a, int tokens, float auxScale, kernels::DevPtr y,
                     ForwardResult* result);
-    void backwardMoe(int layer, LayerActivations& a, int tokens, kernels::DevPtr dy, kernels::DevPtr dc);
+    void backwardMoe(int layer, LayerActivations& a, int tokens, kernels::ConstDevPtr dy, kernels::DevPtr dc);
     void normForward(int weight, int bias, kernels::ConstDevPtr x, int tokens, kernels::DevPtr out,
                      kernels::DevPtr mean, kernels::DevPtr rstd);
     // dx = Norm'(dOut) added into dxAccumulate.
@@ -141,11 +146,20 @@ private:
     Communicator* m_tensorGroup = nullptr;
     int m_tp = 1;        // TP degree; heads, kv heads, both MLP widths and the vocabulary are split by it
     int m_tpRank = 0;
+    bool m_sp = false;   // sequence parallelism: the stream holds rows [rank T / tp, (rank + 1) T / tp)
+    // Sequence parallelism's two moves: all-gather this rank's rows into the whole [T, h], and
+    // sum a partial [T, width] over the tensor group keeping this rank's rows.
+    void gatherSequence(kernels::ConstDevPtr local, kernels::DevPtr full, std::size_t fullElements);
+    void scatterSequence(kernels::ConstDevPtr full, kernels::DevPtr local, std::size_t fullElements);
     // Sums a partial result over the tensor group in place (Megatron's g in the forward, f in the
     // backward); nothing without TP.
     void reduceTensorParallel(kernels::DevPtr x, std::size_t elements);
-    // dst += x W^T for a row-parallel layer: partial products summed over the tensor group.
+    // dst += x W^T for a row-parallel layer: partial products summed over the tensor group (and,
+    // with sequence parallelism, reduce-scattered: dst holds this rank's rows).
     void linearInto(kernels::ConstDevPtr x, int tokens, int view, int out, int in, kernels::DevPtr dst);
+    // A partial [T, h] gradient completed over the tensor group: all-reduced in place, or with
+    // sequence parallelism reduce-scattered into this rank's rows of `local`.
+    void completePartial(kernels::DevPtr full, kernels::DevPtr local, std::size_t fullElements);
     // Vocabulary-parallel cross-entropy over logits [T, V / tp] (Megatron's): returns the summed
     // loss and overwrites the logits with the loss gradient.
     double vocabParallelCrossEntropy(kernels::DevPtr logits, const std::vector<std::int32_t>& targets, int tokens,

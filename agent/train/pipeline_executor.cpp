@@ -26,8 +26,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
                                float auxScale, ForwardResult& result, int step, Measurements& measurements)
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
-    const std::size_t elements = std::size_t(batch) * std::size_t(m_model.spec().seqLen) *
-                                 std::size_t(m_model.spec().hidden);
+    const std::size_t elements = m_model.streamElements(batch);
     // What is in flight, by (micro-batch, chunk).
     struct Slot {
         DeviceBuffer input, output, outputGrad, inputGrad;

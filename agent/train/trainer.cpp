@@ -81,7 +81,7 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
     if (expertParallelSize() > 1)
         m_model.setExpertGroup(groups->expert.get());
     if (groups && groups->tensor->size() > 1)
-        m_model.setTensorGroup(groups->tensor.get());
+        m_model.setTensorGroup(groups->tensor.get(), spec.parallel.sequenceParallel);
     if (pipelineSize() > 1)
         m_pipeline = std::make_unique<PipelineExecutor>(m_model, backend, *groups->pipeline,
                                                         plan::buildSchedule(spec.parallel.scheduleShape()),
@@ -173,6 +173,8 @@ StepMetrics Trainer::step()
             auto activations = m_model.forward({tokensOf(mb), microBatchSize}, lossScale, auxScale, result);
             const std::int64_t backwardBegin = Measurements::nowNs();
             m_model.backward(*activations);
+            if (zeroStage() >= 2)
+                sumSequenceParallelNormGradients();   // before this micro-batch's gradients are scattered
             m_measurements.addSpan({metrics.step, 0, 0, mb, "F", forwardBegin, backwardBegin, 0});
             m_measurements.addSpan({metrics.step, 0, 0, mb, "B", backwardBegin, Measurements::nowNs(), 0});
             if (zeroStage() >= 2) {
@@ -193,6 +195,8 @@ StepMetrics Trainer::step()
         m_groups->pipeline->allReduceSum(phase, 2);
     metrics.bubbleRatio = phase[0] > 0 ? 1.0 - phase[1] / phase[0] : 0.0;
     metrics.expertLoads = mergeByLayer(result.expertLoads);
+    if (zeroStage() < 2)
+        sumSequenceParallelNormGradients();
     double lossSum = result.lossSum;
     double auxSum = result.auxLoss;
     if (pipelineSize() > 1) {
@@ -445,6 +449,18 @@ void Trainer::load(const std::string& path)
     m_backend.upload(m_adamM.ptr(), m.data() + m_shardBegin, m_shardSize);
     m_backend.upload(m_adamV.ptr(), v.data() + m_shardBegin, m_shardSize);
     m_step = step;
+}
+
+void Trainer::sumSequenceParallelNormGradients()
+{
+    // Under sequence parallelism each TP rank's norms saw its own tokens: their weights'
+    // gradients are sums over the tensor group (Megatron all-reduces them likewise).
+    if (!m_spec.parallel.sequenceParallel || !m_groups || m_groups->tensor->size() == 1)
+        return;
+    float* grads = static_cast<float*>(m_model.gradients().data);
+    for (const TensorView& v : m_model.layout().views())
+        if (v.shape.size() == 1)
+            m_groups->tensor->allReduceSum(grads + v.offset, v.size);
 }
 
 bool Trainer::holdsTiedCopy() const

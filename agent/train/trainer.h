@@ -71,6 +71,7 @@ private:
     // Whether this rank's embedding is the last stage's copy of a tied embedding.
     bool holdsTiedCopy() const;
     void shareTiedEmbeddingGradient();
+    void sumSequenceParallelNormGradients();
     // Sums of squares of this rank's gradients (its shard under ZeRO), each parameter counted
     // once, by split: [0] replicated, [1] TP-split, [2] expert blocks, [3] TP-split expert blocks.
     std::array<double, 4> gradientSumSquares(kernels::DevPtr grads) const;

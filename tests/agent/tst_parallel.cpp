@@ -31,6 +31,7 @@ struct Layout {
     const char* recompute = "selective";
     int ep = 1;
     int tp = 1;
+    bool sequenceParallel = false;
     int ranks() const { return dp * pp * tp; }
 };
 
@@ -45,7 +46,8 @@ json job(const Layout& l)
         model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
     return {{"model", model},
             {"parallel",
-             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
+             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
+              {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
               {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
             {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
@@ -134,6 +136,10 @@ void TestParallel::layoutEqualsOneDevice_data()
     QTest::newRow("tp2 moe") << Layout{1, 1, 0, "1f1b", 1, true, "selective", 1, 2};
     QTest::newRow("dp2 tp2 zero-1") << Layout{2, 1, 1, "1f1b", 1, false, "selective", 1, 2};
     QTest::newRow("dp2 pp2 tp2 ep2 moe interleaved") << Layout{2, 2, 0, "interleaved", 2, true, "none", 2, 2};
+    QTest::newRow("tp2 sp") << Layout{1, 1, 0, "1f1b", 1, false, "selective", 1, 2, true};
+    QTest::newRow("tp2 sp moe full-recompute") << Layout{1, 1, 0, "1f1b", 1, true, "full", 1, 2, true};
+    QTest::newRow("dp2 tp2 sp zero-2") << Layout{2, 1, 2, "1f1b", 1, false, "selective", 1, 2, true};
+    QTest::newRow("dp2 pp2 tp2 ep2 sp moe zb-h1") << Layout{2, 2, 0, "zb-h1", 1, true, "selective", 2, 2, true};
 }
 
 void TestParallel::layoutEqualsOneDevice()
@@ -330,11 +336,12 @@ void TestParallel::wrongRankCountIsRefused()
 
 void TestParallel::unsupportedLayoutIsRefused()
 {
-    json doc = job(Layout{1, 1, 0, "1f1b", 1, false, "selective", 1, 2});
-    doc["parallel"]["sequence_parallel"] = true;
-    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("sp.json", doc)}));
+    json doc = job(Layout{2});
+    doc["parallel"]["zero"] = 3;
+    doc["parallel"]["pp"] = 1;
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("zero3.json", doc)}));
     QVERIFY(r.exitCode != 0);
-    QVERIFY2((r.out + r.err).contains("parallel.sequence_parallel: sequence parallelism is not in this build yet"),
+    QVERIFY2((r.out + r.err).contains("parallel.zero = 3: ZeRO-3 (sharded parameters) is not in this build yet"),
              qPrintable(r.err));
 }
 
