@@ -131,6 +131,22 @@ void GptModel::normBackward(int weight, int bias, ConstDevPtr dOut, ConstDevPtr 
     m_backend.add(dx.ptr(), dxAccumulate, dx.size());
 }
 
+void GptModel::normThenGather(int weight, int bias, ConstDevPtr x, int batch, DeviceBuffer& out, DeviceBuffer& mean,
+                              DeviceBuffer& rstd, DeviceBuffer& gathered)
+{
+    const std::size_t stream = streamElements(batch), h = std::size_t(m_model.hidden);
+    const int localTokens = int(stream / h);
+    out = activation(stream);
+    mean = activation(std::size_t(localTokens));
+    rstd = activation(std::size_t(localTokens));
+    normForward(weight, bias, x, localTokens, out.ptr(), mean.ptr(), rstd.ptr());
+    if (m_sp) {
+        const std::size_t full = std::size_t(batch) * std::size_t(m_model.seqLen) * h;
+        gathered = activation(full);
+        gatherSequence(out.ptr(), gathered.ptr(), full);
+    }
+}
+
 void GptModel::activationForward(ConstDevPtr u, int rows, int ffn, DevPtr out)
 {
     if (m_gated == 2)
@@ -158,14 +174,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
     const int localTokens = int(streamElements(batch) / std::size_t(h));   // the stream's rows here
     const std::size_t localRows = std::size_t(localTokens);
 
-    a.a = activation(localRows * h);
-    a.mean1 = activation(localRows);
-    a.rstd1 = activation(localRows);
-    normForward(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), localTokens, a.a.ptr(), a.mean1.ptr(), a.rstd1.ptr());
-    if (m_sp) {
-        a.aFull = activation(rows * h);
-        gatherSequence(a.a.ptr(), a.aFull.ptr(), rows * h);
-    }
+    normThenGather(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), batch, a.a, a.mean1, a.rstd1, a.aFull);
 
     // q, k and v are row blocks of the qkv weight: three GEMMs write them apart.
     a.q = activation(rows * H * d);
@@ -186,14 +195,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
     m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), localRows * h);
     linearInto(a.att.ptr(), T, w.proj, h, H * d, a.xMid.ptr());   // residual: xMid = xIn + att W^T
 
-    a.c = activation(localRows * h);
-    a.mean2 = activation(localRows);
-    a.rstd2 = activation(localRows);
-    normForward(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), localTokens, a.c.ptr(), a.mean2.ptr(), a.rstd2.ptr());
-    if (m_sp) {
-        a.cFull = activation(rows * h);
-        gatherSequence(a.c.ptr(), a.cFull.ptr(), rows * h);
-    }
+    normThenGather(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), batch, a.c, a.mean2, a.rstd2, a.cFull);
 
     m_backend.copy(xOut, a.xMid.ptr(), localRows * h);
     if (w.router >= 0) {

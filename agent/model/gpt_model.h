@@ -116,6 +116,10 @@ private:
     void backwardMoe(int layer, LayerActivations& a, int tokens, kernels::ConstDevPtr dy, kernels::DevPtr dc);
     void normForward(int weight, int bias, kernels::ConstDevPtr x, int tokens, kernels::DevPtr out,
                      kernels::DevPtr mean, kernels::DevPtr rstd);
+    // The norm of this rank's stream rows (kept with their statistics), and with sequence
+    // parallelism all of them gathered over the tensor group.
+    void normThenGather(int weight, int bias, kernels::ConstDevPtr x, int batch, DeviceBuffer& out, DeviceBuffer& mean,
+                        DeviceBuffer& rstd, DeviceBuffer& gathered);
     // dx = Norm'(dOut) added into dxAccumulate.
     void normBackward(int weight, int bias, kernels::ConstDevPtr dOut, kernels::ConstDevPtr x,
                       kernels::ConstDevPtr mean, kernels::ConstDevPtr rstd, int tokens, kernels::DevPtr dxAccumulate);
