@@ -69,7 +69,7 @@ std::vector<json> readMetrics(const QString& path)
     return lines;
 }
 
-bool close(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
+bool agrees(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
 
 }  // namespace
 
@@ -165,7 +165,7 @@ void TestParallel::layoutEqualsOneDevice()
     QCOMPARE(b.size(), a.size());
     for (std::size_t i = 0; i < a.size(); ++i)
         for (const char* key : {"loss", "aux_loss", "grad_norm"})
-            QVERIFY2(close(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
+            QVERIFY2(agrees(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
                      qPrintable(QStringLiteral("step %1 %2: one device %3, %4 ranks %5")
                                     .arg(i + 1).arg(key).arg(a[i][key].get<double>(), 0, 'g', 10).arg(layout.ranks())
                                     .arg(b[i][key].get<double>(), 0, 'g', 10)));
@@ -322,7 +322,7 @@ void TestParallel::checkpointMovesBetweenLayouts()
     QCOMPARE(b.size(), std::size_t(5));
     for (std::size_t i = 0; i < b.size(); ++i) {
         QCOMPARE(b[i]["step"].get<int>(), a[5 + i]["step"].get<int>());
-        QVERIFY2(close(b[i]["loss"].get<double>(), a[5 + i]["loss"].get<double>(), 1e-5),
+        QVERIFY2(agrees(b[i]["loss"].get<double>(), a[5 + i]["loss"].get<double>(), 1e-5),
                  qPrintable(QStringLiteral("step %1").arg(b[i]["step"].get<int>())));
     }
 }
@@ -364,7 +364,7 @@ void TestParallel::demoEqualsOneDevice()
     QCOMPARE(b.size(), a.size());
     for (std::size_t i = 0; i < a.size(); ++i)
         for (const char* key : {"loss", "aux_loss", "grad_norm"})
-            QVERIFY2(close(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
+            QVERIFY2(agrees(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
                      qPrintable(QStringLiteral("step %1 %2").arg(i + 1).arg(key)));
 }
 
