@@ -1,7 +1,7 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
-// started (one process per device). This build runs data parallelism (with ZeRO-1/2), pipeline
+// started (one process per device). This build runs data parallelism, pipeline
 // parallelism (gpipe, 1f1b, interleaved, zb-h1), expert and tensor parallelism (with sequence
-// parallelism) across ranks; ZeRO-3 arrives with the rest of the parallel issue.
+// parallelism) and ZeRO 1-3 across ranks.
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
@@ -109,8 +109,6 @@ std::string unsupportedLayout(const plan::ParallelSpec& p)
     if (p.ep > 1 && p.zero > 0)
         return "parallel.zero = " + std::to_string(p.zero) + " with ep = " + std::to_string(p.ep) +
                ": ZeRO over expert parallelism is not in this build yet";
-    if (p.zero > 2)
-        return "parallel.zero = 3: ZeRO-3 (sharded parameters) is not in this build yet";
     return "";
 }
 

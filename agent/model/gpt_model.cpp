@@ -78,12 +78,59 @@ void GptModel::zeroGradients() { m_backend.fill(m_grads.ptr(), 0.0f, m_grads.siz
 
 DevPtr GptModel::param(int view, std::size_t elementOffset) const
 {
+    if (m_gatherer) {
+        const DevPtr p = m_gatherer->param(view);
+        return {static_cast<float*>(p.data) + elementOffset, p.dtype};
+    }
     return m_params.at(m_layout.at(view).offset + elementOffset);
 }
 
 DevPtr GptModel::grad(int view, std::size_t elementOffset) const
 {
+    if (m_gatherer) {
+        const DevPtr g = m_gatherer->grad(view);
+        return {static_cast<float*>(g.data) + elementOffset, g.dtype};
+    }
     return m_grads.at(m_layout.at(view).offset + elementOffset);
+}
+
+void GptModel::setParameterGatherer(ParameterGatherer* gatherer)
+{
+    m_gatherer = gatherer;
+    m_params = DeviceBuffer();
+    m_grads = DeviceBuffer();
+}
+
+std::vector<int> GptModel::layerViews(int layer) const
+{
+    const LayerViews& l = m_layout.layer(layer);
+    std::vector<int> views;
+    for (int v : {l.attnNormWeight, l.attnNormBias, l.qkv, l.proj, l.mlpNormWeight, l.mlpNormBias, l.fc1, l.fc2, l.router,
+                  l.expertFc1, l.expertFc2})
+        if (v >= 0)
+            views.push_back(v);
+    return views;
+}
+
+std::vector<int> GptModel::headViews() const
+{
+    std::vector<int> views;
+    for (int v : {m_layout.finalNormWeight(), m_layout.finalNormBias(), m_layout.head()})
+        if (v >= 0)
+            views.push_back(v);
+    return views;
+}
+
+void GptModel::acquire(const std::vector<int>& views, bool withGradients)
+{
+    if (m_gatherer)
+        m_gatherer->acquire(views, withGradients);
+}
+
+void GptModel::release(const std::vector<int>& views, bool withGradients)
+{
+    if (m_gatherer)
+        m_gatherer->release(views, withGradients);
 }
 
 void GptModel::linear(ConstDevPtr x, int tokens, int view, std::size_t elementOffset, int out, int in, DevPtr y,
@@ -164,8 +211,10 @@ void GptModel::activationBackward(ConstDevPtr dOut, ConstDevPtr u, int rows, int
 }
 
 void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float auxScale, DevPtr xOut,
-                            ForwardResult* result)
+                            ForwardResult* result, bool gather)
 {
+    if (gather)
+        acquire(layerViews(layer), false);
     const LayerViews& w = m_layout.layer(layer);
     const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
     const int H = m_model.heads / m_tp, Hkv = m_model.kvHeads / m_tp;   // this rank's heads
@@ -219,6 +268,8 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         a.att = DeviceBuffer();
         a.lse = DeviceBuffer();
     }
+    if (gather)
+        release(layerViews(layer), false);
 }
 
 void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale, DevPtr y, ForwardResult* result)
@@ -465,11 +516,12 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     const int localTokens = int(streamElements(batch) / std::size_t(h));
     const std::size_t localRows = std::size_t(localTokens);
 
+    acquire(layerViews(layer), true);
     if (m_recompute == plan::Recompute::Full) {
         DeviceBuffer scratch(m_backend, localRows * h);
         const plan::Recompute mode = m_recompute;
         m_recompute = plan::Recompute::None;   // rebuild every activation of this layer once
-        forwardLayer(layer, a, batch, auxScale, scratch.ptr(), nullptr);
+        forwardLayer(layer, a, batch, auxScale, scratch.ptr(), nullptr, false);
         m_recompute = mode;
     }
     const kernels::AttentionShape shape{batch, s, H, Hkv, d};
@@ -531,6 +583,7 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     completePartial(da.ptr(), m_sp ? daLocal.ptr() : da.ptr(), rows * h);
     normBackward(w.attnNormWeight, w.attnNormBias, m_sp ? daLocal.ptr() : da.ptr(), a.xIn.ptr(), a.mean1.ptr(),
                  a.rstd1.ptr(), localTokens, dx);
+    release(layerViews(layer), true);
 }
 
 void GptModel::ActivationsDeleter::operator()(Activations* activations) const { delete activations; }
@@ -563,6 +616,8 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
 
     const std::size_t stream = streamElements(batch.batch);   // this rank's rows of the residual stream
     DeviceBuffer x = activation(stream);
+    if (acts->embeds)
+        acquire({m_layout.embedding()}, false);
     if (acts->embeds && m_tp > 1) {
         // Vocabulary-parallel embedding: each rank looks up the ids in its block, the rest are zero.
         std::vector<std::int32_t> local;
@@ -580,6 +635,8 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
         m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
     else
         m_backend.copy(x.ptr(), input, stream);
+    if (acts->embeds)
+        release({m_layout.embedding()}, false);
     acts->layers.resize(std::size_t(range.layers));
     for (int i = 0; i < range.layers; ++i) {
         LayerActivations& a = acts->layers[std::size_t(i)];
@@ -592,6 +649,7 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     if (!acts->ends)
         return acts;
     const int localTokens = int(stream / std::size_t(h));
+    acquire(headViews(), false);
     acts->xFinal = std::move(x);
     acts->meanF = activation(std::size_t(localTokens));
     acts->rstdF = activation(std::size_t(localTokens));
@@ -606,6 +664,7 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     result.lossSum += m_tp > 1 ? vocabParallelCrossEntropy(acts->dLogits.ptr(), targets, T, lossScale)
                                : m_backend.crossEntropy(acts->dLogits.ptr(), targets.data(), T, V, lossScale,
                                                         acts->dLogits.ptr());
+    release(headViews(), false);
     return acts;
 }
 
@@ -633,6 +692,7 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
     const int localTokens = int(stream / std::size_t(h));
     DeviceBuffer dx(m_backend, stream);
     if (acts.ends) {
+        acquire(headViews(), true);
         DeviceBuffer dNorm(m_backend, rows * h);
         linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
         acts.dLogits = DeviceBuffer();
@@ -641,6 +701,7 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         completePartial(dNorm.ptr(), m_sp ? dNormLocal.ptr() : dNorm.ptr(), rows * h);
         normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), m_sp ? dNormLocal.ptr() : dNorm.ptr(),
                      acts.xFinal.ptr(), acts.meanF.ptr(), acts.rstdF.ptr(), localTokens, dx.ptr());
+        release(headViews(), true);
     } else {
         m_backend.copy(dx.ptr(), outputGrad, stream);
     }
@@ -648,6 +709,8 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         backwardLayer(acts.firstLayer + i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
         acts.layers[std::size_t(i)] = LayerActivations();
     }
+    if (acts.embeds)
+        acquire({m_layout.embedding()}, true);
     if (acts.embeds && m_tp > 1) {
         std::vector<std::int32_t> local;
         std::vector<char> inside;
@@ -665,6 +728,8 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         m_backend.embeddingBackward(acts.ids.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
     else
         m_backend.copy(inputGrad, dx.ptr(), stream);
+    if (acts.embeds)
+        release({m_layout.embedding()}, true);
 }
 
 }  // namespace meshbench::agent

@@ -51,6 +51,20 @@ struct ForwardResult {
     std::vector<ExpertLoad> expertLoads;
 };
 
+// ZeRO-3 (Rajbhandari et al. 2020): the parameters live sharded elsewhere and are gathered for
+// the tensors in use, just before use, and freed after; their gradients are reduced into the
+// shards when the tensors are released.
+class ParameterGatherer {
+public:
+    virtual ~ParameterGatherer() = default;
+    // Makes the tensors' parameters available, and zeroed gradient buffers when withGradients.
+    virtual void acquire(const std::vector<int>& views, bool withGradients) = 0;
+    // Frees them; with gradients, first adds those gradients into the shards.
+    virtual void release(const std::vector<int>& views, bool withGradients) = 0;
+    virtual kernels::DevPtr param(int view) = 0;
+    virtual kernels::DevPtr grad(int view) = 0;
+};
+
 class GptModel {
 public:
     static constexpr float kNormEps = 1e-5f;
@@ -60,6 +74,9 @@ public:
     // more leaves zero padding that lets ZeRO cut the flat buffers into equal shards.
     GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
              std::size_t bufferElements = 0, const ModelSlice* slice = nullptr);
+    // ZeRO-3: parameters and gradients come from the gatherer, and the model's own flat buffers
+    // are released.
+    void setParameterGatherer(ParameterGatherer* gatherer);
     ~GptModel();
 
     const plan::ModelSpec& spec() const { return m_model; }
@@ -109,7 +126,13 @@ public:
 private:
     struct LayerActivations;
     void forwardLayer(int layer, LayerActivations& a, int batch, float auxScale, kernels::DevPtr xOut,
-                      ForwardResult* result);
+                      ForwardResult* result, bool gather = true);
+    // The tensors of one layer, and of the model's ends, for the gatherer.
+    std::vector<int> layerViews(int layer) const;
+    std::vector<int> headViews() const;
+    // Gathers (or releases) tensors when a gatherer is set; nothing otherwise.
+    void acquire(const std::vector<int>& views, bool withGradients);
+    void release(const std::vector<int>& views, bool withGradients);
     void backwardLayer(int layer, LayerActivations& a, int batch, float auxScale, kernels::DevPtr dx);
     void forwardMoe(int layer, LayerActivations& a, int tokens, float auxScale, kernels::DevPtr y,
                     ForwardResult* result);
@@ -148,6 +171,7 @@ private:
     std::vector<DeferredWeightGrad>* m_deferred = nullptr;   // set during a split backward
     Communicator* m_expertGroup = nullptr;
     Communicator* m_tensorGroup = nullptr;
+    ParameterGatherer* m_gatherer = nullptr;
     int m_tp = 1;        // TP degree; heads, kv heads, both MLP widths and the vocabulary are split by it
     int m_tpRank = 0;
     bool m_sp = false;   // sequence parallelism: the stream holds rows [rank T / tp, (rank + 1) T / tp)

@@ -57,6 +57,89 @@ std::vector<ExpertLoad> mergeByLayer(const std::vector<ExpertLoad>& loads)
     return merged;
 }
 
+// ZeRO-3's parameter gathering over the data group: the flat buffers are cut into equal shards,
+// rank r owning [r S, (r + 1) S). A tensor is gathered by broadcasting each owner's piece of it;
+// its gradient is summed over the group and each rank keeps the piece it owns.
+class ShardedParameters final : public ParameterGatherer {
+public:
+    ShardedParameters(kernels::Backend& backend, Communicator& data, Communicator* sequenceGroup,
+                      const ParameterLayout& layout, std::size_t shardSize, DeviceBuffer& params, DeviceBuffer& grads)
+        : m_backend(backend), m_data(data), m_sequenceGroup(sequenceGroup), m_layout(layout), m_shardSize(shardSize),
+          m_params(params), m_grads(grads), m_gathered(layout.views().size()), m_gradients(layout.views().size())
+    {
+    }
+
+    void acquire(const std::vector<int>& views, bool withGradients) override
+    {
+        for (int view : views) {
+            const TensorView& v = m_layout.at(view);
+            DeviceBuffer& buffer = m_gathered[std::size_t(view)];
+            buffer = DeviceBuffer(m_backend, v.size, MemoryCategory::Params);
+            forEachOwner(v, [&](int owner, std::size_t begin, std::size_t end) {
+                float* piece = static_cast<float*>(buffer.ptr().data) + (begin - v.offset);
+                if (owner == m_data.rank())
+                    m_backend.copy({piece, kernels::DType::F32}, at(m_params, begin), end - begin);
+                m_data.broadcast(piece, end - begin, owner);
+            });
+            if (withGradients)
+                m_gradients[std::size_t(view)] = DeviceBuffer(m_backend, v.size, MemoryCategory::Grads);
+        }
+    }
+
+    void release(const std::vector<int>& views, bool withGradients) override
+    {
+        for (int view : views) {
+            const TensorView& v = m_layout.at(view);
+            if (withGradients) {
+                DeviceBuffer& g = m_gradients[std::size_t(view)];
+                float* data = static_cast<float*>(g.ptr().data);
+                // Norm weights under sequence parallelism saw this TP rank's tokens only.
+                if (m_sequenceGroup && v.shape.size() == 1)
+                    m_sequenceGroup->allReduceSum(data, v.size);
+                m_data.allReduceSum(data, v.size);
+                forEachOwner(v, [&](int owner, std::size_t begin, std::size_t end) {
+                    if (owner == m_data.rank())
+                        m_backend.add({data + (begin - v.offset), kernels::DType::F32}, at(m_grads, begin),
+                                      end - begin);
+                });
+                g = DeviceBuffer();
+            }
+            m_gathered[std::size_t(view)] = DeviceBuffer();
+        }
+    }
+
+    kernels::DevPtr param(int view) override { return m_gathered[std::size_t(view)].ptr(); }
+    kernels::DevPtr grad(int view) override { return m_gradients[std::size_t(view)].ptr(); }
+
+private:
+    // Calls f(owner, begin, end) for each shard the tensor's flat range meets.
+    template <typename F>
+    void forEachOwner(const TensorView& v, F f) const
+    {
+        for (std::size_t begin = v.offset; begin < v.offset + v.size;) {
+            const std::size_t owner = begin / m_shardSize;
+            const std::size_t end = std::min(v.offset + v.size, (owner + 1) * m_shardSize);
+            f(int(owner), begin, end);
+            begin = end;
+        }
+    }
+    // An element of the flat buffer inside this rank's shard buffer.
+    kernels::DevPtr at(DeviceBuffer& shard, std::size_t flat) const
+    {
+        return shard.at(flat - m_shardSize * std::size_t(m_data.rank()));
+    }
+
+    kernels::Backend& m_backend;
+    Communicator& m_data;
+    Communicator* m_sequenceGroup;
+    const ParameterLayout& m_layout;
+    std::size_t m_shardSize;
+    DeviceBuffer& m_params;
+    DeviceBuffer& m_grads;
+    std::vector<DeviceBuffer> m_gathered;
+    std::vector<DeviceBuffer> m_gradients;
+};
+
 }  // namespace
 
 Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups)
@@ -82,6 +165,14 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
         m_model.setExpertGroup(groups->expert.get());
     if (groups && groups->tensor->size() > 1)
         m_model.setTensorGroup(groups->tensor.get(), spec.parallel.sequenceParallel);
+    if (zeroStage() >= 3) {
+        m_paramShard = DeviceBuffer(backend, m_shardSize, MemoryCategory::Params);
+        Communicator* sequenceGroup =
+            spec.parallel.sequenceParallel && groups->tensor->size() > 1 ? groups->tensor.get() : nullptr;
+        m_gatherer = std::make_unique<ShardedParameters>(backend, *groups->data, sequenceGroup, m_model.layout(),
+                                                         m_shardSize, m_paramShard, m_gradShard);
+        m_model.setParameterGatherer(m_gatherer.get());
+    }
     if (pipelineSize() > 1)
         m_pipeline = std::make_unique<PipelineExecutor>(m_model, backend, *groups->pipeline,
                                                         plan::buildSchedule(spec.parallel.scheduleShape()),
@@ -94,7 +185,7 @@ void Trainer::initialize()
 {
     std::vector<float> host(m_model.layout().totalSize(), 0.0f);
     initializeParameters(m_model.layout(), m_spec.model, m_spec.train.seed, host.data());
-    m_backend.upload(m_model.parameters(), host.data(), host.size());
+    uploadParameters(std::move(host));
     m_backend.fill(m_adamM.ptr(), 0.0f, m_adamM.size());
     m_backend.fill(m_adamV.ptr(), 0.0f, m_adamV.size());
     m_step = 0;
@@ -167,17 +258,17 @@ StepMetrics Trainer::step()
         m_pipeline->runStep(tokensOf, microBatchSize, lossScale, auxScale, result, metrics.step, m_measurements);
     } else {
         for (int mb = 0; mb < localMicrobatches; ++mb) {
-            if (zeroStage() >= 2)
+            if (zeroStage() == 2)
                 m_model.zeroGradients();   // the full buffer only carries this micro-batch
             const std::int64_t forwardBegin = Measurements::nowNs();
             auto activations = m_model.forward({tokensOf(mb), microBatchSize}, lossScale, auxScale, result);
             const std::int64_t backwardBegin = Measurements::nowNs();
             m_model.backward(*activations);
-            if (zeroStage() >= 2)
+            if (zeroStage() == 2)
                 sumSequenceParallelNormGradients();   // before this micro-batch's gradients are scattered
             m_measurements.addSpan({metrics.step, 0, 0, mb, "F", forwardBegin, backwardBegin, 0});
             m_measurements.addSpan({metrics.step, 0, 0, mb, "B", backwardBegin, Measurements::nowNs(), 0});
-            if (zeroStage() >= 2) {
+            if (zeroStage() == 2) {
                 m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
                                                  static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
                 m_backend.add(m_scatterOut.ptr(), m_gradShard.ptr(), m_shardSize);
@@ -289,11 +380,12 @@ StepMetrics Trainer::step()
         if (begin >= end)
             continue;
         const std::size_t local = begin - m_shardBegin;
-        m_backend.adamw(at(m_model.parameters(), begin), at(grads, local), at(m_adamM.ptr(), local),
+        const kernels::DevPtr params = zeroStage() >= 3 ? at(m_paramShard.ptr(), local) : at(m_model.parameters(), begin);
+        m_backend.adamw(params, at(grads, local), at(m_adamM.ptr(), local),
                         at(m_adamV.ptr(), local), end - begin, float(metrics.learningRate), float(t.beta1),
                         float(t.beta2), float(t.eps), v.decay ? float(t.weightDecay) : 0.0f, m_step, gradScale);
     }
-    if (zeroStage() > 0) {
+    if (zeroStage() == 1 || zeroStage() == 2) {
         float* params = static_cast<float*>(m_model.parameters().data);
         m_groups->data->allGather(params + m_shardBegin, params, m_shardSize);
     }
@@ -311,9 +403,7 @@ void Trainer::save(const std::string& path) const
         ParameterLayout layout;
         std::vector<float> params, m, v;
     };
-    const std::size_t total = m_model.layout().totalSize();
-    std::vector<float> params(total), m = gatherMoment(m_adamM), v = gatherMoment(m_adamV);
-    m_backend.download(params.data(), m_model.parameters(), total);
+    std::vector<float> params = downloadParameters(), m = gatherShards(m_adamM), v = gatherShards(m_adamV);
     // In the layout of this pipeline slice with whole tensors: TP parts are gathered over the
     // tensor group and put in place, then expert blocks gathered over the EP group.
     ModelSlice whole = m_slice;
@@ -442,7 +532,7 @@ void Trainer::load(const std::string& path)
             extractShard(view, whole.data(), buffer->data() + view.offset, m_spec.model);
         }
     }
-    m_backend.upload(m_model.parameters(), params.data(), total);
+    uploadParameters(std::move(params));
     // This rank's share of the moments (beyond the last tensor a shard holds zero padding).
     m.resize(std::max(total, m_shardBegin + m_shardSize), 0.0f);
     v.resize(m.size(), 0.0f);
@@ -508,14 +598,33 @@ std::array<double, 4> Trainer::gradientSumSquares(kernels::DevPtr grads) const
     return sums;
 }
 
-std::vector<float> Trainer::gatherMoment(const DeviceBuffer& moment) const
+void Trainer::uploadParameters(std::vector<float> params)
 {
-    std::vector<float> shard(m_shardSize);
-    m_backend.download(shard.data(), moment.ptr(), m_shardSize);
+    if (zeroStage() < 3) {
+        m_backend.upload(m_model.parameters(), params.data(), params.size());
+        return;
+    }
+    params.resize(std::max(params.size(), m_shardBegin + m_shardSize), 0.0f);   // the last shard's padding
+    m_backend.upload(m_paramShard.ptr(), params.data() + m_shardBegin, m_shardSize);
+}
+
+std::vector<float> Trainer::downloadParameters() const
+{
+    if (zeroStage() >= 3)
+        return gatherShards(m_paramShard);
+    std::vector<float> params(m_model.layout().totalSize());
+    m_backend.download(params.data(), m_model.parameters(), params.size());
+    return params;
+}
+
+std::vector<float> Trainer::gatherShards(const DeviceBuffer& shard) const
+{
+    std::vector<float> mine(m_shardSize);
+    m_backend.download(mine.data(), shard.ptr(), m_shardSize);
     if (zeroStage() == 0)
-        return shard;
+        return mine;
     std::vector<float> full(m_shardSize * std::size_t(dataParallelSize()));
-    m_groups->data->allGather(shard.data(), full.data(), m_shardSize);
+    m_groups->data->allGather(mine.data(), full.data(), m_shardSize);
     full.resize(m_model.layout().totalSize());
     return full;
 }

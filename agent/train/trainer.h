@@ -77,8 +77,11 @@ private:
     std::array<double, 4> gradientSumSquares(kernels::DevPtr grads) const;
     // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
     int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
-    // Full-size host copies of Adam's moments, gathered from the shards when ZeRO shards them.
-    std::vector<float> gatherMoment(const DeviceBuffer& moment) const;
+    // A full-size host copy of a flat buffer (Adam's moments, ZeRO-3's parameters), gathered from
+    // the shards when ZeRO shards it.
+    std::vector<float> gatherShards(const DeviceBuffer& shard) const;
+    void uploadParameters(std::vector<float> params);   // whole flat buffer; ZeRO-3 keeps its shard
+    std::vector<float> downloadParameters() const;
 
     plan::JobSpec m_spec;
     kernels::Backend& m_backend;
@@ -92,6 +95,8 @@ private:
     DeviceBuffer m_adamV;
     DeviceBuffer m_gradShard;   // ZeRO: this rank's summed share of the gradients
     DeviceBuffer m_scatterOut;  // ZeRO-2: one micro-batch's reduce-scattered share
+    DeviceBuffer m_paramShard;  // ZeRO-3: this rank's share of the parameters
+    std::unique_ptr<ParameterGatherer> m_gatherer;
     std::unique_ptr<PipelineExecutor> m_pipeline;   // with pipeline stages
     Measurements m_measurements;
     int m_step = 0;

@@ -87,6 +87,7 @@ private slots:
     void activationMemoryFollowsTheSchedule();
     void checkpointMovesBetweenLayouts();
     void demoEqualsOneDevice();
+    void zero3KeepsAShardOfTheParameters();
     void wrongRankCountIsRefused();
     void unsupportedLayoutIsRefused();
     void aDyingRankEndsTheJob();
@@ -140,6 +141,9 @@ void TestParallel::layoutEqualsOneDevice_data()
     QTest::newRow("tp2 sp moe full-recompute") << Layout{1, 1, 0, "1f1b", 1, true, "full", 1, 2, true};
     QTest::newRow("dp2 tp2 sp zero-2") << Layout{2, 1, 2, "1f1b", 1, false, "selective", 1, 2, true};
     QTest::newRow("dp2 pp2 tp2 ep2 sp moe zb-h1") << Layout{2, 2, 0, "zb-h1", 1, true, "selective", 2, 2, true};
+    QTest::newRow("dp2 zero-3") << Layout{2, 1, 3};
+    QTest::newRow("dp4 moe zero-3 full-recompute") << Layout{4, 1, 3, "1f1b", 1, true, "full"};
+    QTest::newRow("dp2 tp2 sp zero-3") << Layout{2, 1, 3, "1f1b", 1, false, "selective", 1, 2, true};
 }
 
 void TestParallel::layoutEqualsOneDevice()
@@ -336,13 +340,31 @@ void TestParallel::wrongRankCountIsRefused()
 
 void TestParallel::unsupportedLayoutIsRefused()
 {
-    json doc = job(Layout{2});
-    doc["parallel"]["zero"] = 3;
-    doc["parallel"]["pp"] = 1;
-    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(2, {"--job", write("zero3.json", doc)}));
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                                    mpirun(2, {"--job", write("zero-ep.json", job(Layout{2, 1, 1, "1f1b", 1, true,
+                                                                                         "selective", 2}))}));
     QVERIFY(r.exitCode != 0);
-    QVERIFY2((r.out + r.err).contains("parallel.zero = 3: ZeRO-3 (sharded parameters) is not in this build yet"),
-             qPrintable(r.err));
+    QVERIFY2((r.out + r.err).contains("ZeRO over expert parallelism is not in this build yet"), qPrintable(r.err));
+}
+
+void TestParallel::zero3KeepsAShardOfTheParameters()
+{
+    // ZeRO-3 holds 1/dp of the flat parameter buffer between steps and gathers one tensor group at
+    // a time, so its parameter bytes are half of plain data parallelism's on dp = 2 (up to the
+    // shards' 64-byte padding), and its peak stays below the whole model.
+    auto paramBytes = [&](int zero) {
+        const auto ranks = spansOfStep(Layout{2, 1, zero}, QStringLiteral("zero3-mem-%1").arg(zero), 2);
+        for (const json& r : ranks[0])
+            if (r["type"] == "memory")
+                return std::pair{r["bytes"]["params"]["current"].get<double>(), r["bytes"]["params"]["peak"].get<double>()};
+        qFatal("no memory sample");
+    };
+    const auto [whole, wholePeak] = paramBytes(0);
+    const auto [shard, shardPeak] = paramBytes(3);
+    QVERIFY(whole > 0);
+    QVERIFY2(shard >= whole / 2 && shard <= whole / 2 + 64, qPrintable(QStringLiteral("%1 vs %2").arg(shard).arg(whole)));
+    QVERIFY(shardPeak < wholePeak);
+    QCOMPARE(wholePeak, whole);
 }
 
 void TestParallel::demoEqualsOneDevice()
