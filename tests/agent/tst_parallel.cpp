@@ -91,6 +91,7 @@ private slots:
     void wrongRankCountIsRefused();
     void unsupportedLayoutIsRefused();
     void aDyingRankEndsTheJob();
+    void aFailingRankNamesItselfAndTheCause();
 
 private:
     QString write(const QString& name, const json& content);
@@ -430,6 +431,24 @@ void TestParallel::aDyingRankEndsTheJob()
     QVERIFY(launcher.exitCode() != 0 || launcher.exitStatus() != QProcess::NormalExit);
     const QString all = QString::fromUtf8(out + launcher.readAllStandardOutput() + launcher.readAllStandardError());
     QVERIFY2(all.contains("rank 1"), qPrintable(all.right(2000)));
+}
+
+void TestParallel::aFailingRankNamesItselfAndTheCause()
+{
+    // Bad input met by the ranks (a truncated checkpoint): each says which rank it is and why,
+    // and the job ends at once with a non-zero status.
+    const QString file = m_dir.filePath("truncated.safetensors");
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(QByteArray("\x40\x00\x00\x00\x00\x00\x00\x00{\"a\":", 13));
+    f.close();
+    QElapsedTimer clock;
+    clock.start();
+    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                                    mpirun(2, {"--job", write("bad-load.json", job(Layout{2})), "--load", file}));
+    QVERIFY(r.exitCode != 0);
+    QVERIFY(clock.elapsed() < 20000);
+    QVERIFY2(QRegularExpression("meshbench-agent: rank [01]: checkpoint: ").match(r.err).hasMatch(), qPrintable(r.err));
 }
 
 QTEST_APPLESS_MAIN(TestParallel)
