@@ -10,7 +10,6 @@
 #include <utility>
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -195,33 +194,27 @@ void writeSafetensors(const std::string& path, const std::vector<TensorRecord>& 
 SafetensorsFile SafetensorsFile::open(const std::string& path)
 {
     const std::string where = "checkpoint " + quoted(path);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        throw CheckpointError("cannot open " + where + ": " + std::strerror(errno));
-    struct stat info {};
-    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-        ::close(fd);
+    SafetensorsFile file;
+    file.m_path = path;
+    file.m_file = MappedFile(path);
+    switch (file.m_file.failure()) {
+    case MappedFile::Failure::None:
+        break;
+    case MappedFile::Failure::Open:
+        throw CheckpointError("cannot open " + where + ": " + file.m_file.error());
+    case MappedFile::Failure::Directory:
+    case MappedFile::Failure::NotRegular:
         throw CheckpointError("cannot read " + where + ": it is not a regular file");
+    case MappedFile::Failure::Map:
+        throw CheckpointError("cannot map " + where + ": " + file.m_file.error());
     }
-    const auto size = static_cast<std::uint64_t>(info.st_size);
-    if (size < 8) {
-        ::close(fd);
+    const std::uint64_t size = file.m_file.size();
+    if (size < 8)
         throw CheckpointError(where + " is " + std::to_string(size) +
                               " bytes, too short for a safetensors file (an 8-byte header length comes "
                               "first); is it truncated?");
-    }
-    void* mapped = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-    const int mapErrno = errno;
-    ::close(fd);
-    if (mapped == MAP_FAILED)
-        throw CheckpointError("cannot map " + where + ": " + std::strerror(mapErrno));
 
-    SafetensorsFile file;  // owns the mapping from here on, so every throw below unmaps it
-    file.m_path = path;
-    file.m_data = static_cast<const unsigned char*>(mapped);
-    file.m_size = static_cast<std::size_t>(size);
-
-    const std::uint64_t headerBytes = readU64Le(file.m_data);
+    const std::uint64_t headerBytes = readU64Le(file.m_file.data());
     if (headerBytes > kMaxHeaderBytes)
         throw CheckpointError(where + ": header length " + std::to_string(headerBytes) +
                               " is absurd (over 100 MB); the file is not safetensors or is corrupt");
@@ -233,7 +226,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path)
 
     ordered_json header;
     try {
-        const auto* begin = reinterpret_cast<const char*>(file.m_data + 8);
+        const auto* begin = reinterpret_cast<const char*>(file.m_file.data() + 8);
         header = ordered_json::parse(begin, begin + headerBytes);
     } catch (const nlohmann::json::exception& e) {
         throw CheckpointError(where + ": the header is not valid JSON (" + e.what() + ")");
@@ -314,37 +307,6 @@ SafetensorsFile SafetensorsFile::open(const std::string& path)
     return file;
 }
 
-SafetensorsFile::~SafetensorsFile() { release(); }
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : m_path(std::move(other.m_path)), m_data(std::exchange(other.m_data, nullptr)),
-      m_size(std::exchange(other.m_size, 0)), m_metadata(std::move(other.m_metadata)),
-      m_entries(std::move(other.m_entries)), m_index(std::move(other.m_index))
-{
-}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept
-{
-    if (this != &other) {
-        release();
-        m_path = std::move(other.m_path);
-        m_data = std::exchange(other.m_data, nullptr);
-        m_size = std::exchange(other.m_size, 0);
-        m_metadata = std::move(other.m_metadata);
-        m_entries = std::move(other.m_entries);
-        m_index = std::move(other.m_index);
-    }
-    return *this;
-}
-
-void SafetensorsFile::release() noexcept
-{
-    if (m_data != nullptr)
-        ::munmap(const_cast<unsigned char*>(m_data), m_size);
-    m_data = nullptr;
-    m_size = 0;
-}
-
 std::vector<std::string> SafetensorsFile::names() const
 {
     std::vector<std::string> result;
@@ -379,10 +341,10 @@ void SafetensorsFile::readF32(const std::string& name, const std::vector<std::in
     if (e.shape != expectedShape)
         throw CheckpointError("tensor " + quoted(name) + " has shape " + shapeText(e.shape) +
                               " in the checkpoint but the job needs " + shapeText(expectedShape));
-    if (m_data == nullptr)
+    if (m_file.data() == nullptr)
         throw CheckpointError("checkpoint " + quoted(m_path) + " was moved from");
     const std::size_t count = static_cast<std::size_t>((e.end - e.begin) / 4);
-    const unsigned char* p = m_data + e.begin;
+    const unsigned char* p = m_file.data() + e.begin;
     if constexpr (std::endian::native == std::endian::little) {
         if (count > 0)
             std::memcpy(out, p, count * 4);

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include "agent/io/mapped_file.h"
+
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -44,11 +46,6 @@ public:
     // throws CheckpointError naming the file and the problem.
     static SafetensorsFile open(const std::string& path);
 
-    ~SafetensorsFile();
-    SafetensorsFile(SafetensorsFile&& other) noexcept;
-    SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
-    SafetensorsFile(const SafetensorsFile&) = delete;
-    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
     const std::string& path() const { return m_path; }
     const std::map<std::string, std::string>& metadata() const { return m_metadata; }
@@ -73,11 +70,9 @@ private:
 
     SafetensorsFile() = default;
     const Entry& entry(const std::string& name) const;
-    void release() noexcept;
 
     std::string m_path;
-    const unsigned char* m_data = nullptr;
-    std::size_t m_size = 0;
+    MappedFile m_file;
     std::map<std::string, std::string> m_metadata;
     std::vector<Entry> m_entries;
     std::map<std::string, std::size_t> m_index;

@@ -1,15 +1,9 @@
 #include "agent/data/token_file_source.h"
 
 #include <bit>
-#include <cerrno>
-#include <cstring>
 #include <sstream>
 #include <utility>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace meshbench::agent {
 
@@ -48,42 +42,33 @@ TokenFileSource::TokenFileSource(const std::string& path, const std::string& dty
         throw DataError("token file " + quoted(path) + ": sequence length " + std::to_string(seqLen) +
                         " must be positive");
 
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        throw DataError("cannot open token file " + quoted(path) + ": " + std::strerror(errno) +
+    m_file = MappedFile(path);
+    switch (m_file.failure()) {
+    case MappedFile::Failure::None:
+        break;
+    case MappedFile::Failure::Open:
+        throw DataError("cannot open token file " + quoted(path) + ": " + m_file.error() + "; check train.data.path");
+    case MappedFile::Failure::Directory:
+    case MappedFile::Failure::NotRegular:
+        throw DataError("cannot read token file " + quoted(path) + ": " +
+                        (m_file.failure() == MappedFile::Failure::Directory ? "it is a directory"
+                                                                            : "it is not a regular file") +
                         "; check train.data.path");
-    struct stat info {};
-    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-        const std::string why = S_ISDIR(info.st_mode) ? "it is a directory" : "it is not a regular file";
-        ::close(fd);
-        throw DataError("cannot read token file " + quoted(path) + ": " + why + "; check train.data.path");
+    case MappedFile::Failure::Map:
+        throw DataError("cannot map token file " + quoted(path) + ": " + m_file.error());
     }
-    const auto bytes = static_cast<std::uint64_t>(info.st_size);
+    const auto bytes = static_cast<std::uint64_t>(m_file.size());
     const std::string dtypeText = std::to_string(m_width) + " (" + dtype + ")";
-    if (bytes == 0) {
-        ::close(fd);
+    if (bytes == 0)
         throw DataError("token file " + quoted(path) + " is empty; check train.data.path");
-    }
-    if (bytes % static_cast<std::uint64_t>(m_width) != 0) {
-        ::close(fd);
+    if (bytes % static_cast<std::uint64_t>(m_width) != 0)
         throw DataError("token file " + quoted(path) + " is " + std::to_string(bytes) +
                         " bytes, not a multiple of " + dtypeText + "; is the dtype right? (train.data.dtype)");
-    }
     m_tokens = static_cast<std::int64_t>(bytes / static_cast<std::uint64_t>(m_width));
-    if (m_tokens < static_cast<std::int64_t>(seqLen) + 1) {
-        ::close(fd);
+    if (m_tokens < static_cast<std::int64_t>(seqLen) + 1)
         throw DataError("token file " + quoted(path) + " holds " + std::to_string(m_tokens) +
                         " tokens, fewer than the " + std::to_string(std::int64_t{seqLen} + 1) +
                         " one sample needs (model.seq_len + 1); use a longer file or a shorter model.seq_len");
-    }
-
-    void* mapped = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ, MAP_PRIVATE, fd, 0);
-    const int mapErrno = errno;
-    ::close(fd);  // the mapping keeps the file alive
-    if (mapped == MAP_FAILED)
-        throw DataError("cannot map token file " + quoted(path) + ": " + std::strerror(mapErrno));
-    m_data = static_cast<const unsigned char*>(mapped);
-    m_mappedBytes = static_cast<std::size_t>(bytes);
 
     // One pass over every id, so a wrong vocab or dtype is caught now, not as an
     // out-of-range embedding lookup mid-run.
@@ -94,48 +79,14 @@ TokenFileSource::TokenFileSource(const std::string& path, const std::string& dty
                                         " at position " + std::to_string(i) + " is not below vocab " +
                                         std::to_string(vocab) +
                                         "; check model.vocab (the tokenizer's vocabulary size) and train.data.dtype";
-            release();
             throw DataError(message);
         }
     }
 }
 
-TokenFileSource::~TokenFileSource() { release(); }
-
-TokenFileSource::TokenFileSource(TokenFileSource&& other) noexcept
-    : TokenSource(std::move(other)), m_path(std::move(other.m_path)), m_vocab(other.m_vocab),
-      m_seqLen(other.m_seqLen), m_width(other.m_width), m_tokens(other.m_tokens),
-      m_data(std::exchange(other.m_data, nullptr)), m_mappedBytes(std::exchange(other.m_mappedBytes, 0))
-{
-    other.m_tokens = 0;
-}
-
-TokenFileSource& TokenFileSource::operator=(TokenFileSource&& other) noexcept
-{
-    if (this != &other) {
-        release();
-        m_path = std::move(other.m_path);
-        m_vocab = other.m_vocab;
-        m_seqLen = other.m_seqLen;
-        m_width = other.m_width;
-        m_tokens = std::exchange(other.m_tokens, 0);
-        m_data = std::exchange(other.m_data, nullptr);
-        m_mappedBytes = std::exchange(other.m_mappedBytes, 0);
-    }
-    return *this;
-}
-
-void TokenFileSource::release() noexcept
-{
-    if (m_data != nullptr)
-        ::munmap(const_cast<unsigned char*>(m_data), m_mappedBytes);
-    m_data = nullptr;
-    m_mappedBytes = 0;
-}
-
 std::uint32_t TokenFileSource::tokenAt(std::int64_t position) const
 {
-    const unsigned char* p = m_data + static_cast<std::size_t>(position) * static_cast<std::size_t>(m_width);
+    const unsigned char* p = m_file.data() + static_cast<std::size_t>(position) * static_cast<std::size_t>(m_width);
     // Little-endian on disk whatever the host.
     if (m_width == 2)
         return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8;
@@ -145,7 +96,7 @@ std::uint32_t TokenFileSource::tokenAt(std::int64_t position) const
 
 void TokenFileSource::sample(std::int64_t index, int length, std::int32_t* out) const
 {
-    if (m_data == nullptr)
+    if (m_file.data() == nullptr)
         throw DataError("token file source was moved from");
     if (length < 1 || length > m_tokens)
         throw DataError("token file " + quoted(m_path) + ": a sample of " + std::to_string(length) +
@@ -156,7 +107,7 @@ void TokenFileSource::sample(std::int64_t index, int length, std::int32_t* out) 
                                               static_cast<std::int64_t>(starts));
     const auto offset = static_cast<std::int64_t>(mulMod(g, static_cast<std::uint64_t>(m_seqLen), starts));
     if (m_width == 2 && std::endian::native == std::endian::little) {
-        const unsigned char* p = m_data + static_cast<std::size_t>(offset) * 2;
+        const unsigned char* p = m_file.data() + static_cast<std::size_t>(offset) * 2;
         for (int j = 0; j < length; ++j) {
             std::uint16_t id;
             std::memcpy(&id, p + 2 * static_cast<std::size_t>(j), sizeof id);

@@ -4,6 +4,7 @@
 // back. The file is mapped read-only; samples are windows into it.
 
 #include "agent/data/token_source.h"
+#include "agent/io/mapped_file.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -17,12 +18,6 @@ public:
     // file is missing or unreadable, empty, not a whole number of ids, shorter than
     // seqLen + 1 tokens, or holds an id >= vocab (all ids are checked once, here).
     TokenFileSource(const std::string& path, const std::string& dtype, int vocab, int seqLen);
-    ~TokenFileSource() override;
-
-    TokenFileSource(TokenFileSource&& other) noexcept;
-    TokenFileSource& operator=(TokenFileSource&& other) noexcept;
-    TokenFileSource(const TokenFileSource&) = delete;
-    TokenFileSource& operator=(const TokenFileSource&) = delete;
 
     int vocab() const override { return m_vocab; }
     // Sample order: sample g is the window of `length` consecutive tokens starting at token
@@ -40,15 +35,13 @@ public:
 
 private:
     std::uint32_t tokenAt(std::int64_t position) const;
-    void release() noexcept;
 
     std::string m_path;
     int m_vocab = 0;
     int m_seqLen = 0;
     int m_width = 2;               // bytes per id
     std::int64_t m_tokens = 0;     // N
-    const unsigned char* m_data = nullptr;
-    std::size_t m_mappedBytes = 0;
+    MappedFile m_file;
 };
 
 } // namespace meshbench::agent
