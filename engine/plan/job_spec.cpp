@@ -449,19 +449,6 @@ void readTrain(const json& object, TrainSpec& train, std::vector<SpecError>& err
     r.rejectUnknownKeys();
 }
 
-std::vector<std::int64_t> divisorsOf(std::int64_t n)
-{
-    std::vector<std::int64_t> out;
-    for (std::int64_t d = 1; d * d <= n; ++d) {
-        if (n % d == 0) {
-            out.push_back(d);
-            if (d != n / d)
-                out.push_back(n / d);
-        }
-    }
-    std::sort(out.begin(), out.end());
-    return out;
-}
 
 std::string listValues(const std::vector<std::int64_t>& values, std::string_view name)
 {
@@ -502,6 +489,29 @@ std::string_view recomputeName(Recompute r) { return nameOf(kRecomputes, r); }
 std::string_view gradDtypeName(GradDtype g) { return nameOf(kGradDtypes, g); }
 std::string_view rankOrderName(RankOrder o) { return nameOf(kOrders, o); }
 std::string_view backendName(BackendKind b) { return nameOf(kBackends, b); }
+
+std::vector<std::int64_t> divisorsOf(std::int64_t n)
+{
+    std::vector<std::int64_t> out;
+    for (std::int64_t d = 1; d * d <= n; ++d) {
+        if (n % d == 0) {
+            out.push_back(d);
+            if (d != n / d)
+                out.push_back(n / d);
+        }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::int64_t tensorParallelBound(const ModelSpec& m)
+{
+    // Megatron's column/row-parallel layers split heads, query groups and both MLPs; the
+    // vocabulary-parallel embedding splits the vocabulary.
+    std::int64_t bound = std::gcd(std::gcd(std::int64_t(m.heads), std::int64_t(m.kvHeads)), m.ffnHidden);
+    bound = std::gcd(bound, m.vocab);
+    return m.moe.enabled() ? std::gcd(bound, m.moe.ffnHidden) : bound;
+}
 
 int ModelSpec::moeLayersIn(int first, int count) const
 {
@@ -550,12 +560,7 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
                                                                  : "use virtual_stages that divides " + str(m.layers)));
     }
 
-    // TP splits heads, query groups, both MLPs and the vocabulary (Megatron's column/row-parallel layers).
-    std::int64_t tpCommon = std::gcd(std::gcd(std::int64_t(m.heads), std::int64_t(m.kvHeads)), m.ffnHidden);
-    tpCommon = std::gcd(tpCommon, m.vocab);
-    if (m.moe.enabled())
-        tpCommon = std::gcd(tpCommon, m.moe.ffnHidden);
-    std::vector<std::int64_t> tpFits = divisorsOf(tpCommon);
+    const std::vector<std::int64_t> tpFits = divisorsOf(tensorParallelBound(m));
     const std::string tpFix = listValues(tpFits, "tp");
     if (m.heads % p.tp != 0)
         fail("parallel.tp", str(m.heads) + " attention heads do not split over tp=" + str(p.tp) + "; " + tpFix);

@@ -151,6 +151,12 @@ struct LoadResult {
 LoadResult parseJobSpec(std::string_view text);
 LoadResult loadJobSpec(const nlohmann::json& document);
 
+// Every divisor of n >= 1, ascending.
+std::vector<std::int64_t> divisorsOf(std::int64_t n);
+// The largest number every TP-split dimension divides by (heads, query groups, both MLP widths,
+// the vocabulary): tp is valid exactly when it divides this.
+std::int64_t tensorParallelBound(const ModelSpec& model);
+
 // The layout rules alone: world size, divisibility of layers, heads, ffn, vocab and experts,
 // EP inside DP, and the schedule's own rules.
 std::vector<SpecError> validateLayout(const JobSpec& spec);

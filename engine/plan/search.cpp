@@ -11,12 +11,12 @@
 namespace meshbench::plan {
 namespace {
 
+// divisorsOf, as ints (every search dimension fits one).
 std::vector<int> divisors(std::int64_t n)
 {
     std::vector<int> out;
-    for (std::int64_t d = 1; d <= n && d <= (1 << 20); ++d)
-        if (n % d == 0)
-            out.push_back(int(d));
+    for (std::int64_t d : divisorsOf(n))
+        out.push_back(int(d));
     return out;
 }
 
@@ -74,10 +74,7 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
     }
 
     // The same divisibility rules as validateLayout, used to enumerate only valid layouts.
-    std::int64_t tpCommon = std::gcd(std::gcd(std::int64_t(model.heads), std::int64_t(model.kvHeads)), model.ffnHidden);
-    tpCommon = std::gcd(tpCommon, model.vocab);
-    if (model.moe.enabled())
-        tpCommon = std::gcd(tpCommon, model.moe.ffnHidden);
+    const std::int64_t tpCommon = tensorParallelBound(model);
 
     JobSpec candidate = spec;
     ParallelSpec& p = candidate.parallel;
