@@ -6,6 +6,7 @@
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
 #include "agent/runtime/mpi_runtime.h"
+#include "agent/telemetry/telemetry_sender.h"
 #include "agent/train/trainer.h"
 #include "plan/planner.h"
 
@@ -13,14 +14,19 @@
 #include "kernels/cpu/openblas_core.h"
 #include "plan/job_spec.h"
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace meshbench;
 
@@ -28,7 +34,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: meshbench-agent --job JOB.json [--steps N] [--save DIR] [--save-every N] [--load CHECKPOINT]\n"
-    "                       [--metrics FILE] [--spans FILE] [--threads N]\n"
+    "                       [--metrics FILE] [--spans FILE] [--threads N] [--telemetry ENDPOINT]\n"
     "\n"
     "  --steps N        optimizer steps to run (default: the job's train.steps)\n"
     "  --save DIR       write DIR/step-NNNNNN.safetensors at the start, every --save-every steps, and at the end\n"
@@ -36,7 +42,10 @@ constexpr const char* kUsage =
     "  --metrics FILE   also write one JSON object per step to FILE\n"
     "  --spans FILE     write every executed op as a span, and memory by category, as JSON lines\n"
     "                   (FILE.rank<R> for each rank under mpirun)\n"
-    "  --threads N      OpenBLAS threads (default 1)\n";
+    "  --threads N      OpenBLAS threads (default 1)\n"
+    "  --telemetry ENDPOINT\n"
+    "                   stream spans, expert loads, memory, step metrics and heartbeats to a\n"
+    "                   meshbench-engine collector (ZeroMQ, e.g. tcp://host:port)\n";
 
 struct Options {
     std::string job;
@@ -46,6 +55,7 @@ struct Options {
     std::string load;
     std::string metrics;
     std::string spans;
+    std::string telemetry;
     int threads = 1;
 };
 
@@ -100,6 +110,9 @@ std::string expertSummary(const std::vector<agent::ExpertLoad>& loads)
     return text;
 }
 
+// The write and read ends of the pipe through which a stop signal reaches the telemetry thread.
+int g_stopPipe[2] = {-1, -1};
+
 // Launched by Open MPI's mpirun (or another PMIx launcher)?
 bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK"); }
 
@@ -112,7 +125,29 @@ std::string unsupportedLayout(const plan::ParallelSpec& p)
     return "";
 }
 
-int run(const Options& options, const agent::MpiRuntime* mpi)
+// The step's telemetry: what every rank measured; the step's metrics from rank 0, which speaks for
+// the job; expert loads from the data-parallel and tensor-parallel rank 0 of each stage, since they
+// are summed over the data group and identical across the tensor group.
+std::vector<wire::Record> stepRecords(const agent::StepMetrics& m, agent::Measurements measured, bool reportsMetrics,
+                                      bool reportsExperts, std::int64_t tokensPerStep)
+{
+    std::vector<wire::Record> records = measured.toRecords();
+    if (reportsMetrics)
+        records.emplace_back(wire::StepMetricsRecord{m.step, m.beginNs, m.endNs, m.loss, m.auxLoss, m.gradNorm,
+                                                     m.learningRate, m.tokensPerSecond, m.bubbleRatio, tokensPerStep});
+    if (reportsExperts)
+        for (const agent::ExpertLoad& load : m.expertLoads) {
+            wire::ExpertLoadRecord r{m.step, load.layer, {}, {}};
+            for (std::size_t e = 0; e < load.routed.size(); ++e) {
+                r.routed.push_back(std::uint32_t(load.routed[e]));
+                r.dropped.push_back(std::uint32_t(load.routed[e] - load.kept[e]));
+            }
+            records.emplace_back(std::move(r));
+        }
+    return records;
+}
+
+int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySender* telemetry)
 {
     std::ifstream file(options.job, std::ios::binary);
     if (!file) {
@@ -194,10 +229,20 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
 
     // With pipeline stages, each step's measured bubble is shown beside the planner's prediction.
     const double plannedBubble = groups && spec.parallel.pp > 1 ? plan::makePlan(spec).simulation.overallBubbleRatio : -1;
+    const bool reportsExperts = !groups || (groups->coord.dp == 0 && groups->coord.tp == 0);
+    std::vector<agent::Measurements> kept;   // for --spans
     double lastLoss = 0;
     while (trainer.completedSteps() < last) {
         const agent::StepMetrics m = trainer.step();
         lastLoss = m.loss;
+        agent::Measurements measured = trainer.takeMeasurements();
+        if (telemetry) {
+            telemetry->post(stepRecords(m, options.spans.empty() ? std::move(measured) : measured, leader,
+                                        reportsExperts, trainer.tokensPerStep()));
+            telemetry->setCompletedSteps(m.step);
+        }
+        if (!options.spans.empty())
+            kept.push_back(std::move(measured));
         char bubble[64] = "";
         if (plannedBubble >= 0)
             std::snprintf(bubble, sizeof bubble, "  bubble %.1f%% (plan %.1f%%)", 100 * m.bubbleRatio,
@@ -219,7 +264,8 @@ int run(const Options& options, const agent::MpiRuntime* mpi)
     if (!options.spans.empty()) {
         const std::string path = groups ? options.spans + ".rank" + std::to_string(mpi->worldRank()) : options.spans;
         std::ofstream out(path);
-        trainer.measurements().writeJsonLines(out);
+        for (const agent::Measurements& measured : kept)
+            measured.writeJsonLines(out);
         if (!out)
             throw std::runtime_error("cannot write spans to '" + path + "'");
     }
@@ -245,7 +291,7 @@ int main(int argc, char** argv)
             return 0;
         }
         if (a != "--job" && a != "--steps" && a != "--save" && a != "--save-every" && a != "--load" &&
-            a != "--metrics" && a != "--spans" && a != "--threads")
+            a != "--metrics" && a != "--spans" && a != "--threads" && a != "--telemetry")
             return usageError("unknown option '" + a + "'");
         if (!hasValue)
             return usageError(a + " needs a value");
@@ -261,6 +307,8 @@ int main(int argc, char** argv)
             options.metrics = value;
         } else if (a == "--spans") {
             options.spans = value;
+        } else if (a == "--telemetry") {
+            options.telemetry = value;
         } else if (!parseCount(value, a == "--steps" ? 0 : 1, count)) {
             return usageError(a + " needs a whole number, got '" + value + "'");
         } else if (a == "--steps") {
@@ -278,15 +326,58 @@ int main(int argc, char** argv)
         mpi.emplace(argc, argv);
     const std::string who = mpi && mpi->worldSize() > 1 ? "meshbench-agent: rank " + std::to_string(mpi->worldRank()) + ": "
                                                        : "meshbench-agent: ";
+    std::unique_ptr<agent::TelemetrySender> telemetry;
+    if (!options.telemetry.empty()) {
+        const char* localRank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        try {
+            telemetry = std::make_unique<agent::TelemetrySender>(agent::TelemetryOptions{
+                options.telemetry, std::uint32_t(mpi ? mpi->worldRank() : 0),
+                !localRank || std::string(localRank) == "0"});
+        } catch (const std::exception& e) {
+            std::cerr << who << e.what() << "\n";
+            return 2;
+        }
+        // A stop signal is turned into a last heartbeat ("terminated") before the process ends. The
+        // handler only writes to a pipe (async-signal safe); a thread of ours does the rest.
+        // Installed after MPI started, whose runtime threads would otherwise take the signal.
+        if (pipe(g_stopPipe) != 0) {
+            std::cerr << who << "cannot create a pipe for stop signals\n";
+            return 2;
+        }
+        struct sigaction action {};
+        action.sa_handler = [](int sig) {
+            const unsigned char code = static_cast<unsigned char>(sig);
+            [[maybe_unused]] const ssize_t n = write(g_stopPipe[1], &code, 1);
+        };
+        sigemptyset(&action.sa_mask);
+        for (int sig : {SIGTERM, SIGINT, SIGHUP})
+            sigaction(sig, &action, nullptr);
+        std::thread([sender = telemetry.get()] {
+            unsigned char sig = 0;
+            while (read(g_stopPipe[0], &sig, 1) != 1) {
+            }
+            sender->finish(wire::RankState::Terminated, sig);
+            _exit(128 + sig);
+        }).detach();
+    }
+
     int status = 1;
+    std::string error;
     try {
-        status = run(options, mpi ? &*mpi : nullptr);
+        status = run(options, mpi ? &*mpi : nullptr, telemetry.get());
     } catch (const agent::CheckpointError& e) {
-        std::cerr << who << "checkpoint: " << e.what() << "\n";
+        error = std::string("checkpoint: ") + e.what();
     } catch (const agent::DataError& e) {
-        std::cerr << who << "data: " << e.what() << "\n";
+        error = std::string("data: ") + e.what();
     } catch (const std::exception& e) {
-        std::cerr << who << e.what() << "\n";
+        error = e.what();
+    }
+    if (!error.empty())
+        std::cerr << who << error << "\n";
+    if (telemetry) {
+        if (!error.empty())
+            telemetry->log(wire::LogLevel::Error, error);
+        telemetry->finish(status == 0 ? wire::RankState::Finished : wire::RankState::Failed, status);
     }
     // A failing rank ends the whole job now rather than leaving its peers in a collective.
     if (status != 0 && mpi && mpi->worldSize() > 1)

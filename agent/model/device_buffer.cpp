@@ -4,12 +4,6 @@
 
 namespace meshbench::agent {
 
-std::string_view memoryCategoryName(MemoryCategory category)
-{
-    constexpr std::string_view names[kMemoryCategories] = {"params", "grads", "optimizer", "activations", "workspace"};
-    return names[int(category)];
-}
-
 MemoryLedger& MemoryLedger::instance()
 {
     static MemoryLedger ledger;

@@ -2,6 +2,7 @@
 // An owning fp32 device allocation of a kernels::Backend, freed on destruction.
 
 #include "kernels/backend.h"
+#include "wire/telemetry.h"
 
 #include <array>
 #include <atomic>
@@ -11,10 +12,10 @@
 
 namespace meshbench::agent {
 
-// What a device allocation holds, for the per-rank memory report.
-enum class MemoryCategory : int { Params, Grads, Optimizer, Activations, Workspace };
-constexpr int kMemoryCategories = 5;
-std::string_view memoryCategoryName(MemoryCategory category);
+// What a device allocation holds, for the per-rank memory report: the telemetry's categories.
+using wire::MemoryCategory;
+using wire::kMemoryCategories;
+using wire::memoryCategoryName;
 
 struct MemoryUsage {
     std::array<std::int64_t, kMemoryCategories> current{};

@@ -1,9 +1,10 @@
 #pragma once
-// The measurement hooks of a rank: a span for every executed op, the step metrics, and memory by
-// category, kept in memory. The telemetry issue ships them over ZeroMQ; until then they can be
-// written as JSON lines (--spans) for tests and offline looks.
+// The measurement hooks of a rank: a span for every executed op and memory by category per step,
+// kept until the agent takes them (to ship them to the engine, or to write them as JSON lines).
+// Spans are the wire's records, timed on the wire's clock, so they travel unconverted.
 
 #include "agent/model/device_buffer.h"
+#include "wire/telemetry.h"
 
 #include <cstdint>
 #include <iosfwd>
@@ -12,16 +13,7 @@
 
 namespace meshbench::agent {
 
-struct Span {
-    int step = 0;
-    int stage = 0;
-    int chunk = 0;
-    int microbatch = -1;        // -1 for spans of the whole step (optimizer, data-parallel reduction)
-    std::string kind;           // "F", "B", "W", "send-act", "recv-act", "send-grad", "recv-grad", "optimizer", "dp-reduce"
-    std::int64_t beginNs = 0;   // monotonic clock
-    std::int64_t endNs = 0;
-    std::uint64_t bytes = 0;    // moved, for communication
-};
+using Span = wire::SpanRecord;
 
 struct MemorySample {
     int step = 0;
@@ -33,16 +25,20 @@ class Measurements {
 public:
     explicit Measurements(int rank) : m_rank(rank) {}
 
-    static std::int64_t nowNs();
+    static std::int64_t nowNs() { return wire::wallAlignedNowNs(); }
     int rank() const { return m_rank; }
 
-    void addSpan(Span span) { m_spans.push_back(std::move(span)); }
+    void addSpan(const Span& span) { m_spans.push_back(span); }
     void addMemorySample(MemorySample sample) { m_memory.push_back(sample); }
     const std::vector<Span>& spans() const { return m_spans; }
     const std::vector<MemorySample>& memory() const { return m_memory; }
+    // Hands over everything measured so far and starts empty.
+    Measurements take();
 
     // One JSON object per line: spans ({"type": "span", ...}) then memory samples.
     void writeJsonLines(std::ostream& out) const;
+    // The same as telemetry records: spans, then one memory sample per category.
+    std::vector<wire::Record> toRecords() const;
 
 private:
     int m_rank;

@@ -5,8 +5,9 @@
 namespace meshbench::agent {
 
 PipelineExecutor::PipelineExecutor(GptModel& model, kernels::Backend& backend, Communicator& pipeline,
-                                   plan::Schedule schedule, int stage)
-    : m_model(model), m_backend(backend), m_pipeline(pipeline), m_schedule(std::move(schedule)), m_stage(stage)
+                                   plan::Schedule schedule, int stage, std::vector<int> pipelineRanks)
+    : m_model(model), m_backend(backend), m_pipeline(pipeline), m_schedule(std::move(schedule)), m_stage(stage),
+      m_pipelineRanks(std::move(pipelineRanks))
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
     // MPI promises tags up to 32767 (MPI_TAG_UB may be larger, but not everywhere).
@@ -78,8 +79,12 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             m_model.applyWeightGradients(slot.weightGrads);
             break;
         }
-        measurements.addSpan({step, m_stage, op.chunk, op.microbatch, std::string(plan::opKindName(op.kind)), begin,
-                              Measurements::nowNs(), plan::isCompute(op.kind) ? 0 : elements * sizeof(float)});
+        // Spans carry the op's own name (one source of truth for planned and measured ops).
+        const bool compute = plan::isCompute(op.kind);
+        measurements.addSpan({step, std::int16_t(m_stage), std::int16_t(op.chunk), op.microbatch,
+                              *wire::spanKindFromName(plan::opKindName(op.kind)),
+                              compute ? -1 : m_pipelineRanks[std::size_t(op.peerStage)], begin, Measurements::nowNs(),
+                              compute ? 0 : elements * sizeof(float)});
     }
     m_pipeline.waitSends();
 }

@@ -10,13 +10,15 @@
 #include "plan/schedule.h"
 
 #include <functional>
+#include <vector>
 
 namespace meshbench::agent {
 
 class PipelineExecutor {
 public:
+    // pipelineRanks: the world rank of each member of the pipeline group, to name span peers.
     PipelineExecutor(GptModel& model, kernels::Backend& backend, Communicator& pipeline, plan::Schedule schedule,
-                     int stage);
+                     int stage, std::vector<int> pipelineRanks);
 
     // Runs every op of this stage. tokensOf(mb) gives micro-batch mb's tokens (batch rows of
     // seq_len + 1). Forward results (losses, expert loads) are added into `result`.
@@ -35,6 +37,7 @@ private:
     Communicator& m_pipeline;
     plan::Schedule m_schedule;
     int m_stage;
+    std::vector<int> m_pipelineRanks;
 };
 
 }  // namespace meshbench::agent

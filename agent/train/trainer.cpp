@@ -174,9 +174,9 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
         m_model.setParameterGatherer(m_gatherer.get());
     }
     if (pipelineSize() > 1)
-        m_pipeline = std::make_unique<PipelineExecutor>(m_model, backend, *groups->pipeline,
-                                                        plan::buildSchedule(spec.parallel.scheduleShape()),
-                                                        groups->coord.pp);
+        m_pipeline = std::make_unique<PipelineExecutor>(
+            m_model, backend, *groups->pipeline, plan::buildSchedule(spec.parallel.scheduleShape()), groups->coord.pp,
+            groups->mesh.groupOf(plan::GroupKind::Pipeline, groups->worldRank));
 }
 
 Trainer::~Trainer() = default;
@@ -215,7 +215,6 @@ double Trainer::learningRate(int step) const
 
 StepMetrics Trainer::step()
 {
-    const auto start = std::chrono::steady_clock::now();
     const plan::ParallelSpec& p = m_spec.parallel;
     const int seqPlusOne = int(m_spec.model.seqLen) + 1;
     const std::int64_t globalBatch = p.globalBatch();
@@ -227,6 +226,7 @@ StepMetrics Trainer::step()
     const float auxScale = float(1.0 / microbatches);
 
     StepMetrics metrics;
+    metrics.beginNs = Measurements::nowNs();
     metrics.step = m_step + 1;
     m_model.zeroGradients();
     if (zeroStage() > 0)
@@ -266,8 +266,9 @@ StepMetrics Trainer::step()
             m_model.backward(*activations);
             if (zeroStage() == 2)
                 sumSequenceParallelNormGradients();   // before this micro-batch's gradients are scattered
-            m_measurements.addSpan({metrics.step, 0, 0, mb, "F", forwardBegin, backwardBegin, 0});
-            m_measurements.addSpan({metrics.step, 0, 0, mb, "B", backwardBegin, Measurements::nowNs(), 0});
+            m_measurements.addSpan({metrics.step, 0, 0, mb, wire::SpanKind::Forward, -1, forwardBegin, backwardBegin, 0});
+            m_measurements.addSpan(
+                {metrics.step, 0, 0, mb, wire::SpanKind::Backward, -1, backwardBegin, Measurements::nowNs(), 0});
             if (zeroStage() == 2) {
                 m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
                                                  static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
@@ -280,7 +281,7 @@ StepMetrics Trainer::step()
     // over the stages (the simulator's definition, idle / (p x makespan)).
     double phase[2] = {double(pipelineEnd - pipelineBegin), 0.0};
     for (auto it = m_measurements.spans().rbegin(); it != m_measurements.spans().rend() && it->step == metrics.step; ++it)
-        if (it->kind == "F" || it->kind == "B" || it->kind == "W")
+        if (wire::isComputeKind(it->kind))
             phase[1] += double(it->endNs - it->beginNs);
     if (pipelineSize() > 1)
         m_groups->pipeline->allReduceSum(phase, 2);
@@ -335,8 +336,8 @@ StepMetrics Trainer::step()
     metrics.auxLoss = auxSum * auxScale;
 
     if (dp > 1)
-        m_measurements.addSpan({metrics.step, stage, 0, -1, "dp-reduce", reduceBegin, Measurements::nowNs(),
-                                m_shardSize * sizeof(float) * std::size_t(dp)});
+        m_measurements.addSpan({metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::DataParallelReduce, -1,
+                                reduceBegin, Measurements::nowNs(), m_shardSize * sizeof(float) * std::size_t(dp)});
 
     // This rank's gradients for its shard of the flat buffers (all of them without ZeRO).
     const kernels::DevPtr grads = zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients();
@@ -389,9 +390,11 @@ StepMetrics Trainer::step()
         float* params = static_cast<float*>(m_model.parameters().data);
         m_groups->data->allGather(params + m_shardBegin, params, m_shardSize);
     }
-    m_measurements.addSpan({metrics.step, stage, 0, -1, "optimizer", optimizerBegin, Measurements::nowNs(), 0});
+    m_measurements.addSpan(
+        {metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::Optimizer, -1, optimizerBegin, Measurements::nowNs(), 0});
     m_measurements.addMemorySample({metrics.step, Measurements::nowNs(), MemoryLedger::instance().usage()});
-    metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics.endNs = Measurements::nowNs();
+    metrics.seconds = double(metrics.endNs - metrics.beginNs) * 1e-9;
     metrics.tokensPerSecond = double(tokensPerStep()) / metrics.seconds;
     return metrics;
 }

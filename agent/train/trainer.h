@@ -35,6 +35,8 @@ struct StepMetrics {
     double gradNorm = 0;           // global L2 norm before clipping
     double learningRate = 0;
     double seconds = 0;
+    std::int64_t beginNs = 0;      // on the telemetry clock (Measurements::nowNs)
+    std::int64_t endNs = 0;
     double tokensPerSecond = 0;
     double bubbleRatio = 0;        // measured: idle share of the pipeline phase, over all stages
     std::vector<ExpertLoad> expertLoads;   // per MoE layer, summed over the step's micro-batches
@@ -61,7 +63,8 @@ public:
     void sampleTokens(std::int64_t index, std::int32_t* out) const;
     const TokenSource& data() const { return *m_data; }
     GptModel& model() { return m_model; }
-    const Measurements& measurements() const { return m_measurements; }
+    // What the steps so far measured (spans, memory), handed over; the trainer starts a new record.
+    Measurements takeMeasurements() { return m_measurements.take(); }
 
 private:
     double learningRate(int step) const;

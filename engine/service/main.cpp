@@ -1,7 +1,9 @@
-// meshbench-engine: the headless engine. This build plans and searches layouts; launching jobs,
-// serving the GUI, sessions, replay and export arrive with the engine issue.
+// meshbench-engine: the headless engine. It plans and searches layouts, runs jobs into session
+// files, lists, replays and exports sessions, and serves the GUI.
 
 #include "plan_commands.h"
+#include "run_command.h"
+#include "session_commands.h"
 
 #include <iostream>
 #include <string>
@@ -16,8 +18,16 @@ constexpr const char* kUsage =
     "         layout, memory per GPU, FLOPs, bubble and step time of the job's layout\n"
     "  search JOB.json [--top N] [--global-batch SEQUENCES] [--json]\n"
     "         the fastest layouts that fit the job's cluster\n"
+    "  run    JOB.json [--session FILE] [--steps N] [--one-device] [--collector ENDPOINT]\n"
+    "         [--hostfile FILE] [--mpirun PATH] [--mpi-arg ARG]... [--heartbeat-timeout S] [--verbose]\n"
+    "         launch the job, show its progress, store its session, print a summary\n"
+    "  sessions [DIR] [--json]\n"
+    "         stored sessions (default DIR: ~/.local/share/meshbench/sessions)\n"
+    "  export SESSION [--chrome-trace OUT.json] [--csv DIR]\n"
+    "         a session as a Chrome/Perfetto trace, or as CSV tables\n"
     "\n"
-    "exit status: 0 done, 1 the job spec is wrong, 2 the command line is wrong\n";
+    "exit status: 0 done, 1 the job spec is wrong, 2 the command line is wrong;\n"
+    "run: 3 the job failed, 4 it was stopped, 5 it could not be started\n";
 
 }  // namespace
 
@@ -43,6 +53,12 @@ int main(int argc, char** argv)
             return meshbench::service::runPlanCommand(args);
         if (command == "search")
             return meshbench::service::runSearchCommand(args);
+        if (command == "run")
+            return meshbench::service::runRunCommand(args);
+        if (command == "sessions")
+            return meshbench::service::runSessionsCommand(args);
+        if (command == "export")
+            return meshbench::service::runExportCommand(args);
     } catch (const std::exception& e) {
         // Input errors are reported by the commands; anything reaching here is a bug or an
         // exhausted machine, and still deserves a message rather than an abort.

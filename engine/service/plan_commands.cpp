@@ -1,5 +1,7 @@
 #include "plan_commands.h"
 
+#include "command_line.h"
+
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/search.h"
@@ -18,19 +20,14 @@ namespace {
 
 constexpr std::streamoff kMaxSpecBytes = 16 << 20;
 
-int usageError(const std::string& message, const char* usage)
-{
-    std::cerr << "meshbench-engine: " << message << "\nusage: " << usage << "\n";
-    return 2;
-}
+}  // namespace
 
-// Reads and checks a job spec file; prints the errors (as JSON when asked) and returns nullopt
-// when it cannot be planned.
-std::optional<JobSpec> loadSpecFile(const std::string& path, bool json, bool layoutMustHold)
+std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool layoutMustHold)
 {
     std::ifstream file(path, std::ios::binary);
     std::vector<SpecError> errors;
     LoadResult loaded;
+    std::string text;
     if (!file) {
         errors.push_back({"", "cannot open job spec '" + path + "': check the path"});
     } else {
@@ -41,16 +38,17 @@ std::optional<JobSpec> loadSpecFile(const std::string& path, bool json, bool lay
             errors.push_back({"", "'" + path + "' is " + std::to_string(size) +
                                       " bytes; a job spec is a small JSON document (at most 16 MiB)"});
         } else {
-            std::ostringstream text;
-            text << file.rdbuf();
-            loaded = parseJobSpec(text.str());
+            std::ostringstream contents;
+            contents << file.rdbuf();
+            text = contents.str();
+            loaded = parseJobSpec(text);
             errors = loaded.errors;
         }
     }
     // Layout errors don't stop a search: it picks its own layout.
     const bool usable = loaded.spec && (errors.empty() || !layoutMustHold);
     if (usable)
-        return loaded.spec;
+        return SpecFile{std::move(*loaded.spec), std::move(text)};
     if (json)
         std::cout << nlohmann::json{{"valid", false}, {"errors", errorsToJson(errors)}}.dump(2) << "\n";
     else
@@ -59,18 +57,6 @@ std::optional<JobSpec> loadSpecFile(const std::string& path, bool json, bool lay
     return std::nullopt;
 }
 
-bool parsePositive(const std::string& text, double& out)
-{
-    try {
-        std::size_t used = 0;
-        out = std::stod(text, &used);
-        return used == text.size() && std::isfinite(out) && out >= 0;
-    } catch (const std::exception&) {
-        return false;
-    }
-}
-
-}  // namespace
 
 int runPlanCommand(const std::vector<std::string>& args)
 {
@@ -107,10 +93,10 @@ int runPlanCommand(const std::vector<std::string>& args)
     }
     if (path.empty())
         return usageError("plan needs a job spec", usage);
-    const std::optional<JobSpec> spec = loadSpecFile(path, json, true);
-    if (!spec)
+    const std::optional<SpecFile> file = loadSpecFile(path, json, true);
+    if (!file)
         return 1;
-    const Plan plan = makePlan(*spec, unitCosts);
+    const Plan plan = makePlan(file->spec, unitCosts);
     if (!plan.simulation.completed) {
         // The schedules are built to be deadlock-free; reaching this is a bug in the planner.
         std::cerr << "meshbench-engine: internal error: the schedule did not complete: " << plan.simulation.error << "\n";
@@ -151,10 +137,10 @@ int runSearchCommand(const std::vector<std::string>& args)
     }
     if (path.empty())
         return usageError("search needs a job spec", usage);
-    const std::optional<JobSpec> spec = loadSpecFile(path, json, false);
-    if (!spec)
+    const std::optional<SpecFile> file = loadSpecFile(path, json, false);
+    if (!file)
         return 1;
-    const SearchResult result = searchLayouts(*spec, options);
+    const SearchResult result = searchLayouts(file->spec, options);
     if (!result.errors.empty()) {
         if (json)
             std::cout << searchToJson(result).dump(2) << "\n";
@@ -162,7 +148,7 @@ int runSearchCommand(const std::vector<std::string>& args)
             std::cerr << errorsToText(result.errors);
         return 1;
     }
-    std::cout << (json ? searchToJson(result).dump(2) + "\n" : searchToText(result, *spec));
+    std::cout << (json ? searchToJson(result).dump(2) + "\n" : searchToText(result, file->spec));
     return 0;
 }
 

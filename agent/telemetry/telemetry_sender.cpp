@@ -1,0 +1,228 @@
+#include "telemetry_sender.h"
+
+#include <zmq.hpp>
+
+#include <deque>
+#include <optional>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <unistd.h>
+
+namespace meshbench::agent {
+
+namespace {
+
+// Records per ZeroMQ message: large enough to amortise the per-message cost, small enough that
+// one message stays well under the engine's frame limit.
+constexpr std::size_t kRecordsPerBatch = 4096;
+
+std::string hostName()
+{
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) != 0)
+        return "unknown";
+    return name;
+}
+
+}  // namespace
+
+wire::NodeSampleRecord sampleNode()
+{
+    wire::NodeSampleRecord sample;
+    sample.timeNs = wire::wallAlignedNowNs();
+    sample.host = hostName();
+    // /proc/meminfo reports kB; "used" is what the kernel cannot hand out: total - available.
+    std::ifstream meminfo("/proc/meminfo");
+    std::string line;
+    std::int64_t totalKb = -1, availableKb = -1;
+    while (std::getline(meminfo, line)) {
+        std::istringstream fields(line);
+        std::string key;
+        std::int64_t value = 0;
+        fields >> key >> value;
+        if (key == "MemTotal:")
+            totalKb = value;
+        else if (key == "MemAvailable:")
+            availableKb = value;
+    }
+    if (totalKb > 0) {
+        sample.hostMemoryTotalBytes = totalKb * 1024;
+        if (availableKb >= 0)
+            sample.hostMemoryUsedBytes = (totalKb - availableKb) * 1024;
+    }
+    return sample;
+}
+
+struct TelemetrySender::Socket {
+    zmq::context_t context{1};
+    zmq::socket_t push{context, zmq::socket_type::push};
+};
+
+TelemetrySender::TelemetrySender(TelemetryOptions options)
+    : m_options(std::move(options)), m_host(hostName()), m_socket(std::make_unique<Socket>())
+{
+    try {
+        // A bounded send buffer: beyond it the records wait in our queue, where they are counted.
+        m_socket->push.set(zmq::sockopt::sndhwm, 64);
+        m_socket->push.set(zmq::sockopt::linger, int(m_options.finishTimeout.count()));
+        m_socket->push.connect(m_options.endpoint);
+    } catch (const zmq::error_t& e) {
+        throw std::runtime_error("cannot connect telemetry to '" + m_options.endpoint + "': " + e.what() +
+                                 " (expected an endpoint such as tcp://host:port or ipc:///path)");
+    }
+    // The socket now belongs to the sender thread (thread start orders the accesses).
+    m_thread = std::thread([this] { run(); });
+}
+
+TelemetrySender::~TelemetrySender()
+{
+    finish(wire::RankState::Finished, 0);
+}
+
+void TelemetrySender::post(std::vector<wire::Record> records)
+{
+    if (records.empty())
+        return;
+    std::lock_guard lock(m_mutex);
+    if (m_finishing)
+        return;
+    if (m_queued + records.size() > m_options.queueCapacity) {
+        m_dropped.fetch_add(records.size(), std::memory_order_relaxed);
+        return;
+    }
+    m_queued += records.size();
+    for (wire::Record& r : records)
+        m_queue.push_back(std::move(r));
+    m_wake.notify_one();
+}
+
+void TelemetrySender::log(wire::LogLevel level, std::string text)
+{
+    std::vector<wire::Record> records;
+    records.emplace_back(wire::LogRecord{wire::wallAlignedNowNs(), level, std::move(text)});
+    post(std::move(records));
+}
+
+void TelemetrySender::finish(wire::RankState state, std::int32_t detail)
+{
+    std::call_once(m_finishOnce, [&] {
+        {
+            std::lock_guard lock(m_mutex);
+            m_finishing = true;
+            m_finalState = state;
+            m_finalDetail = detail;
+        }
+        m_wake.notify_one();
+        m_thread.join();
+        m_socket.reset();   // closes with the linger set above, so the last frames get out
+    });
+}
+
+wire::HeartbeatRecord TelemetrySender::heartbeat(wire::RankState state, std::int32_t detail) const
+{
+    wire::HeartbeatRecord h;
+    h.timeNs = wire::wallAlignedNowNs();
+    h.state = state;
+    h.step = m_steps.load(std::memory_order_relaxed);
+    h.pid = std::int32_t(getpid());
+    h.detail = detail;
+    h.droppedRecords = m_dropped.load(std::memory_order_relaxed);
+    h.host = m_host;
+    return h;
+}
+
+void TelemetrySender::run()
+{
+    using Clock = std::chrono::steady_clock;
+    std::uint64_t sequence = 0;
+    std::deque<wire::Record> backlog;      // taken from the queue, not yet sent
+    std::vector<std::uint8_t> frame;       // encoded but refused by a full socket: resent as is
+    std::size_t frameRecords = 0;
+    bool starting = true;
+    auto nextHeartbeat = Clock::now();
+    std::optional<Clock::time_point> deadline;
+
+    auto sendFrame = [&]() -> bool {
+        if (frame.empty())
+            return true;
+        const auto sent = m_socket->push.send(zmq::const_buffer(frame.data(), frame.size()), zmq::send_flags::dontwait);
+        if (!sent)
+            return false;
+        sequence += frameRecords;
+        frame.clear();
+        std::lock_guard lock(m_mutex);
+        m_queued -= frameRecords;
+        return true;
+    };
+    auto encodeNext = [&] {
+        wire::Batch batch;
+        batch.rank = m_options.rank;
+        batch.sequence = sequence;
+        const std::size_t n = std::min(backlog.size(), kRecordsPerBatch);
+        batch.records.reserve(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            batch.records.push_back(std::move(backlog.front()));
+            backlog.pop_front();
+        }
+        frameRecords = n;
+        try {
+            wire::encodeBatch(batch, frame);
+        } catch (const std::invalid_argument& e) {
+            // Records the format cannot carry (e.g. a batch over the frame limit): dropped, counted
+            // and said, never the end of the rank.
+            m_dropped.fetch_add(n, std::memory_order_relaxed);
+            {
+                std::lock_guard lock(m_mutex);
+                m_queued -= n;
+            }
+            frameRecords = 0;
+            backlog.emplace_front(wire::LogRecord{wire::wallAlignedNowNs(), wire::LogLevel::Error,
+                                                  "telemetry: dropped " + std::to_string(n) + " records: " + e.what()});
+            std::lock_guard lock(m_mutex);
+            ++m_queued;
+        }
+    };
+
+    bool finishing = false;
+    wire::RankState finalState = wire::RankState::Finished;
+    std::int32_t finalDetail = 0;
+    for (;;) {
+        {
+            std::unique_lock lock(m_mutex);
+            // A frame the socket refused is retried every few milliseconds.
+            const auto wakeAt = frame.empty() ? nextHeartbeat : Clock::now() + std::chrono::milliseconds(5);
+            m_wake.wait_until(lock, wakeAt, [&] { return !m_queue.empty() || (m_finishing && !deadline); });
+            for (wire::Record& r : m_queue)
+                backlog.push_back(std::move(r));
+            m_queue.clear();
+            finishing = m_finishing;
+            finalState = m_finalState;
+            finalDetail = m_finalDetail;
+        }
+        // Heartbeats queue behind the posted records; they count against the queue too, but the
+        // capacity check in post() is the only place that drops.
+        auto addOwn = [&](wire::Record record) {
+            backlog.push_back(std::move(record));
+            std::lock_guard lock(m_mutex);
+            ++m_queued;
+        };
+        if (finishing && !deadline) {
+            deadline = Clock::now() + m_options.finishTimeout;
+            addOwn(heartbeat(finalState, finalDetail));
+        } else if (!finishing && Clock::now() >= nextHeartbeat) {
+            if (m_options.sampleNode)
+                addOwn(sampleNode());
+            addOwn(heartbeat(starting ? wire::RankState::Starting : wire::RankState::Running, 0));
+            starting = false;
+            nextHeartbeat = Clock::now() + m_options.heartbeatInterval;
+        }
+        while (sendFrame() && !backlog.empty())
+            encodeNext();
+        if (finishing && ((frame.empty() && backlog.empty()) || Clock::now() >= *deadline))
+            return;
+    }
+}
+
+}  // namespace meshbench::agent

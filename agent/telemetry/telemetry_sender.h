@@ -1,0 +1,76 @@
+#pragma once
+// Ships a rank's telemetry to the engine's collector: records are queued by the training thread
+// and sent from a background thread over a ZeroMQ PUSH socket, so training never waits on the
+// network. The queue is bounded; a record that does not fit is dropped and counted, and the count
+// travels in every heartbeat, so the engine knows the loss exactly.
+// Heartbeats go out every second (with a node sample when this rank samples its node). The last
+// heartbeat says how the rank ended: finished, failed (exit status) or terminated (signal).
+
+#include "wire/telemetry.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace meshbench::agent {
+
+struct TelemetryOptions {
+    std::string endpoint;                      // e.g. tcp://127.0.0.1:5555
+    std::uint32_t rank = 0;
+    bool sampleNode = false;                   // local rank 0 of a node
+    std::size_t queueCapacity = 1u << 20;      // records
+    std::chrono::milliseconds heartbeatInterval{1000};
+    std::chrono::milliseconds finishTimeout{5000};   // how long finish() waits for the collector
+};
+
+// Host memory and the device of a node, read from /proc/meminfo (a CPU backend has no device).
+wire::NodeSampleRecord sampleNode();
+
+class TelemetrySender {
+public:
+    // Connects (ZeroMQ connects lazily: an absent collector only delays delivery). Throws
+    // std::runtime_error naming the endpoint if it is not a valid ZeroMQ endpoint.
+    explicit TelemetrySender(TelemetryOptions options);
+    ~TelemetrySender();   // finish(Finished, 0) unless finished already
+    TelemetrySender(const TelemetrySender&) = delete;
+    TelemetrySender& operator=(const TelemetrySender&) = delete;
+
+    // Never blocks on the network: takes the records, or drops (and counts) what does not fit.
+    void post(std::vector<wire::Record> records);
+    void log(wire::LogLevel level, std::string text);
+    void setCompletedSteps(int steps) { m_steps.store(steps, std::memory_order_relaxed); }
+    std::uint64_t dropped() const { return m_dropped.load(std::memory_order_relaxed); }
+
+    // Sends the final heartbeat after everything queued, and waits (bounded) until it left.
+    // Safe to call from a signal-handling thread; later calls do nothing.
+    void finish(wire::RankState state, std::int32_t detail);
+
+private:
+    void run();
+    wire::HeartbeatRecord heartbeat(wire::RankState state, std::int32_t detail) const;
+
+    struct Socket;
+
+    TelemetryOptions m_options;
+    std::string m_host;
+    std::unique_ptr<Socket> m_socket;            // used by the sender thread only
+    std::mutex m_mutex;
+    std::condition_variable m_wake;
+    std::vector<wire::Record> m_queue;           // guarded by m_mutex
+    std::size_t m_queued = 0;                    // records queued or in the backlog; guarded by m_mutex
+    bool m_finishing = false;                    // guarded by m_mutex
+    wire::RankState m_finalState = wire::RankState::Finished;   // guarded by m_mutex
+    std::int32_t m_finalDetail = 0;                             // guarded by m_mutex
+    std::atomic<int> m_steps{0};
+    std::atomic<std::uint64_t> m_dropped{0};
+    std::once_flag m_finishOnce;
+    std::thread m_thread;
+};
+
+}  // namespace meshbench::agent

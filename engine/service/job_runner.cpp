@@ -1,0 +1,478 @@
+#include "job_runner.h"
+
+#include "ingest.h"
+#include "launcher.h"
+
+#include "plan/mesh.h"
+#include "plan/planner.h"
+#include "plan/report.h"
+
+#include <zmq.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <regex>
+#include <variant>
+
+#include <unistd.h>
+
+namespace meshbench::service {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After the launcher ends, records still in flight get this long to arrive.
+constexpr std::chrono::milliseconds kDrainTime{2000};
+// Teardown: how long ranks get to send their last heartbeat before SIGKILL.
+constexpr std::chrono::milliseconds kTerminateGrace{3000};
+// Problems about incoming frames are reported one by one up to this many, then only counted.
+constexpr int kReportedProblems = 50;
+
+std::string hostName()
+{
+    char name[256] = {};
+    return gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
+}
+
+bool isFinal(wire::RankState state)
+{
+    return state == wire::RankState::Finished || state == wire::RankState::Failed ||
+           state == wire::RankState::Terminated;
+}
+
+// The job as one device runs it: the same global batch through one pipeline.
+plan::JobSpec singleDeviceSpec(plan::JobSpec spec)
+{
+    plan::ParallelSpec& p = spec.parallel;
+    p.microbatches = int(p.globalBatch() / p.microBatchSize);
+    p.dp = p.pp = p.tp = p.ep = 1;
+    p.virtualStages = 1;
+    p.zero = 0;
+    p.sequenceParallel = false;
+    spec.cluster.nodes = 1;
+    spec.cluster.devicesPerNode = 1;
+    spec.cluster.nvlinkDomain = 1;
+    return spec;
+}
+
+std::string layoutWords(const plan::ParallelSpec& p)
+{
+    return "dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " ep" +
+           std::to_string(p.ep) + " " + std::string(plan::scheduleName(p.schedule)) +
+           (p.zero > 0 ? " zero" + std::to_string(p.zero) : "");
+}
+
+// mpirun's own account of a rank that died, e.g. "mpirun noticed that process rank 3 with PID 0
+// on node n1 exited on signal 9 (Killed)."
+struct LauncherReport {
+    int rank = -1;
+    int signal = 0;
+    int exitCode = 0;
+};
+
+void readLauncherLine(const std::string& line, LauncherReport& report)
+{
+    static const std::regex signalled(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
+    static const std::regex exited(R"(process rank (\d+) with PID \d+ on node \S+ exited with status (\d+))");
+    std::smatch m;
+    if (report.rank >= 0)
+        return;   // the first report names the cause; the rest are consequences
+    if (std::regex_search(line, m, signalled)) {
+        report.rank = std::stoi(m[1]);
+        report.signal = std::stoi(m[2]);
+    } else if (std::regex_search(line, m, exited)) {
+        report.rank = std::stoi(m[1]);
+        report.exitCode = std::stoi(m[2]);
+    }
+}
+
+class Run {
+public:
+    Run(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
+        : m_request(request), m_observer(observer), m_stop(stop),
+          m_spec(request.oneDevice ? singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
+          m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_ingest(m_world),
+          m_aggregator(m_spec, &m_plan)
+    {
+    }
+
+    RunResult execute();
+
+private:
+    store::SessionHeader header() const;
+    std::vector<std::string> launchCommand(const std::string& collector) const;
+    std::string rankWords(std::uint32_t rank) const;
+    void engineLog(wire::LogLevel level, std::string text);
+    void receiveFrames();
+    void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
+    void takeAggregates();
+    std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched) const;
+    store::SessionOutcome launcherVerdict(const ExitStatus& exit) const;
+
+    const RunRequest& m_request;
+    RunObserver& m_observer;
+    const std::atomic<bool>& m_stop;
+    plan::JobSpec m_spec;        // the layout the agents run (one rank with oneDevice)
+    plan::Plan m_plan;
+    plan::Mesh m_mesh;
+    std::uint32_t m_world;
+    Ingest m_ingest;
+    live::LiveAggregator m_aggregator;
+    zmq::context_t m_context{1};
+    zmq::socket_t m_collector{m_context, zmq::socket_type::pull};
+    std::unique_ptr<store::SessionWriter> m_writer;
+    std::uint64_t m_engineSequence = 0;
+    int m_problems = 0;
+    LauncherReport m_launcherReport;
+    std::vector<std::string> m_lastError;   // per rank: its last error log line
+    RunResult m_result;
+    double m_tokensPerSecondSum = 0, m_bubbleSum = 0, m_mfuSum = 0;
+    int m_tokensPerSecondCount = 0, m_bubbleCount = 0, m_mfuCount = 0;
+};
+
+store::SessionHeader Run::header() const
+{
+    store::SessionHeader h;
+    h.name = m_request.spec.name;
+    h.jobSpec = m_request.specText;
+    h.planJson = plan::planToJson(m_plan).dump();
+    h.layout = layoutWords(m_request.spec.parallel) + (m_request.oneDevice ? " on one device" : "");
+    h.createdNs = wire::wallAlignedNowNs();
+    h.engineVersion = MESHBENCH_VERSION;
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        const plan::MeshCoord c = m_mesh.coordOf(int(r));
+        const plan::DevicePlace place = plan::placeRank(int(r), m_spec.cluster);
+        h.ranks.push_back({std::int32_t(r), c.dp, c.pp, c.tp, c.ep, place.node, place.device, "", 0});
+    }
+    return h;
+}
+
+std::vector<std::string> Run::launchCommand(const std::string& collector) const
+{
+    std::vector<std::string> agent{m_request.agent, "--job", m_request.jobPath, "--telemetry", collector};
+    if (m_request.steps)
+        agent.insert(agent.end(), {"--steps", std::to_string(*m_request.steps)});
+    if (m_request.oneDevice)
+        return agent;
+    std::vector<std::string> argv{m_request.mpirun, "-np", std::to_string(m_world)};
+    // Without a host list the ranks share this machine, which may have fewer cores than ranks.
+    const bool hostsGiven = std::any_of(m_request.mpirunArgs.begin(), m_request.mpirunArgs.end(), [](const std::string& a) {
+        return a == "--hostfile" || a == "-hostfile" || a == "--host" || a == "-H" || a == "--machinefile";
+    });
+    if (!hostsGiven && !std::getenv("SLURM_JOB_ID"))
+        argv.push_back("--oversubscribe");
+    argv.insert(argv.end(), m_request.mpirunArgs.begin(), m_request.mpirunArgs.end());
+    argv.insert(argv.end(), agent.begin(), agent.end());
+    return argv;
+}
+
+std::string Run::rankWords(std::uint32_t rank) const
+{
+    const plan::MeshCoord c = m_mesh.coordOf(int(rank));
+    std::string words = "rank " + std::to_string(rank) + " (dp" + std::to_string(c.dp) + " pp" + std::to_string(c.pp) +
+                        " tp" + std::to_string(c.tp) + " ep" + std::to_string(c.ep);
+    const RankLiveness& live = m_ingest.liveness(rank);
+    if (live.pid > 0)
+        words += ", " + live.host + " pid " + std::to_string(live.pid);
+    return words + ")";
+}
+
+void Run::engineLog(wire::LogLevel level, std::string text)
+{
+    m_observer.message(level, text);
+    wire::Batch batch{store::kEngineRank, m_engineSequence++, {}};
+    batch.records.emplace_back(wire::LogRecord{wire::wallAlignedNowNs(), level, std::move(text)});
+    m_writer->append(std::move(batch));
+}
+
+void Run::receiveFrames()
+{
+    zmq::message_t frame;
+    // Bounded, so the launcher's pipes and the failure checks get their turn under a flood.
+    for (int n = 0; n < 10000 && m_collector.recv(frame, zmq::recv_flags::dontwait); ++n) {
+        Ingest::Accepted accepted =
+            m_ingest.accept({static_cast<const std::uint8_t*>(frame.data()), frame.size()}, wire::wallAlignedNowNs());
+        for (std::string& problem : accepted.problems)
+            if (++m_problems <= kReportedProblems)
+                engineLog(wire::LogLevel::Warning, "collector: " + problem);
+            else if (m_problems == kReportedProblems + 1)
+                engineLog(wire::LogLevel::Warning, "collector: more problems with incoming frames; counting them only");
+        if (!accepted.batch)
+            continue;
+        const wire::Batch& batch = *accepted.batch;
+        for (const wire::Record& record : batch.records)
+            if (const auto* log = std::get_if<wire::LogRecord>(&record); log && log->level == wire::LogLevel::Error)
+                m_lastError[batch.rank] = log->text;
+        m_aggregator.add(batch);
+        m_observer.batchArrived(batch);
+        m_result.records += batch.records.size();
+        m_writer->append(std::move(*accepted.batch));
+    }
+    takeAggregates();
+}
+
+void Run::takeAggregates()
+{
+    for (const live::StepAggregate& step : m_aggregator.takeCompletedSteps()) {
+        m_observer.stepCompleted(step);
+        ++m_result.steps;
+        if (step.loss)
+            m_result.finalLoss = step.loss;
+        if (step.tokensPerSecond) {
+            m_tokensPerSecondSum += *step.tokensPerSecond;
+            ++m_tokensPerSecondCount;
+        }
+        // The first step carries start-up costs (first touches, allocations): it is left out.
+        if (step.bubble && m_result.steps > 1) {
+            m_bubbleSum += *step.bubble;
+            ++m_bubbleCount;
+        }
+        if (step.mfu && m_result.steps > 1) {
+            m_mfuSum += *step.mfu;
+            ++m_mfuCount;
+        }
+        if (step.imbalanceP95)
+            m_result.worstImbalance = std::max(m_result.worstImbalance.value_or(0.0), *step.imbalanceP95);
+        m_result.plannedBubble = step.plannedBubble;
+    }
+    for (const live::RankMemory& memory : m_aggregator.takeChangedMemory())
+        m_observer.memoryChanged(memory);
+}
+
+void Run::readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level)
+{
+    for (std::string& line : job.readLines(fd)) {
+        readLauncherLine(line, m_launcherReport);
+        engineLog(level, std::move(line));
+    }
+}
+
+std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched) const
+{
+    const std::int64_t now = wire::wallAlignedNowNs();
+    const auto timeoutNs = std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        const RankLiveness& live = m_ingest.liveness(r);
+        if (live.everHeard && live.state == wire::RankState::Failed) {
+            std::string cause = rankWords(r) + " failed (exit status " + std::to_string(live.detail) + ")";
+            if (!m_lastError[r].empty())
+                cause += ": " + m_lastError[r];
+            return store::SessionOutcome{store::Outcome::Failed, cause, std::int32_t(r), 0};
+        }
+        if (live.everHeard && !isFinal(live.state) && now - live.lastHeardNs > timeoutNs)
+            return store::SessionOutcome{store::Outcome::Failed,
+                                         rankWords(r) + " sent no heartbeat for " +
+                                             std::to_string(double(now - live.lastHeardNs) * 1e-9).substr(0, 4) +
+                                             " s: it hung, was stopped or was killed",
+                                         std::int32_t(r), 0};
+        if (!live.everHeard && Clock::now() - launched > m_request.startTimeout)
+            return store::SessionOutcome{
+                store::Outcome::Failed,
+                rankWords(r) + " never reported in: check that the agents can reach the collector (--collector)",
+                std::int32_t(r), 0};
+    }
+    return std::nullopt;
+}
+
+store::SessionOutcome Run::launcherVerdict(const ExitStatus& exit) const
+{
+    const std::string launcher = m_request.oneDevice ? "the agent" : "mpirun";
+    // The culprit: a rank that reported failing; else the one mpirun names; else a rank that fell
+    // silent without a last heartbeat while its peers reported being terminated.
+    for (std::uint32_t r = 0; r < m_world; ++r)
+        if (m_ingest.liveness(r).state == wire::RankState::Failed) {
+            std::string cause = rankWords(r) + " failed (exit status " + std::to_string(m_ingest.liveness(r).detail) + ")";
+            if (!m_lastError[r].empty())
+                cause += ": " + m_lastError[r];
+            return {store::Outcome::Failed, cause, std::int32_t(r), 0};
+        }
+    if (m_launcherReport.rank >= 0 && std::uint32_t(m_launcherReport.rank) < m_world) {
+        const ExitStatus rankExit{m_launcherReport.exitCode, m_launcherReport.signal};
+        return {store::Outcome::Failed, rankWords(std::uint32_t(m_launcherReport.rank)) + " " + rankExit.describe(),
+                m_launcherReport.rank, 0};
+    }
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        const RankLiveness& live = m_ingest.liveness(r);
+        if (live.everHeard && !isFinal(live.state))
+            return {store::Outcome::Failed, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory); " +
+                                                launcher + " " + exit.describe(),
+                    std::int32_t(r), 0};
+    }
+    return {store::Outcome::Failed, launcher + " " + exit.describe() + " (its output is in the session's log)", -1, 0};
+}
+
+RunResult Run::execute()
+{
+    m_lastError.assign(m_world, "");
+    // The collector is bound before the session exists and the job starts, so nothing is lost.
+    try {
+        m_collector.set(zmq::sockopt::linger, 0);
+        m_collector.bind(m_request.collectorBind);
+    } catch (const zmq::error_t& e) {
+        throw std::runtime_error("cannot bind the telemetry collector to '" + m_request.collectorBind +
+                                 "': " + e.what() + " (use --collector tcp://HOST:PORT with a free port)");
+    }
+    std::string collector = m_request.collectorAddress;
+    if (collector.empty()) {
+        collector = m_collector.get(zmq::sockopt::last_endpoint);
+        // A wildcard bind is reached through this host's name.
+        if (const auto at = collector.find("0.0.0.0"); at != std::string::npos)
+            collector.replace(at, 7, hostName());
+    }
+    m_writer = std::make_unique<store::SessionWriter>(m_request.sessionPath, header());
+    m_result.sessionPath = m_writer->path();
+    m_observer.started(m_writer->path(), collector, int(m_world));
+
+    const std::vector<std::string> argv = launchCommand(collector);
+    std::string commandLine;
+    for (const std::string& a : argv)
+        commandLine += (commandLine.empty() ? "" : " ") + a;
+    engineLog(wire::LogLevel::Info, "launching: " + commandLine);
+    std::optional<LaunchedProcess> job;
+    try {
+        job.emplace(argv, std::vector<std::pair<std::string, std::string>>{});
+    } catch (const std::exception& e) {
+        const std::string cause = std::string(e.what()) +
+                                  (m_request.oneDevice ? "" : " (is Open MPI installed? see --mpirun)");
+        engineLog(wire::LogLevel::Error, cause);
+        m_result.outcome = {store::Outcome::Failed, cause, -1, wire::wallAlignedNowNs()};
+        m_writer->setOutcome(m_result.outcome);
+        m_writer->flush();
+        return m_result;
+    }
+    const Clock::time_point launched = Clock::now();
+    std::optional<store::SessionOutcome> verdict;
+    std::optional<ExitStatus> exit;
+    Clock::time_point drainUntil;
+    for (;;) {
+        std::vector<zmq::pollitem_t> items{{m_collector.handle(), 0, ZMQ_POLLIN, 0}};
+        for (int fd : {job->stdoutFd(), job->stderrFd()})
+            if (fd >= 0)
+                items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+        zmq::poll(items, std::chrono::milliseconds(100));
+        receiveFrames();
+        if (job->stdoutFd() >= 0)
+            readLauncher(*job, job->stdoutFd(), wire::LogLevel::Info);
+        if (job->stderrFd() >= 0)
+            readLauncher(*job, job->stderrFd(), wire::LogLevel::Warning);
+
+        if (!exit && (exit = job->poll()))
+            drainUntil = Clock::now() + kDrainTime;
+        if (!verdict && !exit) {
+            if (m_stop.load())
+                verdict = store::SessionOutcome{store::Outcome::Stopped, "stopped by the user", -1, 0};
+            else
+                verdict = rankVerdict(launched);
+            if (verdict) {
+                engineLog(verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info : wire::LogLevel::Error,
+                          verdict->cause + "; stopping the job");
+                job->terminate(kTerminateGrace);
+                exit = job->poll();
+                drainUntil = Clock::now() + kDrainTime;
+            }
+        }
+        if (exit) {
+            bool allFinal = true;
+            for (std::uint32_t r = 0; r < m_world; ++r)
+                allFinal = allFinal && isFinal(m_ingest.liveness(r).state);
+            if (allFinal || Clock::now() >= drainUntil)
+                break;
+        }
+    }
+    // Whatever the launcher still had to say, and the frames that arrived meanwhile.
+    for (int fd : {job->stdoutFd(), job->stderrFd()})
+        if (fd >= 0)
+            readLauncher(*job, fd, fd == job->stdoutFd() ? wire::LogLevel::Info : wire::LogLevel::Warning);
+    receiveFrames();
+
+    if (!verdict) {
+        bool allFinished = true;
+        for (std::uint32_t r = 0; r < m_world; ++r)
+            allFinished = allFinished && m_ingest.liveness(r).state == wire::RankState::Finished;
+        if (exit->ok() && allFinished)
+            verdict = store::SessionOutcome{store::Outcome::Completed, "", -1, 0};
+        else if (exit->ok())
+            verdict = store::SessionOutcome{store::Outcome::Completed,
+                                            "the job exited normally but not every rank's last heartbeat arrived", -1, 0};
+        else
+            verdict = launcherVerdict(*exit);
+        if (verdict->outcome == store::Outcome::Failed)
+            engineLog(wire::LogLevel::Error, verdict->cause);
+    }
+    // Steps still open (the last ones of a failed run) are kept as they are.
+    for (const live::StepAggregate& step : m_aggregator.flush()) {
+        m_observer.stepCompleted(step);
+        ++m_result.steps;
+        if (step.loss)
+            m_result.finalLoss = step.loss;
+    }
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        const RankLiveness& live = m_ingest.liveness(r);
+        const plan::MeshCoord c = m_mesh.coordOf(int(r));
+        const plan::DevicePlace place = plan::placeRank(int(r), m_spec.cluster);
+        m_writer->updateRank({std::int32_t(r), c.dp, c.pp, c.tp, c.ep, place.node, place.device, live.host, live.pid});
+    }
+    for (const store::RankTraffic& traffic : m_ingest.traffic())
+        m_writer->setTraffic(traffic);
+    verdict->endedNs = wire::wallAlignedNowNs();
+    m_writer->setOutcome(*verdict);
+    m_writer->flush();
+
+    m_result.outcome = *verdict;
+    m_result.lostRecords = m_ingest.lostRecords();
+    m_result.rejectedFrames = m_ingest.rejectedFrames();
+    if (m_tokensPerSecondCount > 0)
+        m_result.meanTokensPerSecond = m_tokensPerSecondSum / m_tokensPerSecondCount;
+    if (m_bubbleCount > 0)
+        m_result.meanBubble = m_bubbleSum / m_bubbleCount;
+    if (m_mfuCount > 0)
+        m_result.meanMfu = m_mfuSum / m_mfuCount;
+    return m_result;
+}
+
+}  // namespace
+
+RunResult runJob(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
+{
+    Run run(request, observer, stop);
+    return run.execute();
+}
+
+std::string defaultSessionDir()
+{
+    if (const char* data = std::getenv("XDG_DATA_HOME"); data && *data)
+        return (std::filesystem::path(data) / "meshbench" / "sessions").string();
+    const char* home = std::getenv("HOME");
+    return (std::filesystem::path(home && *home ? home : ".") / ".local" / "share" / "meshbench" / "sessions").string();
+}
+
+std::string newSessionPath(const std::string& dir, const std::string& jobName)
+{
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+    // The job's name, reduced to characters that are safe in a file name.
+    std::string slug;
+    for (char c : jobName.substr(0, 40)) {
+        const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+        if (safe)
+            slug += c;
+        else if (!slug.empty() && slug.back() != '-')
+            slug += '-';
+    }
+    while (!slug.empty() && slug.back() == '-')
+        slug.pop_back();
+    std::filesystem::path path = std::filesystem::path(dir) / (std::string(stamp) + (slug.empty() ? "" : "-" + slug));
+    // Two runs within one second get distinct names.
+    std::string candidate = path.string() + ".meshbench";
+    for (int n = 2; std::filesystem::exists(candidate); ++n)
+        candidate = path.string() + "-" + std::to_string(n) + ".meshbench";
+    return candidate;
+}
+
+}  // namespace meshbench::service

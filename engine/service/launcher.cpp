@@ -1,0 +1,255 @@
+#include "launcher.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace meshbench::service {
+
+std::string ExitStatus::describe() const
+{
+    if (signal != 0)
+        return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+    return "exited with status " + std::to_string(code);
+}
+
+std::vector<std::string> LineBuffer::add(const char* data, std::size_t size)
+{
+    std::vector<std::string> lines;
+    m_pending.append(data, size);
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = m_pending.find('\n', start)) != std::string::npos; start = nl + 1)
+        lines.push_back(m_pending.substr(start, nl - start));
+    m_pending.erase(0, start);
+    return lines;
+}
+
+std::optional<std::string> LineBuffer::rest()
+{
+    if (m_pending.empty())
+        return std::nullopt;
+    std::string rest = std::move(m_pending);
+    m_pending.clear();
+    return rest;
+}
+
+namespace {
+
+ExitStatus fromWaitStatus(int status)
+{
+    ExitStatus e;
+    if (WIFEXITED(status))
+        e.code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+        e.signal = WTERMSIG(status);
+    return e;
+}
+
+}  // namespace
+
+LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
+                                 const std::vector<std::pair<std::string, std::string>>& env)
+{
+    if (argv.empty())
+        throw std::runtime_error("nothing to launch");
+    int out[2], err[2], exec[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(exec, O_CLOEXEC) != 0)
+        throw std::runtime_error(std::string("cannot create pipes: ") + std::strerror(errno));
+    // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
+    std::vector<char*> args;
+    for (const std::string& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const pid_t parent = getpid();
+    const pid_t child = fork();
+    if (child < 0)
+        throw std::runtime_error(std::string("cannot fork: ") + std::strerror(errno));
+    if (child == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)   // the engine died before prctl took effect
+            _exit(127);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, nullptr);   // the engine blocks stop signals; the job must not
+        dup2(out[1], STDOUT_FILENO);
+        dup2(err[1], STDERR_FILENO);
+        for (const auto& [key, value] : env)
+            setenv(key.c_str(), value.c_str(), 1);
+        execvp(args[0], args.data());
+        const int code = errno;
+        [[maybe_unused]] ssize_t n = write(exec[1], &code, sizeof code);
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    close(exec[1]);
+    m_pid = child;
+    m_out = out[0];
+    m_err = err[0];
+    fcntl(m_out, F_SETFL, O_NONBLOCK);
+    fcntl(m_err, F_SETFL, O_NONBLOCK);
+    // The exec pipe closes on a successful exec; an errno arrives through it when exec failed.
+    int code = 0;
+    const ssize_t n = read(exec[0], &code, sizeof code);
+    close(exec[0]);
+    if (n == sizeof code) {
+        waitpid(m_pid, nullptr, 0);
+        m_pid = -1;
+        close(m_out);
+        close(m_err);
+        throw std::runtime_error("cannot start '" + argv.front() + "': " + std::strerror(code));
+    }
+}
+
+LaunchedProcess::~LaunchedProcess()
+{
+    if (m_pid > 0 && !m_exit)
+        terminate(std::chrono::seconds(3));
+    if (m_out >= 0)
+        close(m_out);
+    if (m_err >= 0)
+        close(m_err);
+}
+
+std::vector<std::string> LaunchedProcess::readLines(int fd)
+{
+    LineBuffer& buffer = fd == m_out ? m_outLines : m_errLines;
+    std::vector<std::string> lines;
+    char chunk[65536];
+    for (;;) {
+        const ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n > 0) {
+            for (std::string& line : buffer.add(chunk, std::size_t(n)))
+                lines.push_back(std::move(line));
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            break;
+        // End of file (or a broken pipe): the process closed it.
+        if (std::optional<std::string> rest = buffer.rest())
+            lines.push_back(std::move(*rest));
+        close(fd);
+        (fd == m_out ? m_out : m_err) = -1;
+        break;
+    }
+    return lines;
+}
+
+std::optional<ExitStatus> LaunchedProcess::poll()
+{
+    if (!m_exit && m_pid > 0) {
+        int status = 0;
+        if (waitpid(m_pid, &status, WNOHANG) == m_pid)
+            m_exit = fromWaitStatus(status);
+    }
+    return m_exit;
+}
+
+void LaunchedProcess::terminate(std::chrono::milliseconds grace)
+{
+    if (m_pid <= 0 || poll())
+        return;
+    // The ranks are asked first, so that each can send its last heartbeat before a launcher that
+    // is being stopped kills them outright; then the launcher; then whatever is left is killed.
+    // The tree is taken before signalling: once mpirun is gone its children are reparented.
+    const std::vector<pid_t> children = descendantsOf(m_pid);
+    auto waitUntilGone = [&](const std::vector<pid_t>& pids, bool withLauncher, std::chrono::milliseconds limit) {
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        auto anyAlive = [&] {
+            poll();
+            return (withLauncher && !m_exit) || std::any_of(pids.begin(), pids.end(), processAlive);
+        };
+        while (anyAlive() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return !anyAlive();
+    };
+    for (pid_t p : children)
+        kill(p, SIGTERM);
+    waitUntilGone(children, false, grace / 2);
+    if (!poll()) {
+        killpg(m_pid, SIGTERM);
+        kill(m_pid, SIGTERM);
+    }
+    if (!waitUntilGone(children, true, grace / 2)) {
+        killpg(m_pid, SIGKILL);
+        kill(m_pid, SIGKILL);
+        for (pid_t p : children)
+            kill(p, SIGKILL);
+    }
+    if (!m_exit) {
+        int status = 0;
+        if (waitpid(m_pid, &status, 0) == m_pid)
+            m_exit = fromWaitStatus(status);
+    }
+}
+
+namespace {
+
+// Parent pid and state of /proc/PID/stat; the command name in parentheses may hold spaces.
+bool readStat(pid_t pid, pid_t& parent, char& state)
+{
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    if (!std::getline(stat, text))
+        return false;
+    const std::size_t close = text.rfind(')');
+    if (close == std::string::npos)
+        return false;
+    std::istringstream fields(text.substr(close + 1));
+    long ppid = 0;
+    fields >> state >> ppid;
+    parent = pid_t(ppid);
+    return bool(fields);
+}
+
+}  // namespace
+
+std::vector<pid_t> descendantsOf(pid_t root)
+{
+    std::multimap<pid_t, pid_t> children;
+    if (DIR* proc = opendir("/proc")) {
+        while (dirent* entry = readdir(proc)) {
+            char* end = nullptr;
+            const long pid = std::strtol(entry->d_name, &end, 10);
+            pid_t parent = 0;
+            char state = 0;
+            if (*end == '\0' && pid > 0 && readStat(pid_t(pid), parent, state))
+                children.emplace(parent, pid_t(pid));
+        }
+        closedir(proc);
+    }
+    std::vector<pid_t> found;
+    std::vector<pid_t> frontier{root};
+    while (!frontier.empty()) {
+        const pid_t p = frontier.back();
+        frontier.pop_back();
+        auto [begin, end] = children.equal_range(p);
+        for (auto it = begin; it != end; ++it) {
+            found.push_back(it->second);
+            frontier.push_back(it->second);
+        }
+    }
+    return found;
+}
+
+bool processAlive(pid_t pid)
+{
+    pid_t parent = 0;
+    char state = 0;
+    return readStat(pid, parent, state) && state != 'Z' && state != 'X';
+}
+
+}  // namespace meshbench::service

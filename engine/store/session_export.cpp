@@ -1,0 +1,545 @@
+#include "session_export.h"
+
+#include "session_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace meshbench::store {
+
+namespace {
+
+// A write-only file filled through a large buffer, so millions of small events cost few syscalls.
+class OutputFile {
+public:
+    explicit OutputFile(std::string path) : m_path(std::move(path)), m_file(std::fopen(m_path.c_str(), "wb"))
+    {
+        if (!m_file)
+            fail();
+        m_buffer.reserve(kBufferBytes);
+    }
+    ~OutputFile()
+    {
+        if (m_file)
+            std::fclose(m_file);
+    }
+    OutputFile(const OutputFile&) = delete;
+    OutputFile& operator=(const OutputFile&) = delete;
+
+    std::string& buffer() { return m_buffer; }
+    void write(std::string_view text)
+    {
+        m_buffer += text;
+        flushIfFull();
+    }
+    void flushIfFull()
+    {
+        if (m_buffer.size() >= kBufferBytes)
+            flush();
+    }
+    // Writes what is buffered and closes; a write error that shows only at close still throws.
+    void close()
+    {
+        flush();
+        std::FILE* file = std::exchange(m_file, nullptr);
+        if (std::fclose(file) != 0)
+            fail();
+    }
+
+private:
+    static constexpr std::size_t kBufferBytes = std::size_t(1) << 20;
+
+    void flush()
+    {
+        if (std::fwrite(m_buffer.data(), 1, m_buffer.size(), m_file) != m_buffer.size())
+            fail();
+        m_buffer.clear();
+    }
+    [[noreturn]] void fail() const
+    {
+        throw StoreError("cannot write " + detail::quoted(m_path) + ": " + std::strerror(errno));
+    }
+
+    std::string m_path;
+    std::FILE* m_file;
+    std::string m_buffer;
+};
+
+// Numbers in their shortest exact form (doubles and floats read back bit for bit).
+template <typename T>
+void appendNumber(std::string& out, T value)
+{
+    char text[64];
+    const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+    out.append(text, end);
+}
+
+// end - start for start <= end, exactly, even when the difference does not fit int64.
+std::uint64_t distance(std::int64_t start, std::int64_t end)
+{
+    return end > start ? static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(start) : 0;
+}
+
+double microseconds(std::uint64_t nanoseconds)
+{
+    return static_cast<double>(nanoseconds) / 1000.0;
+}
+
+// ---- Chrome trace -------------------------------------------------------------------------------
+
+struct Track {
+    int tid;
+    const char* name;
+};
+
+// Spans of one group never overlap on one rank, so each group's track nests cleanly.
+Track trackOf(wire::SpanKind kind)
+{
+    using wire::SpanKind;
+    switch (kind) {
+    case SpanKind::Forward:
+    case SpanKind::Backward:
+    case SpanKind::WeightGrad:
+        return {1, "compute"};
+    case SpanKind::SendActivation:
+    case SpanKind::RecvActivation:
+    case SpanKind::SendGradient:
+    case SpanKind::RecvGradient:
+        return {2, "pipeline"};
+    case SpanKind::DataParallelReduce:
+        return {3, "data-parallel"};
+    case SpanKind::Optimizer:
+        return {4, "optimizer"};
+    case SpanKind::Idle:
+        break;
+    }
+    return {5, "idle"};
+}
+constexpr int kTracks = 5;
+
+// The pairing of a send with its recv. A send on rank A to peer B and a recv on B from peer A
+// belong together when they move the same thing (activation or gradient) of the same micro-batch
+// in the same step. Where several share that key (an interleaved schedule passes a micro-batch
+// between two ranks once per chunk), the k-th send pairs with the k-th recv, each side in begin
+// order: MPI delivers the messages between two ranks in the order they were sent. A send or recv
+// whose partner was lost on the wire gets no arrow.
+struct FlowKey {
+    std::int32_t step;
+    std::int64_t sender;
+    std::int64_t receiver;
+    bool gradient;
+    std::int32_t microbatch;
+    auto operator<=>(const FlowKey&) const = default;
+};
+
+struct FlowEnd {
+    std::uint32_t rank;
+    std::int64_t timeNs;   // the span's midpoint: inside it, so the arrow binds to that span
+};
+
+class ChromeTraceWriter {
+public:
+    ChromeTraceWriter(const SessionReader& session, const std::string& outPath)
+        : m_session(session), m_out(outPath), m_origin(origin(session))
+    {
+    }
+
+    void write()
+    {
+        m_out.write("{\"traceEvents\":[\n");
+        for (const RankInfo& rank : m_session.header().ranks)
+            processMetadata(static_cast<std::uint32_t>(rank.rank), processName(rank));
+        m_session.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+                        [this](const StoredSpan& span) { this->span(span); });
+        for (const auto& sample : m_session.memorySamples())
+            counter(sample.rank, sample.record);
+        for (const auto& [rank, tracks] : m_tracksUsed) {
+            if (!m_namedProcesses.contains(rank))
+                processMetadata(rank, "rank " + std::to_string(rank));
+            for (int tid = 1; tid <= kTracks; ++tid)
+                if (tracks & (1u << tid))
+                    threadMetadata(rank, tid);
+        }
+        m_out.write("\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":");
+        m_out.write(metadata().dump());
+        m_out.write("}\n");
+        m_out.close();
+    }
+
+private:
+    static std::int64_t origin(const SessionReader& session)
+    {
+        std::optional<std::int64_t> first;
+        if (session.spanCount() > 0)
+            first = session.timeRange().first;
+        for (const auto& sample : session.memorySamples())
+            first = std::min(first.value_or(sample.record.timeNs), sample.record.timeNs);
+        return first.value_or(0);
+    }
+
+    static std::string processName(const RankInfo& rank)
+    {
+        std::string name = "rank " + std::to_string(rank.rank) + " (dp" + std::to_string(rank.dp) + " pp" +
+                           std::to_string(rank.pp) + " tp" + std::to_string(rank.tp) + " ep" +
+                           std::to_string(rank.ep) + ")";
+        if (!rank.host.empty())
+            name += " " + rank.host + ":" + std::to_string(rank.pid);
+        return name;
+    }
+
+    nlohmann::json metadata() const
+    {
+        const SessionHeader& header = m_session.header();
+        const SessionOutcome outcome = m_session.outcome();
+        return {{"session", header.name},
+                {"layout", header.layout},
+                {"engine_version", header.engineVersion},
+                {"created_ns", header.createdNs},
+                {"origin_ns", m_origin},
+                {"outcome", outcomeName(outcome.outcome)},
+                {"cause", outcome.cause}};
+    }
+
+    // Starts an event: separator, ph, pid, tid and ts.
+    std::string& begin(const char* ph, std::uint32_t pid, int tid, std::int64_t timeNs)
+    {
+        std::string& out = m_out.buffer();
+        if (m_events++ > 0)
+            out += ",\n";
+        out += "{\"ph\":\"";
+        out += ph;
+        out += "\",\"pid\":";
+        appendNumber(out, pid);
+        out += ",\"tid\":";
+        appendNumber(out, tid);
+        out += ",\"ts\":";
+        appendNumber(out, microseconds(distance(m_origin, timeNs)));
+        return out;
+    }
+    void end()
+    {
+        m_out.buffer() += '}';
+        m_out.flushIfFull();
+    }
+
+    void processMetadata(std::uint32_t rank, const std::string& name)
+    {
+        m_namedProcesses.insert(rank);
+        std::string& out = begin("M", rank, 0, m_origin);
+        out += ",\"name\":\"process_name\",\"args\":{\"name\":";
+        out += nlohmann::json(name).dump();
+        out += '}';
+        end();
+        begin("M", rank, 0, m_origin);
+        out += ",\"name\":\"process_sort_index\",\"args\":{\"sort_index\":";
+        appendNumber(out, rank);
+        out += '}';
+        end();
+    }
+
+    void threadMetadata(std::uint32_t rank, int tid)
+    {
+        const char* name = "idle";
+        for (int kind = 0; kind < wire::kSpanKinds; ++kind)
+            if (trackOf(static_cast<wire::SpanKind>(kind)).tid == tid)
+                name = trackOf(static_cast<wire::SpanKind>(kind)).name;
+        std::string& out = begin("M", rank, tid, m_origin);
+        out += ",\"name\":\"thread_name\",\"args\":{\"name\":\"";
+        out += name;
+        out += "\"}";
+        end();
+        begin("M", rank, tid, m_origin);
+        out += ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":";
+        appendNumber(out, tid);
+        out += '}';
+        end();
+    }
+
+    void span(const StoredSpan& stored)
+    {
+        const wire::SpanRecord& span = stored.span;
+        const Track track = trackOf(span.kind);
+        m_tracksUsed[stored.rank] |= 1u << track.tid;
+        std::string& out = begin("X", stored.rank, track.tid, span.beginNs);
+        out += ",\"dur\":";
+        appendNumber(out, microseconds(distance(span.beginNs, span.endNs)));
+        out += ",\"name\":\"";
+        out += wire::spanKindName(span.kind);
+        if (span.microbatch >= 0) {
+            out += " mb";
+            appendNumber(out, span.microbatch);
+        }
+        out += "\",\"cat\":\"";
+        out += track.name;
+        out += "\",\"args\":{\"step\":";
+        appendNumber(out, span.step);
+        out += ",\"stage\":";
+        appendNumber(out, span.stage);
+        out += ",\"chunk\":";
+        appendNumber(out, span.chunk);
+        out += ",\"microbatch\":";
+        appendNumber(out, span.microbatch);
+        out += ",\"bytes\":";
+        appendNumber(out, span.bytes);
+        out += ",\"peer\":";
+        appendNumber(out, span.peerRank);
+        out += '}';
+        end();
+        flow(stored);
+    }
+
+    void flow(const StoredSpan& stored)
+    {
+        using wire::SpanKind;
+        const wire::SpanRecord& span = stored.span;
+        const bool send = span.kind == SpanKind::SendActivation || span.kind == SpanKind::SendGradient;
+        const bool recv = span.kind == SpanKind::RecvActivation || span.kind == SpanKind::RecvGradient;
+        if ((!send && !recv) || span.peerRank < 0)
+            return;
+        const bool gradient = span.kind == SpanKind::SendGradient || span.kind == SpanKind::RecvGradient;
+        const FlowEnd here{stored.rank, span.beginNs + static_cast<std::int64_t>(distance(span.beginNs, span.endNs) / 2)};
+        const FlowKey key = send ? FlowKey{span.step, stored.rank, span.peerRank, gradient, span.microbatch}
+                                 : FlowKey{span.step, span.peerRank, stored.rank, gradient, span.microbatch};
+        auto& partners = send ? m_pendingRecvs : m_pendingSends;
+        const auto partner = partners.find(key);
+        if (partner == partners.end()) {
+            (send ? m_pendingSends : m_pendingRecvs)[key].push_back(here);
+            return;
+        }
+        const FlowEnd other = partner->second.front();
+        partner->second.pop_front();
+        if (partner->second.empty())
+            partners.erase(partner);
+        const char* name = gradient ? "gradient" : "activation";
+        const std::uint64_t id = ++m_flows;
+        for (const auto& [ph, at] : {std::pair{"s", send ? here : other}, std::pair{"f", send ? other : here}}) {
+            std::string& out = begin(ph, at.rank, trackOf(span.kind).tid, at.timeNs);
+            out += ",\"id\":";
+            appendNumber(out, id);
+            out += ",\"name\":\"";
+            out += name;
+            out += "\",\"cat\":\"flow\"";
+            if (ph[0] == 'f')
+                out += ",\"bp\":\"e\"";
+            end();
+        }
+    }
+
+    void counter(std::uint32_t rank, const wire::MemorySampleRecord& sample)
+    {
+        std::string& out = begin("C", rank, 0, sample.timeNs);
+        out += ",\"name\":\"memory ";
+        out += wire::memoryCategoryName(sample.category);
+        out += "\",\"args\":{\"bytes\":";
+        appendNumber(out, sample.currentBytes);
+        out += '}';
+        end();
+    }
+
+    const SessionReader& m_session;
+    OutputFile m_out;
+    const std::int64_t m_origin;
+    std::uint64_t m_events = 0;
+    std::uint64_t m_flows = 0;
+    std::set<std::uint32_t> m_namedProcesses;
+    std::map<std::uint32_t, unsigned> m_tracksUsed;   // rank -> bit per tid
+    std::map<FlowKey, std::deque<FlowEnd>> m_pendingSends, m_pendingRecvs;
+};
+
+// ---- CSV ----------------------------------------------------------------------------------------
+
+// One CSV file, written row by row.
+class CsvFile {
+public:
+    CsvFile(const std::filesystem::path& dir, const char* name, std::string_view header) : m_out((dir / name).string())
+    {
+        m_out.write(header);
+        m_out.write("\r\n");
+    }
+    CsvFile& operator<<(std::string_view text)
+    {
+        separate();
+        // RFC 4180: quote a field holding a comma, a quote or a line break; double its quotes.
+        if (text.find_first_of(",\"\r\n") == std::string_view::npos) {
+            m_out.buffer() += text;
+            return *this;
+        }
+        std::string& out = m_out.buffer();
+        out += '"';
+        for (char c : text) {
+            if (c == '"')
+                out += '"';
+            out += c;
+        }
+        out += '"';
+        return *this;
+    }
+    template <typename T>
+        requires std::is_arithmetic_v<T>
+    CsvFile& operator<<(T value)
+    {
+        separate();
+        appendNumber(m_out.buffer(), value);
+        return *this;
+    }
+    void endRow()
+    {
+        m_out.buffer() += "\r\n";
+        m_fields = 0;
+        m_out.flushIfFull();
+    }
+    void close() { m_out.close(); }
+
+private:
+    void separate()
+    {
+        if (m_fields++ > 0)
+            m_out.buffer() += ',';
+    }
+    OutputFile m_out;
+    int m_fields = 0;
+};
+
+void writeSession(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "session.csv", "name,layout,engine_version,created_ns,outcome,cause,failed_rank,ended_ns");
+    const SessionHeader& header = session.header();
+    const SessionOutcome outcome = session.outcome();
+    csv << header.name << header.layout << header.engineVersion << header.createdNs << outcomeName(outcome.outcome)
+        << outcome.cause << outcome.failedRank << outcome.endedNs;
+    csv.endRow();
+    csv.close();
+}
+
+void writeSteps(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "steps.csv",
+                "step,loss,aux_loss,tokens_per_s,bubble_ratio,grad_norm,lr,tokens,begin_ns,end_ns,rank");
+    for (const auto& [rank, m] : session.stepMetrics()) {
+        csv << m.step << m.loss << m.auxLoss << m.tokensPerSecond << m.bubbleRatio << m.gradNorm << m.learningRate
+            << m.tokens << m.beginNs << m.endNs << rank;
+        csv.endRow();
+    }
+    csv.close();
+}
+
+void writeSpans(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "spans.csv", "rank,step,stage,chunk,microbatch,kind,peer,begin_ns,end_ns,bytes");
+    session.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+                  [&csv](const StoredSpan& stored) {
+                      const wire::SpanRecord& s = stored.span;
+                      csv << stored.rank << s.step << s.stage << s.chunk << s.microbatch << wire::spanKindName(s.kind)
+                          << s.peerRank << s.beginNs << s.endNs << s.bytes;
+                      csv.endRow();
+                  });
+    csv.close();
+}
+
+void writeExpertLoads(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "expert_loads.csv", "rank,step,layer,expert,routed,dropped");
+    for (const auto& [rank, load] : session.expertLoads()) {
+        for (std::size_t e = 0; e < load.routed.size(); ++e) {
+            csv << rank << load.step << load.layer << e << load.routed[e] << load.dropped[e];
+            csv.endRow();
+        }
+    }
+    csv.close();
+}
+
+void writeMemory(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "memory.csv", "rank,step,time_ns,category,current_bytes,peak_bytes");
+    for (const auto& [rank, m] : session.memorySamples()) {
+        csv << rank << m.step << m.timeNs << wire::memoryCategoryName(m.category) << m.currentBytes << m.peakBytes;
+        csv.endRow();
+    }
+    csv.close();
+}
+
+void writeNodes(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "nodes.csv",
+                "rank,time_ns,host,host_memory_total_bytes,host_memory_used_bytes,device,device_memory_total_bytes,"
+                "device_memory_used_bytes,device_utilization");
+    for (const auto& [rank, n] : session.nodeSamples()) {
+        csv << rank << n.timeNs << n.host << n.hostMemoryTotalBytes << n.hostMemoryUsedBytes << n.device
+            << n.deviceMemoryTotalBytes << n.deviceMemoryUsedBytes << n.deviceUtilization;
+        csv.endRow();
+    }
+    csv.close();
+}
+
+void writeLogs(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "logs.csv", "rank,time_ns,level,text");
+    for (const auto& [rank, log] : session.logs()) {
+        csv << rank << log.timeNs << wire::logLevelName(log.level) << log.text;
+        csv.endRow();
+    }
+    csv.close();
+}
+
+void writeHeartbeats(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "heartbeats.csv", "rank,time_ns,state,step,pid,detail,dropped_records,host");
+    for (const auto& [rank, h] : session.heartbeats()) {
+        csv << rank << h.timeNs << wire::rankStateName(h.state) << h.step << h.pid << h.detail << h.droppedRecords
+            << h.host;
+        csv.endRow();
+    }
+    csv.close();
+}
+
+void writeRanks(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "ranks.csv", "rank,dp,pp,tp,ep,node,local_device,host,pid");
+    for (const RankInfo& r : session.header().ranks) {
+        csv << r.rank << r.dp << r.pp << r.tp << r.ep << r.node << r.localDevice << r.host << r.pid;
+        csv.endRow();
+    }
+    csv.close();
+}
+
+void writeTraffic(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "traffic.csv", "rank,received,lost,dropped");
+    for (const RankTraffic& t : session.traffic()) {
+        csv << t.rank << t.received << t.lost << t.dropped;
+        csv.endRow();
+    }
+    csv.close();
+}
+
+}  // namespace
+
+void exportChromeTrace(const SessionReader& session, const std::string& outPath)
+{
+    ChromeTraceWriter(session, outPath).write();
+}
+
+void exportCsv(const SessionReader& session, const std::string& outDir)
+{
+    const std::filesystem::path dir(outDir);
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error || !std::filesystem::is_directory(dir))
+        throw StoreError("cannot write CSV files into " + detail::quoted(outDir) + ": " +
+                         (error ? error.message() : std::string("it is not a folder")));
+    for (auto* write : {writeSession, writeSteps, writeSpans, writeExpertLoads, writeMemory, writeNodes, writeLogs,
+                        writeHeartbeats, writeRanks, writeTraffic})
+        write(session, dir);
+}
+
+}  // namespace meshbench::store

@@ -1,0 +1,617 @@
+// SessionReader: checks a session file on opening and answers queries over it. Records come out
+// of several queries at once (one per rank for spans, one per table for replay) merged by
+// (time, seq): the order of time, ties in arrival order.
+
+#include "session_file.h"
+#include "session_store.h"
+#include "sqlite_util.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include <sys/stat.h>
+
+namespace meshbench::store {
+
+namespace {
+
+using detail::Connection;
+using detail::Statement;
+using RecordVisitor = std::function<void(std::uint32_t rank, const wire::Record&)>;
+
+constexpr std::int64_t kMinTime = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kMaxTime = std::numeric_limits<std::int64_t>::max();
+
+// Each query of a record table selects its time, seq and rank first, then the record's fields.
+constexpr int kFirstField = 3;
+constexpr std::string_view kSelectSpans =
+    "SELECT begin_ns, seq, rank, end_ns, step, stage, chunk, microbatch, kind, peer, bytes FROM spans";
+constexpr std::string_view kSelectExpertLoads =
+    "SELECT time_ns, seq, rank, step, layer, expert, routed, dropped FROM expert_loads";
+constexpr std::string_view kSelectMemorySamples =
+    "SELECT time_ns, seq, rank, step, category, current_bytes, peak_bytes FROM memory_samples";
+constexpr std::string_view kSelectStepMetrics =
+    "SELECT end_ns, seq, rank, step, begin_ns, loss, aux_loss, grad_norm, learning_rate, tokens_per_s, "
+    "bubble_ratio, tokens FROM step_metrics";
+constexpr std::string_view kSelectNodeSamples =
+    "SELECT time_ns, seq, rank, host, host_memory_total, host_memory_used, device, device_memory_total, "
+    "device_memory_used, device_utilization FROM node_samples";
+constexpr std::string_view kSelectLogs = "SELECT time_ns, seq, rank, level, text FROM logs";
+constexpr std::string_view kSelectHeartbeats =
+    "SELECT time_ns, seq, rank, state, step, pid, detail, dropped_records, host FROM heartbeats";
+
+// The earliest begin of a span that reaches `time` when no span is longer than maxSpan. The
+// writer clamps durations to int64's maximum, so that value bounds nothing.
+std::int64_t earliestBegin(std::int64_t time, std::int64_t maxSpan)
+{
+    if (maxSpan == kMaxTime || time < kMinTime + maxSpan)
+        return kMinTime;
+    return time - maxSpan;
+}
+
+std::string sql(std::string_view select, std::string_view rest)
+{
+    std::string text(select);
+    text += ' ';
+    text += rest;
+    return text;
+}
+
+wire::SpanRecord decodeSpan(const Statement& row)
+{
+    wire::SpanRecord span;
+    span.beginNs = row.int64(0);
+    span.endNs = row.int64(kFirstField);
+    span.step = row.integer<std::int32_t>(kFirstField + 1);
+    span.stage = row.integer<std::int16_t>(kFirstField + 2);
+    span.chunk = row.integer<std::int16_t>(kFirstField + 3);
+    span.microbatch = row.integer<std::int32_t>(kFirstField + 4);
+    span.kind = row.enumerator<wire::SpanKind>(kFirstField + 5, wire::kSpanKinds);
+    span.peerRank = row.integer<std::int32_t>(kFirstField + 6);
+    span.bytes = row.bits(kFirstField + 7);
+    return span;
+}
+
+wire::MemorySampleRecord decodeMemorySample(const Statement& row)
+{
+    wire::MemorySampleRecord sample;
+    sample.timeNs = row.int64(0);
+    sample.step = row.integer<std::int32_t>(kFirstField);
+    sample.category = row.enumerator<wire::MemoryCategory>(kFirstField + 1, wire::kMemoryCategories);
+    sample.currentBytes = row.int64(kFirstField + 2);
+    sample.peakBytes = row.int64(kFirstField + 3);
+    return sample;
+}
+
+wire::StepMetricsRecord decodeStepMetrics(const Statement& row)
+{
+    wire::StepMetricsRecord metrics;
+    metrics.endNs = row.int64(0);
+    metrics.step = row.integer<std::int32_t>(kFirstField);
+    metrics.beginNs = row.int64(kFirstField + 1);
+    metrics.loss = row.real(kFirstField + 2);
+    metrics.auxLoss = row.real(kFirstField + 3);
+    metrics.gradNorm = row.real(kFirstField + 4);
+    metrics.learningRate = row.real(kFirstField + 5);
+    metrics.tokensPerSecond = row.real(kFirstField + 6);
+    metrics.bubbleRatio = row.real(kFirstField + 7);
+    metrics.tokens = row.int64(kFirstField + 8);
+    return metrics;
+}
+
+wire::NodeSampleRecord decodeNodeSample(const Statement& row)
+{
+    wire::NodeSampleRecord sample;
+    sample.timeNs = row.int64(0);
+    sample.host = row.text(kFirstField);
+    sample.hostMemoryTotalBytes = row.int64(kFirstField + 1);
+    sample.hostMemoryUsedBytes = row.int64(kFirstField + 2);
+    sample.device = row.integer<std::int32_t>(kFirstField + 3);
+    sample.deviceMemoryTotalBytes = row.int64(kFirstField + 4);
+    sample.deviceMemoryUsedBytes = row.int64(kFirstField + 5);
+    sample.deviceUtilization = static_cast<float>(row.real(kFirstField + 6));
+    return sample;
+}
+
+wire::LogRecord decodeLog(const Statement& row)
+{
+    wire::LogRecord log;
+    log.timeNs = row.int64(0);
+    log.level = row.enumerator<wire::LogLevel>(kFirstField, int(wire::LogLevel::Error) + 1);
+    log.text = row.text(kFirstField + 1);
+    return log;
+}
+
+wire::HeartbeatRecord decodeHeartbeat(const Statement& row)
+{
+    wire::HeartbeatRecord heartbeat;
+    heartbeat.timeNs = row.int64(0);
+    heartbeat.state = row.enumerator<wire::RankState>(kFirstField, int(wire::RankState::Terminated) + 1);
+    heartbeat.step = row.integer<std::int32_t>(kFirstField + 1);
+    heartbeat.pid = row.integer<std::int32_t>(kFirstField + 2);
+    heartbeat.detail = row.integer<std::int32_t>(kFirstField + 3);
+    heartbeat.droppedRecords = row.bits(kFirstField + 4);
+    heartbeat.host = row.text(kFirstField + 5);
+    return heartbeat;
+}
+
+// Where merge() keeps a stream: the smallest key comes next.
+struct Key {
+    std::int64_t time = 0;
+    std::int64_t seq = 0;
+    auto operator<=>(const Key&) const = default;
+};
+
+// A stream of records ordered by Key.
+class Cursor {
+public:
+    virtual ~Cursor() = default;
+    // Loads the next record; false at the end (and then never called again).
+    virtual bool advance() = 0;
+    virtual void visit(const RecordVisitor& visitor) const = 0;
+
+    Key key;
+    std::uint32_t rank = 0;
+};
+
+// One record per row.
+template <typename R>
+class RowCursor : public Cursor {
+public:
+    using Decoder = R (*)(const Statement&);
+    RowCursor(const Connection& db, const std::string& query, std::string_view context, Decoder decode)
+        : m_statement(db, query, context), m_decode(decode)
+    {
+    }
+    Statement& statement() { return m_statement; }
+    const R& record() const { return m_record; }
+
+    bool advance() override
+    {
+        if (!m_statement.step())
+            return false;
+        key = {m_statement.int64(0), m_statement.int64(1)};
+        rank = m_statement.integer<std::uint32_t>(2);
+        m_record = m_decode(m_statement);
+        return true;
+    }
+    void visit(const RecordVisitor& visitor) const override { visitor(rank, m_record); }
+
+private:
+    Statement m_statement;
+    Decoder m_decode;
+    R m_record;
+};
+
+// Expert loads: one record per run of rows with experts 0, 1, ..., n-1 (consecutive seq, so
+// adjacent in any order that ends with seq).
+class ExpertLoadCursor : public Cursor {
+public:
+    ExpertLoadCursor(const Connection& db, const std::string& query)
+        : m_db(db), m_statement(db, query, "reading expert loads")
+    {
+    }
+    Statement& statement() { return m_statement; }
+    const wire::ExpertLoadRecord& record() const { return m_record; }
+
+    bool advance() override
+    {
+        if (!m_started) {
+            m_started = true;
+            m_pending = m_statement.step();
+        }
+        if (!m_pending)
+            return false;
+        const Statement& row = m_statement;
+        key = {row.int64(0), row.int64(1)};
+        rank = row.integer<std::uint32_t>(2);
+        m_record.step = row.integer<std::int32_t>(kFirstField);
+        m_record.layer = row.integer<std::int32_t>(kFirstField + 1);
+        m_record.routed.clear();
+        m_record.dropped.clear();
+        do {
+            if (row.int64(kFirstField + 2) != std::int64_t(m_record.routed.size()) ||
+                row.int64(2) != rank || row.int64(kFirstField) != m_record.step ||
+                row.int64(kFirstField + 1) != m_record.layer)
+                m_db.corrupt("is corrupt: the expert loads of rank " + std::to_string(rank) + ", step " +
+                             std::to_string(m_record.step) + ", layer " + std::to_string(m_record.layer) +
+                             " are incomplete");
+            m_record.routed.push_back(row.integer<std::uint32_t>(kFirstField + 3));
+            m_record.dropped.push_back(row.integer<std::uint32_t>(kFirstField + 4));
+            m_pending = m_statement.step();
+        } while (m_pending && row.int64(kFirstField + 2) != 0);
+        return true;
+    }
+    void visit(const RecordVisitor& visitor) const override { visitor(rank, m_record); }
+
+private:
+    const Connection& m_db;
+    Statement m_statement;
+    bool m_started = false;
+    bool m_pending = false;   // a row of the next record is loaded
+    wire::ExpertLoadRecord m_record;
+};
+
+// Calls onNext for every record of every cursor, smallest key first.
+template <typename C, typename F>
+void merge(std::vector<std::unique_ptr<C>>& cursors, F&& onNext)
+{
+    const auto later = [&](std::size_t a, std::size_t b) { return cursors[a]->key > cursors[b]->key; };
+    std::vector<std::size_t> heap;
+    for (std::size_t i = 0; i < cursors.size(); ++i)
+        if (cursors[i]->advance())
+            heap.push_back(i);
+    std::make_heap(heap.begin(), heap.end(), later);
+    while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const std::size_t next = heap.back();
+        onNext(*cursors[next]);
+        if (cursors[next]->advance())
+            std::push_heap(heap.begin(), heap.end(), later);
+        else
+            heap.pop_back();
+    }
+}
+
+template <typename R>
+std::vector<FromRank<R>> readAll(const Connection& db, const std::string& query, std::string_view context,
+                                 typename RowCursor<R>::Decoder decode)
+{
+    RowCursor<R> cursor(db, query, context, decode);
+    std::vector<FromRank<R>> records;
+    while (cursor.advance())
+        records.push_back({cursor.rank, cursor.record()});
+    return records;
+}
+
+std::int64_t pragmaValue(const Connection& db, const char* pragma)
+{
+    Statement statement(db, std::string("PRAGMA ") + pragma, std::string("reading PRAGMA ") + pragma);
+    return statement.step() ? statement.int64(0) : 0;
+}
+
+std::string hex(std::int64_t value)
+{
+    char text[32];
+    std::snprintf(text, sizeof text, "0x%llX", static_cast<unsigned long long>(value));
+    return text;
+}
+
+struct stat statOrThrow(const std::string& path)
+{
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        const int error = errno;
+        throw StoreError(error == ENOENT ? "session " + detail::quoted(path) + " does not exist"
+                                         : "cannot open session " + detail::quoted(path) + ": " +
+                                               std::strerror(error));
+    }
+    if (!S_ISREG(st.st_mode))
+        throw StoreError(detail::quoted(path) + " is not a session file (it is not a regular file)");
+    if (st.st_size == 0)
+        throw StoreError(detail::quoted(path) +
+                         " is empty: the engine that created it stopped before it wrote the session header");
+    return st;
+}
+
+bool hasWalFrames(const std::string& path)
+{
+    struct stat wal {};
+    return ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 32;   // 32: the WAL header alone
+}
+
+// Whether a file whose first read failed is shorter than its header says: cut short. Without WAL
+// frames every page lives in the main file, so that file must hold all the pages the header
+// counts. The header is read through SQLite's own descriptor of the file: opening and closing
+// another one would drop SQLite's locks (see session_file.h).
+bool isTruncated(const Connection& db, const struct stat& st)
+{
+    sqlite3_file* file = nullptr;
+    if (sqlite3_file_control(db.handle(), "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || !file ||
+        !file->pMethods || hasWalFrames(db.path()))
+        return false;
+    unsigned char header[100] = {};
+    if (file->pMethods->xRead(file, header, sizeof header, 0) != SQLITE_OK)
+        return false;
+    // https://sqlite.org/fileformat.html: page size at offset 16 (big-endian, 1 means 65536), page
+    // count at offset 28.
+    const std::int64_t pageSize = header[16] == 0 && header[17] == 1 ? 65536 : header[16] << 8 | header[17];
+    const std::int64_t pages = std::int64_t(header[28]) << 24 | header[29] << 16 | header[30] << 8 | header[31];
+    return pageSize * pages > st.st_size;
+}
+
+// The cheap checks that tell a session from anything else, before any table is read.
+void checkSession(const Connection& db, const struct stat& st)
+{
+    const std::string& path = db.path();
+    std::int64_t applicationId = 0;
+    try {
+        applicationId = pragmaValue(db, "application_id");
+    } catch (const StoreError&) {
+        // The first read opens the file's first page, which SQLite checks against the file's size.
+        if (db.errorCode() == SQLITE_NOTADB)
+            throw StoreError(detail::quoted(path) + " is not a Meshbench session: it is not an SQLite database");
+        if (isTruncated(db, st))
+            throw StoreError(detail::quoted(path) + " is truncated: it holds " + std::to_string(st.st_size) +
+                             " bytes, fewer than its header counts (copied while it was written, or the disk "
+                             "filled up?)");
+        throw;
+    }
+    if (applicationId != kApplicationId)
+        throw StoreError(detail::quoted(path) + " is an SQLite database but not a Meshbench session (application id " +
+                         hex(applicationId) + ", a session has " + hex(kApplicationId) + ")");
+    const std::int64_t version = pragmaValue(db, "user_version");
+    if (version > kSchemaVersion)
+        throw StoreError(detail::quoted(path) + " was written by a newer Meshbench (session format " +
+                         std::to_string(version) + ", this build reads up to " + std::to_string(kSchemaVersion) +
+                         "); upgrade Meshbench to open it");
+    if (version < 1)
+        throw StoreError(detail::quoted(path) + " is corrupt: its session format is " + std::to_string(version));
+}
+
+SessionHeader readHeader(const Connection& db)
+{
+    SessionHeader header;
+    Statement meta(db, "SELECT engine_version, created_ns, name, layout FROM meta WHERE id = 1",
+                   "reading the session header");
+    if (!meta.step())
+        db.corrupt("is corrupt: it has no session header");
+    header.engineVersion = meta.text(0);
+    header.createdNs = meta.int64(1);
+    header.name = meta.text(2);
+    header.layout = meta.text(3);
+    Statement job(db, "SELECT spec, plan_json FROM job WHERE id = 1", "reading the job spec");
+    if (!job.step())
+        db.corrupt("is corrupt: it has no job spec");
+    header.jobSpec = job.text(0);
+    header.planJson = job.text(1);
+    Statement ranks(db, "SELECT rank, dp, pp, tp, ep, node, local_device, host, pid FROM ranks ORDER BY rank",
+                    "reading the ranks");
+    while (ranks.step()) {
+        RankInfo rank;
+        rank.rank = ranks.integer<std::int32_t>(0);
+        rank.dp = ranks.integer<std::int32_t>(1);
+        rank.pp = ranks.integer<std::int32_t>(2);
+        rank.tp = ranks.integer<std::int32_t>(3);
+        rank.ep = ranks.integer<std::int32_t>(4);
+        rank.node = ranks.integer<std::int32_t>(5);
+        rank.localDevice = ranks.integer<std::int32_t>(6);
+        rank.host = ranks.text(7);
+        rank.pid = ranks.integer<std::int32_t>(8);
+        header.ranks.push_back(std::move(rank));
+    }
+    return header;
+}
+
+}  // namespace
+
+struct SessionReader::Impl {
+    explicit Impl(const std::string& sessionPath)
+        : path(sessionPath), use(sessionPath), file(statOrThrow(sessionPath)), db(sessionPath, SQLITE_OPEN_READONLY)
+    {
+        checkSession(db, file);
+        // Cheap extra defence against corrupt pages: SQLite checks each cell's size as it reads it.
+        db.exec("PRAGMA cell_size_check = ON", "setting up the reader");
+        header = readHeader(db);
+    }
+
+    // Ranks that have spans, by walking the spans' primary key from one rank to the next.
+    std::vector<std::uint32_t> spanRanks() const;
+    // max_span_ns, span_count.
+    std::pair<std::int64_t, std::int64_t> spanStats() const;
+    std::vector<std::unique_ptr<RowCursor<wire::SpanRecord>>> spanCursors(std::int64_t t0, std::int64_t t1,
+                                                                          std::span<const std::uint32_t> ranks) const;
+
+    const std::string path;
+    detail::ReaderUse use;   // unregistered after the connection is closed (declared before it)
+    const struct stat file;
+    const Connection db;
+    SessionHeader header;
+};
+
+std::vector<std::uint32_t> SessionReader::Impl::spanRanks() const
+{
+    Statement next(db, "SELECT rank FROM spans WHERE rank > ?1 ORDER BY rank LIMIT 1", "listing the ranks with spans");
+    std::vector<std::uint32_t> ranks;
+    std::int64_t after = -1;
+    for (;;) {
+        next.bindInt(1, after);
+        if (!next.step())
+            break;
+        ranks.push_back(next.integer<std::uint32_t>(0));
+        after = ranks.back();
+        next.reset();
+    }
+    return ranks;
+}
+
+std::pair<std::int64_t, std::int64_t> SessionReader::Impl::spanStats() const
+{
+    Statement stats(db, "SELECT max_span_ns, span_count FROM meta WHERE id = 1", "reading the session header");
+    if (!stats.step())
+        db.corrupt("is corrupt: it has no session header");
+    return {std::max<std::int64_t>(stats.int64(0), 0), stats.int64(1)};
+}
+
+std::vector<std::unique_ptr<RowCursor<wire::SpanRecord>>>
+SessionReader::Impl::spanCursors(std::int64_t t0, std::int64_t t1, std::span<const std::uint32_t> ranks) const
+{
+    std::vector<std::uint32_t> chosen(ranks.begin(), ranks.end());
+    if (chosen.empty())
+        chosen = spanRanks();
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    // A span [b, e] overlaps [t0, t1] when b <= t1 and e >= t0; no span is longer than maxSpan, so
+    // b >= t0 - maxSpan bounds the scan of the (rank, begin_ns) key.
+    const std::int64_t maxSpan = spanStats().first;
+    const std::int64_t lowest = earliestBegin(t0, maxSpan);
+    const std::string query =
+        sql(kSelectSpans, "WHERE rank = ?1 AND begin_ns BETWEEN ?2 AND ?3 AND end_ns >= ?4 ORDER BY begin_ns, seq");
+    std::vector<std::unique_ptr<RowCursor<wire::SpanRecord>>> cursors;
+    for (std::uint32_t rank : chosen) {
+        auto cursor = std::make_unique<RowCursor<wire::SpanRecord>>(db, query, "reading spans", decodeSpan);
+        cursor->statement().bindInt(1, rank);
+        cursor->statement().bindInt(2, lowest);
+        cursor->statement().bindInt(3, t1);
+        cursor->statement().bindInt(4, t0);
+        cursors.push_back(std::move(cursor));
+    }
+    return cursors;
+}
+
+SessionReader::SessionReader(const std::string& path) : m_impl(std::make_unique<Impl>(path)) {}
+
+SessionReader::~SessionReader() = default;
+
+const SessionHeader& SessionReader::header() const
+{
+    return m_impl->header;
+}
+
+SessionOutcome SessionReader::outcome() const
+{
+    const Connection& db = m_impl->db;
+    Statement row(db, "SELECT state, cause, failed_rank, ended_ns FROM outcome WHERE id = 1", "reading the outcome");
+    if (!row.step())
+        db.corrupt("is corrupt: it has no outcome");
+    const std::string state = row.text(0);
+    const std::optional<Outcome> outcome = outcomeFromName(state);
+    if (!outcome)
+        db.corrupt("is corrupt: its outcome is '" + state + "'");
+    return {*outcome, row.text(1), row.integer<std::int32_t>(2), row.int64(3)};
+}
+
+std::vector<RankTraffic> SessionReader::traffic() const
+{
+    Statement row(m_impl->db, "SELECT rank, received, lost, dropped FROM traffic ORDER BY rank",
+                  "reading the traffic counts");
+    std::vector<RankTraffic> traffic;
+    while (row.step())
+        traffic.push_back({row.integer<std::int32_t>(0), row.bits(1), row.bits(2), row.bits(3)});
+    return traffic;
+}
+
+SessionSummary SessionReader::summary() const
+{
+    const Connection& db = m_impl->db;
+    SessionSummary summary;
+    summary.path = m_impl->path;
+    summary.name = m_impl->header.name;
+    summary.createdNs = m_impl->header.createdNs;
+    summary.layout = m_impl->header.layout;
+    summary.outcome = outcome();
+    Statement steps(db, "SELECT COUNT(DISTINCT step) FROM step_metrics", "counting steps");
+    if (steps.step())
+        summary.steps = steps.integer<std::int32_t>(0);
+    Statement last(db, "SELECT loss FROM step_metrics ORDER BY step DESC, seq DESC LIMIT 1", "reading the final loss");
+    if (last.step())
+        summary.finalLoss = last.real(0);
+    return summary;
+}
+
+std::pair<std::int64_t, std::int64_t> SessionReader::timeRange() const
+{
+    const Connection& db = m_impl->db;
+    const std::int64_t maxSpan = m_impl->spanStats().first;
+    Statement bounds(db, "SELECT MIN(begin_ns), MAX(begin_ns) FROM spans WHERE rank = ?1", "reading the time range");
+    // The last end lies within maxSpan of the last begin, so only those spans are read.
+    Statement lastEnd(db, "SELECT MAX(end_ns) FROM spans WHERE rank = ?1 AND begin_ns >= ?2", "reading the time range");
+    std::optional<std::pair<std::int64_t, std::int64_t>> range;
+    for (std::uint32_t rank : m_impl->spanRanks()) {
+        bounds.bindInt(1, rank);
+        bounds.step();
+        const std::int64_t first = bounds.int64(0);
+        const std::int64_t lastBegin = bounds.int64(1);
+        bounds.reset();
+        lastEnd.bindInt(1, rank);
+        lastEnd.bindInt(2, earliestBegin(lastBegin, maxSpan));
+        lastEnd.step();
+        const std::int64_t last = lastEnd.int64(0);
+        lastEnd.reset();
+        range = range ? std::pair{std::min(range->first, first), std::max(range->second, last)} : std::pair{first, last};
+    }
+    return range.value_or(std::pair<std::int64_t, std::int64_t>{0, 0});
+}
+
+void SessionReader::spans(std::int64_t t0, std::int64_t t1, std::span<const std::uint32_t> ranks,
+                          const std::function<void(const StoredSpan&)>& visit) const
+{
+    if (t1 < t0)
+        return;
+    auto cursors = m_impl->spanCursors(t0, t1, ranks);
+    merge(cursors, [&](const RowCursor<wire::SpanRecord>& cursor) { visit(StoredSpan{cursor.rank, cursor.record()}); });
+}
+
+std::vector<FromRank<wire::ExpertLoadRecord>> SessionReader::expertLoads(std::optional<std::int32_t> step) const
+{
+    ExpertLoadCursor cursor(m_impl->db, sql(kSelectExpertLoads, step ? "WHERE step = ?1 ORDER BY seq"
+                                                                     : "ORDER BY step, seq"));
+    if (step)
+        cursor.statement().bindInt(1, *step);
+    std::vector<FromRank<wire::ExpertLoadRecord>> loads;
+    while (cursor.advance())
+        loads.push_back({cursor.rank, cursor.record()});
+    return loads;
+}
+
+std::vector<FromRank<wire::StepMetricsRecord>> SessionReader::stepMetrics() const
+{
+    return readAll<wire::StepMetricsRecord>(m_impl->db, sql(kSelectStepMetrics, "ORDER BY step, rank, seq"),
+                                            "reading step metrics", decodeStepMetrics);
+}
+
+std::vector<FromRank<wire::MemorySampleRecord>> SessionReader::memorySamples() const
+{
+    return readAll<wire::MemorySampleRecord>(m_impl->db, sql(kSelectMemorySamples, "ORDER BY time_ns, seq"),
+                                             "reading memory samples", decodeMemorySample);
+}
+
+std::vector<FromRank<wire::NodeSampleRecord>> SessionReader::nodeSamples() const
+{
+    return readAll<wire::NodeSampleRecord>(m_impl->db, sql(kSelectNodeSamples, "ORDER BY time_ns, seq"),
+                                           "reading node samples", decodeNodeSample);
+}
+
+std::vector<FromRank<wire::LogRecord>> SessionReader::logs() const
+{
+    return readAll<wire::LogRecord>(m_impl->db, sql(kSelectLogs, "ORDER BY time_ns, seq"), "reading log lines",
+                                    decodeLog);
+}
+
+std::vector<FromRank<wire::HeartbeatRecord>> SessionReader::heartbeats() const
+{
+    return readAll<wire::HeartbeatRecord>(m_impl->db, sql(kSelectHeartbeats, "ORDER BY time_ns, seq"),
+                                          "reading heartbeats", decodeHeartbeat);
+}
+
+std::uint64_t SessionReader::spanCount() const
+{
+    return static_cast<std::uint64_t>(m_impl->spanStats().second);
+}
+
+void SessionReader::forEachRecord(const RecordVisitor& visit) const
+{
+    const Connection& db = m_impl->db;
+    std::vector<std::unique_ptr<Cursor>> cursors;
+    for (auto& span : m_impl->spanCursors(kMinTime, kMaxTime, {}))
+        cursors.push_back(std::move(span));
+    cursors.push_back(std::make_unique<ExpertLoadCursor>(db, sql(kSelectExpertLoads, "ORDER BY time_ns, seq")));
+    cursors.push_back(std::make_unique<RowCursor<wire::MemorySampleRecord>>(
+        db, sql(kSelectMemorySamples, "ORDER BY time_ns, seq"), "reading memory samples", decodeMemorySample));
+    cursors.push_back(std::make_unique<RowCursor<wire::StepMetricsRecord>>(
+        db, sql(kSelectStepMetrics, "ORDER BY end_ns, seq"), "reading step metrics", decodeStepMetrics));
+    cursors.push_back(std::make_unique<RowCursor<wire::NodeSampleRecord>>(
+        db, sql(kSelectNodeSamples, "ORDER BY time_ns, seq"), "reading node samples", decodeNodeSample));
+    cursors.push_back(std::make_unique<RowCursor<wire::LogRecord>>(db, sql(kSelectLogs, "ORDER BY time_ns, seq"),
+                                                                   "reading log lines", decodeLog));
+    cursors.push_back(std::make_unique<RowCursor<wire::HeartbeatRecord>>(
+        db, sql(kSelectHeartbeats, "ORDER BY time_ns, seq"), "reading heartbeats", decodeHeartbeat));
+    merge(cursors, [&](const Cursor& cursor) { cursor.visit(visit); });
+}
+
+}  // namespace meshbench::store

@@ -1,0 +1,174 @@
+#pragma once
+// A session file: one SQLite database per run, written only by the engine and read by replay,
+// export and the GUI. WAL mode so readers see committed data while the run goes on; one writer
+// thread that commits queued records in batched transactions, so a killed engine leaves a file
+// whose every committed batch is complete and that passes PRAGMA integrity_check.
+//
+// The schema version lives in PRAGMA user_version and the application id in PRAGMA
+// application_id; a reader refuses a foreign SQLite file or one written by a newer format with a
+// message that says so.
+
+#include "wire/telemetry.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshbench::store {
+
+constexpr std::int32_t kSchemaVersion = 1;
+constexpr std::int32_t kApplicationId = 0x4D534842;   // "MSHB"
+
+// Anything wrong with a session file: missing, not SQLite, not a session, corrupt, too new,
+// locked by another writer, disk full. The message names the file and what to do.
+class StoreError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+enum class Outcome { Running, Completed, Failed, Stopped };
+std::string_view outcomeName(Outcome outcome);
+std::optional<Outcome> outcomeFromName(std::string_view name);
+
+// The rank under which the engine stores records of its own: the launcher's output and its log
+// lines about the run (a failure's cause, frames it rejected).
+constexpr std::uint32_t kEngineRank = 0xFFFFFFFFu;
+
+// One rank of the job and where it ran. host and pid are filled in once its first heartbeat arrives.
+struct RankInfo {
+    std::int32_t rank = 0;
+    std::int32_t dp = 0, pp = 0, tp = 0, ep = 0;
+    std::int32_t node = 0;
+    std::int32_t localDevice = 0;
+    std::string host;
+    std::int32_t pid = 0;
+    bool operator==(const RankInfo&) const = default;
+};
+
+struct SessionHeader {
+    std::string name;             // the job's name
+    std::string jobSpec;          // the job spec exactly as the user wrote it
+    std::string planJson;         // engine/plan's plan of it (report JSON)
+    std::string layout;           // short form, e.g. "dp2 pp2 tp2 ep2 1f1b"
+    std::vector<RankInfo> ranks;
+    std::int64_t createdNs = 0;   // wall clock
+    std::string engineVersion;
+    bool operator==(const SessionHeader&) const = default;
+};
+
+struct SessionOutcome {
+    Outcome outcome = Outcome::Running;
+    std::string cause;            // for failed and stopped: what happened, in words
+    std::int32_t failedRank = -1;
+    std::int64_t endedNs = 0;
+    bool operator==(const SessionOutcome&) const = default;
+};
+
+// What arrived from one rank: records stored, records lost on the way (gaps in the sequence
+// numbers) and records its agent had to drop (reported in its heartbeats).
+struct RankTraffic {
+    std::int32_t rank = 0;
+    std::uint64_t received = 0;
+    std::uint64_t lost = 0;
+    std::uint64_t dropped = 0;
+    bool operator==(const RankTraffic&) const = default;
+};
+
+class SessionWriter {
+public:
+    // Creates `path` (refusing to overwrite an existing file) and stores the header. Takes an
+    // exclusive lock on the file for as long as the writer lives: a second writer gets a
+    // StoreError naming the session.
+    SessionWriter(const std::string& path, const SessionHeader& header);
+    ~SessionWriter();   // commits everything queued, then closes
+    SessionWriter(const SessionWriter&) = delete;
+    SessionWriter& operator=(const SessionWriter&) = delete;
+
+    // Thread-safe and non-blocking: queues a decoded batch for the writer thread.
+    void append(wire::Batch batch);
+    void updateRank(const RankInfo& rank);
+    void setTraffic(const RankTraffic& traffic);
+    void setOutcome(const SessionOutcome& outcome);
+    // Blocks until everything queued so far is committed. Throws StoreError if the writer thread
+    // failed (disk full, file removed); everything committed before stays readable.
+    void flush();
+    const std::string& path() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+// A span as stored, with the rank that produced it.
+struct StoredSpan {
+    std::uint32_t rank = 0;
+    wire::SpanRecord span;
+};
+template <typename T>
+struct FromRank {
+    std::uint32_t rank = 0;
+    T record;
+    bool operator==(const FromRank&) const = default;
+};
+
+// The one-line description `meshbench-engine sessions` lists.
+struct SessionSummary {
+    std::string path;
+    std::string name;
+    std::int64_t createdNs = 0;
+    std::string layout;
+    SessionOutcome outcome;
+    std::int32_t steps = 0;               // steps with metrics
+    std::optional<double> finalLoss;
+};
+
+class SessionReader {
+public:
+    // Opens read-only. Throws StoreError for a missing, truncated, corrupt, foreign or too-new file.
+    explicit SessionReader(const std::string& path);
+    ~SessionReader();
+    SessionReader(const SessionReader&) = delete;
+    SessionReader& operator=(const SessionReader&) = delete;
+
+    const SessionHeader& header() const;
+    SessionOutcome outcome() const;
+    std::vector<RankTraffic> traffic() const;
+    SessionSummary summary() const;
+    // First span begin and last span end over all ranks, or {0, 0} without spans.
+    std::pair<std::int64_t, std::int64_t> timeRange() const;
+
+    // Spans that overlap [t0, t1] on the given ranks (all ranks when empty), by begin time.
+    void spans(std::int64_t t0, std::int64_t t1, std::span<const std::uint32_t> ranks,
+               const std::function<void(const StoredSpan&)>& visit) const;
+    std::vector<FromRank<wire::ExpertLoadRecord>> expertLoads(std::optional<std::int32_t> step = {}) const;
+    std::vector<FromRank<wire::StepMetricsRecord>> stepMetrics() const;
+    std::vector<FromRank<wire::MemorySampleRecord>> memorySamples() const;
+    std::vector<FromRank<wire::NodeSampleRecord>> nodeSamples() const;
+    std::vector<FromRank<wire::LogRecord>> logs() const;
+    std::vector<FromRank<wire::HeartbeatRecord>> heartbeats() const;
+    std::uint64_t spanCount() const;
+
+    // Every stored record in time order (a record's time: span begin, step end, sample time, ...),
+    // for replay; ties keep arrival order.
+    void forEachRecord(const std::function<void(std::uint32_t rank, const wire::Record&)>& visit) const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+// Every session file (*.meshbench) in `dir`, newest first; files that fail to open are listed
+// apart with the reason.
+struct SessionListing {
+    std::vector<SessionSummary> sessions;
+    std::vector<std::pair<std::string, std::string>> unreadable;   // path, why
+};
+SessionListing listSessions(const std::string& dir);
+
+}  // namespace meshbench::store

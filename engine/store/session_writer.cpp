@@ -1,0 +1,418 @@
+// SessionWriter: a queue in front of one writer thread that owns the SQLite connection and
+// commits whatever is queued in batched transactions.
+
+#include "schema.h"
+#include "session_file.h"
+#include "session_store.h"
+#include "sqlite_util.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+
+namespace meshbench::store {
+
+namespace {
+
+// A transaction takes what is queued until about this many records, or what arrives within
+// kTransactionWindow of its start: large enough that the commit's cost vanishes per record, short
+// enough that readers (the GUI) see new data promptly.
+constexpr std::size_t kRecordsPerTransaction = 10000;
+constexpr auto kTransactionWindow = std::chrono::milliseconds(50);
+
+using Item = std::variant<wire::Batch, RankInfo, RankTraffic, SessionOutcome>;
+
+std::size_t recordCount(const Item& item)
+{
+    const auto* batch = std::get_if<wire::Batch>(&item);
+    return batch ? std::max<std::size_t>(batch->records.size(), 1) : 1;
+}
+
+// end - begin, clamped to [0, int64 max], without overflowing on absurd timestamps.
+std::int64_t duration(std::int64_t begin, std::int64_t end)
+{
+    if (end <= begin)
+        return 0;
+    const std::uint64_t d = static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(begin);
+    return d > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ? std::numeric_limits<std::int64_t>::max()
+                                                                        : static_cast<std::int64_t>(d);
+}
+
+constexpr int kCreateFlags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+
+// Opens the file the claim created, switches it to WAL and commits the header, schema and the
+// running outcome in one transaction: a session killed at any later moment has them.
+detail::Connection& createSession(detail::Connection& db, const SessionHeader& header)
+{
+    {
+        detail::Statement journal(db, "PRAGMA journal_mode=WAL", "switching to WAL");
+        if (!journal.step() || journal.text(0) != "wal")
+            db.corrupt("cannot be written: its file system does not support SQLite's WAL mode (a network file "
+                       "system?); put sessions on a local disk");
+    }
+    db.exec(schema::kWriterPragmas, "setting up the session");
+    db.exec("BEGIN", "writing the session header");
+    db.exec("PRAGMA application_id = " + std::to_string(kApplicationId) +
+                "; PRAGMA user_version = " + std::to_string(kSchemaVersion) + ";",
+            "writing the session header");
+    db.exec(schema::kCreateTables, "creating the session tables");
+    detail::Statement meta(db,
+                           "INSERT INTO meta(id, schema_version, engine_version, created_ns, name, layout, "
+                           "max_span_ns, span_count) VALUES (1, ?1, ?2, ?3, ?4, ?5, 0, 0)",
+                           "writing the session header");
+    meta.bindInt(1, kSchemaVersion);
+    meta.bindText(2, header.engineVersion);
+    meta.bindInt(3, header.createdNs);
+    meta.bindText(4, header.name);
+    meta.bindText(5, header.layout);
+    meta.run();
+    detail::Statement job(db, "INSERT INTO job(id, spec, plan_json) VALUES (1, ?1, ?2)", "writing the job spec");
+    job.bindText(1, header.jobSpec);
+    job.bindText(2, header.planJson);
+    job.run();
+    db.exec("INSERT INTO outcome(id, state, cause, failed_rank, ended_ns) VALUES (1, 'running', '', -1, 0)",
+            "writing the session outcome");
+    return db;
+}
+
+}  // namespace
+
+struct SessionWriter::Impl {
+    Impl(const std::string& path, const SessionHeader& header);
+
+    void enqueue(Item item);
+    void run();
+    void store(Item& item);
+    void store(std::uint32_t rank, std::int64_t& lastTime, const wire::Record& record);
+    void storeRank(const RankInfo& rank);
+
+    const std::string path;
+    detail::WriterClaim claim;   // released after the connection is closed (declared before it)
+    detail::Connection db;
+    detail::Statement begin, commit, updateMeta;
+    detail::Statement insertSpan, insertExpertLoad, insertMemorySample, insertStepMetrics, insertNodeSample,
+        insertLog, insertHeartbeat, upsertRank, upsertTraffic, updateOutcome;
+
+    // Writer-thread state.
+    std::int64_t nextSeq = 1;
+    std::int64_t maxSpanNs = 0;
+    std::int64_t spanCount = 0;
+    // The latest time seen from each rank: the time stamped on its expert loads, which carry none.
+    std::unordered_map<std::uint32_t, std::int64_t> lastTimeByRank;
+
+    std::mutex mutex;
+    std::condition_variable wake;        // the writer: work arrived, a flush waits, or stop
+    std::condition_variable committed;   // flush(): committedItems moved on, or the writer failed
+    std::deque<Item> queue;
+    std::uint64_t enqueuedItems = 0;
+    std::uint64_t committedItems = 0;
+    int flushWaiters = 0;
+    bool stopping = false;
+    std::string failure;   // set once, when the writer thread stopped on an error
+    std::thread thread;
+};
+
+SessionWriter::Impl::Impl(const std::string& sessionPath, const SessionHeader& header)
+    : path(sessionPath),
+      claim(sessionPath),
+      db(sessionPath, kCreateFlags),
+      begin(createSession(db, header), "BEGIN", "starting a transaction", true),
+      commit(db, "COMMIT", "committing records", true),
+      updateMeta(db, "UPDATE meta SET max_span_ns = ?1, span_count = ?2", "storing the span statistics", true),
+      insertSpan(db, schema::kInsertSpan, "storing spans", true),
+      insertExpertLoad(db, schema::kInsertExpertLoad, "storing expert loads", true),
+      insertMemorySample(db, schema::kInsertMemorySample, "storing memory samples", true),
+      insertStepMetrics(db, schema::kInsertStepMetrics, "storing step metrics", true),
+      insertNodeSample(db, schema::kInsertNodeSample, "storing node samples", true),
+      insertLog(db, schema::kInsertLog, "storing log lines", true),
+      insertHeartbeat(db, schema::kInsertHeartbeat, "storing heartbeats", true),
+      upsertRank(db,
+                 "INSERT OR REPLACE INTO ranks(rank, dp, pp, tp, ep, node, local_device, host, pid) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 "storing a rank", true),
+      upsertTraffic(db, "INSERT OR REPLACE INTO traffic(rank, received, lost, dropped) VALUES (?1, ?2, ?3, ?4)",
+                    "storing traffic counts", true),
+      updateOutcome(db, "UPDATE outcome SET state = ?1, cause = ?2, failed_rank = ?3, ended_ns = ?4",
+                    "storing the outcome", true)
+{
+    // The header transaction is still open (createSession): the ranks join it, then it commits.
+    for (const RankInfo& rank : header.ranks)
+        storeRank(rank);
+    commit.run();
+    claim.keep();
+    thread = std::thread([this] { run(); });
+}
+
+void SessionWriter::Impl::enqueue(Item item)
+{
+    {
+        std::lock_guard lock(mutex);
+        if (!failure.empty())
+            throw StoreError(failure);
+        queue.push_back(std::move(item));
+        ++enqueuedItems;
+    }
+    wake.notify_one();
+}
+
+void SessionWriter::Impl::run()
+{
+    std::vector<Item> taken;
+    try {
+        for (;;) {
+            {
+                std::unique_lock lock(mutex);
+                wake.wait(lock, [&] { return !queue.empty() || stopping; });
+                if (queue.empty())
+                    return;   // stopping with everything committed
+            }
+            begin.run();
+            const auto deadline = std::chrono::steady_clock::now() + kTransactionWindow;
+            std::size_t records = 0;
+            std::uint64_t items = 0;
+            for (;;) {
+                {
+                    std::unique_lock lock(mutex);
+                    // Wait for more within the window, unless someone waits for this commit.
+                    if (queue.empty() && flushWaiters == 0 && !stopping)
+                        wake.wait_until(lock, deadline,
+                                        [&] { return !queue.empty() || flushWaiters > 0 || stopping; });
+                    if (queue.empty())
+                        break;
+                    // Whole items only: a batch is never split over two transactions.
+                    while (!queue.empty() && records < kRecordsPerTransaction) {
+                        records += recordCount(queue.front());
+                        taken.push_back(std::move(queue.front()));
+                        queue.pop_front();
+                    }
+                }
+                for (Item& item : taken)
+                    store(item);
+                items += taken.size();
+                taken.clear();
+                if (records >= kRecordsPerTransaction || std::chrono::steady_clock::now() >= deadline)
+                    break;
+            }
+            updateMeta.bindInt(1, maxSpanNs);
+            updateMeta.bindInt(2, spanCount);
+            updateMeta.run();
+            commit.run();
+            {
+                std::lock_guard lock(mutex);
+                committedItems += items;
+            }
+            committed.notify_all();
+        }
+    } catch (const std::exception& error) {
+        // Everything committed so far stays; the open transaction is rolled back.
+        if (!sqlite3_get_autocommit(db.handle()))
+            sqlite3_exec(db.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+        {
+            std::lock_guard lock(mutex);
+            failure = std::string(error.what()) + "; the session holds everything committed before";
+            queue.clear();
+        }
+        committed.notify_all();
+    }
+}
+
+void SessionWriter::Impl::store(Item& item)
+{
+    if (auto* batch = std::get_if<wire::Batch>(&item)) {
+        std::int64_t& lastTime = lastTimeByRank[batch->rank];
+        for (const wire::Record& record : batch->records)
+            store(batch->rank, lastTime, record);
+    } else if (const auto* rank = std::get_if<RankInfo>(&item)) {
+        storeRank(*rank);
+    } else if (const auto* traffic = std::get_if<RankTraffic>(&item)) {
+        upsertTraffic.bindInt(1, traffic->rank);
+        upsertTraffic.bindBits(2, traffic->received);
+        upsertTraffic.bindBits(3, traffic->lost);
+        upsertTraffic.bindBits(4, traffic->dropped);
+        upsertTraffic.run();
+    } else {
+        const auto& outcome = std::get<SessionOutcome>(item);
+        updateOutcome.bindText(1, outcomeName(outcome.outcome));
+        updateOutcome.bindText(2, outcome.cause);
+        updateOutcome.bindInt(3, outcome.failedRank);
+        updateOutcome.bindInt(4, outcome.endedNs);
+        updateOutcome.run();
+    }
+}
+
+void SessionWriter::Impl::storeRank(const RankInfo& rank)
+{
+    upsertRank.bindInt(1, rank.rank);
+    upsertRank.bindInt(2, rank.dp);
+    upsertRank.bindInt(3, rank.pp);
+    upsertRank.bindInt(4, rank.tp);
+    upsertRank.bindInt(5, rank.ep);
+    upsertRank.bindInt(6, rank.node);
+    upsertRank.bindInt(7, rank.localDevice);
+    upsertRank.bindText(8, rank.host);
+    upsertRank.bindInt(9, rank.pid);
+    upsertRank.run();
+}
+
+void SessionWriter::Impl::store(std::uint32_t rank, std::int64_t& lastTime, const wire::Record& record)
+{
+    if (const auto* span = std::get_if<wire::SpanRecord>(&record)) {
+        detail::Statement& s = insertSpan;
+        s.bindInt(1, rank);
+        s.bindInt(2, span->beginNs);
+        s.bindInt(3, nextSeq++);
+        s.bindInt(4, span->endNs);
+        s.bindInt(5, span->step);
+        s.bindInt(6, span->stage);
+        s.bindInt(7, span->chunk);
+        s.bindInt(8, span->microbatch);
+        s.bindInt(9, static_cast<int>(span->kind));
+        s.bindInt(10, span->peerRank);
+        s.bindBits(11, span->bytes);
+        s.run();
+        maxSpanNs = std::max(maxSpanNs, duration(span->beginNs, span->endNs));
+        ++spanCount;
+        lastTime = std::max(lastTime, span->endNs);
+    } else if (const auto* load = std::get_if<wire::ExpertLoadRecord>(&record)) {
+        // One row per expert; a shorter `dropped` (a malformed record) reads as zeros.
+        detail::Statement& s = insertExpertLoad;
+        const std::size_t experts = std::max(load->routed.size(), load->dropped.size());
+        for (std::size_t e = 0; e < experts; ++e) {
+            s.bindInt(1, nextSeq++);
+            s.bindInt(2, rank);
+            s.bindInt(3, lastTime);
+            s.bindInt(4, load->step);
+            s.bindInt(5, load->layer);
+            s.bindInt(6, static_cast<std::int64_t>(e));
+            s.bindInt(7, e < load->routed.size() ? load->routed[e] : 0);
+            s.bindInt(8, e < load->dropped.size() ? load->dropped[e] : 0);
+            s.run();
+        }
+    } else if (const auto* memory = std::get_if<wire::MemorySampleRecord>(&record)) {
+        detail::Statement& s = insertMemorySample;
+        s.bindInt(1, nextSeq++);
+        s.bindInt(2, rank);
+        s.bindInt(3, memory->timeNs);
+        s.bindInt(4, memory->step);
+        s.bindInt(5, static_cast<int>(memory->category));
+        s.bindInt(6, memory->currentBytes);
+        s.bindInt(7, memory->peakBytes);
+        s.run();
+        lastTime = std::max(lastTime, memory->timeNs);
+    } else if (const auto* metrics = std::get_if<wire::StepMetricsRecord>(&record)) {
+        detail::Statement& s = insertStepMetrics;
+        s.bindInt(1, nextSeq++);
+        s.bindInt(2, rank);
+        s.bindInt(3, metrics->step);
+        s.bindInt(4, metrics->beginNs);
+        s.bindInt(5, metrics->endNs);
+        s.bindReal(6, metrics->loss);
+        s.bindReal(7, metrics->auxLoss);
+        s.bindReal(8, metrics->gradNorm);
+        s.bindReal(9, metrics->learningRate);
+        s.bindReal(10, metrics->tokensPerSecond);
+        s.bindReal(11, metrics->bubbleRatio);
+        s.bindInt(12, metrics->tokens);
+        s.run();
+        lastTime = std::max(lastTime, metrics->endNs);
+    } else if (const auto* node = std::get_if<wire::NodeSampleRecord>(&record)) {
+        detail::Statement& s = insertNodeSample;
+        s.bindInt(1, nextSeq++);
+        s.bindInt(2, rank);
+        s.bindInt(3, node->timeNs);
+        s.bindText(4, node->host);
+        s.bindInt(5, node->hostMemoryTotalBytes);
+        s.bindInt(6, node->hostMemoryUsedBytes);
+        s.bindInt(7, node->device);
+        s.bindInt(8, node->deviceMemoryTotalBytes);
+        s.bindInt(9, node->deviceMemoryUsedBytes);
+        s.bindReal(10, node->deviceUtilization);
+        s.run();
+        lastTime = std::max(lastTime, node->timeNs);
+    } else if (const auto* log = std::get_if<wire::LogRecord>(&record)) {
+        detail::Statement& s = insertLog;
+        s.bindInt(1, nextSeq++);
+        s.bindInt(2, rank);
+        s.bindInt(3, log->timeNs);
+        s.bindInt(4, static_cast<int>(log->level));
+        s.bindText(5, log->text);
+        s.run();
+        lastTime = std::max(lastTime, log->timeNs);
+    } else {
+        const auto& heartbeat = std::get<wire::HeartbeatRecord>(record);
+        detail::Statement& s = insertHeartbeat;
+        s.bindInt(1, nextSeq++);
+        s.bindInt(2, rank);
+        s.bindInt(3, heartbeat.timeNs);
+        s.bindInt(4, static_cast<int>(heartbeat.state));
+        s.bindInt(5, heartbeat.step);
+        s.bindInt(6, heartbeat.pid);
+        s.bindInt(7, heartbeat.detail);
+        s.bindBits(8, heartbeat.droppedRecords);
+        s.bindText(9, heartbeat.host);
+        s.run();
+        lastTime = std::max(lastTime, heartbeat.timeNs);
+    }
+}
+
+SessionWriter::SessionWriter(const std::string& path, const SessionHeader& header)
+    : m_impl(std::make_unique<Impl>(path, header))
+{
+}
+
+SessionWriter::~SessionWriter()
+{
+    {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->stopping = true;
+    }
+    m_impl->wake.notify_all();
+    m_impl->thread.join();
+}
+
+void SessionWriter::append(wire::Batch batch)
+{
+    m_impl->enqueue(std::move(batch));
+}
+
+void SessionWriter::updateRank(const RankInfo& rank)
+{
+    m_impl->enqueue(rank);
+}
+
+void SessionWriter::setTraffic(const RankTraffic& traffic)
+{
+    m_impl->enqueue(traffic);
+}
+
+void SessionWriter::setOutcome(const SessionOutcome& outcome)
+{
+    m_impl->enqueue(outcome);
+}
+
+void SessionWriter::flush()
+{
+    std::unique_lock lock(m_impl->mutex);
+    const std::uint64_t ticket = m_impl->enqueuedItems;
+    ++m_impl->flushWaiters;
+    m_impl->wake.notify_one();
+    m_impl->committed.wait(lock, [&] { return m_impl->committedItems >= ticket || !m_impl->failure.empty(); });
+    --m_impl->flushWaiters;
+    if (!m_impl->failure.empty())
+        throw StoreError(m_impl->failure);
+}
+
+const std::string& SessionWriter::path() const
+{
+    return m_impl->path;
+}
+
+}  // namespace meshbench::store

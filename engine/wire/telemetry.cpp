@@ -1,0 +1,871 @@
+#include "telemetry.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace meshbench::wire {
+
+namespace {
+
+constexpr std::size_t kRecordHeaderBytes = 8;
+constexpr int kLogLevels = 4;
+constexpr int kRankStates = 5;
+
+// Fixed parts of the bodies, as laid out in telemetry.h (a string or an array adds its bytes).
+constexpr std::size_t kSpanBody = 41;
+constexpr std::size_t kExpertLoadFixed = 16;
+constexpr std::size_t kMemorySampleBody = 29;
+constexpr std::size_t kStepMetricsBody = 76;
+constexpr std::size_t kNodeSampleFixed = 52;
+constexpr std::size_t kLogFixed = 13;
+constexpr std::size_t kHeartbeatFixed = 33;
+// No known record is smaller, so a frame holds at most (bytes / this) records that are kept.
+constexpr std::size_t kSmallestKnownRecord = kRecordHeaderBytes + kLogFixed;
+
+constexpr std::string_view kSpanKindNames[] = {"F",         "B",         "W",         "send-act",  "recv-act",
+                                               "send-grad", "recv-grad", "optimizer", "dp-reduce", "idle"};
+constexpr std::string_view kMemoryCategoryNames[] = {"params", "grads", "optimizer", "activations", "workspace"};
+constexpr std::string_view kLogLevelNames[] = {"debug", "info", "warning", "error"};
+constexpr std::string_view kRankStateNames[] = {"starting", "running", "finished", "failed", "terminated"};
+static_assert(std::size(kSpanKindNames) == std::size_t(kSpanKinds) &&
+              std::size(kMemoryCategoryNames) == std::size_t(kMemoryCategories) &&
+              std::size(kLogLevelNames) == std::size_t(kLogLevels) &&
+              std::size(kRankStateNames) == std::size_t(kRankStates));
+
+// std::to_underlying is C++23.
+template <class Enum>
+constexpr auto underlying(Enum value)
+{
+    return static_cast<std::underlying_type_t<Enum>>(value);
+}
+
+template <std::size_t N>
+std::string_view nameAt(const std::string_view (&names)[N], std::size_t index)
+{
+    return index < N ? names[index] : std::string_view("unknown");
+}
+
+template <class Enum, std::size_t N>
+std::optional<Enum> enumFromName(const std::string_view (&names)[N], std::string_view name)
+{
+    for (std::size_t i = 0; i < N; ++i)
+        if (names[i] == name)
+            return static_cast<Enum>(i);
+    return std::nullopt;
+}
+
+// ---- little-endian scalars, whatever the host's byte order ----
+
+template <class T>
+using UnsignedOf = std::conditional_t<sizeof(T) == 1, std::uint8_t,
+                                      std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                                         std::conditional_t<sizeof(T) == 4, std::uint32_t,
+                                                                            std::uint64_t>>>;
+
+template <class T>
+void storeLe(std::uint8_t* at, T value)
+{
+    using U = UnsignedOf<T>;
+    U bits;
+    if constexpr (std::is_enum_v<T>)
+        bits = static_cast<U>(underlying(value));
+    else if constexpr (std::is_floating_point_v<T>)
+        bits = std::bit_cast<U>(value);
+    else
+        bits = static_cast<U>(value);
+    if constexpr (std::endian::native == std::endian::little) {
+        std::memcpy(at, &bits, sizeof bits);
+    } else {
+        for (std::size_t i = 0; i < sizeof bits; ++i)
+            at[i] = static_cast<std::uint8_t>(bits >> (8 * i));
+    }
+}
+
+template <class T>
+T loadLe(const std::uint8_t* at)
+{
+    using U = UnsignedOf<T>;
+    U bits;
+    if constexpr (std::endian::native == std::endian::little) {
+        std::memcpy(&bits, at, sizeof bits);
+    } else {
+        bits = 0;
+        for (std::size_t i = 0; i < sizeof bits; ++i)
+            bits = static_cast<U>(bits | static_cast<U>(U(at[i]) << (8 * i)));
+    }
+    if constexpr (std::is_floating_point_v<T>)
+        return std::bit_cast<T>(bits);
+    else
+        return static_cast<T>(bits);
+}
+
+// ---- UTF-8 ----
+
+// Length of the well-formed UTF-8 sequence at `at` (RFC 3629 section 4: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or 0 if the bytes there do not start one.
+std::size_t wellFormedLength(const std::uint8_t* at, std::size_t left)
+{
+    const std::uint8_t lead = at[0];
+    if (lead < 0x80)
+        return 1;
+    std::size_t length = 0;
+    std::uint8_t low = 0x80;
+    std::uint8_t high = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+        length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+        length = 3;
+        low = lead == 0xE0 ? 0xA0 : low;
+        high = lead == 0xED ? 0x9F : high;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+        length = 4;
+        low = lead == 0xF0 ? 0x90 : low;
+        high = lead == 0xF4 ? 0x8F : high;
+    } else {
+        return 0;
+    }
+    if (left < length || at[1] < low || at[1] > high)
+        return 0;
+    for (std::size_t i = 2; i < length; ++i)
+        if ((at[i] & 0xC0) != 0x80)
+            return 0;
+    return length;
+}
+
+// Offset of the first byte that does not start a well-formed sequence, or text.size().
+std::size_t firstInvalidUtf8(std::span<const std::uint8_t> text)
+{
+    std::size_t i = 0;
+    while (i < text.size()) {
+        const std::size_t length = wellFormedLength(text.data() + i, text.size() - i);
+        if (length == 0)
+            return i;
+        i += length;
+    }
+    return i;
+}
+
+// Writes `text` as the encoder sends it (to `out` unless null) and returns its length: each byte
+// that does not start a well-formed sequence becomes U+FFFD, and the text ends after the last
+// whole character that fits in kMaxTextBytes.
+std::size_t sanitizeUtf8(std::string_view text, std::uint8_t* out)
+{
+    constexpr std::uint8_t kReplacement[] = {0xEF, 0xBF, 0xBD};
+    const auto* in = reinterpret_cast<const std::uint8_t*>(text.data());
+    std::size_t read = 0;
+    std::size_t written = 0;
+    while (read < text.size()) {
+        const std::size_t room = kMaxTextBytes - written;
+        const std::uint8_t* piece = in + read;
+        std::size_t consumed = 0;
+        std::size_t pieceLength = 0;
+        if (in[read] < 0x80) {   // a run of ASCII is copied whole: the common case
+            const std::size_t end = std::min(text.size(), read + room);
+            while (read + consumed < end && in[read + consumed] < 0x80)
+                ++consumed;
+            pieceLength = consumed;
+        } else if ((consumed = wellFormedLength(piece, text.size() - read)) > 0) {
+            pieceLength = consumed;
+        } else {
+            piece = kReplacement;
+            pieceLength = sizeof kReplacement;
+            consumed = 1;
+        }
+        if (pieceLength == 0 || pieceLength > room)
+            break;
+        if (out)
+            std::memcpy(out + written, piece, pieceLength);
+        written += pieceLength;
+        read += consumed;
+    }
+    return written;
+}
+
+// ---- record types ----
+
+template <class T>
+constexpr RecordType recordTypeOf()
+{
+    if constexpr (std::is_same_v<T, SpanRecord>)
+        return RecordType::Span;
+    else if constexpr (std::is_same_v<T, ExpertLoadRecord>)
+        return RecordType::ExpertLoad;
+    else if constexpr (std::is_same_v<T, MemorySampleRecord>)
+        return RecordType::MemorySample;
+    else if constexpr (std::is_same_v<T, StepMetricsRecord>)
+        return RecordType::StepMetrics;
+    else if constexpr (std::is_same_v<T, NodeSampleRecord>)
+        return RecordType::NodeSample;
+    else if constexpr (std::is_same_v<T, LogRecord>)
+        return RecordType::Log;
+    else {
+        static_assert(std::is_same_v<T, HeartbeatRecord>, "a new record type needs its RecordType here");
+        return RecordType::Heartbeat;
+    }
+}
+
+std::string_view recordTypeName(RecordType type)
+{
+    switch (type) {
+    case RecordType::Span: return "span";
+    case RecordType::ExpertLoad: return "expert load";
+    case RecordType::MemorySample: return "memory sample";
+    case RecordType::StepMetrics: return "step metrics";
+    case RecordType::NodeSample: return "node sample";
+    case RecordType::Log: return "log";
+    case RecordType::Heartbeat: return "heartbeat";
+    }
+    return {};   // a type this version does not know
+}
+
+std::string str(std::string_view text)
+{
+    return std::string(text);
+}
+
+// ---- encoding ----
+
+[[noreturn]] void refuse(std::size_t index, RecordType type, const std::string& what)
+{
+    throw std::invalid_argument("telemetry record " + std::to_string(index) + " (" + str(recordTypeName(type)) +
+                                "): " + what);
+}
+
+void checkEnum(std::size_t index, RecordType type, std::string_view field, unsigned value, int count)
+{
+    if (value >= unsigned(count))
+        refuse(index, type,
+               str(field) + " " + std::to_string(value) + " is out of range (0.." + std::to_string(count - 1) + ")");
+}
+
+// Body sizes, with the checks that make the frame one the decoder accepts.
+std::size_t checkedBodySize(const SpanRecord& r, std::size_t index)
+{
+    checkEnum(index, RecordType::Span, "span kind", underlying(r.kind), kSpanKinds);
+    return kSpanBody;
+}
+
+std::size_t checkedBodySize(const ExpertLoadRecord& r, std::size_t index)
+{
+    if (r.routed.size() != r.dropped.size())
+        refuse(index, RecordType::ExpertLoad,
+               std::to_string(r.routed.size()) + " routed counts but " + std::to_string(r.dropped.size()) +
+                   " dropped counts; both need one entry per expert");
+    if (r.routed.size() > kMaxExpertsPerLayer)
+        refuse(index, RecordType::ExpertLoad,
+               std::to_string(r.routed.size()) + " experts exceed the limit of " + std::to_string(kMaxExpertsPerLayer));
+    return kExpertLoadFixed + 8 * r.routed.size();
+}
+
+std::size_t checkedBodySize(const MemorySampleRecord& r, std::size_t index)
+{
+    checkEnum(index, RecordType::MemorySample, "memory category", underlying(r.category), kMemoryCategories);
+    return kMemorySampleBody;
+}
+
+std::size_t checkedBodySize(const StepMetricsRecord&, std::size_t)
+{
+    return kStepMetricsBody;
+}
+
+std::size_t checkedBodySize(const NodeSampleRecord& r, std::size_t)
+{
+    return kNodeSampleFixed + sanitizeUtf8(r.host, nullptr);
+}
+
+std::size_t checkedBodySize(const LogRecord& r, std::size_t index)
+{
+    checkEnum(index, RecordType::Log, "log level", underlying(r.level), kLogLevels);
+    return kLogFixed + sanitizeUtf8(r.text, nullptr);
+}
+
+std::size_t checkedBodySize(const HeartbeatRecord& r, std::size_t index)
+{
+    checkEnum(index, RecordType::Heartbeat, "rank state", underlying(r.state), kRankStates);
+    return kHeartbeatFixed + sanitizeUtf8(r.host, nullptr);
+}
+
+// Writes into space the caller has sized exactly, so no write needs a bounds check.
+class Writer {
+public:
+    explicit Writer(std::uint8_t* at) : m_at(at) {}
+
+    std::uint8_t* at() const { return m_at; }
+
+    template <class T>
+    void put(T value)
+    {
+        storeLe(m_at, value);
+        m_at += sizeof(T);
+    }
+
+    void putString(const std::string& text)
+    {
+        const std::size_t length = sanitizeUtf8(text, m_at + 4);
+        put(static_cast<std::uint32_t>(length));
+        m_at += length;
+    }
+
+    void putArray(const std::vector<std::uint32_t>& values)
+    {
+        put(static_cast<std::uint32_t>(values.size()));
+        for (std::uint32_t v : values)
+            put(v);
+    }
+
+    void writeBody(const SpanRecord& r)
+    {
+        put(r.step);
+        put(r.stage);
+        put(r.chunk);
+        put(r.microbatch);
+        put(r.kind);
+        put(r.peerRank);
+        put(r.beginNs);
+        put(r.endNs);
+        put(r.bytes);
+    }
+
+    void writeBody(const ExpertLoadRecord& r)
+    {
+        put(r.step);
+        put(r.layer);
+        putArray(r.routed);
+        putArray(r.dropped);
+    }
+
+    void writeBody(const MemorySampleRecord& r)
+    {
+        put(r.step);
+        put(r.timeNs);
+        put(r.category);
+        put(r.currentBytes);
+        put(r.peakBytes);
+    }
+
+    void writeBody(const StepMetricsRecord& r)
+    {
+        put(r.step);
+        put(r.beginNs);
+        put(r.endNs);
+        put(r.loss);
+        put(r.auxLoss);
+        put(r.gradNorm);
+        put(r.learningRate);
+        put(r.tokensPerSecond);
+        put(r.bubbleRatio);
+        put(r.tokens);
+    }
+
+    void writeBody(const NodeSampleRecord& r)
+    {
+        put(r.timeNs);
+        putString(r.host);
+        put(r.hostMemoryTotalBytes);
+        put(r.hostMemoryUsedBytes);
+        put(r.device);
+        put(r.deviceMemoryTotalBytes);
+        put(r.deviceMemoryUsedBytes);
+        put(r.deviceUtilization);
+    }
+
+    void writeBody(const LogRecord& r)
+    {
+        put(r.timeNs);
+        put(r.level);
+        putString(r.text);
+    }
+
+    void writeBody(const HeartbeatRecord& r)
+    {
+        put(r.timeNs);
+        put(r.state);
+        put(r.step);
+        put(r.pid);
+        put(r.detail);
+        put(r.droppedRecords);
+        putString(r.host);
+    }
+
+private:
+    std::uint8_t* m_at;
+};
+
+// ---- decoding ----
+
+// Reads a record body whose bytes the caller has checked are there.
+class Cursor {
+public:
+    Cursor(const std::uint8_t* at, const std::uint8_t* end) : m_at(at), m_end(end) {}
+
+    std::size_t left() const { return std::size_t(m_end - m_at); }
+    const std::uint8_t* at() const { return m_at; }
+
+    template <class T>
+    T take()
+    {
+        const T value = loadLe<T>(m_at);
+        m_at += sizeof(T);
+        return value;
+    }
+
+    void skip(std::size_t bytes) { m_at += bytes; }
+
+private:
+    const std::uint8_t* m_at;
+    const std::uint8_t* m_end;
+};
+
+class FrameDecoder {
+public:
+    explicit FrameDecoder(std::span<const std::uint8_t> frame) : m_frame(frame) {}
+
+    DecodeResult decode()
+    {
+        if (!decodeFrame()) {
+            m_result.batch.reset();
+            m_result.skippedRecords = 0;
+        }
+        return std::move(m_result);
+    }
+
+private:
+    bool failFrame(std::string what)
+    {
+        m_result.error = std::move(what);
+        return false;
+    }
+
+    bool fail(const std::string& what)
+    {
+        std::string kind;
+        if (m_rawType >= 0) {
+            const std::string_view name = recordTypeName(m_type);
+            kind = " (" + (name.empty() ? "type " + std::to_string(m_rawType) : str(name)) + ")";
+        }
+        m_result.error = "record " + std::to_string(m_index) + kind + " at byte offset " +
+                         std::to_string(m_recordOffset) + ": " + what;
+        return false;
+    }
+
+    bool tooShort(std::size_t have, std::size_t need, const std::string& which)
+    {
+        return fail("body of " + std::to_string(have) + " bytes is shorter than the " + std::to_string(need) +
+                    " bytes " + which + " needs; the frame is truncated or corrupt");
+    }
+
+    template <class Enum>
+    bool takeEnum(Cursor& c, Enum& out, std::string_view field, int count)
+    {
+        const std::uint8_t raw = c.take<std::uint8_t>();
+        if (raw >= count)
+            return fail(str(field) + " " + std::to_string(raw) + " is out of range (0.." + std::to_string(count - 1) +
+                        "); the frame is corrupt or from an incompatible agent");
+        out = static_cast<Enum>(raw);
+        return true;
+    }
+
+    // The string's length field is at the cursor; `fixed` is the body size with an empty string.
+    bool takeString(Cursor& c, std::string& out, std::size_t bodyLength, std::size_t fixed, std::string_view field)
+    {
+        const std::uint32_t length = c.take<std::uint32_t>();
+        if (length > kMaxTextBytes)
+            return fail(str(field) + " of " + std::to_string(length) + " bytes exceeds the limit of " +
+                        std::to_string(kMaxTextBytes) + " bytes");
+        if (bodyLength < fixed + length)
+            return tooShort(bodyLength, fixed + length,
+                            "a " + str(recordTypeName(m_type)) + " with a " + std::to_string(length) + "-byte " +
+                                str(field));
+        const std::span<const std::uint8_t> bytes(c.at(), length);
+        const std::size_t bad = firstInvalidUtf8(bytes);
+        if (bad != length)
+            return fail(str(field) + " is not valid UTF-8 (byte " + std::to_string(bad) + " of " +
+                        std::to_string(length) + ")");
+        out.assign(reinterpret_cast<const char*>(bytes.data()), length);
+        c.skip(length);
+        return true;
+    }
+
+    template <class T>
+    T& emplace()
+    {
+        return std::get<T>(m_result.batch->records.emplace_back(std::in_place_type<T>));
+    }
+
+    bool decodeSpan(Cursor c)
+    {
+        if (c.left() < kSpanBody)
+            return tooShort(c.left(), kSpanBody, "a span");
+        SpanRecord& r = emplace<SpanRecord>();
+        r.step = c.take<std::int32_t>();
+        r.stage = c.take<std::int16_t>();
+        r.chunk = c.take<std::int16_t>();
+        r.microbatch = c.take<std::int32_t>();
+        if (!takeEnum(c, r.kind, "span kind", kSpanKinds))
+            return false;
+        r.peerRank = c.take<std::int32_t>();
+        r.beginNs = c.take<std::int64_t>();
+        r.endNs = c.take<std::int64_t>();
+        r.bytes = c.take<std::uint64_t>();
+        return true;
+    }
+
+    bool decodeExpertLoad(Cursor c)
+    {
+        const std::size_t bodyLength = c.left();
+        if (bodyLength < kExpertLoadFixed)
+            return tooShort(bodyLength, kExpertLoadFixed, "an expert load");
+        ExpertLoadRecord& r = emplace<ExpertLoadRecord>();
+        r.step = c.take<std::int32_t>();
+        r.layer = c.take<std::int32_t>();
+        const std::uint32_t experts = c.take<std::uint32_t>();
+        if (experts > kMaxExpertsPerLayer)
+            return fail(std::to_string(experts) + " experts exceed the limit of " +
+                        std::to_string(kMaxExpertsPerLayer));
+        // Checked up to the dropped count first, so unequal arrays are named as such.
+        const std::size_t routedBytes = 4 * std::size_t(experts);
+        const std::size_t need = kExpertLoadFixed + 2 * routedBytes;
+        const auto arraysTooShort = [&] {
+            return tooShort(bodyLength, need, "an expert load of " + std::to_string(experts) + " experts");
+        };
+        if (bodyLength < kExpertLoadFixed + routedBytes)
+            return arraysTooShort();
+        r.routed.resize(experts);
+        for (std::uint32_t& v : r.routed)
+            v = c.take<std::uint32_t>();
+        const std::uint32_t dropped = c.take<std::uint32_t>();
+        if (dropped != experts)
+            return fail(std::to_string(experts) + " routed counts but " + std::to_string(dropped) +
+                        " dropped counts; both need one entry per expert");
+        if (bodyLength < need)
+            return arraysTooShort();
+        r.dropped.resize(experts);
+        for (std::uint32_t& v : r.dropped)
+            v = c.take<std::uint32_t>();
+        return true;
+    }
+
+    bool decodeMemorySample(Cursor c)
+    {
+        if (c.left() < kMemorySampleBody)
+            return tooShort(c.left(), kMemorySampleBody, "a memory sample");
+        MemorySampleRecord& r = emplace<MemorySampleRecord>();
+        r.step = c.take<std::int32_t>();
+        r.timeNs = c.take<std::int64_t>();
+        if (!takeEnum(c, r.category, "memory category", kMemoryCategories))
+            return false;
+        r.currentBytes = c.take<std::int64_t>();
+        r.peakBytes = c.take<std::int64_t>();
+        return true;
+    }
+
+    bool decodeStepMetrics(Cursor c)
+    {
+        if (c.left() < kStepMetricsBody)
+            return tooShort(c.left(), kStepMetricsBody, "a step metrics record");
+        StepMetricsRecord& r = emplace<StepMetricsRecord>();
+        r.step = c.take<std::int32_t>();
+        r.beginNs = c.take<std::int64_t>();
+        r.endNs = c.take<std::int64_t>();
+        r.loss = c.take<double>();
+        r.auxLoss = c.take<double>();
+        r.gradNorm = c.take<double>();
+        r.learningRate = c.take<double>();
+        r.tokensPerSecond = c.take<double>();
+        r.bubbleRatio = c.take<double>();
+        r.tokens = c.take<std::int64_t>();
+        return true;
+    }
+
+    bool decodeNodeSample(Cursor c)
+    {
+        const std::size_t bodyLength = c.left();
+        if (bodyLength < kNodeSampleFixed)
+            return tooShort(bodyLength, kNodeSampleFixed, "a node sample");
+        NodeSampleRecord& r = emplace<NodeSampleRecord>();
+        r.timeNs = c.take<std::int64_t>();
+        if (!takeString(c, r.host, bodyLength, kNodeSampleFixed, "host name"))
+            return false;
+        r.hostMemoryTotalBytes = c.take<std::int64_t>();
+        r.hostMemoryUsedBytes = c.take<std::int64_t>();
+        r.device = c.take<std::int32_t>();
+        r.deviceMemoryTotalBytes = c.take<std::int64_t>();
+        r.deviceMemoryUsedBytes = c.take<std::int64_t>();
+        r.deviceUtilization = c.take<float>();
+        return true;
+    }
+
+    bool decodeLog(Cursor c)
+    {
+        const std::size_t bodyLength = c.left();
+        if (bodyLength < kLogFixed)
+            return tooShort(bodyLength, kLogFixed, "a log");
+        LogRecord& r = emplace<LogRecord>();
+        r.timeNs = c.take<std::int64_t>();
+        return takeEnum(c, r.level, "log level", kLogLevels) && takeString(c, r.text, bodyLength, kLogFixed, "text");
+    }
+
+    bool decodeHeartbeat(Cursor c)
+    {
+        const std::size_t bodyLength = c.left();
+        if (bodyLength < kHeartbeatFixed)
+            return tooShort(bodyLength, kHeartbeatFixed, "a heartbeat");
+        HeartbeatRecord& r = emplace<HeartbeatRecord>();
+        r.timeNs = c.take<std::int64_t>();
+        if (!takeEnum(c, r.state, "rank state", kRankStates))
+            return false;
+        r.step = c.take<std::int32_t>();
+        r.pid = c.take<std::int32_t>();
+        r.detail = c.take<std::int32_t>();
+        r.droppedRecords = c.take<std::uint64_t>();
+        return takeString(c, r.host, bodyLength, kHeartbeatFixed, "host name");
+    }
+
+    bool decodeBody(Cursor body)
+    {
+        switch (m_type) {
+        case RecordType::Span: return decodeSpan(body);
+        case RecordType::ExpertLoad: return decodeExpertLoad(body);
+        case RecordType::MemorySample: return decodeMemorySample(body);
+        case RecordType::StepMetrics: return decodeStepMetrics(body);
+        case RecordType::NodeSample: return decodeNodeSample(body);
+        case RecordType::Log: return decodeLog(body);
+        case RecordType::Heartbeat: return decodeHeartbeat(body);
+        }
+        ++m_result.skippedRecords;   // a type from a newer agent
+        return true;
+    }
+
+    bool decodeFrame()
+    {
+        const std::size_t size = m_frame.size();
+        if (size > kMaxBatchBytes)
+            return failFrame("frame of " + std::to_string(size) + " bytes exceeds the limit of " +
+                             std::to_string(kMaxBatchBytes) + " bytes; the agent must send smaller batches");
+        if (size < kBatchHeaderBytes)
+            return failFrame("frame of " + std::to_string(size) + " bytes is shorter than the " +
+                             std::to_string(kBatchHeaderBytes) +
+                             "-byte batch header; it is truncated or not telemetry");
+        const std::uint8_t* data = m_frame.data();
+        const auto magic = loadLe<std::uint32_t>(data);
+        if (magic != kBatchMagic)
+            return failFrame(
+                "bad magic: the frame does not start with \"MBTW\"; it is not a Meshbench telemetry batch");
+        m_result.version = loadLe<std::uint16_t>(data + 4);
+        if (m_result.version == 0)
+            return failFrame("format version 0 does not exist; the frame is corrupt");
+        if (m_result.version > kFormatVersion)
+            return failFrame("format version " + std::to_string(m_result.version) +
+                             " is newer than this engine reads (up to " + std::to_string(kFormatVersion) +
+                             "); upgrade the engine to read it");
+        const auto flags = loadLe<std::uint16_t>(data + 6);
+        if (flags != 0)
+            return failFrame("header flags are " + std::to_string(flags) + " but must be 0 in format version " +
+                             std::to_string(m_result.version) + "; the frame is corrupt");
+        Batch& batch = m_result.batch.emplace();
+        batch.rank = loadLe<std::uint32_t>(data + 8);
+        batch.sequence = loadLe<std::uint64_t>(data + 12);
+        const auto count = loadLe<std::uint32_t>(data + 20);
+        if (count > kMaxRecordsPerBatch)
+            return failFrame("header says " + std::to_string(count) + " records, more than the limit of " +
+                             std::to_string(kMaxRecordsPerBatch) + " per batch");
+        const std::size_t bodyBytes = size - kBatchHeaderBytes;
+        if (count > bodyBytes / kRecordHeaderBytes)
+            return failFrame("header says " + std::to_string(count) + " records but the " + std::to_string(bodyBytes) +
+                             " bytes after it hold at most " + std::to_string(bodyBytes / kRecordHeaderBytes) +
+                             "; the frame is truncated or corrupt");
+        batch.records.reserve(std::min<std::size_t>(count, bodyBytes / kSmallestKnownRecord));
+
+        std::size_t offset = kBatchHeaderBytes;
+        for (m_index = 0; m_index < count; ++m_index) {
+            m_recordOffset = offset;
+            m_rawType = -1;
+            const std::size_t left = size - offset;
+            if (left < kRecordHeaderBytes)
+                return fail("only " + std::to_string(left) + " bytes left for the " +
+                            std::to_string(kRecordHeaderBytes) + "-byte record header; the frame is truncated");
+            m_rawType = data[offset];
+            m_type = static_cast<RecordType>(data[offset]);
+            if (data[offset + 1] != 0 || loadLe<std::uint16_t>(data + offset + 2) != 0)
+                return fail("reserved bytes of the record header are not 0; the frame is corrupt");
+            const auto bodyLength = loadLe<std::uint32_t>(data + offset + 4);
+            if (bodyLength > left - kRecordHeaderBytes)
+                return fail("body length " + std::to_string(bodyLength) + " exceeds the " +
+                            std::to_string(left - kRecordHeaderBytes) + " bytes left in the frame; it is truncated");
+            const std::uint8_t* body = data + offset + kRecordHeaderBytes;
+            if (!decodeBody(Cursor(body, body + bodyLength)))
+                return false;
+            offset += kRecordHeaderBytes + bodyLength;
+        }
+        if (offset != size)
+            return failFrame(std::to_string(size - offset) + " trailing bytes at byte offset " +
+                             std::to_string(offset) + " after the last of " + std::to_string(count) +
+                             " records; the frame is corrupt");
+        return true;
+    }
+
+    std::span<const std::uint8_t> m_frame;
+    DecodeResult m_result;
+    std::uint32_t m_index = 0;
+    std::size_t m_recordOffset = 0;
+    int m_rawType = -1;   // the current record's type byte, -1 before its header is read
+    RecordType m_type{};
+};
+
+// ---- clocks ----
+
+std::int64_t nanosecondsOf(std::chrono::nanoseconds t)
+{
+    return static_cast<std::int64_t>(t.count());
+}
+
+std::int64_t monotonicNowNs()
+{
+    return nanosecondsOf(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+// Brackets a wall-clock read between two monotonic reads and keeps the tightest of a few tries,
+// so the offset is off by at most half that bracket (tens of nanoseconds unless preempted).
+std::int64_t measureWallOffsetNs()
+{
+    std::int64_t best = 0;
+    std::int64_t bestBracket = INT64_MAX;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        const std::int64_t before = monotonicNowNs();
+        const std::int64_t wall = nanosecondsOf(std::chrono::system_clock::now().time_since_epoch());
+        const std::int64_t after = monotonicNowNs();
+        if (after - before < bestBracket) {
+            bestBracket = after - before;
+            best = wall - (before + (after - before) / 2);
+        }
+    }
+    return best;
+}
+
+std::int64_t wallOffsetNs()
+{
+    static const std::int64_t offset = measureWallOffsetNs();
+    return offset;
+}
+
+}  // namespace
+
+std::string_view spanKindName(SpanKind kind)
+{
+    return nameAt(kSpanKindNames, underlying(kind));
+}
+
+std::optional<SpanKind> spanKindFromName(std::string_view name)
+{
+    return enumFromName<SpanKind>(kSpanKindNames, name);
+}
+
+bool isComputeKind(SpanKind kind)
+{
+    return kind == SpanKind::Forward || kind == SpanKind::Backward || kind == SpanKind::WeightGrad;
+}
+
+bool isCommunicationKind(SpanKind kind)
+{
+    switch (kind) {
+    case SpanKind::SendActivation:
+    case SpanKind::RecvActivation:
+    case SpanKind::SendGradient:
+    case SpanKind::RecvGradient:
+    case SpanKind::DataParallelReduce: return true;
+    default: return false;
+    }
+}
+
+std::string_view memoryCategoryName(MemoryCategory category)
+{
+    return nameAt(kMemoryCategoryNames, underlying(category));
+}
+
+std::optional<MemoryCategory> memoryCategoryFromName(std::string_view name)
+{
+    return enumFromName<MemoryCategory>(kMemoryCategoryNames, name);
+}
+
+std::string_view logLevelName(LogLevel level)
+{
+    return nameAt(kLogLevelNames, underlying(level));
+}
+
+std::string_view rankStateName(RankState state)
+{
+    return nameAt(kRankStateNames, underlying(state));
+}
+
+RecordType recordType(const Record& record)
+{
+    return std::visit([](const auto& r) { return recordTypeOf<std::decay_t<decltype(r)>>(); }, record);
+}
+
+void encodeBatch(const Batch& batch, std::vector<std::uint8_t>& out)
+{
+    const std::size_t count = batch.records.size();
+    if (count > kMaxRecordsPerBatch)
+        throw std::invalid_argument("telemetry batch of " + std::to_string(count) + " records exceeds the limit of " +
+                                    std::to_string(kMaxRecordsPerBatch) + "; split it");
+    // Sizing first lets the writer fill exact space with no capacity checks, and refuse before
+    // anything is appended.
+    std::size_t size = kBatchHeaderBytes;
+    for (std::size_t i = 0; i < count; ++i)
+        size += kRecordHeaderBytes + std::visit([i](const auto& r) { return checkedBodySize(r, i); }, batch.records[i]);
+    if (size > kMaxBatchBytes)
+        throw std::invalid_argument("telemetry batch of " + std::to_string(size) + " bytes exceeds the limit of " +
+                                    std::to_string(kMaxBatchBytes) + "; split it");
+
+    const std::size_t start = out.size();
+    out.resize(start + size);
+    Writer w(out.data() + start);
+    w.put(kBatchMagic);
+    w.put(kFormatVersion);
+    w.put(std::uint16_t(0));
+    w.put(batch.rank);
+    w.put(batch.sequence);
+    w.put(static_cast<std::uint32_t>(count));
+    for (const Record& record : batch.records) {
+        std::visit(
+            [&w](const auto& r) {
+                w.put(recordTypeOf<std::decay_t<decltype(r)>>());
+                w.put(std::uint8_t(0));
+                w.put(std::uint16_t(0));
+                std::uint8_t* lengthAt = w.at();
+                w.put(std::uint32_t(0));
+                w.writeBody(r);
+                storeLe(lengthAt, static_cast<std::uint32_t>(w.at() - lengthAt - 4));
+            },
+            record);
+    }
+}
+
+std::vector<std::uint8_t> encodeBatch(const Batch& batch)
+{
+    std::vector<std::uint8_t> out;
+    encodeBatch(batch, out);
+    return out;
+}
+
+DecodeResult decodeBatch(std::span<const std::uint8_t> frame)
+{
+    return FrameDecoder(frame).decode();
+}
+
+std::int64_t toWallAligned(std::int64_t monotonicNs)
+{
+    return monotonicNs + wallOffsetNs();
+}
+
+std::int64_t wallAlignedNowNs()
+{
+    return toWallAligned(monotonicNowNs());
+}
+
+}  // namespace meshbench::wire

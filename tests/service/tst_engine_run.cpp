@@ -1,0 +1,428 @@
+// meshbench-engine run, end to end on this machine's CPU: the demo job under mpirun streams into
+// a session that holds every rank's spans, every MoE layer's expert loads, every rank's memory and
+// every step's metrics with no record lost, and whose CSV losses are the ones the agent printed.
+// Then the faults: a rank killed with SIGKILL, the engine killed with SIGKILL, Ctrl-C, and bad
+// input on the collector socket and on the command line.
+
+#include "plan/job_spec.h"
+#include "store/session_store.h"
+
+#include "common/process_run.h"
+
+#include <QtTest>
+
+#include <sqlite3.h>
+#include <zmq.hpp>
+
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+using namespace meshbench;
+
+namespace {
+
+const QString kEngine = QStringLiteral(MESHBENCH_ENGINE);
+const QString kDemo = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json");
+
+std::string readFile(const QString& path)
+{
+    std::ifstream in(path.toStdString(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// Rows of a CSV file written by export (RFC 4180: quoted fields may hold commas, quotes, newlines).
+std::vector<std::vector<std::string>> readCsv(const QString& path)
+{
+    const std::string text = readFile(path);
+    std::vector<std::vector<std::string>> rows(1);
+    std::string field;
+    bool quoted = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"')
+                field += text[++i];
+            else if (c == '"')
+                quoted = false;
+            else
+                field += c;
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            rows.back().push_back(std::move(field));
+            field.clear();
+        } else if (c == '\n' || c == '\r') {
+            if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n')
+                ++i;
+            rows.back().push_back(std::move(field));
+            field.clear();
+            rows.emplace_back();
+        } else {
+            field += c;
+        }
+    }
+    if (rows.back().empty())
+        rows.pop_back();
+    return rows;
+}
+
+std::size_t column(const std::vector<std::string>& header, const std::string& name)
+{
+    for (std::size_t i = 0; i < header.size(); ++i)
+        if (header[i] == name)
+            return i;
+    qFatal("no column %s", name.c_str());
+}
+
+// Steps with metrics in a session that may still be written; 0 while it does not exist yet.
+int storedSteps(const QString& session)
+{
+    try {
+        return int(store::SessionReader(session.toStdString()).stepMetrics().size());
+    } catch (const store::StoreError&) {
+        return 0;
+    }
+}
+
+bool waitForSteps(const QString& session, int steps, int timeoutMs = 120000)
+{
+    QElapsedTimer timer;
+    timer.start();
+    while (timer.elapsed() < timeoutMs) {
+        if (storedSteps(session) >= steps)
+            return true;
+        QThread::msleep(100);
+    }
+    return false;
+}
+
+// Every agent process the session heard of: rank -> pid, from the heartbeats.
+std::map<std::uint32_t, int> agentPids(const QString& session)
+{
+    std::map<std::uint32_t, int> pids;
+    for (const auto& h : store::SessionReader(session.toStdString()).heartbeats())
+        pids[h.rank] = h.record.pid;
+    return pids;
+}
+
+bool alive(int pid)
+{
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    if (!std::getline(stat, text))
+        return false;
+    const std::size_t close = text.rfind(')');
+    return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+}
+
+// Waits up to `timeoutMs` for every pid to be gone; returns the survivors.
+std::vector<int> survivors(const std::map<std::uint32_t, int>& pids, int timeoutMs)
+{
+    QElapsedTimer timer;
+    timer.start();
+    std::vector<int> left;
+    do {
+        left.clear();
+        for (const auto& [rank, pid] : pids)
+            if (alive(pid))
+                left.push_back(pid);
+        if (left.empty())
+            break;
+        QThread::msleep(100);
+    } while (timer.elapsed() < timeoutMs);
+    return left;
+}
+
+std::string integrityCheck(const QString& path)
+{
+    sqlite3* db = nullptr;
+    std::string result = "cannot open";
+    if (sqlite3_open_v2(path.toUtf8().constData(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+        sqlite3_stmt* statement = nullptr;
+        if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &statement, nullptr) == SQLITE_OK &&
+            sqlite3_step(statement) == SQLITE_ROW)
+            result = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
+        sqlite3_finalize(statement);
+    }
+    sqlite3_close(db);
+    return result;
+}
+
+// The demo job, made long enough to be interrupted.
+QString longDemo(const QString& dir, int steps)
+{
+    nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
+    doc["train"]["steps"] = steps;
+    doc["train"]["decay_steps"] = steps;
+    const QString path = dir + "/long-demo.json";
+    std::ofstream(path.toStdString()) << doc.dump();
+    return path;
+}
+
+}  // namespace
+
+class TestEngineRun : public QObject {
+    Q_OBJECT
+
+private slots:
+    void demoRunsIntoACompleteSession()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("demo.meshbench");
+        const int steps = 6;
+        const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--steps", QString::number(steps), "--session", session});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.out + run.err));
+        QVERIFY2(run.out.contains("completed"), qPrintable(run.out));
+        QVERIFY2(run.out.contains("session " + session), qPrintable(run.out));
+        QVERIFY2(run.out.contains(", 0 lost"), qPrintable(run.out));
+
+        const plan::JobSpec spec = *plan::parseJobSpec(readFile(kDemo)).spec;
+        const int world = int(spec.parallel.worldSize());
+        const int microbatches = spec.parallel.microbatches;   // per data-parallel replica
+        store::SessionReader reader(session.toStdString());
+        QCOMPARE(reader.outcome().outcome, store::Outcome::Completed);
+        QCOMPARE(int(reader.header().ranks.size()), world);
+        QCOMPARE(reader.header().jobSpec, readFile(kDemo));   // verbatim
+
+        // Spans: every rank runs every micro-batch's F and B, and the optimizer, every step.
+        std::map<std::pair<std::uint32_t, int>, std::map<wire::SpanKind, int>> kinds;
+        reader.spans(reader.timeRange().first, reader.timeRange().second, {},
+                     [&](const store::StoredSpan& s) { ++kinds[{s.rank, s.span.step}][s.span.kind]; });
+        for (int r = 0; r < world; ++r)
+            for (int step = 1; step <= steps; ++step) {
+                auto& k = kinds[{std::uint32_t(r), step}];
+                QCOMPARE(k[wire::SpanKind::Forward], microbatches);
+                QCOMPARE(k[wire::SpanKind::Backward], microbatches);
+                QCOMPARE(k[wire::SpanKind::Optimizer], 1);
+            }
+        // Expert loads: every MoE layer, every step, each expert's routed tokens adding up to
+        // top_k x the step's tokens.
+        std::set<std::pair<int, int>> loads;
+        for (const auto& l : reader.expertLoads()) {
+            QVERIFY(spec.model.isMoeLayer(l.record.layer));
+            QCOMPARE(int(l.record.routed.size()), spec.model.moe.experts);
+            std::uint64_t routed = 0;
+            for (std::uint32_t n : l.record.routed)
+                routed += n;
+            QCOMPARE(std::int64_t(routed), spec.model.moe.topK * spec.parallel.globalBatch() * spec.model.seqLen);
+            loads.insert({l.record.step, l.record.layer});
+        }
+        for (int step = 1; step <= steps; ++step)
+            for (int layer = 0; layer < spec.model.layers; ++layer)
+                QCOMPARE(loads.count({step, layer}), std::size_t(spec.model.isMoeLayer(layer)));
+        // Memory: every rank, every category, every step.
+        std::set<std::tuple<std::uint32_t, int, int>> memory;
+        for (const auto& m : reader.memorySamples())
+            memory.insert({m.rank, m.record.step, int(m.record.category)});
+        QCOMPARE(int(memory.size()), world * steps * wire::kMemoryCategories);
+        // Step metrics: every step once; sequence numbers: nothing lost, nothing dropped.
+        const auto metrics = reader.stepMetrics();
+        QCOMPARE(int(metrics.size()), steps);
+        for (int i = 0; i < steps; ++i)
+            QCOMPARE(metrics[std::size_t(i)].record.step, i + 1);
+        const auto traffic = reader.traffic();
+        QCOMPARE(int(traffic.size()), world);
+        for (const store::RankTraffic& t : traffic) {
+            QVERIFY(t.received > 0);
+            QCOMPARE(t.lost, 0u);
+            QCOMPARE(t.dropped, 0u);
+        }
+
+        // CSV losses are the losses the agent printed (its output is in the session's log).
+        const ProcessRun exported = runProcess(kEngine, {"export", session, "--csv", dir.filePath("csv")});
+        QVERIFY2(exported.exitCode == 0, qPrintable(exported.err));
+        const auto stepsCsv = readCsv(dir.filePath("csv/steps.csv"));
+        QCOMPARE(std::vector<std::string>(stepsCsv[0].begin(), stepsCsv[0].begin() + 5),
+                 (std::vector<std::string>{"step", "loss", "aux_loss", "tokens_per_s", "bubble_ratio"}));
+        std::map<int, std::string> printed;
+        const std::regex stepLine(R"(^step\s+(\d+)\s+loss (\S+))");
+        const auto logs = readCsv(dir.filePath("csv/logs.csv"));
+        const std::size_t text = column(logs[0], "text");
+        for (std::size_t i = 1; i < logs.size(); ++i) {
+            std::smatch m;
+            if (std::regex_search(logs[i][text], m, stepLine))
+                printed[std::stoi(m[1])] = m[2];
+        }
+        QCOMPARE(int(printed.size()), steps);
+        QCOMPARE(int(stepsCsv.size()) - 1, steps);
+        for (std::size_t i = 1; i < stepsCsv.size(); ++i) {
+            char loss[32];
+            std::snprintf(loss, sizeof loss, "%.6f", std::stod(stepsCsv[i][1]));
+            QCOMPARE(std::string(loss), printed[std::stoi(stepsCsv[i][0])]);
+        }
+    }
+
+    void anInvalidLayoutIsRefusedBeforeLaunch()
+    {
+        QTemporaryDir dir;
+        nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
+        doc["parallel"]["dp"] = 3;
+        const QString job = dir.filePath("bad.json");
+        std::ofstream(job.toStdString()) << doc.dump();
+        const QString session = dir.filePath("bad.meshbench");
+        const ProcessRun run = runProcess(kEngine, {"run", job, "--session", session});
+        QCOMPARE(run.exitCode, 1);
+        QVERIFY2(run.err.contains("parallel"), qPrintable(run.err));
+        QVERIFY(!QFile::exists(session));
+    }
+
+    void aKilledRankIsReportedAndTheJobTornDown()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("kill-rank.meshbench");
+        QProcess engine;
+        engine.setProcessChannelMode(QProcess::MergedChannels);
+        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
+        QVERIFY(waitForSteps(session, 3));
+        const std::map<std::uint32_t, int> pids = agentPids(session);
+        QCOMPARE(int(pids.size()), 8);
+        const int stepsBefore = storedSteps(session);
+
+        QElapsedTimer sinceKill;
+        sinceKill.start();
+        ::kill(pids.at(3), SIGKILL);
+        QString said;
+        while (!said.contains("rank 3 (") && sinceKill.elapsed() < 5000) {
+            engine.waitForReadyRead(100);
+            said += QString::fromUtf8(engine.readAll());
+        }
+        QVERIFY2(said.contains("rank 3 ("), qPrintable(said));
+        QVERIFY2(sinceKill.elapsed() < 5000, qPrintable(QString::number(sinceKill.elapsed())));
+        QVERIFY(engine.waitForFinished(30000));
+        QCOMPARE(engine.exitCode(), 3);
+        QCOMPARE(survivors(pids, 10000 - int(sinceKill.elapsed())), std::vector<int>{});
+
+        store::SessionReader reader(session.toStdString());
+        const store::SessionOutcome outcome = reader.outcome();
+        QCOMPARE(outcome.outcome, store::Outcome::Failed);
+        QCOMPARE(outcome.failedRank, 3);
+        QVERIFY2(QString::fromStdString(outcome.cause).contains("signal 9") ||
+                     QString::fromStdString(outcome.cause).contains("without a word"),
+                 outcome.cause.c_str());
+        QVERIFY(int(reader.stepMetrics().size()) >= stepsBefore);
+        QCOMPARE(integrityCheck(session), std::string("ok"));
+    }
+
+    void aKilledEngineLeavesASoundSession()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("kill-engine.meshbench");
+        QProcess engine;
+        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
+        QVERIFY(waitForSteps(session, 3));
+        const std::map<std::uint32_t, int> pids = agentPids(session);
+        ::kill(pid_t(engine.processId()), SIGKILL);
+        QVERIFY(engine.waitForFinished(10000));
+        // The job goes with its engine.
+        QCOMPARE(survivors(pids, 10000), std::vector<int>{});
+
+        QCOMPARE(integrityCheck(session), std::string("ok"));
+        store::SessionReader reader(session.toStdString());
+        QCOMPARE(reader.outcome().outcome, store::Outcome::Running);   // nobody lived to say otherwise
+        QVERIFY(reader.stepMetrics().size() >= 3);
+        QVERIFY(reader.spanCount() > 0);
+    }
+
+    void ctrlCStopsTheJobAndMarksTheSessionStopped()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("stopped.meshbench");
+        QProcess engine;
+        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
+        QVERIFY(waitForSteps(session, 2));
+        const std::map<std::uint32_t, int> pids = agentPids(session);
+        ::kill(pid_t(engine.processId()), SIGINT);
+        QVERIFY(engine.waitForFinished(30000));
+        QCOMPARE(engine.exitCode(), 4);
+        QCOMPARE(survivors(pids, 10000), std::vector<int>{});
+        store::SessionReader reader(session.toStdString());
+        QCOMPARE(reader.outcome().outcome, store::Outcome::Stopped);
+        // Every rank said it was terminated, and nothing it sent was lost.
+        std::map<std::uint32_t, wire::RankState> last;
+        for (const auto& h : reader.heartbeats())
+            last[h.rank] = h.record.state;
+        QCOMPARE(int(last.size()), 8);
+        for (const auto& [rank, state] : last)
+            QCOMPARE(state, wire::RankState::Terminated);
+        for (const store::RankTraffic& t : reader.traffic())
+            QCOMPARE(t.lost, 0u);
+    }
+
+    void badFramesAndStrangersAreLoggedAndNothingIsLost()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("bad-frames.meshbench");
+        QProcess engine;
+        engine.start(kEngine, {"run", longDemo(dir.path(), 40), "--one-device", "--session", session});
+        QVERIFY(engine.waitForReadyRead(30000));
+        QString said = QString::fromUtf8(engine.readAllStandardOutput());
+        const QRegularExpressionMatch collector = QRegularExpression("collector (tcp://\\S+),").match(said);
+        QVERIFY2(collector.hasMatch(), qPrintable(said));
+
+        // A second engine may not write the same session.
+        const ProcessRun second = runProcess(kEngine, {"run", kDemo, "--one-device", "--session", session});
+        QCOMPARE(second.exitCode, 5);
+        QVERIFY2(second.err.contains(session) && second.err.contains("another engine is writing it"), qPrintable(second.err));
+
+        zmq::context_t context;
+        zmq::socket_t push(context, zmq::socket_type::push);
+        push.connect(collector.captured(1).toStdString());
+        const std::string garbage = "this is not a telemetry frame";
+        push.send(zmq::buffer(garbage));
+        wire::Batch stranger{99, 0, {wire::LogRecord{1, wire::LogLevel::Info, "hello"}}};
+        const std::vector<std::uint8_t> strangerFrame = wire::encodeBatch(stranger);
+        push.send(zmq::buffer(strangerFrame));
+        std::vector<std::uint8_t> truncated = strangerFrame;
+        truncated.resize(truncated.size() - 3);
+        push.send(zmq::buffer(truncated));
+        std::vector<std::uint8_t> oversized(wire::kMaxBatchBytes + 1, 0);
+        std::copy(strangerFrame.begin(), strangerFrame.begin() + wire::kBatchHeaderBytes, oversized.begin());
+        push.send(zmq::buffer(oversized));
+
+        QVERIFY(engine.waitForFinished(120000));
+        said += QString::fromUtf8(engine.readAllStandardOutput());
+        const QString err = QString::fromUtf8(engine.readAllStandardError());
+        QVERIFY2(engine.exitCode() == 0, qPrintable(said + err));
+        QVERIFY2(err.contains("malformed telemetry frame of " + QString::number(garbage.size()) + " bytes"), qPrintable(err));
+        QVERIFY2(err.contains("rank 99, which is not in this job"), qPrintable(err));
+        QVERIFY2(err.contains("malformed telemetry frame of " + QString::number(truncated.size()) + " bytes"),
+                 qPrintable(err));
+        QVERIFY2(err.contains("malformed telemetry frame of " + QString::number(oversized.size()) + " bytes"),
+                 qPrintable(err));
+        QVERIFY2(said.contains("4 frames rejected"), qPrintable(said));
+
+        store::SessionReader reader(session.toStdString());
+        QCOMPARE(reader.outcome().outcome, store::Outcome::Completed);
+        QCOMPARE(int(reader.stepMetrics().size()), 40);
+        QCOMPARE(reader.traffic().front().lost, 0u);
+        int problems = 0;
+        for (const auto& log : reader.logs())
+            problems += log.rank == store::kEngineRank && log.record.level == wire::LogLevel::Warning &&
+                        QString::fromStdString(log.record.text).startsWith("collector: ");
+        QCOMPARE(problems, 4);
+    }
+
+    void aSessionFromTheFutureIsRefused()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("future.meshbench");
+        const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", "1", "--session", session});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(session.toUtf8().constData(), &db), SQLITE_OK);
+        QCOMPARE(sqlite3_exec(db, "PRAGMA user_version = 99", nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+        const ProcessRun exported = runProcess(kEngine, {"export", session, "--csv", dir.filePath("csv")});
+        QCOMPARE(exported.exitCode, 1);
+        QVERIFY2(exported.err.contains("newer"), qPrintable(exported.err));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEngineRun)
+#include "tst_engine_run.moc"
