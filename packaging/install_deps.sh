@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages Meshbench builds and tests with, skipping those already present.
 # Run as root or through sudo. CUDA is optional and is picked up from /usr/local/cuda when present.
 # python3-torch is for the tests only: they check that PyTorch reproduces our training losses.
+# clang and libclang-rt-dev (libFuzzer) are for the tests only: the wire decoder's fuzz target.
 set -euo pipefail
 
 packages=(
@@ -15,6 +16,7 @@ packages=(
   libopenblas-dev
   xvfb xauth
   python3-torch python3-numpy
+  clang libclang-rt-dev
 )
 
 missing=()

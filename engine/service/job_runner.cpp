@@ -43,20 +43,6 @@ bool isFinal(wire::RankState state)
            state == wire::RankState::Terminated;
 }
 
-// The job as one device runs it: the same global batch through one pipeline.
-plan::JobSpec singleDeviceSpec(plan::JobSpec spec)
-{
-    plan::ParallelSpec& p = spec.parallel;
-    p.microbatches = int(p.globalBatch() / p.microBatchSize);
-    p.dp = p.pp = p.tp = p.ep = 1;
-    p.virtualStages = 1;
-    p.zero = 0;
-    p.sequenceParallel = false;
-    spec.cluster.nodes = 1;
-    spec.cluster.devicesPerNode = 1;
-    spec.cluster.nvlinkDomain = 1;
-    return spec;
-}
 
 std::string layoutWords(const plan::ParallelSpec& p)
 {
@@ -439,6 +425,20 @@ RunResult runJob(const RunRequest& request, RunObserver& observer, const std::at
 {
     Run run(request, observer, stop);
     return run.execute();
+}
+
+plan::JobSpec singleDeviceSpec(plan::JobSpec spec)
+{
+    plan::ParallelSpec& p = spec.parallel;
+    p.microbatches = int(p.globalBatch() / p.microBatchSize);
+    p.dp = p.pp = p.tp = p.ep = 1;
+    p.virtualStages = 1;
+    p.zero = 0;
+    p.sequenceParallel = false;
+    spec.cluster.nodes = 1;
+    spec.cluster.devicesPerNode = 1;
+    spec.cluster.nvlinkDomain = 1;
+    return spec;
 }
 
 std::string defaultSessionDir()

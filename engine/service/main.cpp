@@ -3,6 +3,7 @@
 
 #include "plan_commands.h"
 #include "run_command.h"
+#include "serve_command.h"
 #include "session_commands.h"
 
 #include <iostream>
@@ -25,6 +26,10 @@ constexpr const char* kUsage =
     "         stored sessions (default DIR: ~/.local/share/meshbench/sessions)\n"
     "  export SESSION [--chrome-trace OUT.json] [--csv DIR]\n"
     "         a session as a Chrome/Perfetto trace, or as CSV tables\n"
+    "  serve  [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR]\n"
+    "         the daemon the GUI talks to (default tcp://127.0.0.1:5570, live feed on the next port)\n"
+    "  replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT]\n"
+    "         re-publish a stored session on the live feed, as if it were running\n"
     "\n"
     "exit status: 0 done, 1 the job spec is wrong, 2 the command line is wrong;\n"
     "run: 3 the job failed, 4 it was stopped, 5 it could not be started\n";
@@ -59,6 +64,10 @@ int main(int argc, char** argv)
             return meshbench::service::runSessionsCommand(args);
         if (command == "export")
             return meshbench::service::runExportCommand(args);
+        if (command == "serve")
+            return meshbench::service::runServeCommand(args);
+        if (command == "replay")
+            return meshbench::service::runReplayCommand(args);
     } catch (const std::exception& e) {
         // Input errors are reported by the commands; anything reaching here is a bug or an
         // exhausted machine, and still deserves a message rather than an abort.

@@ -27,6 +27,8 @@ using RecordVisitor = std::function<void(std::uint32_t rank, const wire::Record&
 constexpr std::int64_t kMinTime = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kMaxTime = std::numeric_limits<std::int64_t>::max();
 
+constexpr char kNoHeader[] = " holds no session: the engine that created it stopped before it wrote the session header";
+
 // Each query of a record table selects its time, seq and rank first, then the record's fields.
 constexpr int kFirstField = 3;
 constexpr std::string_view kSelectSpans =
@@ -282,6 +284,12 @@ std::string hex(std::int64_t value)
     return text;
 }
 
+bool hasWalFrames(const std::string& path)
+{
+    struct stat wal {};
+    return ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 32;   // 32: the WAL header alone
+}
+
 struct stat statOrThrow(const std::string& path)
 {
     struct stat st {};
@@ -293,16 +301,9 @@ struct stat statOrThrow(const std::string& path)
     }
     if (!S_ISREG(st.st_mode))
         throw StoreError(detail::quoted(path) + " is not a session file (it is not a regular file)");
-    if (st.st_size == 0)
-        throw StoreError(detail::quoted(path) +
-                         " is empty: the engine that created it stopped before it wrote the session header");
+    if (st.st_size == 0 && !hasWalFrames(path))
+        throw StoreError(detail::quoted(path) + kNoHeader);
     return st;
-}
-
-bool hasWalFrames(const std::string& path)
-{
-    struct stat wal {};
-    return ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 32;   // 32: the WAL header alone
 }
 
 // Whether a file whose first read failed is shorter than its header says: cut short. Without WAL
@@ -342,6 +343,8 @@ void checkSession(const Connection& db, const struct stat& st)
                              "filled up?)");
         throw;
     }
+    if (applicationId == 0 && pragmaValue(db, "schema_version") == 0)   // no table was ever created
+        throw StoreError(detail::quoted(path) + kNoHeader);
     if (applicationId != kApplicationId)
         throw StoreError(detail::quoted(path) + " is an SQLite database but not a Meshbench session (application id " +
                          hex(applicationId) + ", a session has " + hex(kApplicationId) + ")");
@@ -352,6 +355,44 @@ void checkSession(const Connection& db, const struct stat& st)
                          "); upgrade Meshbench to open it");
     if (version < 1)
         throw StoreError(detail::quoted(path) + " is corrupt: its session format is " + std::to_string(version));
+}
+
+// "file:" URI of a path: the characters URIs give a meaning are escaped (https://sqlite.org/uri.html).
+std::string fileUri(const std::string& path)
+{
+    std::string uri = "file:";
+    for (const char c : path) {
+        if (c == '?' || c == '#' || c == '%') {
+            char escaped[4];
+            std::snprintf(escaped, sizeof escaped, "%%%02X", static_cast<unsigned char>(c));
+            uri += escaped;
+        } else {
+            uri += c;
+        }
+    }
+    return uri;
+}
+
+Connection openSession(const std::string& path, const struct stat& st)
+{
+    {
+        Connection db(path, SQLITE_OPEN_READONLY);
+        try {
+            checkSession(db, st);
+            return db;
+        } catch (const StoreError&) {
+            struct stat wal {};
+            const int code = db.errorCode();
+            if ((code != SQLITE_CANTOPEN && code != SQLITE_READONLY) || ::stat((path + "-wal").c_str(), &wal) == 0)
+                throw;
+        }
+    }
+    // A session in a folder we cannot write (a read-only copy): a WAL reader must create the WAL's
+    // shared-memory file there. Without a WAL file no writer is at work, so the file cannot change
+    // and SQLite may read it as immutable, without locks or shared memory.
+    Connection db(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, fileUri(path) + "?immutable=1");
+    checkSession(db, st);
+    return db;
 }
 
 SessionHeader readHeader(const Connection& db)
@@ -392,9 +433,8 @@ SessionHeader readHeader(const Connection& db)
 
 struct SessionReader::Impl {
     explicit Impl(const std::string& sessionPath)
-        : path(sessionPath), use(sessionPath), file(statOrThrow(sessionPath)), db(sessionPath, SQLITE_OPEN_READONLY)
+        : path(sessionPath), use(sessionPath), file(statOrThrow(sessionPath)), db(openSession(sessionPath, file))
     {
-        checkSession(db, file);
         // Cheap extra defence against corrupt pages: SQLite checks each cell's size as it reads it.
         db.exec("PRAGMA cell_size_check = ON", "setting up the reader");
         header = readHeader(db);

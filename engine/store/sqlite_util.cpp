@@ -33,9 +33,9 @@ std::string advice(int code)
 
 }  // namespace
 
-Connection::Connection(const std::string& path, int openFlags) : m_path(path)
+Connection::Connection(const std::string& path, int openFlags, const std::string& openAs) : m_path(path)
 {
-    const int rc = sqlite3_open_v2(path.c_str(), &m_db, openFlags, nullptr);
+    const int rc = sqlite3_open_v2(openAs.empty() ? path.c_str() : openAs.c_str(), &m_db, openFlags, nullptr);
     if (rc != SQLITE_OK) {
         const std::string why = m_db ? sqlite3_errmsg(m_db) : sqlite3_errstr(rc);
         sqlite3_close_v2(m_db);
@@ -46,6 +46,11 @@ Connection::Connection(const std::string& path, int openFlags) : m_path(path)
 Connection::~Connection()
 {
     sqlite3_close_v2(m_db);
+}
+
+Connection::Connection(Connection&& other) noexcept
+    : m_path(std::move(other.m_path)), m_db(std::exchange(other.m_db, nullptr))
+{
 }
 
 int Connection::errorCode() const

@@ -16,10 +16,14 @@ namespace meshbench::store::detail {
 
 class Connection {
 public:
-    Connection(const std::string& path, int openFlags);   // throws StoreError
+    // Opens `path`, or the URI `openAs` when given (messages still name `path`). Throws StoreError.
+    Connection(const std::string& path, int openFlags, const std::string& openAs = {});
     ~Connection();
+    // Only before any Statement refers to the connection.
+    Connection(Connection&& other) noexcept;
     Connection(const Connection&) = delete;
     Connection& operator=(const Connection&) = delete;
+    Connection& operator=(Connection&&) = delete;
 
     sqlite3* handle() const { return m_db; }
     const std::string& path() const { return m_path; }

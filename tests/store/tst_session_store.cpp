@@ -19,6 +19,7 @@
 #include <csignal>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -198,7 +199,9 @@ private slots:
     void existingFileIsRefused();
     void badFilesAreRefused();
     void corruptPagesGiveErrorsNotCrashes();
+    void sessionInReadOnlyFolderOpens();
     void killedWriterLeavesCompleteBatches();
+    void writerKilledEarlyKeepsItsHeader();
     void writerFailureIsReported();
     void listSessionsNewestFirst();
 };
@@ -532,8 +535,11 @@ void TestSessionStore::badFilesAreRefused()
 
     QVERIFY(mentions(refusal(file("missing.meshbench")), {file("missing.meshbench"), "does not exist"}));
     QVERIFY(mentions(refusal(dir.path().toStdString()), {"is not a session file"}));
+    // Engines killed before their first commit: nothing written, or only the switch to WAL.
     writeFile(file("empty.meshbench"), "");
-    QVERIFY(mentions(refusal(file("empty.meshbench")), {file("empty.meshbench"), "is empty"}));
+    QVERIFY(mentions(refusal(file("empty.meshbench")), {file("empty.meshbench"), "holds no session"}));
+    execSql(file("started.meshbench"), "PRAGMA journal_mode=WAL");
+    QVERIFY(mentions(refusal(file("started.meshbench")), {file("started.meshbench"), "holds no session"}));
 
     std::mt19937 random(3);
     std::string garbage(8192, '\0');
@@ -578,6 +584,29 @@ void TestSessionStore::corruptPagesGiveErrorsNotCrashes()
         readEverything(reader);
     });
     QVERIFY(mentions(message, {path, "corrupt"}));
+}
+
+void TestSessionStore::sessionInReadOnlyFolderOpens()
+{
+    QTemporaryDir dir;
+    const std::string folder = dir.filePath("read-only").toStdString();
+    QVERIFY(QDir().mkpath(QString::fromStdString(folder)));
+    const std::string path = folder + "/copy #1?.meshbench";   // URI characters in the name
+    writeSpanSession(path, 100);
+    QVERIFY(chmod(folder.c_str(), 0555) == 0);
+    const bool enforced = access(folder.c_str(), W_OK) != 0;   // not for root
+    std::string message;
+    std::uint64_t spans = 0;
+    try {
+        spans = store::SessionReader(path).spanCount();
+    } catch (const StoreError& error) {
+        message = error.what();
+    }
+    chmod(folder.c_str(), 0755);
+    if (!enforced)
+        QSKIP("running as root: folder permissions are not enforced");
+    QVERIFY2(message.empty(), message.c_str());
+    QCOMPARE(spans, std::uint64_t(100));
 }
 
 void TestSessionStore::killedWriterLeavesCompleteBatches()
@@ -644,6 +673,28 @@ void TestSessionStore::killedWriterLeavesCompleteBatches()
         QVERIFY2(counts == complete, qPrintable(QString("batch %1 is incomplete").arg(tag)));
     }
     QCOMPARE(reader.spanCount(), std::uint64_t(byTag.size()) * kTaggedSpans);
+}
+
+void TestSessionStore::writerKilledEarlyKeepsItsHeader()
+{
+    // Killed before the first checkpoint: everything, the header included, lives only in the WAL.
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("early.meshbench").toStdString();
+    const pid_t child = fork();
+    if (child == 0) {
+        store::SessionWriter writer(path, samples::header(2));
+        writer.append({1, 0, samples::everyRecordType(100, 0, 1)});
+        writer.flush();
+        raise(SIGKILL);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    QVERIFY(WIFSIGNALED(status));
+    QCOMPARE(integrityCheck(path), std::string("ok"));
+    const store::SessionReader reader(path);
+    QCOMPARE(reader.header(), samples::header(2));
+    QCOMPARE(reader.spanCount(), std::uint64_t(1));
+    QCOMPARE(reader.logs().size(), std::size_t(1));
 }
 
 void TestSessionStore::writerFailureIsReported()

@@ -1,0 +1,135 @@
+#include "serve_command.h"
+
+#include "command_line.h"
+#include "server.h"
+
+#include "store/session_store.h"
+
+#include <atomic>
+#include <csignal>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include <pthread.h>
+
+namespace meshbench::service {
+
+namespace {
+
+// SIGINT, SIGTERM and SIGHUP end the server cleanly: a thread takes them and raises the flag.
+// Blocked before the server starts its threads, so that every thread inherits the mask.
+const std::atomic<bool>& stopOnSignals()
+{
+    static std::atomic<bool> stop{false};
+    sigset_t signals;
+    sigemptyset(&signals);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        sigaddset(&signals, sig);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::thread([signals] {
+        int sig = 0;
+        sigwait(&signals, &sig);
+        stop = true;
+    }).detach();
+    return stop;
+}
+
+// --bind/--live/--sessions, shared by serve and replay; returns false (after reporting) on a bad one.
+bool parseEndpointOption(const std::vector<std::string>& args, std::size_t& i, ServeOptions& options, const char* usage,
+                         int& status)
+{
+    const std::string& a = args[i];
+    if (i + 1 >= args.size()) {
+        status = usageError(a + " needs a value", usage);
+        return false;
+    }
+    const std::string& value = args[++i];
+    if (a == "--bind")
+        options.control = value;
+    else if (a == "--live")
+        options.live = value;
+    else
+        options.sessionsDir = value;
+    return true;
+}
+
+}  // namespace
+
+int runServeCommand(const std::vector<std::string>& args)
+{
+    const char* usage = "meshbench-engine serve [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR]";
+    ServeOptions options;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        int status = 0;
+        if (a == "--bind" || a == "--live" || a == "--sessions") {
+            if (!parseEndpointOption(args, i, options, usage, status))
+                return status;
+        } else {
+            return usageError("unknown argument '" + a + "'", usage);
+        }
+    }
+    const std::atomic<bool>& stop = stopOnSignals();
+    std::optional<Server> server;
+    try {
+        server.emplace(options);
+    } catch (const std::exception& e) {
+        std::cerr << "meshbench-engine: " << e.what() << "\n";
+        return 5;
+    }
+    std::cout << "serving: control " << server->controlEndpoint() << ", live feed " << server->liveEndpoint()
+              << "\n(Ctrl-C to stop)" << std::endl;
+    server->run(stop);
+    return 0;
+}
+
+int runReplayCommand(const std::vector<std::string>& args)
+{
+    const char* usage = "meshbench-engine replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT]";
+    ServeOptions options;
+    options.exitWhenIdle = true;
+    std::string session;
+    double speed = 1;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        int status = 0;
+        if (a == "--bind" || a == "--live") {
+            if (!parseEndpointOption(args, i, options, usage, status))
+                return status;
+        } else if (a == "--speed") {
+            if (i + 1 >= args.size() || !parsePositive(args[i + 1], speed) || speed <= 0 || speed > 1e6)
+                return usageError("--speed needs a number above 0 (1 = real time) and at most 1,000,000", usage);
+            ++i;
+        } else if (!a.empty() && a[0] == '-') {
+            return usageError("unknown option '" + a + "'", usage);
+        } else if (session.empty()) {
+            session = a;
+        } else {
+            return usageError("one session at a time", usage);
+        }
+    }
+    if (session.empty())
+        return usageError("replay needs a session file", usage);
+    const std::atomic<bool>& stop = stopOnSignals();
+    std::optional<Server> server;
+    try {
+        server.emplace(options);
+    } catch (const std::exception& e) {
+        std::cerr << "meshbench-engine: " << e.what() << "\n";
+        return 5;
+    }
+    try {
+        const std::string source = server->openReplay(session, speed);
+        std::cout << "replaying " << session << " as " << source << " at " << speed << "x: control "
+                  << server->controlEndpoint() << ", live feed " << server->liveEndpoint() << std::endl;
+    } catch (const store::StoreError& e) {
+        std::cerr << "meshbench-engine: " << e.what() << "\n";
+        return 1;
+    }
+    server->run(stop);
+    std::cout << "replay ended" << std::endl;
+    return 0;
+}
+
+}  // namespace meshbench::service

@@ -1,0 +1,15 @@
+#pragma once
+// `meshbench-engine serve` (the daemon for the GUI) and `meshbench-engine replay` (one stored
+// session re-published on the live feed).
+
+#include <string>
+#include <vector>
+
+namespace meshbench::service {
+
+// Exit status: 0 done; 1 the session cannot be read (replay); 2 the command line is wrong;
+// 5 the sockets cannot be bound.
+int runServeCommand(const std::vector<std::string>& args);
+int runReplayCommand(const std::vector<std::string>& args);
+
+}  // namespace meshbench::service

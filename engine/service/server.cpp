@@ -1,0 +1,601 @@
+#include "server.h"
+
+#include "job_runner.h"
+#include "live_publisher.h"
+#include "run_command.h"
+
+#include "plan/planner.h"
+#include "plan/report.h"
+#include "store/session_store.h"
+#include "wire/control.h"
+
+#include <zmq.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+#include <variant>
+
+namespace meshbench::service {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A job or a replay, running on a thread of its own. The atomics are how the control thread
+// steers it; `status` is what it last said on the feed, kept by the control thread.
+struct Worker {
+    std::string source;
+    std::thread thread;
+    std::atomic<bool> stop{false};
+    std::atomic<bool> done{false};
+    std::atomic<bool> paused{false};
+    std::atomic<double> speed{1.0};
+    std::atomic<int> seekStep{-1};
+    nlohmann::json status = nlohmann::json::object();
+};
+
+// Hands a running job's progress to the live feed.
+class PublishingObserver : public RunObserver {
+public:
+    explicit PublishingObserver(LivePublisher& publisher) : m_publisher(publisher) {}
+
+    void started(const std::string& sessionPath, const std::string& collector, int ranks) override
+    {
+        m_session = sessionPath;
+        m_publisher.job({{"state", "running"}, {"session", sessionPath}, {"collector", collector}, {"ranks", ranks},
+                         {"step", 0}});
+    }
+    void stepCompleted(const live::StepAggregate& step) override
+    {
+        m_publisher.step(step);
+        m_publisher.job({{"state", "running"}, {"session", m_session}, {"step", step.step}});
+    }
+    void memoryChanged(const live::RankMemory& memory) override { m_publisher.memory(memory); }
+    void batchArrived(const wire::Batch& batch) override
+    {
+        m_publisher.spans(batch);
+        for (const wire::Record& record : batch.records)
+            if (const auto* log = std::get_if<wire::LogRecord>(&record))
+                m_publisher.log(batch.rank, log->level, log->text);
+    }
+    void message(wire::LogLevel level, const std::string& text) override
+    {
+        m_publisher.log(store::kEngineRank, level, text);
+    }
+
+private:
+    LivePublisher& m_publisher;
+    std::string m_session;
+};
+
+nlohmann::json controlErrorNoId(const std::string& error)
+{
+    return wire::controlError(nullptr, error);
+}
+
+// Thrown out of a replay's record visitor to end the pass early (a seek, a close).
+struct ReplayInterrupted {};
+
+// The step a record belongs to, for those that carry one.
+std::optional<std::int32_t> recordStep(const wire::Record& record)
+{
+    return std::visit(
+        [](const auto& r) -> std::optional<std::int32_t> {
+            using T = std::decay_t<decltype(r)>;
+            if constexpr (std::is_same_v<T, wire::SpanRecord> || std::is_same_v<T, wire::ExpertLoadRecord> ||
+                          std::is_same_v<T, wire::MemorySampleRecord> || std::is_same_v<T, wire::StepMetricsRecord>)
+                return r.step;
+            else
+                return std::nullopt;
+        },
+        record);
+}
+
+std::optional<std::int64_t> recordTime(const wire::Record& record)
+{
+    return std::visit(
+        [](const auto& r) -> std::optional<std::int64_t> {
+            using T = std::decay_t<decltype(r)>;
+            if constexpr (std::is_same_v<T, wire::SpanRecord>)
+                return r.beginNs;
+            else if constexpr (std::is_same_v<T, wire::StepMetricsRecord>)
+                return r.endNs;
+            else if constexpr (std::is_same_v<T, wire::ExpertLoadRecord>)
+                return std::nullopt;
+            else
+                return r.timeNs;
+        },
+        record);
+}
+
+// The layout the session's agents ran: the job's, or one device for a --one-device run.
+plan::JobSpec sessionSpec(const store::SessionReader& reader)
+{
+    plan::LoadResult loaded = plan::parseJobSpec(reader.header().jobSpec);
+    if (!loaded.valid())
+        throw store::StoreError("the session's job spec no longer passes validation: " +
+                                (loaded.errors.empty() ? std::string("unknown") : loaded.errors.front().message));
+    plan::JobSpec spec = *loaded.spec;
+    if (reader.header().ranks.size() == 1 && spec.parallel.worldSize() > 1)
+        spec = singleDeviceSpec(spec);
+    return spec;
+}
+
+// Re-publishes a stored session in time order at `speed` x real time, through the same aggregates
+// as a live run. Seeking restarts the pass from the chosen step's first record.
+void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<store::SessionReader> reader,
+                   const std::string& session, bool endWhenDone)
+{
+    LivePublisher publisher(context, worker.source);
+    const plan::JobSpec spec = sessionSpec(*reader);
+    const plan::Plan plan = plan::makePlan(spec);
+    std::map<std::int32_t, std::int64_t> stepBegins;
+    for (const auto& m : reader->stepMetrics())
+        stepBegins[m.record.step] = m.record.beginNs;
+    int fromStep = 0;
+    for (;;) {
+        live::LiveAggregator aggregator(spec, &plan);
+        const std::int64_t from = stepBegins.count(fromStep) ? stepBegins[fromStep] : INT64_MIN;
+        // The replay clock: session time advanced by wall time x speed while playing.
+        std::optional<std::int64_t> position;
+        Clock::time_point lastWall = Clock::now();
+        int step = fromStep;
+        std::map<std::uint32_t, wire::Batch> pendingSpans;
+        Clock::time_point lastFlush = Clock::now();
+        auto flushSpans = [&] {
+            for (auto& [rank, batch] : pendingSpans)
+                if (!batch.records.empty()) {
+                    publisher.spans(batch);
+                    batch.records.clear();
+                }
+            lastFlush = Clock::now();
+        };
+        auto publishAggregates = [&] {
+            for (const live::StepAggregate& s : aggregator.takeCompletedSteps()) {
+                publisher.step(s);
+                step = s.step;
+                publisher.job({{"state", "playing"}, {"session", session}, {"step", step},
+                               {"speed", worker.speed.load()}});
+            }
+            for (const live::RankMemory& m : aggregator.takeChangedMemory())
+                publisher.memory(m);
+        };
+        auto advanceClock = [&] {
+            const Clock::time_point now = Clock::now();
+            if (!worker.paused.load() && position)
+                *position += std::int64_t(std::chrono::duration<double, std::nano>(now - lastWall).count() *
+                                          worker.speed.load());
+            lastWall = now;
+        };
+        try {
+            reader->forEachRecord([&](std::uint32_t rank, const wire::Record& record) {
+                // A seek skips the records of earlier steps, and the others from before the step began.
+                const std::optional<std::int64_t> time = recordTime(record);
+                const std::optional<std::int32_t> recordOfStep = recordStep(record);
+                if (recordOfStep ? *recordOfStep < fromStep : time && *time < from)
+                    return;
+                if (time) {
+                    if (!position)
+                        position = *time;
+                    // Wait until the replay clock reaches the record, in short naps so that a
+                    // pause, a new speed, a seek or a close take effect at once.
+                    for (advanceClock(); *position < *time || worker.paused.load(); advanceClock()) {
+                        if (worker.stop.load() || worker.seekStep.load() >= 0)
+                            throw ReplayInterrupted{};
+                        flushSpans();
+                        std::this_thread::sleep_for(std::chrono::milliseconds(
+                            std::clamp<std::int64_t>((*time - *position) / 1'000'000, 1, 20)));
+                    }
+                }
+                if (worker.stop.load() || worker.seekStep.load() >= 0)
+                    throw ReplayInterrupted{};
+                aggregator.add(rank, record);
+                if (const auto* span = std::get_if<wire::SpanRecord>(&record)) {
+                    wire::Batch& batch = pendingSpans[rank];
+                    batch.rank = rank;
+                    batch.records.push_back(*span);
+                } else if (const auto* log = std::get_if<wire::LogRecord>(&record)) {
+                    publisher.log(rank, log->level, log->text);
+                }
+                publishAggregates();
+                if (Clock::now() - lastFlush > std::chrono::milliseconds(50))
+                    flushSpans();
+            });
+            flushSpans();
+            for (const live::StepAggregate& s : aggregator.flush())
+                publisher.step(s);
+            publisher.job({{"state", "ended"}, {"session", session}, {"step", step}});
+        } catch (const ReplayInterrupted&) {
+        }
+        if (worker.stop.load() || (endWhenDone && worker.seekStep.load() < 0))
+            break;
+        // Ended: wait for a seek (or the end of the replay).
+        while (worker.seekStep.load() < 0 && !worker.stop.load())
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (worker.stop.load())
+            break;
+        fromStep = worker.seekStep.exchange(-1);
+        publisher.job({{"state", "seeking"}, {"session", session}, {"step", fromStep}});
+    }
+    worker.done = true;
+}
+
+std::string withPortPlusOne(const std::string& endpoint)
+{
+    const std::size_t colon = endpoint.rfind(':');
+    if (endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos)
+        throw std::runtime_error("give the live feed's endpoint with --live (cannot derive it from '" + endpoint + "')");
+    const int port = std::stoi(endpoint.substr(colon + 1));
+    return endpoint.substr(0, colon + 1) + std::to_string(port + 1);
+}
+
+}  // namespace
+
+bool isLoopbackEndpoint(const std::string& endpoint, std::string& why)
+{
+    if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0)
+        return true;
+    if (endpoint.rfind("tcp://", 0) != 0) {
+        why = "'" + endpoint + "' is not an endpoint this engine serves on; use tcp://127.0.0.1:PORT or ipc:///PATH";
+        return false;
+    }
+    const std::string hostPort = endpoint.substr(6);
+    const std::size_t colon = hostPort.rfind(':');
+    const std::string host = colon == std::string::npos ? hostPort : hostPort.substr(0, colon);
+    if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1" || host == "lo")
+        return true;
+    why = "refusing to serve on '" + endpoint +
+          "': it is reachable from other machines and this engine has no authentication yet (CURVE keys are "
+          "still to come); bind to tcp://127.0.0.1:PORT and reach it through an SSH tunnel "
+          "(ssh -L PORT:127.0.0.1:PORT HOST)";
+    return false;
+}
+
+struct Server::Impl {
+    ServeOptions options;
+    zmq::context_t context{1};
+    zmq::socket_t control{context, zmq::socket_type::router};
+    zmq::socket_t live{context, zmq::socket_type::pub};
+    zmq::socket_t feed{context, zmq::socket_type::pull};
+    std::string controlEndpoint, liveEndpoint;
+    std::map<std::string, std::unique_ptr<Worker>> workers;
+    int nextJob = 1, nextReplay = 1;
+
+    nlohmann::json handle(const wire::ControlRequest& request);
+    nlohmann::json submit(const nlohmann::json& args);
+    std::string openReplay(const std::string& session, double speed);
+    Worker* replay(const nlohmann::json& args, std::string& error);
+    void forwardFeed();
+    void reapWorkers();
+    bool idle() const;
+};
+
+namespace {
+
+void bindOrThrow(zmq::socket_t& socket, const std::string& endpoint, const char* what)
+{
+    std::string why;
+    if (!isLoopbackEndpoint(endpoint, why))
+        throw std::runtime_error(why);
+    try {
+        socket.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+        throw std::runtime_error(std::string("cannot bind the ") + what + " to '" + endpoint + "': " + e.what() +
+                                 " (is another engine serving there? choose another port)");
+    }
+}
+
+std::optional<double> speedArgument(const nlohmann::json& args, std::string& error)
+{
+    if (!args.contains("speed"))
+        return 1.0;
+    const nlohmann::json& s = args["speed"];
+    if (!s.is_number() || !(s.get<double>() > 0) || s.get<double>() > 1e6) {
+        error = "\"speed\" must be a number above 0 (1 = real time) and at most 1,000,000";
+        return std::nullopt;
+    }
+    return s.get<double>();
+}
+
+}  // namespace
+
+Server::Server(ServeOptions options) : m_impl(std::make_unique<Impl>())
+{
+    Impl& d = *m_impl;
+    d.options = std::move(options);
+    if (d.options.sessionsDir.empty())
+        d.options.sessionsDir = defaultSessionDir();
+    if (d.options.live.empty())
+        d.options.live = withPortPlusOne(d.options.control);
+    d.control.set(zmq::sockopt::linger, 0);
+    d.live.set(zmq::sockopt::linger, 0);
+    d.feed.bind(kLiveInproc);
+    bindOrThrow(d.control, d.options.control, "control socket");
+    bindOrThrow(d.live, d.options.live, "live feed");
+    d.controlEndpoint = d.control.get(zmq::sockopt::last_endpoint);
+    d.liveEndpoint = d.live.get(zmq::sockopt::last_endpoint);
+}
+
+Server::~Server()
+{
+    for (auto& [name, worker] : m_impl->workers) {
+        worker->stop = true;
+        if (worker->thread.joinable())
+            worker->thread.join();
+    }
+}
+
+const std::string& Server::controlEndpoint() const
+{
+    return m_impl->controlEndpoint;
+}
+
+const std::string& Server::liveEndpoint() const
+{
+    return m_impl->liveEndpoint;
+}
+
+std::string Server::openReplay(const std::string& session, double speed)
+{
+    return m_impl->openReplay(session, speed);
+}
+
+std::string Server::Impl::openReplay(const std::string& session, double speed)
+{
+    // Opened here, so that an unreadable session is an error reply rather than a silent worker.
+    auto reader = std::make_shared<store::SessionReader>(session);
+    sessionSpec(*reader);
+    auto worker = std::make_unique<Worker>();
+    worker->source = "replay-" + std::to_string(nextReplay++);
+    worker->speed = speed;
+    worker->status = {{"state", "playing"}, {"session", session}, {"step", 0}};
+    Worker& w = *worker;
+    const bool endWhenDone = options.exitWhenIdle;
+    w.thread = std::thread([this, &w, reader, session, endWhenDone] {
+        try {
+            replaySession(context, w, reader, session, endWhenDone);
+        } catch (const std::exception& e) {
+            LivePublisher(context, w.source).job({{"state", "failed"}, {"cause", e.what()}});
+            w.done = true;
+        }
+    });
+    workers[w.source] = std::move(worker);
+    return w.source;
+}
+
+nlohmann::json Server::Impl::submit(const nlohmann::json& args)
+{
+    if (!args.contains("job") || !args["job"].is_object())
+        return controlErrorNoId("\"job\" must be the job spec, a JSON object");
+    RunRequest request;
+    request.specText = args["job"].dump(2);
+    plan::LoadResult loaded = plan::loadJobSpec(args["job"]);
+    if (!loaded.valid()) {
+        nlohmann::json reply = controlErrorNoId("the job spec has problems");
+        reply["errors"] = plan::errorsToJson(loaded.errors);
+        return reply;
+    }
+    request.spec = *loaded.spec;
+    if (args.contains("steps")) {
+        if (!args["steps"].is_number_integer() || args["steps"].get<std::int64_t>() < 0 ||
+            args["steps"].get<std::int64_t>() > 1'000'000'000)
+            return controlErrorNoId("\"steps\" must be a whole number from 0 to 1,000,000,000");
+        request.steps = int(args["steps"].get<std::int64_t>());
+    }
+    request.oneDevice = args.value("one_device", false);
+    request.agent = agentExecutable();
+    std::filesystem::create_directories(options.sessionsDir);
+    request.sessionPath = newSessionPath(options.sessionsDir, request.spec.name);
+    // The agents read the job from a file: it is kept beside the session.
+    request.jobPath = request.sessionPath + ".job.json";
+    std::ofstream(request.jobPath) << request.specText << "\n";
+
+    auto worker = std::make_unique<Worker>();
+    worker->source = "job-" + std::to_string(nextJob++);
+    worker->status = {{"state", "starting"}, {"session", request.sessionPath}, {"step", 0}};
+    Worker& w = *worker;
+    w.thread = std::thread([this, &w, request] {
+        LivePublisher publisher(context, w.source);
+        PublishingObserver observer(publisher);
+        try {
+            const RunResult r = runJob(request, observer, w.stop);
+            publisher.job({{"state", store::outcomeName(r.outcome.outcome)}, {"cause", r.outcome.cause},
+                           {"failed_rank", r.outcome.failedRank}, {"session", r.sessionPath}, {"step", r.steps},
+                           {"final_loss", r.finalLoss ? nlohmann::json(*r.finalLoss) : nlohmann::json()},
+                           {"lost", r.lostRecords}});
+        } catch (const std::exception& e) {
+            publisher.job({{"state", "failed"}, {"cause", e.what()}, {"session", request.sessionPath}});
+        }
+        w.done = true;
+    });
+    nlohmann::json reply = {{"job", w.source}, {"session", request.sessionPath}};
+    workers[w.source] = std::move(worker);
+    return reply;
+}
+
+Worker* Server::Impl::replay(const nlohmann::json& args, std::string& error)
+{
+    const std::string source = args.value("source", "");
+    const auto it = workers.find(source);
+    if (it == workers.end() || source.rfind("replay-", 0) != 0) {
+        error = "no replay named \"" + source + "\"; \"jobs\" lists them";
+        return nullptr;
+    }
+    return it->second.get();
+}
+
+nlohmann::json Server::Impl::handle(const wire::ControlRequest& request)
+{
+    const nlohmann::json& args = request.args;
+    std::string error;
+    switch (request.op) {
+    case wire::ControlOp::Hello:
+        return {{"version", MESHBENCH_VERSION}, {"live", liveEndpoint}, {"control_version", wire::kControlVersion}};
+    case wire::ControlOp::Plan: {
+        if (!args.contains("job") || !args["job"].is_object())
+            return controlErrorNoId("\"job\" must be the job spec, a JSON object");
+        const plan::LoadResult loaded = plan::loadJobSpec(args["job"]);
+        if (!loaded.valid()) {
+            nlohmann::json reply = controlErrorNoId("the job spec has problems");
+            reply["errors"] = plan::errorsToJson(loaded.errors);
+            return reply;
+        }
+        return {{"plan", plan::planToJson(plan::makePlan(*loaded.spec))}};
+    }
+    case wire::ControlOp::Submit:
+        return submit(args);
+    case wire::ControlOp::Stop: {
+        const auto it = workers.find(args.value("source", ""));
+        if (it == workers.end() || it->first.rfind("job-", 0) != 0)
+            return controlErrorNoId("no job named \"" + args.value("source", "") + "\"; \"jobs\" lists them");
+        it->second->stop = true;
+        return nlohmann::json::object();
+    }
+    case wire::ControlOp::Jobs: {
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& [name, worker] : workers) {
+            nlohmann::json entry = worker->status;
+            entry["source"] = name;
+            list.push_back(entry);
+        }
+        return {{"jobs", list}};
+    }
+    case wire::ControlOp::Sessions: {
+        const std::string dir = args.value("dir", options.sessionsDir);
+        const store::SessionListing listing = store::listSessions(dir);
+        nlohmann::json list = nlohmann::json::array();
+        for (const store::SessionSummary& s : listing.sessions)
+            list.push_back({{"path", s.path}, {"name", s.name}, {"created_ns", s.createdNs}, {"layout", s.layout},
+                            {"outcome", store::outcomeName(s.outcome.outcome)}, {"steps", s.steps},
+                            {"final_loss", s.finalLoss ? nlohmann::json(*s.finalLoss) : nlohmann::json()}});
+        nlohmann::json unreadable = nlohmann::json::array();
+        for (const auto& [path, why] : listing.unreadable)
+            unreadable.push_back({{"path", path}, {"error", why}});
+        return {{"sessions", list}, {"unreadable", unreadable}};
+    }
+    case wire::ControlOp::Open: {
+        if (!args.contains("session") || !args["session"].is_string())
+            return controlErrorNoId("\"session\" must be the path of a session file");
+        const std::optional<double> speed = speedArgument(args, error);
+        if (!speed)
+            return controlErrorNoId(error);
+        return {{"replay", openReplay(args["session"].get<std::string>(), *speed)}};
+    }
+    case wire::ControlOp::Seek:
+    case wire::ControlOp::Pause:
+    case wire::ControlOp::Resume:
+    case wire::ControlOp::Speed:
+    case wire::ControlOp::Close: {
+        Worker* worker = replay(args, error);
+        if (!worker)
+            return controlErrorNoId(error);
+        if (request.op == wire::ControlOp::Seek) {
+            if (!args.contains("step") || !args["step"].is_number_integer() || args["step"].get<std::int64_t>() < 0 ||
+                args["step"].get<std::int64_t>() > INT32_MAX)
+                return controlErrorNoId("\"step\" must be a step number (0 = the start)");
+            worker->seekStep = int(args["step"].get<std::int64_t>());
+        } else if (request.op == wire::ControlOp::Speed) {
+            const std::optional<double> speed = args.contains("speed") ? speedArgument(args, error) : std::nullopt;
+            if (!speed)
+                return controlErrorNoId(error.empty() ? "\"speed\" is required" : error);
+            worker->speed = *speed;
+        } else if (request.op == wire::ControlOp::Close) {
+            worker->stop = true;
+        } else {
+            worker->paused = request.op == wire::ControlOp::Pause;
+        }
+        return nlohmann::json::object();
+    }
+    }
+    return controlErrorNoId("unhandled op");
+}
+
+void Server::Impl::forwardFeed()
+{
+    for (int n = 0; n < 10000; ++n) {
+        zmq::message_t topic, payload;
+        if (!feed.recv(topic, zmq::recv_flags::dontwait))
+            return;
+        if (!feed.recv(payload, zmq::recv_flags::none))
+            return;
+        // The control thread keeps each worker's last status for "jobs".
+        const std::string name = topic.to_string();
+        if (name.rfind("job/", 0) == 0) {
+            const auto it = workers.find(name.substr(4));
+            nlohmann::json status = nlohmann::json::parse(payload.to_string_view(), nullptr, false);
+            if (it != workers.end() && status.is_object())
+                for (auto& [key, value] : status.items())
+                    it->second->status[key] = value;
+        }
+        live.send(topic, zmq::send_flags::sndmore);
+        live.send(payload, zmq::send_flags::none);
+    }
+}
+
+void Server::Impl::reapWorkers()
+{
+    for (auto& [name, worker] : workers)
+        if (worker->done.load() && worker->thread.joinable())
+            worker->thread.join();
+}
+
+bool Server::Impl::idle() const
+{
+    for (const auto& [name, worker] : workers)
+        if (!worker->done.load())
+            return false;
+    return true;
+}
+
+void Server::run(const std::atomic<bool>& stop)
+{
+    Impl& d = *m_impl;
+    while (!stop.load()) {
+        std::vector<zmq::pollitem_t> items{{d.control.handle(), 0, ZMQ_POLLIN, 0}, {d.feed.handle(), 0, ZMQ_POLLIN, 0}};
+        zmq::poll(items, std::chrono::milliseconds(100));
+        d.forwardFeed();
+        d.reapWorkers();
+        // A request: [identity, (empty delimiter from REQ clients), body]; the reply keeps the envelope.
+        for (int n = 0; n < 1000; ++n) {
+            std::vector<zmq::message_t> parts;
+            zmq::message_t part;
+            if (!d.control.recv(part, zmq::recv_flags::dontwait))
+                break;
+            parts.push_back(std::move(part));
+            while (d.control.get(zmq::sockopt::rcvmore)) {
+                zmq::message_t more;
+                if (!d.control.recv(more, zmq::recv_flags::none))
+                    break;
+                parts.push_back(std::move(more));
+            }
+            if (parts.size() < 2)
+                continue;   // no body: nothing to answer
+            const wire::ParsedControl parsed = wire::parseControlRequest(parts.back().to_string_view());
+            nlohmann::json reply;
+            if (!parsed.request) {
+                reply = wire::controlError(parsed.id, parsed.error);
+            } else {
+                try {
+                    reply = d.handle(*parsed.request);
+                } catch (const std::exception& e) {
+                    reply = controlErrorNoId(e.what());
+                }
+                if (reply.value("ok", true))
+                    reply = wire::controlReply(parsed.request->id, std::move(reply));
+                else
+                    reply["id"] = parsed.request->id;
+            }
+            for (std::size_t i = 0; i + 1 < parts.size(); ++i)
+                d.control.send(parts[i], zmq::send_flags::sndmore);
+            d.control.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
+        }
+        if (d.options.exitWhenIdle && d.idle()) {
+            d.forwardFeed();
+            break;
+        }
+    }
+}
+
+}  // namespace meshbench::service
