@@ -1,6 +1,6 @@
 #include "job_runner.h"
 
-#include "ingest.h"
+#include "collector.h"
 #include "launcher.h"
 
 #include "plan/mesh.h"
@@ -28,15 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kDrainTime{2000};
 // Teardown: how long ranks get to send their last heartbeat before SIGKILL.
 constexpr std::chrono::milliseconds kTerminateGrace{3000};
-// Problems about incoming frames are reported one by one up to this many, then only counted.
-constexpr int kReportedProblems = 50;
-
-std::string hostName()
-{
-    char name[256] = {};
-    return gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
-}
-
 bool isFinal(wire::RankState state)
 {
     return state == wire::RankState::Finished || state == wire::RankState::Failed ||
@@ -75,13 +66,67 @@ void readLauncherLine(const std::string& line, LauncherReport& report)
     }
 }
 
+// Keeps the figures of the summary while passing everything on to the caller's observer.
+class SummaryObserver : public RunObserver {
+public:
+    SummaryObserver(RunObserver& next, RunResult& result) : m_next(next), m_result(result) {}
+
+    void started(const std::string& sessionPath, const std::string& collector, int ranks) override
+    {
+        m_next.started(sessionPath, collector, ranks);
+    }
+    void stepCompleted(const live::StepAggregate& step) override
+    {
+        m_next.stepCompleted(step);
+        ++m_result.steps;
+        if (step.loss)
+            m_result.finalLoss = step.loss;
+        if (step.tokensPerSecond)
+            m_tokensPerSecond.add(*step.tokensPerSecond);
+        // The first step carries start-up costs (first touches, allocations): it is left out.
+        if (step.bubble && m_result.steps > 1)
+            m_bubble.add(*step.bubble);
+        if (step.mfu && m_result.steps > 1)
+            m_mfu.add(*step.mfu);
+        if (step.imbalanceP95)
+            m_result.worstImbalance = std::max(m_result.worstImbalance.value_or(0.0), *step.imbalanceP95);
+        if (step.plannedBubble)
+            m_result.plannedBubble = step.plannedBubble;
+    }
+    void memoryChanged(const live::RankMemory& memory) override { m_next.memoryChanged(memory); }
+    void batchArrived(const wire::Batch& batch) override { m_next.batchArrived(batch); }
+    void message(wire::LogLevel level, const std::string& text) override { m_next.message(level, text); }
+
+    void finish()
+    {
+        m_result.meanTokensPerSecond = m_tokensPerSecond.mean();
+        m_result.meanBubble = m_bubble.mean();
+        m_result.meanMfu = m_mfu.mean();
+    }
+
+private:
+    struct Mean {
+        double sum = 0;
+        int count = 0;
+        void add(double v)
+        {
+            sum += v;
+            ++count;
+        }
+        std::optional<double> mean() const { return count > 0 ? std::optional<double>(sum / count) : std::nullopt; }
+    };
+    RunObserver& m_next;
+    RunResult& m_result;
+    Mean m_tokensPerSecond, m_bubble, m_mfu;
+};
+
 class Run {
 public:
     Run(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
-        : m_request(request), m_observer(observer), m_stop(stop),
+        : m_request(request), m_stop(stop),
           m_spec(request.oneDevice ? singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
-          m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_ingest(m_world),
-          m_aggregator(m_spec, &m_plan)
+          m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_aggregator(m_spec, &m_plan),
+          m_observer(observer, m_result), m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer)
     {
     }
 
@@ -91,32 +136,25 @@ private:
     store::SessionHeader header() const;
     std::vector<std::string> launchCommand(const std::string& collector) const;
     std::string rankWords(std::uint32_t rank) const;
-    void engineLog(wire::LogLevel level, std::string text);
-    void receiveFrames();
+    std::string failedRankCause(std::uint32_t rank) const;
     void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
-    void takeAggregates();
     std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched) const;
     store::SessionOutcome launcherVerdict(const ExitStatus& exit) const;
+    const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
 
     const RunRequest& m_request;
-    RunObserver& m_observer;
     const std::atomic<bool>& m_stop;
     plan::JobSpec m_spec;        // the layout the agents run (one rank with oneDevice)
     plan::Plan m_plan;
     plan::Mesh m_mesh;
     std::uint32_t m_world;
-    Ingest m_ingest;
     live::LiveAggregator m_aggregator;
-    zmq::context_t m_context{1};
-    zmq::socket_t m_collector{m_context, zmq::socket_type::pull};
-    std::unique_ptr<store::SessionWriter> m_writer;
-    std::uint64_t m_engineSequence = 0;
-    int m_problems = 0;
-    LauncherReport m_launcherReport;
-    std::vector<std::string> m_lastError;   // per rank: its last error log line
     RunResult m_result;
-    double m_tokensPerSecondSum = 0, m_bubbleSum = 0, m_mfuSum = 0;
-    int m_tokensPerSecondCount = 0, m_bubbleCount = 0, m_mfuCount = 0;
+    SummaryObserver m_observer;
+    zmq::context_t m_context{1};
+    Collector m_collector;
+    std::unique_ptr<store::SessionWriter> m_writer;
+    LauncherReport m_launcherReport;
 };
 
 store::SessionHeader Run::header() const
@@ -160,80 +198,26 @@ std::string Run::rankWords(std::uint32_t rank) const
     const plan::MeshCoord c = m_mesh.coordOf(int(rank));
     std::string words = "rank " + std::to_string(rank) + " (dp" + std::to_string(c.dp) + " pp" + std::to_string(c.pp) +
                         " tp" + std::to_string(c.tp) + " ep" + std::to_string(c.ep);
-    const RankLiveness& live = m_ingest.liveness(rank);
+    const RankLiveness& live = liveness(rank);
     if (live.pid > 0)
         words += ", " + live.host + " pid " + std::to_string(live.pid);
     return words + ")";
-}
-
-void Run::engineLog(wire::LogLevel level, std::string text)
-{
-    m_observer.message(level, text);
-    wire::Batch batch{store::kEngineRank, m_engineSequence++, {}};
-    batch.records.emplace_back(wire::LogRecord{wire::wallAlignedNowNs(), level, std::move(text)});
-    m_writer->append(std::move(batch));
-}
-
-void Run::receiveFrames()
-{
-    zmq::message_t frame;
-    // Bounded, so the launcher's pipes and the failure checks get their turn under a flood.
-    for (int n = 0; n < 10000 && m_collector.recv(frame, zmq::recv_flags::dontwait); ++n) {
-        Ingest::Accepted accepted =
-            m_ingest.accept({static_cast<const std::uint8_t*>(frame.data()), frame.size()}, wire::wallAlignedNowNs());
-        for (std::string& problem : accepted.problems)
-            if (++m_problems <= kReportedProblems)
-                engineLog(wire::LogLevel::Warning, "collector: " + problem);
-            else if (m_problems == kReportedProblems + 1)
-                engineLog(wire::LogLevel::Warning, "collector: more problems with incoming frames; counting them only");
-        if (!accepted.batch)
-            continue;
-        const wire::Batch& batch = *accepted.batch;
-        for (const wire::Record& record : batch.records)
-            if (const auto* log = std::get_if<wire::LogRecord>(&record); log && log->level == wire::LogLevel::Error)
-                m_lastError[batch.rank] = log->text;
-        m_aggregator.add(batch);
-        m_observer.batchArrived(batch);
-        m_result.records += batch.records.size();
-        m_writer->append(std::move(*accepted.batch));
-    }
-    takeAggregates();
-}
-
-void Run::takeAggregates()
-{
-    for (const live::StepAggregate& step : m_aggregator.takeCompletedSteps()) {
-        m_observer.stepCompleted(step);
-        ++m_result.steps;
-        if (step.loss)
-            m_result.finalLoss = step.loss;
-        if (step.tokensPerSecond) {
-            m_tokensPerSecondSum += *step.tokensPerSecond;
-            ++m_tokensPerSecondCount;
-        }
-        // The first step carries start-up costs (first touches, allocations): it is left out.
-        if (step.bubble && m_result.steps > 1) {
-            m_bubbleSum += *step.bubble;
-            ++m_bubbleCount;
-        }
-        if (step.mfu && m_result.steps > 1) {
-            m_mfuSum += *step.mfu;
-            ++m_mfuCount;
-        }
-        if (step.imbalanceP95)
-            m_result.worstImbalance = std::max(m_result.worstImbalance.value_or(0.0), *step.imbalanceP95);
-        m_result.plannedBubble = step.plannedBubble;
-    }
-    for (const live::RankMemory& memory : m_aggregator.takeChangedMemory())
-        m_observer.memoryChanged(memory);
 }
 
 void Run::readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level)
 {
     for (std::string& line : job.readLines(fd)) {
         readLauncherLine(line, m_launcherReport);
-        engineLog(level, std::move(line));
+        m_collector.engineLog(level, std::move(line));
     }
+}
+
+std::string Run::failedRankCause(std::uint32_t rank) const
+{
+    std::string cause = rankWords(rank) + " failed (exit status " + std::to_string(liveness(rank).detail) + ")";
+    if (!m_collector.lastError(rank).empty())
+        cause += ": " + m_collector.lastError(rank);
+    return cause;
 }
 
 std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched) const
@@ -241,13 +225,9 @@ std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched
     const std::int64_t now = wire::wallAlignedNowNs();
     const auto timeoutNs = std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
     for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = m_ingest.liveness(r);
-        if (live.everHeard && live.state == wire::RankState::Failed) {
-            std::string cause = rankWords(r) + " failed (exit status " + std::to_string(live.detail) + ")";
-            if (!m_lastError[r].empty())
-                cause += ": " + m_lastError[r];
-            return store::SessionOutcome{store::Outcome::Failed, cause, std::int32_t(r), 0};
-        }
+        const RankLiveness& live = liveness(r);
+        if (live.everHeard && live.state == wire::RankState::Failed)
+            return store::SessionOutcome{store::Outcome::Failed, failedRankCause(r), std::int32_t(r), 0};
         if (live.everHeard && !isFinal(live.state) && now - live.lastHeardNs > timeoutNs)
             return store::SessionOutcome{store::Outcome::Failed,
                                          rankWords(r) + " sent no heartbeat for " +
@@ -269,19 +249,15 @@ store::SessionOutcome Run::launcherVerdict(const ExitStatus& exit) const
     // The culprit: a rank that reported failing; else the one mpirun names; else a rank that fell
     // silent without a last heartbeat while its peers reported being terminated.
     for (std::uint32_t r = 0; r < m_world; ++r)
-        if (m_ingest.liveness(r).state == wire::RankState::Failed) {
-            std::string cause = rankWords(r) + " failed (exit status " + std::to_string(m_ingest.liveness(r).detail) + ")";
-            if (!m_lastError[r].empty())
-                cause += ": " + m_lastError[r];
-            return {store::Outcome::Failed, cause, std::int32_t(r), 0};
-        }
+        if (liveness(r).state == wire::RankState::Failed)
+            return {store::Outcome::Failed, failedRankCause(r), std::int32_t(r), 0};
     if (m_launcherReport.rank >= 0 && std::uint32_t(m_launcherReport.rank) < m_world) {
         const ExitStatus rankExit{m_launcherReport.exitCode, m_launcherReport.signal};
         return {store::Outcome::Failed, rankWords(std::uint32_t(m_launcherReport.rank)) + " " + rankExit.describe(),
                 m_launcherReport.rank, 0};
     }
     for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = m_ingest.liveness(r);
+        const RankLiveness& live = liveness(r);
         if (live.everHeard && !isFinal(live.state))
             return {store::Outcome::Failed, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory); " +
                                                 launcher + " " + exit.describe(),
@@ -292,23 +268,11 @@ store::SessionOutcome Run::launcherVerdict(const ExitStatus& exit) const
 
 RunResult Run::execute()
 {
-    m_lastError.assign(m_world, "");
-    // The collector is bound before the session exists and the job starts, so nothing is lost.
-    try {
-        m_collector.set(zmq::sockopt::linger, 0);
-        m_collector.bind(m_request.collectorBind);
-    } catch (const zmq::error_t& e) {
-        throw std::runtime_error("cannot bind the telemetry collector to '" + m_request.collectorBind +
-                                 "': " + e.what() + " (use --collector tcp://HOST:PORT with a free port)");
-    }
-    std::string collector = m_request.collectorAddress;
-    if (collector.empty()) {
-        collector = m_collector.get(zmq::sockopt::last_endpoint);
-        // A wildcard bind is reached through this host's name.
-        if (const auto at = collector.find("0.0.0.0"); at != std::string::npos)
-            collector.replace(at, 7, hostName());
-    }
+    // The collector was bound before the session exists and the job starts, so nothing is lost.
+    const std::string collector =
+        m_request.collectorAddress.empty() ? m_collector.endpoint() : m_request.collectorAddress;
     m_writer = std::make_unique<store::SessionWriter>(m_request.sessionPath, header());
+    m_collector.attach(*m_writer);
     m_result.sessionPath = m_writer->path();
     m_observer.started(m_writer->path(), collector, int(m_world));
 
@@ -316,14 +280,14 @@ RunResult Run::execute()
     std::string commandLine;
     for (const std::string& a : argv)
         commandLine += (commandLine.empty() ? "" : " ") + a;
-    engineLog(wire::LogLevel::Info, "launching: " + commandLine);
+    m_collector.engineLog(wire::LogLevel::Info, "launching: " + commandLine);
     std::optional<LaunchedProcess> job;
     try {
         job.emplace(argv, std::vector<std::pair<std::string, std::string>>{});
     } catch (const std::exception& e) {
         const std::string cause = std::string(e.what()) +
                                   (m_request.oneDevice ? "" : " (is Open MPI installed? see --mpirun)");
-        engineLog(wire::LogLevel::Error, cause);
+        m_collector.engineLog(wire::LogLevel::Error, cause);
         m_result.outcome = {store::Outcome::Failed, cause, -1, wire::wallAlignedNowNs()};
         m_writer->setOutcome(m_result.outcome);
         m_writer->flush();
@@ -334,12 +298,12 @@ RunResult Run::execute()
     std::optional<ExitStatus> exit;
     Clock::time_point drainUntil;
     for (;;) {
-        std::vector<zmq::pollitem_t> items{{m_collector.handle(), 0, ZMQ_POLLIN, 0}};
+        std::vector<zmq::pollitem_t> items{{m_collector.socket().handle(), 0, ZMQ_POLLIN, 0}};
         for (int fd : {job->stdoutFd(), job->stderrFd()})
             if (fd >= 0)
                 items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
         zmq::poll(items, std::chrono::milliseconds(100));
-        receiveFrames();
+        m_collector.receive();
         if (job->stdoutFd() >= 0)
             readLauncher(*job, job->stdoutFd(), wire::LogLevel::Info);
         if (job->stderrFd() >= 0)
@@ -353,8 +317,9 @@ RunResult Run::execute()
             else
                 verdict = rankVerdict(launched);
             if (verdict) {
-                engineLog(verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info : wire::LogLevel::Error,
-                          verdict->cause + "; stopping the job");
+                m_collector.engineLog(
+                    verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info : wire::LogLevel::Error,
+                    verdict->cause + "; stopping the job");
                 job->terminate(kTerminateGrace);
                 exit = job->poll();
                 drainUntil = Clock::now() + kDrainTime;
@@ -363,7 +328,7 @@ RunResult Run::execute()
         if (exit) {
             bool allFinal = true;
             for (std::uint32_t r = 0; r < m_world; ++r)
-                allFinal = allFinal && isFinal(m_ingest.liveness(r).state);
+                allFinal = allFinal && isFinal(liveness(r).state);
             if (allFinal || Clock::now() >= drainUntil)
                 break;
         }
@@ -372,12 +337,12 @@ RunResult Run::execute()
     for (int fd : {job->stdoutFd(), job->stderrFd()})
         if (fd >= 0)
             readLauncher(*job, fd, fd == job->stdoutFd() ? wire::LogLevel::Info : wire::LogLevel::Warning);
-    receiveFrames();
+    m_collector.receive();
 
     if (!verdict) {
         bool allFinished = true;
         for (std::uint32_t r = 0; r < m_world; ++r)
-            allFinished = allFinished && m_ingest.liveness(r).state == wire::RankState::Finished;
+            allFinished = allFinished && liveness(r).state == wire::RankState::Finished;
         if (exit->ok() && allFinished)
             verdict = store::SessionOutcome{store::Outcome::Completed, "", -1, 0};
         else if (exit->ok())
@@ -386,36 +351,27 @@ RunResult Run::execute()
         else
             verdict = launcherVerdict(*exit);
         if (verdict->outcome == store::Outcome::Failed)
-            engineLog(wire::LogLevel::Error, verdict->cause);
+            m_collector.engineLog(wire::LogLevel::Error, verdict->cause);
     }
     // Steps still open (the last ones of a failed run) are kept as they are.
-    for (const live::StepAggregate& step : m_aggregator.flush()) {
-        m_observer.stepCompleted(step);
-        ++m_result.steps;
-        if (step.loss)
-            m_result.finalLoss = step.loss;
-    }
+    m_collector.flushAggregates();
     for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = m_ingest.liveness(r);
+        const RankLiveness& live = liveness(r);
         const plan::MeshCoord c = m_mesh.coordOf(int(r));
         const plan::DevicePlace place = plan::placeRank(int(r), m_spec.cluster);
         m_writer->updateRank({std::int32_t(r), c.dp, c.pp, c.tp, c.ep, place.node, place.device, live.host, live.pid});
     }
-    for (const store::RankTraffic& traffic : m_ingest.traffic())
+    for (const store::RankTraffic& traffic : m_collector.ingest().traffic())
         m_writer->setTraffic(traffic);
     verdict->endedNs = wire::wallAlignedNowNs();
     m_writer->setOutcome(*verdict);
     m_writer->flush();
 
     m_result.outcome = *verdict;
-    m_result.lostRecords = m_ingest.lostRecords();
-    m_result.rejectedFrames = m_ingest.rejectedFrames();
-    if (m_tokensPerSecondCount > 0)
-        m_result.meanTokensPerSecond = m_tokensPerSecondSum / m_tokensPerSecondCount;
-    if (m_bubbleCount > 0)
-        m_result.meanBubble = m_bubbleSum / m_bubbleCount;
-    if (m_mfuCount > 0)
-        m_result.meanMfu = m_mfuSum / m_mfuCount;
+    m_result.records = m_collector.records();
+    m_result.lostRecords = m_collector.ingest().lostRecords();
+    m_result.rejectedFrames = m_collector.ingest().rejectedFrames();
+    m_observer.finish();
     return m_result;
 }
 

@@ -1,0 +1,96 @@
+#include "collector.h"
+
+#include <unistd.h>
+
+#include <variant>
+
+namespace meshbench::service {
+
+namespace {
+
+// Problems about incoming frames are reported one by one up to this many, then only counted.
+constexpr int kReportedProblems = 50;
+
+std::string hostName()
+{
+    char name[256] = {};
+    return gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
+}
+
+}  // namespace
+
+Collector::Collector(zmq::context_t& context, const std::string& bind, std::uint32_t worldSize,
+                     live::LiveAggregator& aggregator, RunObserver& observer)
+    : m_socket(context, zmq::socket_type::pull), m_ingest(worldSize), m_aggregator(aggregator), m_observer(observer),
+      m_lastError(worldSize)
+{
+    try {
+        m_socket.set(zmq::sockopt::linger, 0);
+        m_socket.bind(bind);
+    } catch (const zmq::error_t& e) {
+        throw std::runtime_error("cannot bind the telemetry collector to '" + bind + "': " + e.what() +
+                                 " (use --collector tcp://HOST:PORT with a free port)");
+    }
+}
+
+std::string Collector::endpoint() const
+{
+    std::string endpoint = m_socket.get(zmq::sockopt::last_endpoint);
+    // A wildcard bind is reached through this host's name.
+    if (const auto at = endpoint.find("0.0.0.0"); at != std::string::npos)
+        endpoint.replace(at, 7, hostName());
+    return endpoint;
+}
+
+void Collector::engineLog(wire::LogLevel level, std::string text)
+{
+    m_observer.message(level, text);
+    if (!m_writer)
+        return;
+    wire::Batch batch{store::kEngineRank, m_engineSequence++, {}};
+    batch.records.emplace_back(wire::LogRecord{wire::wallAlignedNowNs(), level, std::move(text)});
+    m_writer->append(std::move(batch));
+}
+
+void Collector::receive()
+{
+    zmq::message_t frame;
+    for (int n = 0; n < 10000 && m_socket.recv(frame, zmq::recv_flags::dontwait); ++n) {
+        Ingest::Accepted accepted =
+            m_ingest.accept({static_cast<const std::uint8_t*>(frame.data()), frame.size()}, wire::wallAlignedNowNs());
+        for (std::string& problem : accepted.problems)
+            if (++m_problems <= kReportedProblems)
+                engineLog(wire::LogLevel::Warning, "collector: " + problem);
+            else if (m_problems == kReportedProblems + 1)
+                engineLog(wire::LogLevel::Warning, "collector: more problems with incoming frames; counting them only");
+        if (!accepted.batch)
+            continue;
+        const wire::Batch& batch = *accepted.batch;
+        for (const wire::Record& record : batch.records)
+            if (const auto* log = std::get_if<wire::LogRecord>(&record); log && log->level == wire::LogLevel::Error)
+                m_lastError[batch.rank] = log->text;
+        m_aggregator.add(batch);
+        m_observer.batchArrived(batch);
+        m_records += batch.records.size();
+        if (m_writer)
+            m_writer->append(std::move(*accepted.batch));
+    }
+    takeAggregates();
+}
+
+void Collector::takeAggregates()
+{
+    for (const live::StepAggregate& step : m_aggregator.takeCompletedSteps())
+        m_observer.stepCompleted(step);
+    for (const live::RankMemory& memory : m_aggregator.takeChangedMemory())
+        m_observer.memoryChanged(memory);
+}
+
+void Collector::flushAggregates()
+{
+    for (const live::StepAggregate& step : m_aggregator.flush())
+        m_observer.stepCompleted(step);
+    takeAggregates();
+}
+
+}  // namespace meshbench::service

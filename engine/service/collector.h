@@ -1,0 +1,57 @@
+#pragma once
+// The receiving end of a job's telemetry: a ZeroMQ PULL socket whose frames are decoded and
+// checked (Ingest), stored (SessionWriter), aggregated (LiveAggregator) and shown (RunObserver),
+// and whose problems (malformed frames, strangers, lost records) are logged into the session under
+// the engine's own rank. The job runner drives it from its poll loop; the latency benchmark drives
+// it alone.
+
+#include "ingest.h"
+#include "job_runner.h"
+
+#include <zmq.hpp>
+
+#include <string>
+#include <vector>
+
+namespace meshbench::service {
+
+class Collector {
+public:
+    // Binds `bind` (e.g. tcp://127.0.0.1:*); throws std::runtime_error naming it when it cannot.
+    Collector(zmq::context_t& context, const std::string& bind, std::uint32_t worldSize,
+              live::LiveAggregator& aggregator, RunObserver& observer);
+
+    // The bound endpoint, as agents on this host reach it.
+    std::string endpoint() const;
+    zmq::socket_t& socket() { return m_socket; }
+    // Records go to this session from now on.
+    void attach(store::SessionWriter& writer) { m_writer = &writer; }
+
+    // Handles the frames that have arrived (a bounded number, so that other work gets its turn),
+    // then hands the aggregates that became final to the observer.
+    void receive();
+    // Hands every step still open to the observer (the end of a run).
+    void flushAggregates();
+    // A line of the engine's own: shown, and stored under store::kEngineRank.
+    void engineLog(wire::LogLevel level, std::string text);
+
+    const Ingest& ingest() const { return m_ingest; }
+    // The last error line a rank logged, or empty.
+    const std::string& lastError(std::uint32_t rank) const { return m_lastError[rank]; }
+    std::uint64_t records() const { return m_records; }
+
+private:
+    void takeAggregates();
+
+    zmq::socket_t m_socket;
+    Ingest m_ingest;
+    live::LiveAggregator& m_aggregator;
+    RunObserver& m_observer;
+    store::SessionWriter* m_writer = nullptr;
+    std::uint64_t m_engineSequence = 0;
+    std::uint64_t m_records = 0;
+    int m_problems = 0;
+    std::vector<std::string> m_lastError;
+};
+
+}  // namespace meshbench::service
