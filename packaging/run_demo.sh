@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: set up and build, plan the demo job, search layouts for GPT-3 175B on 1,024 H100s,
-# then train the demo: dp2 x pp2 x tp2 x ep2 on 8 ranks under Open MPI (about 30 s on 2 cores).
+# then train the demo through meshbench-engine run: dp2 x pp2 x tp2 x ep2 on 8 ranks under Open MPI
+# (about 75 s on 2 cores), ending with a summary and the session file's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,10 +11,11 @@ build/bin/meshbench-engine plan resources/jobs/demo.json
 echo
 build/bin/meshbench-engine search resources/jobs/gpt3-175b.json --top 10
 echo
+# Run the demo through the engine: it launches the ranks, stores the session, prints a summary.
 if [ "$(id -u)" -eq 0 ]; then
-  # Open MPI refuses to start ranks as root; the same global batch then trains on one device.
-  echo "(running as root: mpirun refuses root, so the demo trains on one device; run as a user for 8 ranks)"
-  build/bin/meshbench-agent --job resources/jobs/demo.json
+  # Open MPI refuses to start ranks as root; the same global batch then trains in one agent.
+  echo "(running as root: mpirun refuses root, so the demo trains in one agent; run as a user for 8 ranks)"
+  build/bin/meshbench-engine run resources/jobs/demo.json --one-device
 else
-  mpirun --oversubscribe -np 8 build/bin/meshbench-agent --job resources/jobs/demo.json
+  build/bin/meshbench-engine run resources/jobs/demo.json
 fi

@@ -189,9 +189,11 @@ int runRunCommand(const std::vector<std::string>& args)
             const std::string dir = defaultSessionDir();
             std::filesystem::create_directories(dir);
             sessionPath = newSessionPath(dir, request.spec.name);
+        } else if (const auto dir = std::filesystem::path(sessionPath).parent_path(); !dir.empty()) {
+            std::filesystem::create_directories(dir);
         }
     } catch (const std::exception& e) {
-        std::cerr << "meshbench-engine: cannot create the sessions directory: " << e.what() << "\n";
+        std::cerr << "meshbench-engine: cannot create the folder for the session: " << e.what() << "\n";
         return 5;
     }
     request.sessionPath = sessionPath;
