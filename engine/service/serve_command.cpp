@@ -54,6 +54,17 @@ bool parseEndpointOption(const std::vector<std::string>& args, std::size_t& i, S
     return true;
 }
 
+// The server bound as asked, or nothing (the reason printed).
+std::optional<Server> startServer(const ServeOptions& options)
+{
+    try {
+        return std::optional<Server>(std::in_place, options);
+    } catch (const std::exception& e) {
+        std::cerr << "meshbench-engine: " << e.what() << "\n";
+        return std::nullopt;
+    }
+}
+
 }  // namespace
 
 int runServeCommand(const std::vector<std::string>& args)
@@ -71,13 +82,9 @@ int runServeCommand(const std::vector<std::string>& args)
         }
     }
     const std::atomic<bool>& stop = stopOnSignals();
-    std::optional<Server> server;
-    try {
-        server.emplace(options);
-    } catch (const std::exception& e) {
-        std::cerr << "meshbench-engine: " << e.what() << "\n";
+    std::optional<Server> server = startServer(options);
+    if (!server)
         return 5;
-    }
     std::cout << "serving: control " << server->controlEndpoint() << ", live feed " << server->liveEndpoint()
               << "\n(Ctrl-C to stop)" << std::endl;
     server->run(stop);
@@ -112,13 +119,9 @@ int runReplayCommand(const std::vector<std::string>& args)
     if (session.empty())
         return usageError("replay needs a session file", usage);
     const std::atomic<bool>& stop = stopOnSignals();
-    std::optional<Server> server;
-    try {
-        server.emplace(options);
-    } catch (const std::exception& e) {
-        std::cerr << "meshbench-engine: " << e.what() << "\n";
+    std::optional<Server> server = startServer(options);
+    if (!server)
         return 5;
-    }
     try {
         const std::string source = server->openReplay(session, speed);
         std::cout << "replaying " << session << " as " << source << " at " << speed << "x: control "

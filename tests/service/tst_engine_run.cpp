@@ -165,6 +165,22 @@ QString longDemo(const QString& dir, int steps)
     return path;
 }
 
+// The engine running the long demo into `session`, once `steps` steps are stored; with the pids
+// of its agents.
+struct RunningDemo {
+    QProcess engine;
+    std::map<std::uint32_t, int> pids;
+
+    bool start(const QTemporaryDir& dir, const QString& session, int steps)
+    {
+        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
+        if (!waitForSteps(session, steps))
+            return false;
+        pids = agentPids(session);
+        return true;
+    }
+};
+
 }  // namespace
 
 class TestEngineRun : public QObject {
@@ -276,11 +292,11 @@ private slots:
     {
         QTemporaryDir dir;
         const QString session = dir.filePath("kill-rank.meshbench");
-        QProcess engine;
-        engine.setProcessChannelMode(QProcess::MergedChannels);
-        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
-        QVERIFY(waitForSteps(session, 3));
-        const std::map<std::uint32_t, int> pids = agentPids(session);
+        RunningDemo demo;
+        demo.engine.setProcessChannelMode(QProcess::MergedChannels);
+        QVERIFY(demo.start(dir, session, 3));
+        QProcess& engine = demo.engine;
+        const std::map<std::uint32_t, int>& pids = demo.pids;
         QCOMPARE(int(pids.size()), 8);
         const int stepsBefore = storedSteps(session);
 
@@ -313,14 +329,12 @@ private slots:
     {
         QTemporaryDir dir;
         const QString session = dir.filePath("kill-engine.meshbench");
-        QProcess engine;
-        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
-        QVERIFY(waitForSteps(session, 3));
-        const std::map<std::uint32_t, int> pids = agentPids(session);
-        ::kill(pid_t(engine.processId()), SIGKILL);
-        QVERIFY(engine.waitForFinished(10000));
+        RunningDemo demo;
+        QVERIFY(demo.start(dir, session, 3));
+        ::kill(pid_t(demo.engine.processId()), SIGKILL);
+        QVERIFY(demo.engine.waitForFinished(10000));
         // The job goes with its engine.
-        QCOMPARE(survivors(pids, 10000), std::vector<int>{});
+        QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
 
         QCOMPARE(integrityCheck(session), std::string("ok"));
         store::SessionReader reader(session.toStdString());
@@ -333,14 +347,12 @@ private slots:
     {
         QTemporaryDir dir;
         const QString session = dir.filePath("stopped.meshbench");
-        QProcess engine;
-        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
-        QVERIFY(waitForSteps(session, 2));
-        const std::map<std::uint32_t, int> pids = agentPids(session);
-        ::kill(pid_t(engine.processId()), SIGINT);
-        QVERIFY(engine.waitForFinished(30000));
-        QCOMPARE(engine.exitCode(), 4);
-        QCOMPARE(survivors(pids, 10000), std::vector<int>{});
+        RunningDemo demo;
+        QVERIFY(demo.start(dir, session, 2));
+        ::kill(pid_t(demo.engine.processId()), SIGINT);
+        QVERIFY(demo.engine.waitForFinished(30000));
+        QCOMPARE(demo.engine.exitCode(), 4);
+        QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
         store::SessionReader reader(session.toStdString());
         QCOMPARE(reader.outcome().outcome, store::Outcome::Stopped);
         // Every rank said it was terminated, and nothing it sent was lost.
