@@ -7,15 +7,15 @@
 // u64 counters as the int64 with the same bits.
 //
 // Spans are the bulk of a session (millions per run) and are asked for as "these ranks, overlapping
-// [t0, t1]". They live in a WITHOUT ROWID table clustered on (rank, begin_ns, seq): one B-tree, where
-// a rowid table plus an index on (rank, begin_ns) needs two, so ingest runs about 1.3x faster
-// (measured: 630k against 480k rows/s on one core) and the file is a third smaller; a rank's spans in
-// a window are contiguous leaf pages. Overlap needs end_ns >= t0 too, which no B-tree orders, so the
-// writer keeps meta.max_span_ns, the longest span stored, and the reader scans
-// begin_ns in [t0 - max_span_ns, t1] and filters end_ns >= t0. (meta.span_count saves counting
-// millions of rows.) An R*Tree was rejected: its
-// coordinates are 32-bit (floats or ints), too narrow for nanosecond timestamps, so it would need a
-// second lookup per span, and its inserts touch several nodes each.
+// [t0, t1]". They live in a WITHOUT ROWID table clustered on (rank, begin_ns, seq): one B-tree,
+// where a rowid table plus an index on (rank, begin_ns) needs two, so ingest runs about 1.3x
+// faster (measured on the 2-core dev VM: 630k against 480k rows/s) and the file is a third
+// smaller; a rank's spans in a window are contiguous leaf pages. Overlap also needs
+// end_ns >= t0, which no B-tree orders, so the writer keeps meta.max_span_ns, the longest span
+// stored, and the reader scans begin_ns in [t0 - max_span_ns, t1] and filters end_ns >= t0 (a few
+// long spans widen the scan by their length, no more). An R*Tree was rejected: its coordinates are
+// 32-bit (floats or ints), too narrow for nanosecond timestamps, so it would need a second lookup
+// per span, and each insert touches several nodes. meta.span_count saves counting millions of rows.
 // The small tables are rowid tables keyed by seq with an index on their time for replay; expert
 // loads also have one on step ("expert loads for step s").
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -97,35 +98,34 @@ double microseconds(std::uint64_t nanoseconds)
 
 // ---- Chrome trace -------------------------------------------------------------------------------
 
-struct Track {
-    int tid;
-    const char* name;
-};
+// One thread track per kind group, tid = index; spans of one group never overlap on one rank, so
+// each track nests cleanly.
+constexpr const char* kTrackNames[] = {"", "compute", "pipeline", "data-parallel", "optimizer", "idle"};
+constexpr int kTracks = 5;
+static_assert(std::size(kTrackNames) == kTracks + 1);
 
-// Spans of one group never overlap on one rank, so each group's track nests cleanly.
-Track trackOf(wire::SpanKind kind)
+int trackOf(wire::SpanKind kind)
 {
     using wire::SpanKind;
     switch (kind) {
     case SpanKind::Forward:
     case SpanKind::Backward:
     case SpanKind::WeightGrad:
-        return {1, "compute"};
+        return 1;
     case SpanKind::SendActivation:
     case SpanKind::RecvActivation:
     case SpanKind::SendGradient:
     case SpanKind::RecvGradient:
-        return {2, "pipeline"};
+        return 2;
     case SpanKind::DataParallelReduce:
-        return {3, "data-parallel"};
+        return 3;
     case SpanKind::Optimizer:
-        return {4, "optimizer"};
+        return 4;
     case SpanKind::Idle:
         break;
     }
-    return {5, "idle"};
+    return 5;
 }
-constexpr int kTracks = 5;
 
 // The pairing of a send with its recv. A send on rank A to peer B and a recv on B from peer A
 // belong together when they move the same thing (activation or gradient) of the same micro-batch
@@ -150,7 +150,7 @@ struct FlowEnd {
 class ChromeTraceWriter {
 public:
     ChromeTraceWriter(const SessionReader& session, const std::string& outPath)
-        : m_session(session), m_out(outPath), m_origin(origin(session))
+        : m_session(session), m_out(outPath), m_memory(session.memorySamples()), m_origin(origin(session, m_memory))
     {
     }
 
@@ -161,7 +161,7 @@ public:
             processMetadata(static_cast<std::uint32_t>(rank.rank), processName(rank));
         m_session.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
                         [this](const StoredSpan& span) { this->span(span); });
-        for (const auto& sample : m_session.memorySamples())
+        for (const auto& sample : m_memory)
             counter(sample.rank, sample.record);
         for (const auto& [rank, tracks] : m_tracksUsed) {
             if (!m_namedProcesses.contains(rank))
@@ -177,12 +177,14 @@ public:
     }
 
 private:
-    static std::int64_t origin(const SessionReader& session)
+    // The session's first timestamp: its first span's begin or its first memory sample.
+    static std::int64_t origin(const SessionReader& session,
+                               const std::vector<FromRank<wire::MemorySampleRecord>>& memory)
     {
         std::optional<std::int64_t> first;
         if (session.spanCount() > 0)
             first = session.timeRange().first;
-        for (const auto& sample : session.memorySamples())
+        for (const auto& sample : memory)
             first = std::min(first.value_or(sample.record.timeNs), sample.record.timeNs);
         return first.value_or(0);
     }
@@ -249,13 +251,9 @@ private:
 
     void threadMetadata(std::uint32_t rank, int tid)
     {
-        const char* name = "idle";
-        for (int kind = 0; kind < wire::kSpanKinds; ++kind)
-            if (trackOf(static_cast<wire::SpanKind>(kind)).tid == tid)
-                name = trackOf(static_cast<wire::SpanKind>(kind)).name;
         std::string& out = begin("M", rank, tid, m_origin);
         out += ",\"name\":\"thread_name\",\"args\":{\"name\":\"";
-        out += name;
+        out += kTrackNames[tid];
         out += "\"}";
         end();
         begin("M", rank, tid, m_origin);
@@ -268,9 +266,9 @@ private:
     void span(const StoredSpan& stored)
     {
         const wire::SpanRecord& span = stored.span;
-        const Track track = trackOf(span.kind);
-        m_tracksUsed[stored.rank] |= 1u << track.tid;
-        std::string& out = begin("X", stored.rank, track.tid, span.beginNs);
+        const int track = trackOf(span.kind);
+        m_tracksUsed[stored.rank] |= 1u << track;
+        std::string& out = begin("X", stored.rank, track, span.beginNs);
         out += ",\"dur\":";
         appendNumber(out, microseconds(distance(span.beginNs, span.endNs)));
         out += ",\"name\":\"";
@@ -280,7 +278,7 @@ private:
             appendNumber(out, span.microbatch);
         }
         out += "\",\"cat\":\"";
-        out += track.name;
+        out += kTrackNames[track];
         out += "\",\"args\":{\"step\":";
         appendNumber(out, span.step);
         out += ",\"stage\":";
@@ -307,7 +305,8 @@ private:
         if ((!send && !recv) || span.peerRank < 0)
             return;
         const bool gradient = span.kind == SpanKind::SendGradient || span.kind == SpanKind::RecvGradient;
-        const FlowEnd here{stored.rank, span.beginNs + static_cast<std::int64_t>(distance(span.beginNs, span.endNs) / 2)};
+        const auto halfLength = static_cast<std::int64_t>(distance(span.beginNs, span.endNs) / 2);
+        const FlowEnd here{stored.rank, span.beginNs + halfLength};
         const FlowKey key = send ? FlowKey{span.step, stored.rank, span.peerRank, gradient, span.microbatch}
                                  : FlowKey{span.step, span.peerRank, stored.rank, gradient, span.microbatch};
         auto& partners = send ? m_pendingRecvs : m_pendingSends;
@@ -323,7 +322,7 @@ private:
         const char* name = gradient ? "gradient" : "activation";
         const std::uint64_t id = ++m_flows;
         for (const auto& [ph, at] : {std::pair{"s", send ? here : other}, std::pair{"f", send ? other : here}}) {
-            std::string& out = begin(ph, at.rank, trackOf(span.kind).tid, at.timeNs);
+            std::string& out = begin(ph, at.rank, trackOf(span.kind), at.timeNs);
             out += ",\"id\":";
             appendNumber(out, id);
             out += ",\"name\":\"";
@@ -348,6 +347,7 @@ private:
 
     const SessionReader& m_session;
     OutputFile m_out;
+    const std::vector<FromRank<wire::MemorySampleRecord>> m_memory;
     const std::int64_t m_origin;
     std::uint64_t m_events = 0;
     std::uint64_t m_flows = 0;

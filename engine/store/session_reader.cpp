@@ -220,7 +220,7 @@ public:
             if (row.int64(kFirstField + 2) != std::int64_t(m_record.routed.size()) ||
                 row.int64(2) != rank || row.int64(kFirstField) != m_record.step ||
                 row.int64(kFirstField + 1) != m_record.layer)
-                m_db.corrupt("is corrupt: the expert loads of rank " + std::to_string(rank) + ", step " +
+                m_db.fileError("is corrupt: the expert loads of rank " + std::to_string(rank) + ", step " +
                              std::to_string(m_record.step) + ", layer " + std::to_string(m_record.layer) +
                              " are incomplete");
             m_record.routed.push_back(row.integer<std::uint32_t>(kFirstField + 3));
@@ -401,14 +401,14 @@ SessionHeader readHeader(const Connection& db)
     Statement meta(db, "SELECT engine_version, created_ns, name, layout FROM meta WHERE id = 1",
                    "reading the session header");
     if (!meta.step())
-        db.corrupt("is corrupt: it has no session header");
+        db.fileError("is corrupt: it has no session header");
     header.engineVersion = meta.text(0);
     header.createdNs = meta.int64(1);
     header.name = meta.text(2);
     header.layout = meta.text(3);
     Statement job(db, "SELECT spec, plan_json FROM job WHERE id = 1", "reading the job spec");
     if (!job.step())
-        db.corrupt("is corrupt: it has no job spec");
+        db.fileError("is corrupt: it has no job spec");
     header.jobSpec = job.text(0);
     header.planJson = job.text(1);
     Statement ranks(db, "SELECT rank, dp, pp, tp, ep, node, local_device, host, pid FROM ranks ORDER BY rank",
@@ -463,8 +463,11 @@ std::vector<std::uint32_t> SessionReader::Impl::spanRanks() const
         next.bindInt(1, after);
         if (!next.step())
             break;
-        ranks.push_back(next.integer<std::uint32_t>(0));
-        after = ranks.back();
+        const auto rank = next.integer<std::uint32_t>(0);
+        if (rank <= after)   // out of key order: the B-tree is damaged, and the walk would never end
+            db.fileError("is corrupt: its spans are out of order");
+        ranks.push_back(rank);
+        after = rank;
         next.reset();
     }
     return ranks;
@@ -474,7 +477,7 @@ std::pair<std::int64_t, std::int64_t> SessionReader::Impl::spanStats() const
 {
     Statement stats(db, "SELECT max_span_ns, span_count FROM meta WHERE id = 1", "reading the session header");
     if (!stats.step())
-        db.corrupt("is corrupt: it has no session header");
+        db.fileError("is corrupt: it has no session header");
     return {std::max<std::int64_t>(stats.int64(0), 0), stats.int64(1)};
 }
 
@@ -518,11 +521,11 @@ SessionOutcome SessionReader::outcome() const
     const Connection& db = m_impl->db;
     Statement row(db, "SELECT state, cause, failed_rank, ended_ns FROM outcome WHERE id = 1", "reading the outcome");
     if (!row.step())
-        db.corrupt("is corrupt: it has no outcome");
+        db.fileError("is corrupt: it has no outcome");
     const std::string state = row.text(0);
     const std::optional<Outcome> outcome = outcomeFromName(state);
     if (!outcome)
-        db.corrupt("is corrupt: its outcome is '" + state + "'");
+        db.fileError("is corrupt: its outcome is '" + state + "'");
     return {*outcome, row.text(1), row.integer<std::int32_t>(2), row.int64(3)};
 }
 
@@ -573,7 +576,8 @@ std::pair<std::int64_t, std::int64_t> SessionReader::timeRange() const
         lastEnd.step();
         const std::int64_t last = lastEnd.int64(0);
         lastEnd.reset();
-        range = range ? std::pair{std::min(range->first, first), std::max(range->second, last)} : std::pair{first, last};
+        range = range ? std::pair{std::min(range->first, first), std::max(range->second, last)}
+                      : std::pair{first, last};
     }
     return range.value_or(std::pair<std::int64_t, std::int64_t>{0, 0});
 }

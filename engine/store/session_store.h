@@ -128,6 +128,9 @@ struct SessionSummary {
     std::optional<double> finalLoss;
 };
 
+// Reads a session, also one an engine is still writing (it sees what is committed). One reader may
+// be used from several threads: SQLite serializes its connection. Every query throws StoreError
+// when the file turns out to be corrupt.
 class SessionReader {
 public:
     // Opens read-only. Throws StoreError for a missing, truncated, corrupt, foreign or too-new file.
@@ -136,6 +139,7 @@ public:
     SessionReader(const SessionReader&) = delete;
     SessionReader& operator=(const SessionReader&) = delete;
 
+    // As it was when the reader opened (a rank's host and pid arrive later, with updateRank).
     const SessionHeader& header() const;
     SessionOutcome outcome() const;
     std::vector<RankTraffic> traffic() const;
@@ -146,6 +150,9 @@ public:
     // Spans that overlap [t0, t1] on the given ranks (all ranks when empty), by begin time.
     void spans(std::int64_t t0, std::int64_t t1, std::span<const std::uint32_t> ranks,
                const std::function<void(const StoredSpan&)>& visit) const;
+    // Orders: expert loads by step, step metrics by step then rank, the others by time; ties in
+    // arrival order. A NaN (a diverged loss) is stored as NULL and reads back as NaN. An expert
+    // load with no experts stores nothing.
     std::vector<FromRank<wire::ExpertLoadRecord>> expertLoads(std::optional<std::int32_t> step = {}) const;
     std::vector<FromRank<wire::StepMetricsRecord>> stepMetrics() const;
     std::vector<FromRank<wire::MemorySampleRecord>> memorySamples() const;
@@ -155,7 +162,8 @@ public:
     std::uint64_t spanCount() const;
 
     // Every stored record in time order (a record's time: span begin, step end, sample time, ...),
-    // for replay; ties keep arrival order.
+    // for replay; ties keep arrival order. Expert loads carry no time: theirs is the latest time
+    // (span or step end, sample time) their rank sent before them, i.e. the end of their step.
     void forEachRecord(const std::function<void(std::uint32_t rank, const wire::Record&)>& visit) const;
 
 private:
@@ -164,7 +172,7 @@ private:
 };
 
 // Every session file (*.meshbench) in `dir`, newest first; files that fail to open are listed
-// apart with the reason.
+// apart with the reason. Throws StoreError when `dir` does not exist or cannot be listed.
 struct SessionListing {
     std::vector<SessionSummary> sessions;
     std::vector<std::pair<std::string, std::string>> unreadable;   // path, why

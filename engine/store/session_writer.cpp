@@ -52,13 +52,11 @@ constexpr int kCreateFlags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
 // running outcome in one transaction: a session killed at any later moment has them.
 detail::Connection& createSession(detail::Connection& db, const SessionHeader& header)
 {
-    {
-        detail::Statement journal(db, "PRAGMA journal_mode=WAL", "switching to WAL");
-        if (!journal.step() || journal.text(0) != "wal")
-            db.corrupt("cannot be written: its file system does not support SQLite's WAL mode (a network file "
-                       "system?); put sessions on a local disk");
-    }
     db.exec(schema::kWriterPragmas, "setting up the session");
+    detail::Statement journal(db, "PRAGMA journal_mode", "switching to WAL");
+    if (!journal.step() || journal.text(0) != "wal")
+        db.fileError("cannot be written: its file system does not support SQLite's WAL mode (a network file "
+                     "system?); put sessions on a local disk");
     db.exec("BEGIN", "writing the session header");
     db.exec("PRAGMA application_id = " + std::to_string(kApplicationId) +
                 "; PRAGMA user_version = " + std::to_string(kSchemaVersion) + ";",

@@ -19,7 +19,7 @@ std::string advice(int code)
     case SQLITE_NOTADB:
         return " (it is not a Meshbench session)";
     case SQLITE_FULL:
-        return " (the disk is full; free space and start again: everything committed before stays readable)";
+        return " (the disk is full)";
     case SQLITE_IOERR:
         return " (an I/O error: was the file removed or its disk unmounted?)";
     case SQLITE_READONLY:
@@ -70,7 +70,7 @@ void Connection::fail(std::string_view context) const
     throw StoreError(quoted(m_path) + ": " + std::string(context) + " failed: " + sqlite3_errmsg(m_db) + advice(code));
 }
 
-void Connection::corrupt(const std::string& what) const
+void Connection::fileError(const std::string& what) const
 {
     throw StoreError(quoted(m_path) + " " + what);
 }
@@ -153,7 +153,7 @@ std::string Statement::text(int column) const
 void Statement::badValue(int column, std::int64_t value) const
 {
     const char* name = sqlite3_column_name(m_stmt, column);
-    m_db->corrupt("is corrupt: " + m_context + " found " + std::to_string(value) + " in column " +
+    m_db->fileError("is corrupt: " + m_context + " found " + std::to_string(value) + " in column " +
                   (name ? name : "?") + ", which no Meshbench writes");
 }
 

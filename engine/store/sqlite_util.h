@@ -33,7 +33,7 @@ public:
     // Throws the connection's last error as a StoreError.
     [[noreturn]] void fail(std::string_view context) const;
     // A file-level StoreError: "'path' <what>".
-    [[noreturn]] void corrupt(const std::string& what) const;
+    [[noreturn]] void fileError(const std::string& what) const;
 
 private:
     std::string m_path;

@@ -288,6 +288,26 @@ private slots:
         QVERIFY(!QFile::exists(session));
     }
 
+    void aFailingRankIsNamedWithItsError()
+    {
+        QTemporaryDir dir;
+        nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
+        doc["train"]["data"] = {{"source", "file"}, {"path", "tokens.bin"}};   // no dtype: every rank refuses it
+        const QString job = dir.filePath("no-dtype.json");
+        std::ofstream(job.toStdString()) << doc.dump();
+        const QString session = dir.filePath("no-dtype.meshbench");
+        const ProcessRun run = runProcess(kEngine, {"run", job, "--session", session});
+        QCOMPARE(run.exitCode, 3);
+        QVERIFY2(run.out.contains("failed: rank "), qPrintable(run.out));
+        QVERIFY2(run.out.contains("train.data.dtype"), qPrintable(run.out));
+        store::SessionReader reader(session.toStdString());
+        const store::SessionOutcome outcome = reader.outcome();
+        QCOMPARE(outcome.outcome, store::Outcome::Failed);
+        QVERIFY(outcome.failedRank >= 0 && outcome.failedRank < 8);
+        QVERIFY2(QString::fromStdString(outcome.cause).contains("failed (exit status 1): data: train.data.dtype"),
+                 outcome.cause.c_str());
+    }
+
     void aKilledRankIsReportedAndTheJobTornDown()
     {
         QTemporaryDir dir;

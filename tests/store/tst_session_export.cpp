@@ -437,7 +437,8 @@ void TestSessionExport::csvFilesReadBackEqual()
     QVERIFY((traffic == std::vector<std::vector<std::string>>{{"0", "1234", "1", "0"},
                                                               {"3", "18446744073709551615", "0", "7"}}));
 
-    const auto session = table("session.csv", "name,layout,engine_version,created_ns,outcome,cause,failed_rank,ended_ns");
+    const auto session =
+        table("session.csv", "name,layout,engine_version,created_ns,outcome,cause,failed_rank,ended_ns");
     QCOMPARE(session.size(), std::size_t(1));
     QVERIFY((session[0] == std::vector<std::string>{reader.header().name, reader.header().layout, "0.1.0",
                                                     std::to_string(reader.header().createdNs), "stopped",

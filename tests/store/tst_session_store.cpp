@@ -176,7 +176,8 @@ std::vector<wire::Record> taggedBatch(int tag)
     std::vector<wire::Record> records;
     const std::int64_t t = 1'000'000'000 + std::int64_t(tag) * 100'000;
     for (int i = 0; i < 200; ++i)
-        records.emplace_back(wire::SpanRecord{tag, 0, 0, i, wire::SpanKind::Forward, -1, t + i * 10, t + i * 10 + 5, 0});
+        records.emplace_back(
+            wire::SpanRecord{tag, 0, 0, i, wire::SpanKind::Forward, -1, t + i * 10, t + i * 10 + 5, 0});
     for (const wire::Record& record : samples::everyRecordType(t, tag, 0))
         records.push_back(record);
     return records;
@@ -293,8 +294,8 @@ void TestSessionStore::extremeValuesRoundTrip()
     const wire::SpanRecord span{std::numeric_limits<std::int32_t>::min(), -32768, 32767, -1,
                                 wire::SpanKind::Idle, std::numeric_limits<std::int32_t>::max(), kMin, kMax,
                                 std::uint64_t(1) << 63};
-    wire::StepMetricsRecord metrics{7, kMin, kMax, std::nan(""), -0.0, INFINITY, -INFINITY, 5e-324, 1.7976931348623157e308,
-                                    kMin};
+    wire::StepMetricsRecord metrics{7, kMin, kMax, std::nan(""), -0.0, INFINITY, -INFINITY, 5e-324,
+                                    1.7976931348623157e308, kMin};
     const wire::LogRecord log{0, wire::LogLevel::Error, std::string("nul \0 inside", 12)};
     {
         store::SessionWriter writer(path, samples::header(1));
@@ -514,7 +515,8 @@ void TestSessionStore::writerInAnotherProcessIsRefused()
     close(ready[0]);
     QVERIFY(mentions(message, {path, "another engine is writing it"}));
     QVERIFY(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    QVERIFY(mentions(failureOf([&] { store::SessionWriter late(path, samples::header(1)); }), {path, "already exists"}));
+    QVERIFY(mentions(failureOf([&] { store::SessionWriter late(path, samples::header(1)); }),
+                     {path, "already exists"}));
 }
 
 void TestSessionStore::existingFileIsRefused()
