@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 
 namespace meshbench::service {
@@ -43,9 +44,18 @@ int runSessionsCommand(const std::vector<std::string>& args)
         else
             return usageError("one directory at a time", usage);
     }
-    if (dir.empty())
-        dir = defaultSessionDir();
     store::SessionListing listing;
+    // The default folder appears with the first run; until then there is simply nothing to list.
+    if (dir.empty()) {
+        dir = defaultSessionDir();
+        if (!std::filesystem::exists(dir)) {
+            std::cout << (json ? nlohmann::json{{"directory", dir}, {"sessions", nlohmann::json::array()},
+                                                {"unreadable", nlohmann::json::array()}}.dump(2)
+                               : "no sessions in " + dir)
+                      << "\n";
+            return 0;
+        }
+    }
     try {
         listing = store::listSessions(dir);
     } catch (const store::StoreError& e) {

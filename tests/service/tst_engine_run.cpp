@@ -250,6 +250,16 @@ private slots:
             QCOMPARE(t.dropped, 0u);
         }
 
+        // Listed among the folder's sessions, with its outcome, steps and final loss.
+        const ProcessRun listed = runProcess(kEngine, {"sessions", dir.path(), "--json"});
+        QVERIFY2(listed.exitCode == 0, qPrintable(listed.err));
+        const nlohmann::json sessions = nlohmann::json::parse(listed.out.toStdString())["sessions"];
+        QCOMPARE(sessions.size(), 1u);
+        QCOMPARE(sessions[0]["path"].get<std::string>(), session.toStdString());
+        QCOMPARE(sessions[0]["outcome"], "completed");
+        QCOMPARE(sessions[0]["steps"], steps);
+        QCOMPARE(sessions[0]["final_loss"].get<double>(), metrics.back().record.loss);
+
         // CSV losses are the losses the agent printed (its output is in the session's log).
         const ProcessRun exported = runProcess(kEngine, {"export", session, "--csv", dir.filePath("csv")});
         QVERIFY2(exported.exitCode == 0, qPrintable(exported.err));
