@@ -10,6 +10,8 @@ namespace {
 
 // Problems about incoming frames are reported one by one up to this many, then only counted.
 constexpr int kReportedProblems = 50;
+// Records waiting for the store beyond which no more frames are taken.
+constexpr std::size_t kMaxQueuedRecords = 1'000'000;
 
 std::string hostName()
 {
@@ -26,6 +28,8 @@ Collector::Collector(zmq::context_t& context, const std::string& bind, std::uint
 {
     try {
         m_socket.set(zmq::sockopt::linger, 0);
+        // Frames waiting per agent (each up to a few thousand records): bounded, see receive().
+        m_socket.set(zmq::sockopt::rcvhwm, 100);
         m_socket.bind(bind);
     } catch (const zmq::error_t& e) {
         throw std::runtime_error("cannot bind the telemetry collector to '" + bind + "': " + e.what() +
@@ -54,6 +58,12 @@ void Collector::engineLog(wire::LogLevel level, std::string text)
 
 void Collector::receive()
 {
+    // While the store is behind, frames wait in ZeroMQ (and then in the agents' bounded queues,
+    // which count what they drop) rather than in this process's memory.
+    if (m_writer && m_writer->queuedRecords() > kMaxQueuedRecords) {
+        takeAggregates();
+        return;
+    }
     zmq::message_t frame;
     for (int n = 0; n < 10000 && m_socket.recv(frame, zmq::recv_flags::dontwait); ++n) {
         Ingest::Accepted accepted =

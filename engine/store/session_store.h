@@ -99,6 +99,9 @@ public:
     // failed (disk full, file removed); everything committed before stays readable.
     void flush();
     const std::string& path() const;
+    // Records queued and not yet committed: the collector stops taking frames while this is large,
+    // so a store that falls behind pushes back on the agents instead of filling memory.
+    std::size_t queuedRecords() const;
 
 private:
     struct Impl;

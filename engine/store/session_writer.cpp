@@ -110,6 +110,7 @@ struct SessionWriter::Impl {
     std::condition_variable wake;        // the writer: work arrived, a flush waits, or stop
     std::condition_variable committed;   // flush(): committedItems moved on, or the writer failed
     std::deque<Item> queue;
+    std::size_t queuedRecords = 0;
     std::uint64_t enqueuedItems = 0;
     std::uint64_t committedItems = 0;
     int flushWaiters = 0;
@@ -155,6 +156,7 @@ void SessionWriter::Impl::enqueue(Item item)
         std::lock_guard lock(mutex);
         if (!failure.empty())
             throw StoreError(failure);
+        queuedRecords += recordCount(item);
         queue.push_back(std::move(item));
         ++enqueuedItems;
     }
@@ -188,6 +190,7 @@ void SessionWriter::Impl::run()
                     // Whole items only: a batch is never split over two transactions.
                     while (!queue.empty() && records < kRecordsPerTransaction) {
                         records += recordCount(queue.front());
+                        queuedRecords -= recordCount(queue.front());
                         taken.push_back(std::move(queue.front()));
                         queue.pop_front();
                     }
@@ -217,6 +220,7 @@ void SessionWriter::Impl::run()
             std::lock_guard lock(mutex);
             failure = std::string(error.what()) + "; the session holds everything committed before";
             queue.clear();
+            queuedRecords = 0;
         }
         committed.notify_all();
     }
@@ -406,6 +410,12 @@ void SessionWriter::flush()
     --m_impl->flushWaiters;
     if (!m_impl->failure.empty())
         throw StoreError(m_impl->failure);
+}
+
+std::size_t SessionWriter::queuedRecords() const
+{
+    std::lock_guard lock(m_impl->mutex);
+    return m_impl->queuedRecords;
 }
 
 const std::string& SessionWriter::path() const

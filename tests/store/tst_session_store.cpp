@@ -205,6 +205,7 @@ private slots:
     void writerKilledEarlyKeepsItsHeader();
     void writerFailureIsReported();
     void listSessionsNewestFirst();
+    void queuedRecordsCountWhatIsNotCommitted();
 };
 
 void TestSessionStore::outcomeNames()
@@ -786,6 +787,23 @@ void TestSessionStore::listSessionsNewestFirst()
     QCOMPARE(listing.unreadable[0].first, file("broken.meshbench"));
     QVERIFY(mentions(listing.unreadable[0].second, {"not an SQLite database"}));
     QVERIFY(mentions(failureOf([&] { store::listSessions(file("nowhere")); }), {file("nowhere"), "does not exist"}));
+}
+
+void TestSessionStore::queuedRecordsCountWhatIsNotCommitted()
+{
+    QTemporaryDir dir;
+    store::SessionWriter writer(dir.filePath("queue.meshbench").toStdString(), samples::header(1));
+    QCOMPARE(writer.queuedRecords(), std::size_t(0));
+    std::size_t appended = 0;
+    for (int b = 0; b < 50; ++b) {
+        std::vector<wire::Record> records = samples::everyRecordType(1'000'000 + b * 10'000, b, 0);
+        appended += records.size();
+        writer.append(wire::Batch{0, std::uint64_t(b), std::move(records)});
+        // Never more than what was appended; the writer thread may already have taken some.
+        QVERIFY(writer.queuedRecords() <= appended);
+    }
+    writer.flush();
+    QCOMPARE(writer.queuedRecords(), std::size_t(0));
 }
 
 QTEST_APPLESS_MAIN(TestSessionStore)
