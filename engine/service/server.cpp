@@ -222,13 +222,15 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     worker.done = true;
 }
 
+// The live feed's default endpoint: the control port + 1 (an ephemeral port stays ephemeral).
 std::string withPortPlusOne(const std::string& endpoint)
 {
     const std::size_t colon = endpoint.rfind(':');
-    if (endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos)
+    const std::string port = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
+    if (endpoint.rfind("tcp://", 0) != 0 || port.empty() ||
+        (port != "*" && port.find_first_not_of("0123456789") != std::string::npos) || port.size() > 5)
         throw std::runtime_error("give the live feed's endpoint with --live (cannot derive it from '" + endpoint + "')");
-    const int port = std::stoi(endpoint.substr(colon + 1));
-    return endpoint.substr(0, colon + 1) + std::to_string(port + 1);
+    return endpoint.substr(0, colon + 1) + (port == "*" ? port : std::to_string(std::stoi(port) + 1));
 }
 
 }  // namespace

@@ -114,12 +114,12 @@ private slots:
 
     void aFullQueueDropsAndCountsExactly()
     {
-        // Nobody listens yet: every record waits in the queue, which holds 100.
+        // Nobody listens yet: every record waits in the queue, which holds 100. (An ipc endpoint in
+        // a folder of our own, so that no other process can take it before we listen.)
+        QTemporaryDir dir;
+        const std::string endpoint = "ipc://" + dir.filePath("telemetry").toStdString();
         zmq::context_t context;
         zmq::socket_t pull(context, zmq::socket_type::pull);
-        pull.bind("tcp://127.0.0.1:*");
-        const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
-        pull.unbind(endpoint);
 
         agent::TelemetryOptions options{endpoint, 0, false, 100};
         options.heartbeatInterval = std::chrono::hours(1);

@@ -355,6 +355,27 @@ private slots:
         QCOMPARE(integrityCheck(session), std::string("ok"));
     }
 
+    void aHungRankIsDetectedByItsSilence()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("hung-rank.meshbench");
+        RunningDemo demo;
+        QVERIFY(demo.start(dir, session, 2));
+        QElapsedTimer sinceStop;
+        sinceStop.start();
+        ::kill(demo.pids.at(5), SIGSTOP);   // alive but silent: no exit for mpirun to notice
+        QVERIFY(demo.engine.waitForFinished(60000));
+        // Noticed after the 5 s heartbeat timeout, then torn down within the 3 s grace.
+        QVERIFY2(sinceStop.elapsed() >= 5000 && sinceStop.elapsed() < 15000,
+                 qPrintable(QString::number(sinceStop.elapsed())));
+        QCOMPARE(demo.engine.exitCode(), 3);
+        QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
+        const store::SessionOutcome outcome = store::SessionReader(session.toStdString()).outcome();
+        QCOMPARE(outcome.outcome, store::Outcome::Failed);
+        QCOMPARE(outcome.failedRank, 5);
+        QVERIFY2(QString::fromStdString(outcome.cause).contains("sent no heartbeat for"), outcome.cause.c_str());
+    }
+
     void aKilledEngineLeavesASoundSession()
     {
         QTemporaryDir dir;

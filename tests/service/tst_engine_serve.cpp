@@ -30,16 +30,6 @@ nlohmann::json demoJob()
     return nlohmann::json::parse(in);
 }
 
-// A free loopback port pair for control and live feed: bind an ephemeral one and give it back.
-int freePort()
-{
-    zmq::context_t context;
-    zmq::socket_t probe(context, zmq::socket_type::rep);
-    probe.bind("tcp://127.0.0.1:*");
-    const std::string endpoint = probe.get(zmq::sockopt::last_endpoint);
-    return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
-}
-
 class Client {
 public:
     Client(const std::string& control, const std::string& live)
@@ -96,15 +86,14 @@ private:
 };
 
 struct Served {
+    QTemporaryDir sessions;
     QProcess process;
     std::string control, live;
-    QTemporaryDir sessions;
 
-    Served()
+    // ipc endpoints in a folder of our own: no other process can take them first.
+    Served() : control("ipc://" + sessions.filePath("control").toStdString()),
+               live("ipc://" + sessions.filePath("live").toStdString())
     {
-        const int port = freePort();
-        control = "tcp://127.0.0.1:" + std::to_string(port);
-        live = "tcp://127.0.0.1:" + std::to_string(freePort());
         process.start(kEngine, {"serve", "--bind", QString::fromStdString(control), "--live", QString::fromStdString(live),
                                 "--sessions", sessions.path()});
         process.waitForReadyRead(10000);
@@ -282,8 +271,8 @@ private slots:
         const QString session = dir.filePath("short.meshbench");
         const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", "3", "--session", session});
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
-        const std::string control = "tcp://127.0.0.1:" + std::to_string(freePort());
-        const std::string live = "tcp://127.0.0.1:" + std::to_string(freePort());
+        const std::string control = "ipc://" + dir.filePath("control").toStdString();
+        const std::string live = "ipc://" + dir.filePath("live").toStdString();
         Client client(control, live);
         QProcess replay;
         replay.start(kEngine, {"replay", session, "--speed", "0.5", "--bind", QString::fromStdString(control), "--live",
