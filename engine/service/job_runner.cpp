@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -228,12 +229,14 @@ std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched
         const RankLiveness& live = liveness(r);
         if (live.everHeard && live.state == wire::RankState::Failed)
             return store::SessionOutcome{store::Outcome::Failed, failedRankCause(r), std::int32_t(r), 0};
-        if (live.everHeard && !isFinal(live.state) && now - live.lastHeardNs > timeoutNs)
+        if (live.everHeard && !isFinal(live.state) && now - live.lastHeardNs > timeoutNs) {
+            char silence[32];
+            std::snprintf(silence, sizeof silence, "%.1f", double(now - live.lastHeardNs) * 1e-9);
             return store::SessionOutcome{store::Outcome::Failed,
-                                         rankWords(r) + " sent no heartbeat for " +
-                                             std::to_string(double(now - live.lastHeardNs) * 1e-9).substr(0, 4) +
+                                         rankWords(r) + " sent no heartbeat for " + silence +
                                              " s: it hung, was stopped or was killed",
                                          std::int32_t(r), 0};
+        }
         if (!live.everHeard && Clock::now() - launched > m_request.startTimeout)
             return store::SessionOutcome{
                 store::Outcome::Failed,
