@@ -725,4 +725,25 @@ json toJson(const JobSpec& spec)
     return out;
 }
 
+JobSpec singleDeviceSpec(JobSpec spec)
+{
+    ParallelSpec& p = spec.parallel;
+    p.microbatches = int(p.globalBatch() / p.microBatchSize);
+    p.dp = p.pp = p.tp = p.ep = 1;
+    p.virtualStages = 1;
+    p.zero = 0;
+    p.sequenceParallel = false;
+    spec.cluster.nodes = 1;
+    spec.cluster.devicesPerNode = 1;
+    spec.cluster.nvlinkDomain = 1;
+    return spec;
+}
+
+JobSpec specAsRun(JobSpec spec, std::size_t ranks)
+{
+    if (ranks == 1 && spec.parallel.worldSize() > 1)
+        return singleDeviceSpec(std::move(spec));
+    return spec;
+}
+
 }  // namespace meshbench::plan

@@ -161,6 +161,13 @@ std::int64_t tensorParallelBound(const ModelSpec& model);
 // EP inside DP, and the schedule's own rules.
 std::vector<SpecError> validateLayout(const JobSpec& spec);
 
+// The job as one device runs it (meshbench-engine run --one-device): the same global batch
+// through one pipeline, on a one-device cluster.
+JobSpec singleDeviceSpec(JobSpec spec);
+// The layout a run of `ranks` processes executed: the spec's own, or singleDeviceSpec when one
+// process ran a larger layout (a session's rank count tells which).
+JobSpec specAsRun(JobSpec spec, std::size_t ranks);
+
 // Serialises a spec back to JSON with every field explicit.
 nlohmann::json toJson(const JobSpec& spec);
 

@@ -125,7 +125,7 @@ class Run {
 public:
     Run(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
         : m_request(request), m_stop(stop),
-          m_spec(request.oneDevice ? singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
+          m_spec(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
           m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_aggregator(m_spec, &m_plan),
           m_observer(observer, m_result), m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer)
     {
@@ -384,20 +384,6 @@ RunResult runJob(const RunRequest& request, RunObserver& observer, const std::at
 {
     Run run(request, observer, stop);
     return run.execute();
-}
-
-plan::JobSpec singleDeviceSpec(plan::JobSpec spec)
-{
-    plan::ParallelSpec& p = spec.parallel;
-    p.microbatches = int(p.globalBatch() / p.microBatchSize);
-    p.dp = p.pp = p.tp = p.ep = 1;
-    p.virtualStages = 1;
-    p.zero = 0;
-    p.sequenceParallel = false;
-    spec.cluster.nodes = 1;
-    spec.cluster.devicesPerNode = 1;
-    spec.cluster.nvlinkDomain = 1;
-    return spec;
 }
 
 std::string defaultSessionDir()

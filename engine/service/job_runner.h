@@ -72,9 +72,6 @@ struct RunResult {
 // `stop` is polled: setting it stops the job and marks the session stopped.
 RunResult runJob(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop);
 
-// The job as one device runs it (--one-device): the same global batch through one pipeline.
-plan::JobSpec singleDeviceSpec(plan::JobSpec spec);
-
 // The session file's name for a new run of a job: DIR/YYYYmmdd-HHMMSS-<job name>.meshbench.
 std::string newSessionPath(const std::string& dir, const std::string& jobName);
 // $XDG_DATA_HOME/meshbench/sessions, or ~/.local/share/meshbench/sessions.

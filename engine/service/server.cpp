@@ -117,10 +117,7 @@ plan::JobSpec sessionSpec(const store::SessionReader& reader)
     if (!loaded.valid())
         throw store::StoreError("the session's job spec no longer passes validation: " +
                                 (loaded.errors.empty() ? std::string("unknown") : loaded.errors.front().message));
-    plan::JobSpec spec = *loaded.spec;
-    if (reader.header().ranks.size() == 1 && spec.parallel.worldSize() > 1)
-        spec = singleDeviceSpec(spec);
-    return spec;
+    return plan::specAsRun(*loaded.spec, reader.header().ranks.size());
 }
 
 // Re-publishes a stored session in time order at `speed` x real time, through the same aggregates
