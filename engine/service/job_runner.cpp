@@ -67,10 +67,14 @@ void readLauncherLine(const std::string& line, LauncherReport& report)
     }
 }
 
-// Keeps the figures of the summary while passing everything on to the caller's observer.
+// Keeps the figures of the summary, and what its findings read, while passing everything on to
+// the caller's observer.
 class SummaryObserver : public RunObserver {
 public:
-    SummaryObserver(RunObserver& next, RunResult& result) : m_next(next), m_result(result) {}
+    SummaryObserver(RunObserver& next, RunResult& result, int world)
+        : m_next(next), m_result(result), m_rankTimes(world)
+    {
+    }
 
     void started(const std::string& sessionPath, const std::string& collector, int ranks) override
     {
@@ -79,6 +83,7 @@ public:
     void stepCompleted(const live::StepAggregate& step) override
     {
         m_next.stepCompleted(step);
+        m_recentSteps.add(step);
         ++m_result.steps;
         if (step.loss)
             m_result.finalLoss = step.loss;
@@ -95,14 +100,19 @@ public:
             m_result.plannedBubble = step.plannedBubble;
     }
     void memoryChanged(const live::RankMemory& memory) override { m_next.memoryChanged(memory); }
-    void batchArrived(const wire::Batch& batch) override { m_next.batchArrived(batch); }
+    void batchArrived(const wire::Batch& batch) override
+    {
+        m_rankTimes.add(batch);
+        m_next.batchArrived(batch);
+    }
     void message(wire::LogLevel level, const std::string& text) override { m_next.message(level, text); }
 
-    void finish()
+    void finish(const plan::JobSpec& spec, const plan::Plan& plan, std::span<const live::RankMemory> memory)
     {
         m_result.meanTokensPerSecond = m_tokensPerSecond.mean();
         m_result.meanBubble = m_bubble.mean();
         m_result.meanMfu = m_mfu.mean();
+        m_result.findings = live::findFindings({spec, &plan, m_recentSteps.steps(), memory, &m_rankTimes});
     }
 
 private:
@@ -119,6 +129,8 @@ private:
     RunObserver& m_next;
     RunResult& m_result;
     Mean m_tokensPerSecond, m_bubble, m_mfu;
+    live::RecentSteps m_recentSteps;
+    live::RankTimes m_rankTimes;
 };
 
 class Run {
@@ -127,7 +139,8 @@ public:
         : m_request(request), m_stop(stop),
           m_spec(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
           m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_aggregator(m_spec, &m_plan),
-          m_observer(observer, m_result), m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer)
+          m_observer(observer, m_result, int(m_world)),
+          m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer)
     {
     }
 
@@ -374,7 +387,7 @@ RunResult Run::execute()
     m_result.records = m_collector.records();
     m_result.lostRecords = m_collector.ingest().lostRecords();
     m_result.rejectedFrames = m_collector.ingest().rejectedFrames();
-    m_observer.finish();
+    m_observer.finish(m_spec, m_plan, m_aggregator.memory());
     return m_result;
 }
 

@@ -11,6 +11,7 @@
 // stays in the session, which is marked failed (or stopped) with the cause.
 
 #include "live/aggregator.h"
+#include "live/findings.h"
 #include "plan/job_spec.h"
 #include "store/session_store.h"
 
@@ -62,6 +63,7 @@ struct RunResult {
     std::optional<double> plannedBubble;
     std::optional<double> meanMfu;
     std::optional<double> worstImbalance;  // the largest per-step p95 expert imbalance
+    std::vector<live::Finding> findings;   // worst first
     std::uint64_t records = 0;
     std::uint64_t lostRecords = 0;         // lost on the way or dropped by agents
     std::uint64_t rejectedFrames = 0;

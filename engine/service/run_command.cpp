@@ -6,6 +6,7 @@
 
 #include "store/session_store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -105,6 +106,11 @@ void printSummary(const RunResult& r)
                 static_cast<unsigned long long>(r.lostRecords));
     if (r.rejectedFrames > 0)
         std::printf(", %llu frames rejected", static_cast<unsigned long long>(r.rejectedFrames));
+    if (!r.findings.empty())
+        std::printf("\nfindings:");
+    constexpr std::size_t kMaxFindings = 8;   // the worst; the GUI lists them all
+    for (std::size_t i = 0; i < std::min(r.findings.size(), kMaxFindings); ++i)
+        std::printf("\n  %s", live::describe(r.findings[i]).c_str());
     std::printf("\nsession %s\n", r.sessionPath.c_str());
     std::fflush(stdout);
 }

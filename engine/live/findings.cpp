@@ -1,0 +1,611 @@
+#include "findings.h"
+
+#include "plan/mesh.h"
+#include "plan/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace meshbench::live {
+
+namespace {
+
+// Median of non-empty values (the mean of the two middle ones for an even count).
+double median(std::vector<double> values)
+{
+    std::sort(values.begin(), values.end());
+    const std::size_t n = values.size();
+    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+bool finite(const std::optional<double>& value)
+{
+    return value.has_value() && std::isfinite(*value);
+}
+
+std::string format(const char* pattern, double value)
+{
+    char text[64];
+    std::snprintf(text, sizeof text, pattern, value);
+    return text;
+}
+
+std::string percent(double share)
+{
+    return format("%.1f%%", 100 * share);
+}
+
+std::string plural(long long count, const std::string& word)
+{
+    return std::to_string(count) + " " + word + (count == 1 ? "" : "s");
+}
+
+// The recent steps (see findings.h): the last kRecentSteps after the first, complete ones only.
+std::vector<const StepAggregate*> recentSteps(std::span<const StepAggregate> steps)
+{
+    std::vector<const StepAggregate*> recent;
+    const std::size_t from =
+        steps.size() > std::size_t(kRecentSteps) + 1 ? steps.size() - std::size_t(kRecentSteps) : 1;
+    for (std::size_t i = from; i < steps.size(); ++i)
+        if (!steps[i].partial)
+            recent.push_back(&steps[i]);
+    return recent;
+}
+
+// Layout changes that lower the plan's bubble, best first, as "change (plan: bubble x%)": more
+// micro-batches at the same global batch where the micro-batch size allows, interleaving, zb-h1.
+// Each candidate must pass the spec's own rules and is planned in full.
+std::vector<std::string> scheduleAlternatives(const plan::JobSpec& spec, double currentBubble)
+{
+    const plan::ParallelSpec& p = spec.parallel;
+    std::vector<std::pair<plan::JobSpec, std::string>> candidates;
+    {
+        plan::JobSpec more = spec;
+        more.parallel.microbatches *= 2;
+        std::string change = "parallel.microbatches " + std::to_string(more.parallel.microbatches);
+        if (p.microBatchSize % 2 == 0) {
+            more.parallel.microBatchSize /= 2;
+            change += " with micro_batch_size " + std::to_string(more.parallel.microBatchSize);
+        } else {
+            change += " (a larger global batch)";
+        }
+        candidates.emplace_back(more, change);
+    }
+    {
+        plan::JobSpec interleaved = spec;
+        plan::ParallelSpec& q = interleaved.parallel;
+        q.schedule = plan::ScheduleKind::Interleaved;
+        q.virtualStages = p.schedule == plan::ScheduleKind::Interleaved ? 2 * p.virtualStages : 2;
+        // Megatron's interleaved schedule runs micro-batches in groups of pp.
+        q.microbatches = (p.microbatches + p.pp - 1) / p.pp * p.pp;
+        std::string change = p.schedule == plan::ScheduleKind::Interleaved
+                                 ? "parallel.virtual_stages " + std::to_string(q.virtualStages)
+                                 : "schedule interleaved with virtual_stages " + std::to_string(q.virtualStages);
+        if (q.microbatches != p.microbatches)
+            change += " and microbatches " + std::to_string(q.microbatches);
+        candidates.emplace_back(interleaved, change);
+    }
+    if (p.schedule != plan::ScheduleKind::ZeroBubbleH1) {
+        plan::JobSpec zeroBubble = spec;
+        zeroBubble.parallel.schedule = plan::ScheduleKind::ZeroBubbleH1;
+        zeroBubble.parallel.virtualStages = 1;
+        candidates.emplace_back(zeroBubble, "schedule zb-h1");
+    }
+    std::vector<std::pair<double, std::string>> better;
+    for (const auto& [candidate, change] : candidates) {
+        if (!plan::validateLayout(candidate).empty())
+            continue;
+        try {
+            const plan::Plan planned = plan::makePlan(candidate);
+            if (planned.simulation.completed && planned.simulation.overallBubbleRatio < currentBubble)
+                better.emplace_back(planned.simulation.overallBubbleRatio, change);
+        } catch (const std::exception&) {
+            // A candidate the planner cannot price is not suggested.
+        }
+    }
+    std::sort(better.begin(), better.end());
+    std::vector<std::string> out;
+    for (const auto& [bubble, change] : better)
+        out.push_back(change + " (plan: bubble " + percent(bubble) + ")");
+    return out;
+}
+
+std::string joinAlternatives(const std::vector<std::string>& alternatives)
+{
+    std::string text;
+    for (std::size_t i = 0; i < alternatives.size(); ++i)
+        text += (i == 0 ? "" : i + 1 == alternatives.size() ? " or " : ", ") + alternatives[i];
+    return text;
+}
+
+double plannedBubble(const plan::JobSpec& spec, const plan::Plan* plan)
+{
+    if (plan != nullptr && plan->simulation.completed)
+        return plan->simulation.overallBubbleRatio;
+    try {
+        const plan::Plan planned = plan::makePlan(spec);
+        if (planned.simulation.completed)
+            return planned.simulation.overallBubbleRatio;
+    } catch (const std::exception&) {
+    }
+    return 1; // unknown: every alternative the planner can price counts as better
+}
+
+std::optional<Finding> boundingStage(const FindingsInput& in, const std::vector<const StepAggregate*>& recent)
+{
+    const int pp = in.spec.parallel.pp;
+    if (pp < 2)
+        return std::nullopt;
+    // Mean busy time of a stage's ranks = (1 - stage bubble) x the step's pipeline window (the
+    // aggregator's definition). Only steps where every stage was measured compare like with like.
+    auto busy = std::vector<std::vector<double>>(std::size_t(pp));
+    for (const StepAggregate* step : recent) {
+        const double window = (double(step->pipelineEndNs) - double(step->pipelineBeginNs)) * 1e-9;
+        if (step->stages.size() != std::size_t(pp) || !(window > 0))
+            continue;
+        const bool measured = std::all_of(step->stages.begin(), step->stages.end(), [](const StageBubble& s) {
+            return finite(s.measured) && *s.measured >= 0 && *s.measured <= 1;
+        });
+        if (!measured)
+            continue;
+        for (std::size_t s = 0; s < busy.size(); ++s)
+            busy[s].push_back((1 - *step->stages[s].measured) * window);
+    }
+    if (busy[0].empty())
+        return std::nullopt;
+    std::vector<double> stageBusy;
+    for (const std::vector<double>& b : busy)
+        stageBusy.push_back(median(b));
+    double mean = 0;
+    for (double b : stageBusy)
+        mean += b / pp;
+    if (!(mean > 0))
+        return std::nullopt;
+    const auto worst = std::size_t(std::max_element(stageBusy.begin(), stageBusy.end()) - stageBusy.begin());
+    const auto lightest = std::size_t(std::min_element(stageBusy.begin(), stageBusy.end()) - stageBusy.begin());
+    const double excess = stageBusy[worst] / mean - 1;
+    if (!(excess > kStageExcess))
+        return std::nullopt;
+
+    // Every stage holds layers / pp layers (over all its chunks). A layer's cost is estimated on
+    // the lightest stage, where the embedding or the output layer weighs least: on the heaviest,
+    // the extra work it is slow from would be counted as layers and too few would move.
+    const int layersPerStage = in.spec.model.layers / pp;
+    const double layerSeconds = stageBusy[lightest] / layersPerStage;
+    const long moves = std::min<long>(layersPerStage - 1, std::lround((stageBusy[worst] - mean) / layerSeconds));
+
+    Finding f;
+    f.kind = FindingKind::BoundingStage;
+    f.severity = 1 - mean / stageBusy[worst];
+    f.stage = int(worst);
+    f.figures = {{"busy_s", stageBusy[worst]},
+                 {"mean_busy_s", mean},
+                 {"excess", excess},
+                 {"layer_s", layerSeconds},
+                 {"layers_to_move", double(std::max(0L, moves))}};
+    std::string planned;
+    if (in.plan != nullptr && in.plan->simulation.completed && in.plan->simulation.busy.size() == std::size_t(pp)) {
+        double plannedMean = 0;
+        for (double b : in.plan->simulation.busy)
+            plannedMean += b / pp;
+        if (plannedMean > 0) {
+            const double plannedExcess = in.plan->simulation.busy[worst] / plannedMean - 1;
+            f.figures.push_back({"planned_excess", plannedExcess});
+            planned = "; plan " + format("%+.1f%%", 100 * plannedExcess);
+        }
+    }
+    const std::string stage = "stage " + std::to_string(worst);
+    f.title = stage + " bounds the pipeline: " + percent(excess) + " slower than the mean stage (" +
+              plan::formatSeconds(stageBusy[worst]) + " vs " + plan::formatSeconds(mean) + " of compute per step" +
+              planned + ")";
+    if (moves >= 1)
+        f.suggestion = "move " + plural(moves, "layer") + " off " + stage + " onto the lighter stages (stage " +
+                       std::to_string(lightest) + " is the lightest at " + plan::formatSeconds(stageBusy[lightest]) +
+                       ", about " + plan::formatSeconds(layerSeconds) + " a layer)";
+    else
+        f.suggestion = "its excess (" + plan::formatSeconds(stageBusy[worst] - mean) + ") is under half a layer (" +
+                       plan::formatSeconds(layerSeconds) + "), so moving layers would overshoot";
+    if (worst == 0)
+        f.suggestion += "; the first stage also runs the embedding";
+    else if (worst + 1 == std::size_t(pp))
+        f.suggestion += "; the last stage also runs the output layer and the loss";
+    const std::vector<std::string> alternatives = scheduleAlternatives(in.spec, plannedBubble(in.spec, in.plan));
+    if (!alternatives.empty())
+        f.suggestion += "; or shrink the bubble the imbalance widens: " + joinAlternatives(alternatives);
+    return f;
+}
+
+void stragglers(const FindingsInput& in, const std::vector<const StepAggregate*>& recent, std::vector<Finding>& out)
+{
+    const plan::Mesh mesh(in.spec.parallel);
+    const int world = mesh.worldSize();
+    if (in.rankTimes == nullptr || in.rankTimes->worldSize() != world)
+        return;
+    std::vector<std::vector<int>> ranksOf(std::size_t(in.spec.parallel.pp));
+    for (int r = 0; r < world; ++r)
+        ranksOf[std::size_t(mesh.coordOf(r).pp)].push_back(r);
+
+    // Per step, each rank against its stage's median; then each rank's median over the steps,
+    // so that one slow step (a page fault storm, a checkpoint) does not make a straggler.
+    auto ratio = std::vector<std::vector<double>>(std::size_t(world));
+    auto busy = ratio;
+    auto stageMedian = ratio;
+    std::vector<std::pair<int, double>> present;
+    std::vector<double> values;
+    for (const StepAggregate* step : recent)
+        for (const std::vector<int>& ranks : ranksOf) {
+            present.clear();
+            values.clear();
+            for (int r : ranks)
+                if (const auto seconds = in.rankTimes->busySeconds(step->step, std::uint32_t(r))) {
+                    present.emplace_back(r, *seconds);
+                    values.push_back(*seconds);
+                }
+            if (present.size() < 2)
+                continue;
+            const double m = median(values);
+            if (!(m > 0))
+                continue;
+            for (const auto& [r, seconds] : present) {
+                ratio[std::size_t(r)].push_back(seconds / m);
+                busy[std::size_t(r)].push_back(seconds);
+                stageMedian[std::size_t(r)].push_back(m);
+            }
+        }
+    for (int r = 0; r < world; ++r) {
+        if (ratio[std::size_t(r)].empty())
+            continue;
+        const double slower = median(ratio[std::size_t(r)]);
+        if (!(slower - 1 > kStragglerExcess))
+            continue;
+        const plan::MeshCoord c = mesh.coordOf(r);
+        const double rankBusy = median(busy[std::size_t(r)]);
+        const double stageBusy = median(stageMedian[std::size_t(r)]);
+        Finding f;
+        f.kind = FindingKind::Straggler;
+        f.severity = 1 - 1 / slower;
+        f.rank = r;
+        f.stage = c.pp;
+        f.figures = {{"busy_s", rankBusy}, {"stage_median_s", stageBusy}, {"excess", slower - 1}};
+        f.title = "rank " + std::to_string(r) + " (stage " + std::to_string(c.pp) + ", dp " + std::to_string(c.dp) +
+                  " tp " + std::to_string(c.tp) + ") is a straggler: " + percent(slower - 1) +
+                  " slower than its stage's median (" + plan::formatSeconds(rankBusy) + " vs " +
+                  plan::formatSeconds(stageBusy) + " of compute per step)";
+        // TP peers wait for each other inside their collectives, so a slow rank can drag its whole
+        // TP group along; the group then stands out against the stage's other replicas.
+        f.suggestion = "check the node of rank " + std::to_string(r) +
+                       ": other processes on its cores, thermal or power throttling, and NUMA binding "
+                       "(bind each rank to the cores and memory of its device's socket)";
+        if (in.spec.parallel.tp > 1)
+            f.suggestion += "; its TP peers slow down with it, so look for the rank that is slow alone";
+        out.push_back(std::move(f));
+    }
+}
+
+void hotExperts(const FindingsInput& in, const std::vector<const StepAggregate*>& recent, std::vector<Finding>& out)
+{
+    const plan::MoeSpec& moe = in.spec.model.moe;
+    if (!moe.enabled())
+        return;
+    const auto experts = std::size_t(moe.experts);
+    for (int layer = 0; layer < in.spec.model.layers; ++layer) {
+        if (!in.spec.model.isMoeLayer(layer))
+            continue;
+        std::vector<std::uint64_t> routed(experts, 0);
+        std::uint64_t routedTotal = 0;
+        std::uint64_t droppedTotal = 0;
+        double peakStep = 0;
+        for (const StepAggregate* step : recent)
+            for (const ExpertLayerStats& stats : step->expertLayers) {
+                if (stats.layer != layer || stats.routed.size() != experts || stats.dropped.size() != experts)
+                    continue;
+                for (std::size_t e = 0; e < experts; ++e) {
+                    routed[e] += stats.routed[e];
+                    routedTotal += stats.routed[e];
+                    droppedTotal += std::min(stats.dropped[e], stats.routed[e]);
+                }
+                if (finite(stats.imbalance))
+                    peakStep = std::max(peakStep, *stats.imbalance);
+            }
+        if (routedTotal == 0)
+            continue;
+        const auto hottest = std::size_t(std::max_element(routed.begin(), routed.end()) - routed.begin());
+        const double overload = double(routed[hottest]) / (double(routedTotal) / double(experts));
+        const double dropped = double(droppedTotal) / double(routedTotal);
+        if (!(overload > kExpertOverload) && !(dropped > kDroppedTokens))
+            continue;
+
+        Finding f;
+        f.kind = FindingKind::HotExpert;
+        f.severity = 1 - 1 / overload + dropped;
+        f.layer = layer;
+        f.expert = int(hottest);
+        f.figures = {{"overload", overload},
+                     {"peak_step_overload", peakStep},
+                     {"dropped_fraction", dropped},
+                     {"capacity_factor", moe.capacityFactor}};
+        const std::string expert = "expert " + std::to_string(hottest);
+        f.title = expert + " of layer " + std::to_string(layer) + " is the hottest: " + format("%.2f", overload) +
+                  "x the mean load over the recent steps (peak step " + format("%.2f", peakStep) + "x), " +
+                  percent(dropped) + " of the layer's tokens dropped";
+        // With the coefficient at 0 nothing balances the router: 0.01 is Switch Transformer's
+        // (Fedus et al. 2021, section 2.2) and the spec's default.
+        const std::string doubleAux =
+            moe.auxLossCoef > 0 ? "double model.moe.aux_loss_coef (" + format("%g", moe.auxLossCoef) + " -> " +
+                                      format("%g", 2 * moe.auxLossCoef) + ")"
+                                : "set model.moe.aux_loss_coef to 0.01 (it is 0: nothing balances the router)";
+        if (dropped > kDroppedTokens) {
+            // Capacity = tokens x k / E x factor, so a factor at the peak step's overload holds that
+            // step's load; when the step average already fits, micro-batches above it drop tokens,
+            // and the next common setting up (a quarter more) is the step to try.
+            const bool peakAbove = peakStep > moe.capacityFactor;
+            const double target = std::ceil((peakAbove ? peakStep : moe.capacityFactor + 0.25) * 20 - 1e-9) / 20;
+            f.suggestion =
+                "raise model.moe.capacity_factor from " + format("%g", moe.capacityFactor) + " to at least " +
+                format("%.2f", target) +
+                (peakAbove ? " (the peak step's overload)" : " (micro-batches overflow it above the step average)") +
+                " so that " + expert + " stops dropping tokens; if the imbalance persists, " + doubleAux;
+        } else {
+            f.suggestion = doubleAux + " so that the router spreads tokens more evenly";
+        }
+        out.push_back(std::move(f));
+    }
+}
+
+std::string memorySuggestion(const plan::JobSpec& spec, wire::MemoryCategory largest)
+{
+    const plan::ParallelSpec& p = spec.parallel;
+    const std::string split = "more pp or tp (the model split over more devices)";
+    switch (largest) {
+    case wire::MemoryCategory::Activations:
+        if (p.recompute == plan::Recompute::None)
+            return "set parallel.recompute to selective (attention scores), or full; or " + split;
+        if (p.recompute == plan::Recompute::Selective)
+            return "set parallel.recompute to full; or " + split;
+        return "lower parallel.micro_batch_size (now " + std::to_string(p.microBatchSize) + "); or " + split;
+    case wire::MemoryCategory::Optimizer:
+        if (p.zero == 0 && p.dp > 1)
+            return "set parallel.zero to 1 (the optimizer state sharded over dp " + std::to_string(p.dp) + "); or " +
+                   split;
+        if (p.zero < 3 && p.pp == 1 && p.dp > 1)
+            return "set parallel.zero to " + std::to_string(p.zero + 1) + "; or " + split;
+        return split;
+    case wire::MemoryCategory::Grads:
+        if (p.zero < 2 && p.pp == 1 && p.dp > 1)
+            return "set parallel.zero to 2 (gradients sharded over dp " + std::to_string(p.dp) + "); or " + split;
+        if (spec.precision.grads == plan::GradDtype::Fp32)
+            return "set precision.grads to bf16 (half the gradient memory); or " + split;
+        return split;
+    case wire::MemoryCategory::Params:
+        if (p.zero < 3 && p.pp == 1 && p.dp > 1)
+            return "set parallel.zero to 3 (weights sharded over dp " + std::to_string(p.dp) + "); or " + split;
+        return split;
+    case wire::MemoryCategory::Workspace:
+        break;
+    }
+    return "lower parallel.micro_batch_size (now " + std::to_string(p.microBatchSize) + ") to shrink the workspace";
+}
+
+void memoryPressure(const FindingsInput& in, std::vector<Finding>& out)
+{
+    const double capacity = in.spec.cluster.device.memoryBytes;
+    if (!(capacity > 0))
+        return;
+    const plan::Mesh mesh(in.spec.parallel);
+    struct Worst {
+        const RankMemory* memory = nullptr;
+        double peak = 0;
+        int over = 0;
+        int ranks = 0;
+    };
+    std::vector<Worst> stages(std::size_t(in.spec.parallel.pp));
+    for (const RankMemory& m : in.memory) {
+        if (m.rank >= std::uint32_t(mesh.worldSize()) || m.samples <= 0)
+            continue;
+        // Category peaks may come from different moments: their sum bounds the peak total from above.
+        double peak = 0;
+        bool sound = true;
+        for (std::int64_t bytes : m.peak) {
+            sound = sound && bytes >= 0;
+            peak += double(bytes);
+        }
+        if (!sound)
+            continue;
+        Worst& w = stages[std::size_t(mesh.coordOf(int(m.rank)).pp)];
+        ++w.ranks;
+        if (peak / capacity > kMemoryFraction)
+            ++w.over;
+        if (w.memory == nullptr || peak > w.peak) {
+            w.memory = &m;
+            w.peak = peak;
+        }
+    }
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+        const Worst& w = stages[s];
+        if (w.over == 0)
+            continue;
+        const double fraction = w.peak / capacity;
+        const auto largest =
+            std::size_t(std::max_element(w.memory->peak.begin(), w.memory->peak.end()) - w.memory->peak.begin());
+        const auto category = wire::MemoryCategory(largest);
+        const std::string name(wire::memoryCategoryName(category));
+        Finding f;
+        f.kind = FindingKind::MemoryPressure;
+        f.severity = (fraction - kMemoryFraction) / (1 - kMemoryFraction);
+        f.rank = int(w.memory->rank);
+        f.stage = int(s);
+        f.category = name;
+        f.figures = {{"peak_bytes", w.peak},
+                     {"capacity_bytes", capacity},
+                     {"fraction", fraction},
+                     {"largest_bytes", double(w.memory->peak[largest])},
+                     {"ranks_over", double(w.over)}};
+        f.title = "rank " + std::to_string(w.memory->rank) + " (stage " + std::to_string(s) + ") peaks at " +
+                  percent(fraction) + " of its " + plan::formatBytes(capacity) + " (" + plan::formatBytes(w.peak) +
+                  ", " + name + " the largest at " + plan::formatBytes(double(w.memory->peak[largest])) + "); " +
+                  std::to_string(w.over) + " of " + std::to_string(w.ranks) + " ranks of the stage above " +
+                  percent(kMemoryFraction);
+        f.suggestion = memorySuggestion(in.spec, category);
+        out.push_back(std::move(f));
+    }
+}
+
+std::optional<Finding> bubbleAbovePlan(const FindingsInput& in, const std::vector<const StepAggregate*>& recent)
+{
+    std::vector<double> measured, planned;
+    for (const StepAggregate* step : recent)
+        if (finite(step->bubble) && finite(step->plannedBubble)) {
+            measured.push_back(*step->bubble);
+            planned.push_back(*step->plannedBubble);
+        }
+    if (measured.empty())
+        return std::nullopt;
+    const double m = median(measured);
+    const double p = median(planned);
+    if (!(m > kBubbleOverPlanRatio * p && m - p > kBubbleOverPlanPoints))
+        return std::nullopt;
+    Finding f;
+    f.kind = FindingKind::BubbleAbovePlan;
+    f.severity = m - p;
+    f.figures = {{"measured", m}, {"planned", p}};
+    f.title = "the pipeline bubble is " + percent(m) +
+              (p > 0 ? ", " + format("%.1f", m / p) + "x the plan's " + percent(p) : " where the plan expects none");
+    if (in.spec.parallel.pp < 2) {
+        f.suggestion = "with one stage no schedule is to blame: the idle time is inside the step, so check the TP and "
+                       "EP collectives and stragglers";
+        return f;
+    }
+    const std::vector<std::string> alternatives = scheduleAlternatives(in.spec, plannedBubble(in.spec, in.plan));
+    f.suggestion = (alternatives.empty() ? "" : "try " + joinAlternatives(alternatives) + "; ") +
+                   "the plan does not model the excess: check pipeline transfers (link bandwidth, latency) and "
+                   "stragglers";
+    return f;
+}
+
+nlohmann::json orNull(const std::optional<int>& value)
+{
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
+
+} // namespace
+
+RankTimes::RankTimes(int worldSize, int keepSteps) : m_world(worldSize)
+{
+    if (worldSize < 1 || keepSteps < 1)
+        throw std::invalid_argument("rank times: world size " + std::to_string(worldSize) + " and steps kept " +
+                                    std::to_string(keepSteps) + " must both be at least 1");
+    m_slots.resize(std::size_t(keepSteps));
+}
+
+void RankTimes::add(std::uint32_t rank, const wire::SpanRecord& span)
+{
+    if (!wire::isComputeKind(span.kind) || rank >= std::uint32_t(m_world) || span.step < 0 || span.endNs < span.beginNs)
+        return;
+    const auto keep = std::int64_t(m_slots.size());
+    if (span.step <= m_newest - keep)
+        return;
+    m_newest = std::max(m_newest, std::int64_t(span.step));
+    Slot& slot = m_slots[std::size_t(span.step % keep)];
+    if (slot.step != span.step) {
+        slot.step = span.step;
+        slot.busy.assign(std::size_t(m_world), -1.0);
+    }
+    double& busy = slot.busy[rank];
+    busy = std::max(busy, 0.0) + (double(span.endNs) - double(span.beginNs)) * 1e-9;
+}
+
+void RankTimes::add(const wire::Batch& batch)
+{
+    for (const wire::Record& record : batch.records)
+        if (const auto* span = std::get_if<wire::SpanRecord>(&record))
+            add(batch.rank, *span);
+}
+
+std::optional<double> RankTimes::busySeconds(std::int32_t step, std::uint32_t rank) const
+{
+    if (step < 0 || rank >= std::uint32_t(m_world))
+        return std::nullopt;
+    const Slot& slot = m_slots[std::size_t(step % std::int64_t(m_slots.size()))];
+    if (slot.step != step || slot.busy[rank] < 0)
+        return std::nullopt;
+    return slot.busy[rank];
+}
+
+void RecentSteps::add(const StepAggregate& step)
+{
+    // The first step stays (findFindings leaves it out as warm-up); of the rest, the last kRecentSteps.
+    if (m_steps.size() > std::size_t(kRecentSteps))
+        m_steps.erase(m_steps.begin() + 1);
+    m_steps.push_back(step);
+}
+
+std::string_view findingKindName(FindingKind kind)
+{
+    switch (kind) {
+    case FindingKind::BoundingStage:
+        return "bounding_stage";
+    case FindingKind::Straggler:
+        return "straggler";
+    case FindingKind::HotExpert:
+        return "hot_expert";
+    case FindingKind::MemoryPressure:
+        return "memory_pressure";
+    case FindingKind::BubbleAbovePlan:
+        return "bubble_above_plan";
+    }
+    return "unknown";
+}
+
+std::optional<double> Finding::figure(std::string_view key) const
+{
+    for (const FindingFigure& f : figures)
+        if (f.key == key)
+            return f.value;
+    return std::nullopt;
+}
+
+std::vector<Finding> findFindings(const FindingsInput& input)
+{
+    if (const auto errors = plan::validateLayout(input.spec); !errors.empty())
+        throw std::invalid_argument("findings: the job's layout is invalid: " + errors.front().path + ": " +
+                                    errors.front().message);
+    const std::vector<const StepAggregate*> recent = recentSteps(input.steps);
+    std::vector<Finding> findings;
+    if (auto f = boundingStage(input, recent))
+        findings.push_back(std::move(*f));
+    stragglers(input, recent, findings);
+    hotExperts(input, recent, findings);
+    memoryPressure(input, findings);
+    if (auto f = bubbleAbovePlan(input, recent))
+        findings.push_back(std::move(*f));
+    std::stable_sort(findings.begin(), findings.end(),
+                     [](const Finding& a, const Finding& b) { return a.severity > b.severity; });
+    return findings;
+}
+
+std::string describe(const Finding& finding)
+{
+    return finding.title + "; " + finding.suggestion;
+}
+
+nlohmann::json toJson(const Finding& finding)
+{
+    nlohmann::json figures = nlohmann::json::object();
+    for (const FindingFigure& f : finding.figures)
+        figures[f.key] = f.value;
+    return {{"type", "finding"},
+            {"kind", findingKindName(finding.kind)},
+            {"severity", finding.severity},
+            {"title", finding.title},
+            {"suggestion", finding.suggestion},
+            {"figures", std::move(figures)},
+            {"stage", orNull(finding.stage)},
+            {"rank", orNull(finding.rank)},
+            {"layer", orNull(finding.layer)},
+            {"expert", orNull(finding.expert)},
+            {"category", finding.category ? nlohmann::json(*finding.category) : nlohmann::json(nullptr)}};
+}
+
+} // namespace meshbench::live
