@@ -397,7 +397,7 @@ LiveAggregator::OpenStep* LiveAggregator::stepState(std::int32_t step)
         // Too far ahead: the oldest steps go out as they are, so that memory stays bounded.
         const std::int64_t newBase = std::int64_t(step) - m_maxOpen + 1;
         for (OpenStep* oldest = lowestOpen(); oldest != nullptr && oldest->step < newBase; oldest = lowestOpen())
-            emit(*oldest, true);
+            emitStep(*oldest, true);
         m_base = std::max(m_base, newBase);
         m_baseFixed = true;
         m_recheck = true;   // a step held back by the ones just emitted may be final
@@ -438,10 +438,10 @@ bool LiveAggregator::isFinal(const OpenStep& state) const
 void LiveAggregator::emitFinalSteps()
 {
     for (OpenStep* oldest = lowestOpen(); oldest != nullptr && isFinal(*oldest); oldest = lowestOpen())
-        emit(*oldest, false);
+        emitStep(*oldest, false);
 }
 
-void LiveAggregator::emit(OpenStep& state, bool forced)
+void LiveAggregator::emitStep(OpenStep& state, bool forced)
 {
     m_completed.push_back(aggregate(state));
     if (forced)
@@ -462,7 +462,7 @@ std::vector<StepAggregate> LiveAggregator::takeCompletedSteps()
 std::vector<StepAggregate> LiveAggregator::flush()
 {
     for (OpenStep* oldest = lowestOpen(); oldest != nullptr; oldest = lowestOpen())
-        emit(*oldest, false);
+        emitStep(*oldest, false);
     return takeCompletedSteps();
 }
 

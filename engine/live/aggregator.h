@@ -185,7 +185,7 @@ private:
     bool isComplete(const OpenStep& state) const;
     bool isFinal(const OpenStep& state) const;
     void emitFinalSteps();
-    void emit(OpenStep& state, bool forced);
+    void emitStep(OpenStep& state, bool forced);
     StepAggregate aggregate(OpenStep& state) const;
     void noteOptimizer(std::uint32_t rank, std::int32_t step);
 

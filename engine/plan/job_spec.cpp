@@ -606,10 +606,10 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
         fail("parallel.zero", "ZeRO-" + str(p.zero) + " cannot be combined with pipeline parallelism (pp=" + str(p.pp) +
                                   "); use zero 0 or 1 (Megatron's distributed optimizer), or pp 1");
 
-    if (p.scheduleShape().slots() > kMaxScheduleSlots)
+    if (p.scheduleShape().slotCount() > kMaxScheduleSlots)
         fail("parallel.microbatches", "pp=" + str(p.pp) + " x microbatches=" + str(p.microbatches) +
                                           " x virtual_stages=" + str(p.virtualStages) + " = " +
-                                          withThousands(p.scheduleShape().slots()) +
+                                          withThousands(p.scheduleShape().slotCount()) +
                                           " pipeline slots; the planner simulates at most " +
                                           withThousands(kMaxScheduleSlots) +
                                           ": use fewer microbatches with a larger micro_batch_size");

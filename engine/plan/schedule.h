@@ -45,7 +45,7 @@ struct ScheduleShape {
     int virtualStages = 1;    // v (chunks per stage); 1 unless interleaved
     int groupSize = 0;        // interleaved micro-batch group size G; 0 means Megatron's default p
 
-    long long slots() const { return 1LL * stages * microbatches * virtualStages; }
+    long long slotCount() const { return 1LL * stages * microbatches * virtualStages; }
 };
 
 struct Schedule {

@@ -126,7 +126,7 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                     kinds = {ScheduleKind::OneFOneB, ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1};
                                 for (ScheduleKind kind : kinds) {
                                     p.schedule = kind;
-                                    if (p.scheduleShape().slots() > kMaxScheduleSlots)
+                                    if (p.scheduleShape().slotCount() > kMaxScheduleSlots)
                                         continue;
                                     const double makespan = estimatedMakespan(p.scheduleShape(), works, costs.transferTime());
                                     for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {

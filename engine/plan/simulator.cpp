@@ -19,8 +19,8 @@ struct Layout {
     int virtualStages() const { return p * v; }
     int virtualStage(int stage, int chunk) const { return chunk * p + stage; }
     std::size_t slot(int mb, int vs) const { return static_cast<std::size_t>(mb) * virtualStages() + vs; }
-    std::size_t slots() const { return static_cast<std::size_t>(m) * virtualStages(); }
-    std::size_t messages() const { return 2 * slots(); }
+    std::size_t slotCount() const { return static_cast<std::size_t>(m) * virtualStages(); }
+    std::size_t messages() const { return 2 * slotCount(); }
 };
 
 // A message is named by its direction, micro-batch and receiving virtual stage, so a send and
@@ -50,7 +50,7 @@ std::size_t messageKey(const Layout& layout, int stage, const Op& op)
     }
     if (receiver < 0 || receiver >= layout.virtualStages())
         return kNoMessage;
-    return direction * layout.slots() + layout.slot(op.microbatch, receiver);
+    return direction * layout.slotCount() + layout.slot(op.microbatch, receiver);
 }
 
 // The physical stage on the other side of a transfer.
@@ -314,9 +314,9 @@ std::string checkDependencies(const Schedule& schedule, const SimulationResult& 
 
     // Where each (micro-batch, virtual stage) ran its F, B and W.
     const bool split = schedule.splitBackward();
-    std::vector<const TimedOp*> forwards(layout.slots(), nullptr);
-    std::vector<const TimedOp*> backwards(layout.slots(), nullptr);
-    std::vector<const TimedOp*> weightGrads(layout.slots(), nullptr);
+    std::vector<const TimedOp*> forwards(layout.slotCount(), nullptr);
+    std::vector<const TimedOp*> backwards(layout.slotCount(), nullptr);
+    std::vector<const TimedOp*> weightGrads(layout.slotCount(), nullptr);
     for (int s = 0; s < layout.p; ++s) {
         const auto& ops = schedule.stages[s];
         for (std::size_t i = 0; i < ops.size(); ++i) {

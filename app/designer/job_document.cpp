@@ -1,0 +1,132 @@
+#include "job_document.h"
+
+#include <QElapsedTimer>
+#include <QFile>
+#include <QSaveFile>
+
+namespace meshbench::app {
+
+nlohmann::json::json_pointer pointerOf(const QString& path)
+{
+    nlohmann::json::json_pointer pointer;
+    for (const QString& key : path.split(u'.', Qt::SkipEmptyParts))
+        pointer /= key.toStdString();
+    return pointer;
+}
+
+JobDocument::JobDocument(QObject* parent) : QObject(parent), m_json(nlohmann::json::object())
+{
+    replan();
+}
+
+JobDocument::~JobDocument() = default;
+
+bool JobDocument::loadFile(const QString& path, QString* error)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) {
+        if (error)
+            *error = file.errorString();
+        return false;
+    }
+    // Allow the engine's own limits on the text; a parse failure must not throw into Qt.
+    nlohmann::json document = nlohmann::json::parse(file.readAll().toStdString(), nullptr, false);
+    if (document.is_discarded() || !document.is_object()) {
+        if (error)
+            *error = QStringLiteral("%1 is not a JSON object").arg(path);
+        return false;
+    }
+    m_fileName = path;
+    setJson(std::move(document));
+    return true;
+}
+
+bool JobDocument::saveFile(const QString& path, QString* error) const
+{
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly) || file.write(toJsonText()) < 0 || !file.commit()) {
+        if (error)
+            *error = file.errorString();
+        return false;
+    }
+    return true;
+}
+
+QByteArray JobDocument::toJsonText() const
+{
+    return QByteArray::fromStdString(m_json.dump(2) + "\n");
+}
+
+void JobDocument::setJson(nlohmann::json document)
+{
+    m_json = std::move(document);
+    replan();
+}
+
+nlohmann::json JobDocument::value(const QString& path) const
+{
+    const auto pointer = pointerOf(path);
+    // contains() itself throws when a parent on the way is not an object.
+    try {
+        return m_json.contains(pointer) ? m_json.at(pointer) : nlohmann::json();
+    } catch (const nlohmann::json::exception&) {
+        return {};
+    }
+}
+
+void JobDocument::set(const QString& path, const nlohmann::json& value)
+{
+    const auto pointer = pointerOf(path);
+    try {
+        if (!value.is_null())
+            m_json[pointer] = value;
+        else if (m_json.contains(pointer))
+            m_json.at(pointer.parent_pointer()).erase(pointer.back());
+    } catch (const nlohmann::json::exception&) {
+        // A parent on the way is not an object ("model": 5): a merge patch replaces it.
+        nlohmann::json patch = value;
+        const QStringList keys = path.split(u'.', Qt::SkipEmptyParts);
+        for (auto key = keys.rbegin(); key != keys.rend(); ++key)
+            patch = nlohmann::json{{key->toStdString(), std::move(patch)}};
+        m_json.merge_patch(patch);
+    }
+    replan();
+}
+
+void JobDocument::merge(const nlohmann::json& patch)
+{
+    m_json.merge_patch(patch);
+    replan();
+}
+
+QStringList JobDocument::errorsAt(const QString& path) const
+{
+    QStringList out;
+    for (const FieldError& e : m_errors)
+        if (e.path == path)
+            out << e.message;
+    return out;
+}
+
+void JobDocument::replan()
+{
+    QElapsedTimer timer;
+    timer.start();
+    plan::LoadResult loaded = plan::loadJobSpec(m_json);
+    QList<FieldError> errors;
+    for (const plan::SpecError& e : loaded.errors)
+        errors.append({QString::fromStdString(e.path), QString::fromStdString(e.message)});
+    m_spec = loaded.spec;
+    // makePlan's precondition is a valid layout; never call it otherwise.
+    m_plan = loaded.valid() ? std::make_unique<plan::Plan>(plan::makePlan(*loaded.spec)) : nullptr;
+    m_lastReplanMs = double(timer.nsecsElapsed()) / 1e6;
+
+    const bool errorsDiffer = errors != m_errors;
+    m_errors = std::move(errors);
+    emit specChanged();
+    if (errorsDiffer)
+        emit errorsChanged(m_errors);
+    emit planChanged(m_plan.get());
+}
+
+}  // namespace meshbench::app

@@ -1,0 +1,77 @@
+#pragma once
+// The job being designed: its JSON is the one source of truth. Every change re-validates it and,
+// when the layout is valid, re-plans it through engine/plan in-process.
+
+#include "plan/job_spec.h"
+#include "plan/planner.h"
+
+#include <nlohmann/json.hpp>
+
+#include <QList>
+#include <QObject>
+#include <QString>
+
+#include <memory>
+#include <optional>
+
+namespace meshbench::app {
+
+// One validation error: the JSON path it concerns ("parallel.tp"; empty for the whole document).
+struct FieldError {
+    QString path;
+    QString message;
+    bool operator==(const FieldError&) const = default;
+};
+
+class JobDocument : public QObject {
+    Q_OBJECT
+public:
+    explicit JobDocument(QObject* parent = nullptr);
+    ~JobDocument() override;
+
+    // File errors (unreadable, not JSON) come back in `error` and leave the document unchanged.
+    bool loadFile(const QString& path, QString* error = nullptr);
+    bool saveFile(const QString& path, QString* error = nullptr) const;
+    QString fileName() const { return m_fileName; }
+
+    const nlohmann::json& json() const { return m_json; }
+    QByteArray toJsonText() const;
+    void setJson(nlohmann::json document);
+
+    // The value at a dotted path ("model.moe.experts"); null when absent.
+    nlohmann::json value(const QString& path) const;
+    // Sets the value at a dotted path, creating objects on the way; a null value removes the key.
+    void set(const QString& path, const nlohmann::json& value);
+    // Applies an RFC 7396 merge patch in one change (one re-plan).
+    void merge(const nlohmann::json& patch);
+
+    // The parsed spec: present when the document is structurally sound, even with layout errors.
+    const std::optional<plan::JobSpec>& spec() const { return m_spec; }
+    // The plan; null while there are errors.
+    const plan::Plan* plan() const { return m_plan.get(); }
+    const QList<FieldError>& errors() const { return m_errors; }
+    // Errors whose path is `path` exactly.
+    QStringList errorsAt(const QString& path) const;
+    // Wall time of the last validate + plan, milliseconds.
+    double lastReplanMs() const { return m_lastReplanMs; }
+
+signals:
+    void specChanged();
+    void planChanged(const meshbench::plan::Plan* plan);
+    void errorsChanged(const QList<meshbench::app::FieldError>& errors);
+
+private:
+    void replan();
+
+    nlohmann::json m_json;
+    QString m_fileName;
+    std::optional<plan::JobSpec> m_spec;
+    std::unique_ptr<plan::Plan> m_plan;
+    QList<FieldError> m_errors;
+    double m_lastReplanMs = 0;
+};
+
+// "parallel.tp" -> "/parallel/tp".
+nlohmann::json::json_pointer pointerOf(const QString& path);
+
+}  // namespace meshbench::app

@@ -1,0 +1,53 @@
+#pragma once
+// What the planner predicts for the designed job: memory per GPU of each pipeline stage as
+// stacked bars against the device capacity, FLOPs, the step time broken down by cause, MFU,
+// tokens/s, and the simulated schedule on the timeline with its bubble ratio.
+
+#include <QWidget>
+
+class QCPBars;
+class QCPItemStraightLine;
+class QCustomPlot;
+class QLabel;
+
+namespace meshbench::plan {
+struct Plan;
+}
+
+namespace meshbench::app {
+
+class TimelineData;
+class TimelineView;
+
+class PlanInspector : public QWidget {
+    Q_OBJECT
+public:
+    enum Category { Weights, Grads, Optimizer, Activations, CategoryCount };
+
+    explicit PlanInspector(QWidget* parent = nullptr);
+
+    // The bars of one memory category, one data point per stage at key = stage, value in GB.
+    QCPBars* memoryBars(Category category) const { return m_bars[category]; }
+    // The device capacity in GB drawn as a line (0 without a plan).
+    double capacityGB() const { return m_capacityGB; }
+    // The figures as shown: FLOPs, step breakdown, MFU, tokens/s, bubble.
+    QString summaryText() const;
+    QCustomPlot* memoryPlot() const { return m_plot; }
+    TimelineView* timeline() const { return m_timeline; }
+
+public slots:
+    // Null clears everything and says why nothing is shown. The plan is read during the call only.
+    void setPlan(const meshbench::plan::Plan* plan);
+
+private:
+    QCustomPlot* m_plot;
+    QCPBars* m_bars[CategoryCount];
+    QCPItemStraightLine* m_capacity;
+    double m_capacityGB = 0;
+    QLabel* m_summary;
+    QLabel* m_bubble;
+    TimelineData* m_timelineData;
+    TimelineView* m_timeline;
+};
+
+}  // namespace meshbench::app

@@ -1,0 +1,293 @@
+#include "main_window.h"
+
+#include "monitor_page.h"
+#include "palette_theme.h"
+
+#include "client/engine_client.h"
+#include "designer/designer_view.h"
+#include "designer/job_document.h"
+#include "sessions/replay_controls.h"
+#include "sessions/sessions_view.h"
+
+#include "plan/job_spec.h"
+#include "store/session_store.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTabWidget>
+
+namespace meshbench::app {
+
+namespace {
+
+constexpr int kRecentFiles = 10;
+
+QString sessionsDirectory()
+{
+    if (const QByteArray data = qgetenv("XDG_DATA_HOME"); !data.isEmpty())
+        return QDir(QString::fromLocal8Bit(data)).filePath("meshbench/sessions");
+    return QDir::home().filePath(".local/share/meshbench/sessions");
+}
+
+}  // namespace
+
+MainWindow::MainWindow(EngineClient* client, QWidget* parent)
+    : QMainWindow(parent), m_client(client), m_tabs(new QTabWidget), m_designer(new DesignerView),
+      m_monitor(new MonitorPage(client)), m_sessions(new SessionsView), m_engineLabel(new QLabel),
+      m_jobLabel(new QLabel)
+{
+    setWindowTitle(tr("Meshbench"));
+    setWindowIcon(QIcon(QStringLiteral(":/meshbench.svg")));
+    m_tabs->addTab(m_designer, tr("&Designer"));
+    m_tabs->addTab(m_monitor, tr("&Monitor"));
+    m_tabs->addTab(m_sessions, tr("&Sessions"));
+    setCentralWidget(m_tabs);
+    m_sessions->setDirectory(sessionsDirectory());
+
+    statusBar()->addPermanentWidget(m_jobLabel);
+    statusBar()->addPermanentWidget(m_engineLabel);
+    m_engineLabel->setText(client ? tr("engine: not connected") : tr("engine: offline"));
+    m_jobLabel->setText(tr("no job"));
+
+    connect(m_designer, &DesignerView::launchRequested, this, &MainWindow::launch);
+    connect(m_monitor, &MonitorPage::statusChanged, m_jobLabel, &QLabel::setText);
+    if (m_client) {
+        m_sessions->replayControls()->setClient(m_client);
+        connect(m_client, &EngineClient::stateChanged, this, [this](ConnectionState state, const QString& endpoint) {
+            m_engineLabel->setText(tr("engine: %1 %2").arg(connectionStateName(state), endpoint));
+        });
+        connect(m_client, &EngineClient::engineError, this, &MainWindow::showMessage);
+    }
+    connect(m_sessions, &SessionsView::openRequested, m_sessions->replayControls(), &ReplayControls::openSession);
+    connect(m_sessions->replayControls(), &ReplayControls::replayStarted, this,
+            [this](const QString& source, const QString& path) {
+                try {
+                    const store::SessionReader reader(path.toStdString());
+                    const plan::LoadResult loaded = plan::parseJobSpec(reader.header().jobSpec);
+                    if (!loaded.spec)
+                        throw std::runtime_error("its job spec no longer parses");
+                    m_monitor->follow(source, plan::specAsRun(*loaded.spec, reader.header().ranks.size()));
+                    showArea(Area::Monitor);
+                } catch (const std::exception& e) {
+                    showMessage(tr("cannot replay %1: %2").arg(path, QString::fromUtf8(e.what())));
+                }
+            });
+
+    buildMenus();
+    QSettings settings;
+    resize(1440, 900);   // until the user's own size is restored
+    restoreGeometry(settings.value("window/geometry").toByteArray());
+    restoreState(settings.value("window/state").toByteArray());
+    m_recentFiles = settings.value("files/recent").toStringList();
+    rebuildRecentMenu();
+    if (const int area = settings.value("window/area", 0).toInt(); area >= 0 && area < m_tabs->count())
+        m_tabs->setCurrentIndex(area);
+}
+
+void MainWindow::buildMenus()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open Job..."), QKeySequence::Open, this, [this] { openDialog(tr("Job specs (*.json)")); });
+    file->addAction(tr("Open &Session..."), QKeySequence(tr("Ctrl+Shift+O")), this,
+                    [this] { openDialog(tr("Sessions (*.meshbench)")); });
+    m_recentMenu = file->addMenu(tr("Open &Recent"));
+    file->addSeparator();
+    file->addAction(tr("&Save Job"), QKeySequence::Save, this, [this] { saveJob(false); });
+    file->addAction(tr("Save Job &As..."), QKeySequence::SaveAs, this, [this] { saveJob(true); });
+    QMenu* exportMenu = file->addMenu(tr("&Export"));
+    exportMenu->addAction(tr("Session as &Chrome Trace..."), m_sessions, &SessionsView::exportChromeTrace);
+    exportMenu->addAction(tr("Session as C&SV..."), m_sessions, &SessionsView::exportCsv);
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->addAction(tr("&Designer"), QKeySequence(tr("Ctrl+1")), this, [this] { showArea(Area::Designer); });
+    view->addAction(tr("&Monitor"), QKeySequence(tr("Ctrl+2")), this, [this] { showArea(Area::Monitor); });
+    view->addAction(tr("&Sessions"), QKeySequence(tr("Ctrl+3")), this, [this] { showArea(Area::Sessions); });
+    view->addSeparator();
+    QAction* dark = view->addAction(tr("D&ark Palette"));
+    dark->setCheckable(true);
+    dark->setChecked(QSettings().value("view/theme").toString() == themeName(Theme::Dark));
+    connect(dark, &QAction::toggled, this, [](bool on) {
+        const Theme theme = on ? Theme::Dark : Theme::Light;
+        applyTheme(*qApp, theme);
+        QSettings().setValue("view/theme", themeName(theme));
+    });
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    run->addAction(tr("&Launch Designed Job"), QKeySequence(tr("Ctrl+R")), m_designer, &DesignerView::requestLaunch);
+    run->addAction(tr("&Stop Job"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopJob);
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About Meshbench"), this, [this] {
+        QMessageBox::about(this, tr("About Meshbench"),
+                           tr("<b>Meshbench</b><p>Design DP x PP x TP x EP layouts, launch and watch training "
+                              "runs, replay and compare sessions.</p><p>Engine: meshbench-engine serve; "
+                              "sessions in %1</p>")
+                               .arg(sessionsDirectory()));
+    });
+}
+
+void MainWindow::openDialog(const QString& filter)
+{
+    const QString path = QFileDialog::getOpenFileName(this, tr("Open"), QString(), filter);
+    if (!path.isEmpty())
+        openFile(path);
+}
+
+bool MainWindow::openFile(const QString& path)
+{
+    QString error;
+    bool ok = false;
+    if (path.endsWith(".meshbench")) {
+        ok = m_monitor->showSession(path, &error);
+        if (ok)
+            showArea(Area::Monitor);
+    } else {
+        ok = m_designer->loadFile(path, &error);
+        if (ok) {
+            m_jobPath = path;
+            showArea(Area::Designer);
+        }
+    }
+    if (!ok) {
+        // An error dialog the user must dismiss, once: the window stays usable behind it.
+        showMessage(tr("cannot open %1: %2").arg(path, error));
+        if (isVisible())
+            QMessageBox::warning(this, tr("Cannot open"), tr("%1\n\n%2").arg(path, error));
+        return false;
+    }
+    addRecentFile(path);
+    showMessage(tr("opened %1").arg(path));
+    return true;
+}
+
+void MainWindow::saveJob(bool askForPath)
+{
+    QString path = m_jobPath;
+    if (askForPath || path.isEmpty())
+        path = QFileDialog::getSaveFileName(this, tr("Save Job"), path, tr("Job specs (*.json)"));
+    if (path.isEmpty())
+        return;
+    QString error;
+    if (!m_designer->saveFile(path, &error)) {
+        showMessage(tr("cannot save %1: %2").arg(path, error));
+        return;
+    }
+    m_jobPath = path;
+    addRecentFile(path);
+    showMessage(tr("saved %1").arg(path));
+}
+
+void MainWindow::launch(const QByteArray& jobJson)
+{
+    if (!m_client) {
+        showMessage(tr("no engine: start meshbench with an engine to launch jobs"));
+        return;
+    }
+    const nlohmann::json job = nlohmann::json::parse(jobJson.constData(), nullptr, false);
+    const plan::LoadResult loaded = plan::loadJobSpec(job);
+    if (!loaded.valid()) {
+        showMessage(tr("the job does not plan; fix the fields marked in the Designer"));
+        return;
+    }
+    const plan::JobSpec spec = *loaded.spec;
+    showMessage(tr("launching..."));
+    m_client->request({{"op", "submit"}, {"job", job}}, [this, spec](const nlohmann::json& reply) {
+        if (!reply.value("ok", false)) {
+            showMessage(tr("the engine refused the job: %1").arg(QString::fromStdString(reply.value("error", ""))));
+            return;
+        }
+        m_runningJob = QString::fromStdString(reply.value("job", ""));
+        m_monitor->follow(m_runningJob, spec);
+        showArea(Area::Monitor);
+        showMessage(tr("%1 running, session %2").arg(m_runningJob, QString::fromStdString(reply.value("session", ""))));
+    });
+}
+
+void MainWindow::stopJob()
+{
+    if (!m_client || m_runningJob.isEmpty()) {
+        showMessage(tr("no job to stop"));
+        return;
+    }
+    m_client->request({{"op", "stop"}, {"source", m_runningJob.toStdString()}}, [this](const nlohmann::json& reply) {
+        showMessage(reply.value("ok", false) ? tr("stopping %1").arg(m_runningJob)
+                                             : QString::fromStdString(reply.value("error", "")));
+    });
+}
+
+void MainWindow::showArea(Area area)
+{
+    m_tabs->setCurrentIndex(int(area));
+}
+
+void MainWindow::showMessage(const QString& text)
+{
+    statusBar()->showMessage(text, 15000);
+}
+
+QString MainWindow::statusMessage() const
+{
+    return statusBar()->currentMessage();
+}
+
+void MainWindow::addRecentFile(const QString& path)
+{
+    const QString absolute = QFileInfo(path).absoluteFilePath();
+    m_recentFiles.removeAll(absolute);
+    m_recentFiles.prepend(absolute);
+    while (m_recentFiles.size() > kRecentFiles)
+        m_recentFiles.removeLast();
+    QSettings().setValue("files/recent", m_recentFiles);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu()
+{
+    m_recentMenu->clear();
+    for (const QString& path : m_recentFiles)
+        m_recentMenu->addAction(path, this, [this, path] { openFile(path); });
+    m_recentMenu->setEnabled(!m_recentFiles.isEmpty());
+}
+
+bool MainWindow::saveScreenshots(const QString& dir, QString* error)
+{
+    QDir().mkpath(dir);
+    const int current = m_tabs->currentIndex();
+    const char* names[] = {"designer.png", "monitor.png", "sessions.png"};
+    for (int i = 0; i < m_tabs->count(); ++i) {
+        m_tabs->setCurrentIndex(i);
+        QApplication::processEvents();
+        const QString path = QDir(dir).filePath(names[i]);
+        if (!grab().save(path)) {
+            if (error)
+                *error = tr("cannot write %1").arg(path);
+            m_tabs->setCurrentIndex(current);
+            return false;
+        }
+    }
+    m_tabs->setCurrentIndex(current);
+    return true;
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    QSettings settings;
+    settings.setValue("window/geometry", saveGeometry());
+    settings.setValue("window/state", saveState());
+    settings.setValue("window/area", m_tabs->currentIndex());
+    event->accept();
+}
+
+}  // namespace meshbench::app

@@ -1,0 +1,142 @@
+#include "monitor_page.h"
+
+#include "client/engine_client.h"
+#include "monitor/monitor_charts.h"
+#include "monitor/run_state.h"
+#include "timeline/timeline_data.h"
+#include "timeline/timeline_loaders.h"
+#include "timeline/timeline_view.h"
+
+#include "plan/mesh.h"
+#include "store/session_store.h"
+
+#include <QLabel>
+#include <QListWidget>
+#include <QSplitter>
+#include <QVBoxLayout>
+
+namespace meshbench::app {
+
+MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
+    : QWidget(parent), m_client(client), m_state(new RunState(this)), m_data(new TimelineData(this)),
+      m_timeline(new TimelineView), m_charts(new MonitorCharts), m_findings(new QListWidget),
+      m_title(new QLabel(tr("No run yet: launch the designed job (Ctrl+R) or open a session.")))
+{
+    m_timeline->setData(m_data);
+    m_charts->setRunState(m_state);
+    m_findings->setWordWrap(true);
+    m_findings->setToolTip(tr("What the run shows, worst first, with a suggestion for each"));
+
+    auto* side = new QSplitter(Qt::Horizontal);
+    side->addWidget(m_charts);
+    auto* findingsBox = new QWidget;
+    auto* findingsLayout = new QVBoxLayout(findingsBox);
+    findingsLayout->setContentsMargins(0, 0, 0, 0);
+    findingsLayout->addWidget(new QLabel(tr("<b>Findings</b>")));
+    findingsLayout->addWidget(m_findings);
+    side->addWidget(findingsBox);
+    side->setStretchFactor(0, 3);
+    side->setStretchFactor(1, 1);
+
+    auto* split = new QSplitter(Qt::Vertical);
+    split->addWidget(m_timeline);
+    split->addWidget(side);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_title);
+    layout->addWidget(split, 1);
+
+    if (m_client) {
+        connect(m_client, &EngineClient::stepArrived, m_state, &RunState::onStep);
+        connect(m_client, &EngineClient::memoryArrived, m_state, &RunState::onMemory);
+        connect(m_client, &EngineClient::jobChanged, m_state, &RunState::onJob);
+        connect(m_client, &EngineClient::spansArrived, this, [this](const QString& source, const wire::Batch& batch) {
+            if (source != m_source)
+                return;
+            m_data->appendBatch(batch);
+            if (m_rankTimes)
+                m_rankTimes->add(batch);
+        });
+    }
+    connect(m_state, &RunState::stepsChanged, this, &MonitorPage::updateFindings);
+    connect(m_state, &RunState::stepsChanged, this, &MonitorPage::updateStatus);
+    connect(m_state, &RunState::stateChanged, this, &MonitorPage::updateStatus);
+}
+
+MonitorPage::~MonitorPage() = default;
+
+void MonitorPage::follow(const QString& source, const plan::JobSpec& spec)
+{
+    m_source = source;
+    m_state->clear();
+    m_state->setSource(source);
+    m_state->setSpec(spec);
+    const plan::Mesh mesh(spec.parallel);
+    m_data->clear();
+    m_data->setRows(rowsForMesh(mesh));
+    m_rankTimes = std::make_unique<live::RankTimes>(mesh.worldSize());
+    m_timeline->setFollowLive(true);
+    m_title->setText(tr("Following %1").arg(source));
+    m_findings->clear();
+    updateStatus();
+}
+
+bool MonitorPage::showSession(const QString& path, QString* error)
+{
+    try {
+        const store::SessionReader reader(path.toStdString());
+        QString why;
+        if (!m_state->loadSession(reader, &why)) {
+            if (error)
+                *error = why;
+            return false;
+        }
+        m_source.clear();
+        m_state->setSource(QStringLiteral("-"));   // a stored session: no live source applies
+        m_data->loadSession(reader);
+        m_rankTimes.reset();
+        m_timeline->fitAll();
+        m_title->setText(tr("Session %1 (%2)").arg(QString::fromStdString(reader.header().name), path));
+    } catch (const std::exception& e) {
+        if (error)
+            *error = QString::fromUtf8(e.what());
+        return false;
+    }
+    updateFindings();
+    updateStatus();
+    return true;
+}
+
+void MonitorPage::updateFindings()
+{
+    const auto& spec = m_state->spec();
+    if (!spec || m_state->steps().empty())
+        return;
+    std::vector<live::RankMemory> memory;
+    for (const auto& [rank, track] : m_state->memory())
+        memory.push_back(track.latest);
+    m_findings->clear();
+    try {
+        const std::vector<live::Finding> found = live::findFindings(
+            {*spec, m_state->plan(), m_state->steps(), memory, m_rankTimes.get()});
+        for (const live::Finding& f : found)
+            m_findings->addItem(QString::fromStdString(live::describe(f)));
+        if (found.empty())
+            m_findings->addItem(tr("Nothing stands out: the bubble, the experts and memory are as planned."));
+    } catch (const std::exception& e) {
+        m_findings->addItem(tr("Findings unavailable: %1").arg(QString::fromUtf8(e.what())));
+    }
+}
+
+void MonitorPage::updateStatus()
+{
+    QString text = runPhaseName(m_state->phase());
+    if (m_state->currentStep() > 0 || !m_state->steps().empty())
+        text += tr(" · step %1").arg(m_state->steps().empty() ? m_state->currentStep() : m_state->steps().back().step);
+    text += tr(" · %1 lost").arg(m_state->lostRecords());
+    emit statusChanged(text);
+}
+
+}  // namespace meshbench::app

@@ -1,0 +1,64 @@
+#pragma once
+// The Monitor area: the timeline of one run (live, replayed, or a session opened from disk) over
+// its charts, with the findings list beside them. It follows one source of the engine's live feed
+// at a time; a session opened from a file is aggregated in-process instead.
+
+#include "live/findings.h"
+
+#include <QString>
+#include <QWidget>
+
+#include <memory>
+
+class QLabel;
+class QListWidget;
+
+namespace meshbench::store {
+class SessionReader;
+}
+
+namespace meshbench::app {
+
+class EngineClient;
+class MonitorCharts;
+class RunState;
+class TimelineData;
+class TimelineView;
+
+class MonitorPage : public QWidget {
+    Q_OBJECT
+public:
+    explicit MonitorPage(EngineClient* client, QWidget* parent = nullptr);
+    ~MonitorPage() override;
+
+    // Follows `source` ("job-N" or "replay-N") of the live feed from now on.
+    void follow(const QString& source, const plan::JobSpec& spec);
+    // Shows a stored session as a whole; false with `error` when it cannot be read.
+    bool showSession(const QString& path, QString* error = nullptr);
+
+    RunState* runState() const { return m_state; }
+    TimelineView* timeline() const { return m_timeline; }
+    MonitorCharts* charts() const { return m_charts; }
+    QListWidget* findings() const { return m_findings; }
+    const QString& source() const { return m_source; }
+
+signals:
+    // One line for the status bar: the job's state, step and lost records.
+    void statusChanged(const QString& text);
+
+private:
+    void updateFindings();
+    void updateStatus();
+
+    EngineClient* m_client;
+    RunState* m_state;
+    TimelineData* m_data;
+    TimelineView* m_timeline;
+    MonitorCharts* m_charts;
+    QListWidget* m_findings;
+    QLabel* m_title;
+    QString m_source;
+    std::unique_ptr<live::RankTimes> m_rankTimes;
+};
+
+}  // namespace meshbench::app

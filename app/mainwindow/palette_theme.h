@@ -1,0 +1,17 @@
+#pragma once
+// The workbench's two palettes. Both are Fusion palettes with enough contrast for text, grid
+// lines and the categorical colours of stages and span kinds, which read on either background.
+
+#include <QString>
+
+class QApplication;
+
+namespace meshbench::app {
+
+enum class Theme { Light, Dark };
+
+// Applies the Fusion style and the theme's palette to the whole application.
+void applyTheme(QApplication& application, Theme theme);
+QString themeName(Theme theme);
+
+}  // namespace meshbench::app

@@ -1,0 +1,36 @@
+#pragma once
+// The Monitor's charts for one RunState, in a 2 x 2 grid of resizable panes: bubble and expert
+// load above, memory and training below. The main window places the timeline beside it.
+
+#include "monitor/chart_widget.h"
+
+#include <vector>
+
+namespace meshbench::app {
+
+class BubbleChart;
+class ExpertLoadView;
+class MemoryChart;
+class TrainingChart;
+
+class MonitorCharts : public QWidget {
+    Q_OBJECT
+public:
+    explicit MonitorCharts(QWidget* parent = nullptr);
+
+    void setRunState(RunState* state);
+    BubbleChart* bubbleChart() const { return m_bubble; }
+    ExpertLoadView* expertLoadView() const { return m_experts; }
+    MemoryChart* memoryChart() const { return m_memory; }
+    TrainingChart* trainingChart() const { return m_training; }
+    // All four, for "export chart" menus.
+    std::vector<ChartWidget*> charts() const;
+
+private:
+    BubbleChart* m_bubble = nullptr;
+    ExpertLoadView* m_experts = nullptr;
+    MemoryChart* m_memory = nullptr;
+    TrainingChart* m_training = nullptr;
+};
+
+}  // namespace meshbench::app

@@ -1,0 +1,66 @@
+#include "timeline/timeline_data.h"
+
+namespace meshbench::app {
+
+TimelineData::TimelineData(QObject* parent) : QObject(parent)
+{
+    m_notify.setSingleShot(true);
+    m_notify.setInterval(50);
+    connect(&m_notify, &QTimer::timeout, this, &TimelineData::changed);
+}
+
+void TimelineData::setStore(TimelineStore store)
+{
+    m_store = std::move(store);
+    m_notify.stop();
+    emit reset();
+    emit changed();
+}
+
+void TimelineData::clear()
+{
+    setStore(TimelineStore());
+}
+
+void TimelineData::setRows(const std::vector<RowInfo>& rows)
+{
+    m_store.setRows(rows);
+    scheduleChanged();
+}
+
+void TimelineData::appendBatch(const wire::Batch& batch)
+{
+    if (m_store.appendBatch(batch) > 0)
+        scheduleChanged();
+}
+
+void TimelineData::appendSpans(int rank, std::span<const TimelineSpan> spans)
+{
+    m_store.append(rank, spans);
+    if (!spans.empty())
+        scheduleChanged();
+}
+
+void TimelineData::loadSession(const store::SessionReader& reader,
+                               std::optional<std::pair<std::int64_t, std::int64_t>> window)
+{
+    setStore(loadSessionTimeline(reader, window));
+}
+
+void TimelineData::loadPlan(const plan::Plan& plan, PlanRows rows, double nsPerUnit)
+{
+    setStore(loadPlanTimeline(plan, rows, nsPerUnit));
+}
+
+void TimelineData::setNotifyInterval(int ms)
+{
+    m_notify.setInterval(std::max(0, ms));
+}
+
+void TimelineData::scheduleChanged()
+{
+    if (!m_notify.isActive())
+        m_notify.start();
+}
+
+}  // namespace meshbench::app

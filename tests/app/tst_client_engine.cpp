@@ -1,0 +1,270 @@
+// EngineClient against a real `meshbench-engine serve` (started by the test on ipc endpoints of its
+// own) and against a fake engine that publishes garbage: requests and replies matched by id, a
+// timeout when nobody listens, the demo job watched on the live feed to completion, the local
+// engine started (and stopped) when none answers, and bad live payloads counted, never fatal.
+
+#include "client/engine_client.h"
+
+#include <QtTest>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+using namespace meshbench;
+using meshbench::app::ConnectionState;
+using meshbench::app::EngineClient;
+
+namespace {
+
+QString engineExecutable()
+{
+    return QCoreApplication::applicationDirPath() + QStringLiteral("/meshbench-engine");
+}
+
+nlohmann::json demoJob()
+{
+    std::ifstream in(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json");
+    return nlohmann::json::parse(in);
+}
+
+// A serve process on ipc endpoints inside a folder of its own, stopped at the end.
+struct Served {
+    QTemporaryDir dir;
+    QProcess process;
+    QString control = QStringLiteral("ipc://") + dir.filePath(QStringLiteral("control"));
+    QString live = QStringLiteral("ipc://") + dir.filePath(QStringLiteral("live"));
+
+    Served()
+    {
+        process.start(engineExecutable(), {QStringLiteral("serve"), QStringLiteral("--bind"), control,
+                                           QStringLiteral("--live"), live, QStringLiteral("--sessions"), dir.path()});
+        process.waitForReadyRead(10000);   // "serving: ..." once both sockets are bound
+    }
+    ~Served()
+    {
+        process.terminate();
+        process.waitForFinished(20000);
+    }
+};
+
+// Sends a request and waits (in the event loop) for its reply.
+nlohmann::json ask(EngineClient& client, nlohmann::json body, int timeoutMs = EngineClient::kDefaultTimeoutMs)
+{
+    std::optional<nlohmann::json> reply;
+    client.request(std::move(body), [&](const nlohmann::json& r) { reply = r; }, timeoutMs);
+    const bool answered = QTest::qWaitFor([&] { return reply.has_value(); }, timeoutMs + 5000);
+    return answered ? *reply : nlohmann::json{{"ok", false}, {"error", "no reply at all"}};
+}
+
+bool waitConnected(EngineClient& client, int timeoutMs = 15000)
+{
+    return QTest::qWaitFor([&] { return client.state() == ConnectionState::Connected; }, timeoutMs);
+}
+
+}  // namespace
+
+class TestClientEngine : public QObject {
+    Q_OBJECT
+
+private slots:
+    void helloPlanAndBadRequests()
+    {
+        Served served;
+        QVERIFY2(served.process.state() == QProcess::Running, served.process.readAllStandardError().constData());
+        EngineClient client;
+        QSignalSpy states(&client, &EngineClient::stateChanged);
+        client.connectTo(served.control);
+        QVERIFY(waitConnected(client));
+        QCOMPARE(states.first().at(0).value<ConnectionState>(), ConnectionState::Connecting);
+        QCOMPARE(states.last().at(0).value<ConnectionState>(), ConnectionState::Connected);
+        QCOMPARE(states.last().at(1).toString(), served.control);
+        QCOMPARE(client.liveEndpoint(), served.live);   // taken from the hello reply
+
+        const nlohmann::json hello = ask(client, {{"op", "hello"}});
+        QCOMPARE(hello["ok"], true);
+        QCOMPARE(hello["live"].get<std::string>(), served.live.toStdString());
+
+        nlohmann::json reply = ask(client, {{"op", "plan"}, {"job", demoJob()}});
+        QVERIFY2(reply["ok"] == true, reply.dump().c_str());
+        QVERIFY(reply["plan"].is_object());
+        QCOMPARE(reply["plan"]["world_size"], 8);
+        QVERIFY(reply["plan"]["bubble_ratio"].get<double>() > 0.1);
+
+        reply = ask(client, {{"op", "launch-missiles"}});
+        QCOMPARE(reply["ok"], false);
+        QVERIFY(reply["error"].get<std::string>().find("submit") != std::string::npos);
+        nlohmann::json bad = demoJob();
+        bad["parallel"]["tp"] = 3;
+        reply = ask(client, {{"op", "plan"}, {"job", bad}});
+        QCOMPARE(reply["ok"], false);
+        QVERIFY(reply["errors"].dump().find("parallel.tp") != std::string::npos);
+
+        // Several in flight at once: each handler gets its own reply.
+        std::map<int, std::string> answers;
+        for (int i = 0; i < 5; ++i)
+            client.request({{"op", i % 2 ? "jobs" : "hello"}},
+                           [&answers, i](const nlohmann::json& r) { answers[i] = r.contains("jobs") ? "jobs" : "hello"; });
+        QTRY_COMPARE(int(answers.size()), 5);
+        for (int i = 0; i < 5; ++i)
+            QCOMPARE(answers[i], std::string(i % 2 ? "jobs" : "hello"));
+        QCOMPARE(client.pendingRequests(), 0);
+    }
+
+    void demoJobOnTheLiveFeed()
+    {
+        Served served;
+        EngineClient client;
+        client.connectTo(served.control);
+        QVERIFY(waitConnected(client));
+        QSignalSpy stepSpy(&client, &EngineClient::stepArrived);
+        QSignalSpy jobSpy(&client, &EngineClient::jobChanged);
+        QSignalSpy spanSpy(&client, &EngineClient::spansArrived);
+        QTest::qWait(300);   // let the subscription reach the publisher
+
+        const nlohmann::json reply = ask(client, {{"op", "submit"}, {"job", demoJob()}, {"steps", 3}, {"one_device", true}});
+        QVERIFY2(reply["ok"] == true, reply.dump().c_str());
+        const QString source = QString::fromStdString(reply["job"]);
+
+        auto finalState = [&]() -> std::string {
+            for (const QList<QVariant>& args : jobSpy)
+                if (args.at(0).toString() == source) {
+                    const std::string state = args.at(1).value<nlohmann::json>().value("state", "");
+                    if (state == "completed" || state == "failed" || state == "stopped")
+                        return state;
+                }
+            return {};
+        };
+        QVERIFY(QTest::qWaitFor([&] { return !finalState().empty(); }, 180000));
+        QCOMPARE(finalState(), std::string("completed"));
+
+        std::set<int> steps;
+        for (const QList<QVariant>& args : stepSpy) {
+            QCOMPARE(args.at(0).toString(), source);
+            const nlohmann::json step = args.at(1).value<nlohmann::json>();
+            QCOMPARE(step["source"].get<std::string>(), source.toStdString());
+            steps.insert(step["step"].get<int>());
+        }
+        QCOMPARE(steps, (std::set<int>{1, 2, 3}));
+        QVERIFY(spanSpy.count() > 0);
+        const wire::Batch batch = spanSpy.first().at(1).value<wire::Batch>();
+        QVERIFY(!batch.records.empty());
+        QVERIFY(std::holds_alternative<wire::SpanRecord>(batch.records.front()));
+        QCOMPARE(client.badLiveMessages(), quint64(0));
+    }
+
+    void aRequestNobodyAnswersTimesOut()
+    {
+        QTemporaryDir dir;
+        EngineClient client;
+        client.connectTo(QStringLiteral("ipc://") + dir.filePath(QStringLiteral("nobody")));
+        QElapsedTimer timer;
+        timer.start();
+        const nlohmann::json reply = ask(client, {{"op", "hello"}}, 400);
+        const qint64 elapsed = timer.elapsed();
+        QCOMPARE(reply["ok"], false);
+        QCOMPARE(reply["timed_out"], true);
+        QVERIFY2(reply["error"].get<std::string>().find("the engine did not answer") == 0, reply.dump().c_str());
+        QVERIFY2(elapsed >= 400 && elapsed < 1500, qPrintable(QString::number(elapsed)));
+        QCOMPARE(client.state(), ConnectionState::Connecting);
+
+        // Without any connection the handler still runs once, from the event loop.
+        EngineClient idle;
+        int calls = 0;
+        idle.request({{"op", "hello"}}, [&](const nlohmann::json& r) { calls += r["ok"] == false ? 1 : 100; });
+        QCOMPARE(calls, 0);
+        QTRY_COMPARE(calls, 1);
+    }
+
+    void theLocalEngineIsStartedWhenNoneAnswers()
+    {
+        QTemporaryDir dir;
+        const QString control = QStringLiteral("ipc://") + dir.filePath(QStringLiteral("control"));
+        const QString live = QStringLiteral("ipc://") + dir.filePath(QStringLiteral("live"));
+        auto owner = std::make_unique<EngineClient>();
+        QElapsedTimer timer;
+        timer.start();
+        owner->startLocalEngine(control, live, dir.path());
+        QVERIFY(waitConnected(*owner));
+        QVERIFY(timer.elapsed() >= 900);   // it waited for the probe first
+        QVERIFY(owner->ownsEngine());
+        QCOMPARE(owner->liveEndpoint(), live);
+
+        // A second workbench finds it and starts nothing.
+        EngineClient second;
+        second.startLocalEngine(control, live, dir.path());
+        QVERIFY(waitConnected(second, 3000));
+        QVERIFY(!second.ownsEngine());
+
+        // The owner takes its engine down with it.
+        owner.reset();
+        const nlohmann::json reply = ask(second, {{"op", "hello"}}, 500);
+        QCOMPARE(reply["ok"], false);
+        QCOMPARE(reply["timed_out"], true);
+    }
+
+    void badLivePayloadsAreCountedNotFatal()
+    {
+        // A fake engine: a ROUTER that answers hello with our PUB as the feed, and a PUB that sends garbage.
+        QTemporaryDir dir;
+        const std::string control = "ipc://" + dir.filePath(QStringLiteral("control")).toStdString();
+        const std::string live = "ipc://" + dir.filePath(QStringLiteral("live")).toStdString();
+        zmq::context_t context;
+        zmq::socket_t router(context, zmq::socket_type::router);
+        zmq::socket_t pub(context, zmq::socket_type::pub);
+        router.bind(control);
+        pub.bind(live);
+        QTimer serve;
+        connect(&serve, &QTimer::timeout, [&] {
+            std::vector<zmq::message_t> frames;
+            while (zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+                const nlohmann::json request = nlohmann::json::parse(frames.back().to_string_view());
+                const nlohmann::json reply = {{"v", 1}, {"id", request["id"]}, {"ok", true}, {"live", live}};
+                router.send(frames.front(), zmq::send_flags::sndmore);
+                router.send(zmq::buffer(reply.dump()));
+                frames.clear();
+            }
+        });
+        serve.start(10);
+
+        EngineClient client;
+        QSignalSpy bad(&client, &EngineClient::badLiveMessage);
+        QSignalSpy steps(&client, &EngineClient::stepArrived);
+        QSignalSpy spans(&client, &EngineClient::spansArrived);
+        client.connectTo(QString::fromStdString(control));
+        QVERIFY(waitConnected(client));
+        QTest::qWait(300);
+        auto publish = [&](const std::string& topic, const std::string& payload) {
+            pub.send(zmq::buffer(topic), zmq::send_flags::sndmore);
+            pub.send(zmq::buffer(payload));
+        };
+        publish("spans/job-1", "MBTW but not a batch");
+        publish("step/job-1", "{not json");
+        publish("nonsense", "{}");
+        publish("future-kind/job-1", "{}");   // a kind from a newer engine: ignored, not an error
+        pub.send(zmq::buffer(std::string("step/job-1")));   // a topic alone
+        publish("step/job-1", R"({"type": "step", "step": 7})");
+        wire::Batch batch{3, 0, {wire::SpanRecord{7, 1, 0, 2, wire::SpanKind::Backward, -1, 100, 250, 0}}};
+        const std::vector<std::uint8_t> frame = wire::encodeBatch(batch);
+        pub.send(zmq::buffer(std::string("spans/job-1")), zmq::send_flags::sndmore);
+        pub.send(zmq::buffer(frame));
+
+        QTRY_COMPARE(spans.count(), 1);
+        QCOMPARE(steps.count(), 1);
+        QCOMPARE(steps.first().at(0).toString(), QStringLiteral("job-1"));
+        QCOMPARE(steps.first().at(1).value<nlohmann::json>()["step"], 7);
+        QCOMPARE(spans.first().at(0).toString(), QStringLiteral("job-1"));
+        QCOMPARE(spans.first().at(1).value<wire::Batch>(), batch);
+        // The bad batch, the bad JSON, the topic without a slash and the topic without a payload.
+        QCOMPARE(bad.count(), 4);
+        QCOMPARE(bad.at(0).at(0).toString(), QStringLiteral("spans/job-1"));
+        QCOMPARE(bad.last().at(2).toULongLong(), client.badLiveMessages());
+        QCOMPARE(client.state(), ConnectionState::Connected);
+    }
+};
+
+QTEST_MAIN(TestClientEngine)
+#include "tst_client_engine.moc"

@@ -1,0 +1,154 @@
+// JobDocument: JSON paths, validation and re-planning on every change, files, and the re-plan time.
+#include "designer/job_document.h"
+
+#include <QElapsedTimer>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+
+using namespace meshbench::app;
+
+namespace {
+const QString kJobs = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/");
+}
+
+class TestDesignerDocument : public QObject {
+    Q_OBJECT
+private slots:
+    void loadsAndPlansTheDemo()
+    {
+        JobDocument doc;
+        QVERIFY(!doc.plan());   // an empty document does not plan
+        QVERIFY(!doc.errors().isEmpty());
+        QSignalSpy plans(&doc, &JobDocument::planChanged);
+        QString error;
+        QVERIFY2(doc.loadFile(kJobs + "demo.json", &error), qPrintable(error));
+        QCOMPARE(plans.count(), 1);
+        QVERIFY(doc.errors().isEmpty());
+        QVERIFY(doc.plan());
+        QCOMPARE(doc.plan()->worldSize, 8);
+        QCOMPARE(int(doc.plan()->stages.size()), 2);
+        QCOMPARE(doc.value("parallel.tp").get<int>(), 2);
+        QCOMPARE(doc.value("model.moe.experts").get<int>(), 4);
+        QVERIFY(doc.value("model.nothing.here").is_null());
+    }
+
+    void everyChangeRevalidatesAndReplans()
+    {
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "demo.json"));
+        QSignalSpy plans(&doc, &JobDocument::planChanged);
+        QSignalSpy errors(&doc, &JobDocument::errorsChanged);
+        doc.set("parallel.tp", 3);   // 4 heads do not split over 3
+        QCOMPARE(plans.count(), 1);
+        QCOMPARE(plans.last().at(0).value<const meshbench::plan::Plan*>(), nullptr);
+        QCOMPARE(errors.count(), 1);
+        QVERIFY(!doc.plan());
+        QVERIFY(doc.spec());   // a layout error keeps the spec for drawing
+        const QStringList tp = doc.errorsAt("parallel.tp");
+        QVERIFY(!tp.isEmpty());
+        QVERIFY2(tp.first().contains("4 attention heads do not split over tp=3"), qPrintable(tp.first()));
+
+        doc.set("parallel.tp", 2);
+        QVERIFY(doc.plan());
+        QVERIFY(doc.errors().isEmpty());
+        QCOMPARE(errors.count(), 2);
+
+        // A bigger micro-batch doubles the activations of every stage, nothing else.
+        const double before = doc.plan()->stages[0].memory.activations;
+        const double weights = doc.plan()->stages[0].memory.weights;
+        doc.set("parallel.micro_batch_size", 4);
+        QCOMPARE(doc.plan()->spec.parallel.microBatchSize, 4);
+        QCOMPARE(doc.plan()->stages[0].memory.weights, weights);
+        QVERIFY(doc.plan()->stages[0].memory.activations > before);
+    }
+
+    void structuralErrorsKeepNoSpec()
+    {
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "demo.json"));
+        doc.set("parallel.dp", "two");
+        QVERIFY(!doc.spec());
+        QVERIFY(!doc.errorsAt("parallel.dp").isEmpty());
+        // A path through a non-object replaces it instead of throwing.
+        doc.set("model", 5);
+        doc.set("model.layers", 4);
+        QCOMPARE(doc.value("model.layers").get<int>(), 4);
+        // null removes a key
+        doc.set("model.layers", nullptr);
+        QVERIFY(doc.value("model.layers").is_null());
+    }
+
+    void mergeIsOneChange()
+    {
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "demo.json"));
+        QSignalSpy plans(&doc, &JobDocument::planChanged);
+        doc.merge({{"parallel", {{"dp", 4}, {"pp", 1}}}});
+        QCOMPARE(plans.count(), 1);
+        QVERIFY(doc.plan());
+        QCOMPARE(doc.plan()->spec.parallel.dp, 4);
+        QCOMPARE(doc.plan()->spec.parallel.pp, 1);
+        QCOMPARE(doc.plan()->spec.parallel.tp, 2);   // untouched
+    }
+
+    void savesAndLoadsBack()
+    {
+        QTemporaryDir dir;
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "gpt3-175b.json"));
+        doc.set("parallel.microbatches", 96);
+        const QString path = dir.filePath("job.json");
+        QVERIFY(doc.saveFile(path));
+        JobDocument again;
+        QVERIFY(again.loadFile(path));
+        QVERIFY(again.json() == doc.json());
+        QCOMPARE(again.plan()->spec.parallel.microbatches, 96);
+
+        QString error;
+        QFile bad(dir.filePath("bad.json"));
+        QVERIFY(bad.open(QIODevice::WriteOnly));
+        bad.write("{ not json");
+        bad.close();
+        QVERIFY(!again.loadFile(bad.fileName(), &error));
+        QVERIFY(!error.isEmpty());
+        QVERIFY(again.json() == doc.json());   // unchanged
+        QVERIFY(!again.loadFile(dir.filePath("missing.json"), &error));
+    }
+
+    void replanTime_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("path");
+        QTest::addColumn<int>("a");
+        QTest::addColumn<int>("b");
+        QTest::newRow("demo") << "demo.json" << "parallel.microbatches" << 4 << 8;
+        QTest::newRow("gpt3-175b") << "gpt3-175b.json" << "parallel.microbatches" << 192 << 96;
+    }
+
+    // "Instant" re-planning: the full validate + plan of a field change, median of 21.
+    void replanTime()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, path);
+        QFETCH(int, a);
+        QFETCH(int, b);
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + file));
+        std::vector<double> ms;
+        for (int i = 0; i < 21; ++i) {
+            QElapsedTimer timer;
+            timer.start();
+            doc.set(path, i % 2 ? a : b);
+            ms.push_back(double(timer.nsecsElapsed()) / 1e6);
+            QVERIFY(doc.plan());
+        }
+        std::sort(ms.begin(), ms.end());
+        qInfo("%s: re-plan median %.2f ms, max %.2f ms (engine part %.2f ms)", qPrintable(file), ms[ms.size() / 2],
+              ms.back(), doc.lastReplanMs());
+        QVERIFY2(ms[ms.size() / 2] < 50, "re-planning must feel instant");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestDesignerDocument)
+#include "tst_designer_document.moc"

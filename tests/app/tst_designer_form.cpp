@@ -1,0 +1,220 @@
+// JobForm and PlanInspector through the DesignerView: typing into fields re-plans, the memory chart
+// shows the plan's per-stage memory, and engine and input errors appear next to their fields.
+#include "designer/job_document.h"
+#include "designer/designer_view.h"
+#include "designer/job_form.h"
+#include "designer/plan_inspector.h"
+#include "designer/topology_view.h"
+
+#include <qcustomplot.h>
+
+#include <QCheckBox>
+#include <QElapsedTimer>
+#include <QComboBox>
+#include <QLineEdit>
+#include <QSignalSpy>
+#include <QTest>
+
+using namespace meshbench::app;
+
+namespace {
+
+const QString kJobs = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/");
+
+// Types text into a line edit as a user would: select all, type, Enter.
+void type(QLineEdit* line, const QString& text)
+{
+    line->setFocus();
+    line->selectAll();
+    QTest::keyClick(line, Qt::Key_Backspace);
+    QTest::keyClicks(line, text);
+    QTest::keyClick(line, Qt::Key_Return);
+}
+
+}  // namespace
+
+class TestDesignerForm : public QObject {
+    Q_OBJECT
+private slots:
+    void init()
+    {
+        m_view = std::make_unique<DesignerView>();
+        m_view->resize(1400, 900);
+        m_view->show();
+        QVERIFY(QTest::qWaitForWindowExposed(m_view.get()));
+        QString error;
+        QVERIFY2(m_view->loadFile(kJobs + "demo.json", &error), qPrintable(error));
+    }
+    void cleanup() { m_view.reset(); }
+
+    void showsTheDocument()
+    {
+        JobForm* form = m_view->form();
+        QCOMPARE(qobject_cast<QLineEdit*>(form->editor("parallel.tp"))->text(), QString("2"));
+        QCOMPARE(qobject_cast<QLineEdit*>(form->editor("model.moe.capacity_factor"))->text(), QString("1.25"));
+        QCOMPARE(qobject_cast<QComboBox*>(form->editor("parallel.schedule"))->currentText(), QString("1f1b"));
+        QCOMPARE(qobject_cast<QComboBox*>(form->editor("cluster.preset"))->currentText(), QString("custom"));
+        QVERIFY(!qobject_cast<QCheckBox*>(form->editor("parallel.sequence_parallel"))->isChecked());
+        // A value the document leaves out shows the engine's default.
+        QCOMPARE(qobject_cast<QLineEdit*>(form->editor("parallel.virtual_stages"))->text(), QString("1"));
+    }
+
+    void typingReplansAndUpdatesTheChart()
+    {
+        JobDocument* doc = m_view->document();
+        QSignalSpy plans(doc, &JobDocument::planChanged);
+        type(qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.micro_batch_size")), "4");
+        QCOMPARE(plans.count(), 1);
+        const meshbench::plan::Plan* plan = doc->plan();
+        QVERIFY(plan);
+        QCOMPARE(plan->spec.parallel.microBatchSize, 4);
+
+        PlanInspector* inspector = m_view->inspector();
+        const double gb = 1e9;
+        for (const auto& stage : plan->stages) {
+            const double key = stage.stage;
+            auto valueAt = [&](PlanInspector::Category c) {
+                const auto it = inspector->memoryBars(c)->data()->findBegin(key, false);
+                return it == inspector->memoryBars(c)->data()->constEnd() ? -1.0 : it->value;
+            };
+            QCOMPARE(valueAt(PlanInspector::Weights), stage.memory.weights / gb);
+            QCOMPARE(valueAt(PlanInspector::Grads), stage.memory.grads / gb);
+            QCOMPARE(valueAt(PlanInspector::Optimizer), stage.memory.optimizer / gb);
+            QCOMPARE(valueAt(PlanInspector::Activations), stage.memory.activations / gb);
+        }
+        QCOMPARE(inspector->memoryBars(PlanInspector::Weights)->data()->size(), int(plan->stages.size()));
+        QCOMPARE(inspector->capacityGB(), plan->deviceMemory / gb);
+        QVERIFY(inspector->summaryText().contains("bubble ratio"));
+    }
+
+    void indivisibleTpShowsTheEngineMessageNextToTp()
+    {
+        auto* tp = qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.tp"));
+        QSignalSpy plans(m_view->document(), &JobDocument::planChanged);
+        type(tp, "3");
+        QCOMPARE(plans.count(), 1);
+        QVERIFY(!m_view->document()->plan());
+        const QString message = m_view->form()->errorText("parallel.tp");
+        QVERIFY2(message.contains("4 attention heads do not split over tp=3"), qPrintable(message));
+        QCOMPARE(tp->toolTip(), message);
+        QVERIFY(m_view->form()->errorText("parallel.pp").isEmpty());
+        // The chart empties and says why.
+        QCOMPARE(m_view->inspector()->memoryBars(PlanInspector::Weights)->data()->size(), 0);
+
+        type(tp, "2");
+        QVERIFY(m_view->document()->plan());
+        QVERIFY(m_view->form()->errorText("parallel.tp").isEmpty());
+        QVERIFY(m_view->form()->generalErrorText().isEmpty());
+    }
+
+    void badInputInEveryNumericFieldIsReportedInline()
+    {
+        JobForm* form = m_view->form();
+        for (const QString& path : form->paths()) {
+            auto* line = qobject_cast<QLineEdit*>(form->editor(path));
+            if (!line)
+                continue;
+            const QString before = line->text();
+            const nlohmann::json original = m_view->document()->json();
+            type(line, "12abc");
+            QVERIFY2(form->errorText(path).contains("'12abc' is not"), qPrintable(path));
+            QVERIFY2(m_view->document()->json() == original, qPrintable(path));   // nothing written
+            type(line, "99999999999999999999999");
+            QVERIFY2(!form->errorText(path).isEmpty(), qPrintable(path));
+            type(line, "0");   // zero: the engine's range check, or a valid zero (zero stage, latencies)
+            type(line, "1e300");   // not a whole number, or beyond the engine's range for the field
+            QVERIFY2(!form->errorText(path).isEmpty(), qPrintable(path));
+            type(line, before);
+            QVERIFY2(form->errorText(path).isEmpty(), qPrintable(path + ": " + form->errorText(path)));
+        }
+        QVERIFY(m_view->document()->plan());
+    }
+
+    void zeroAndHugeGetTheEnginesMessages()
+    {
+        JobForm* form = m_view->form();
+        type(qobject_cast<QLineEdit*>(form->editor("model.layers")), "0");
+        QVERIFY2(!form->errorText("model.layers").isEmpty(), "layers = 0");
+        type(qobject_cast<QLineEdit*>(form->editor("model.layers")), "4");
+        type(qobject_cast<QLineEdit*>(form->editor("parallel.dp")), "1000000000");
+        QVERIFY2(!form->errorText("parallel.dp").isEmpty(), "dp = 1e9");
+        type(qobject_cast<QLineEdit*>(form->editor("parallel.dp")), "4");   // 4 x 2 x 2 = 16 ranks on 8 devices
+        QVERIFY2(form->errorText("parallel.dp").contains("16 ranks"), qPrintable(form->errorText("parallel.dp")));
+        type(qobject_cast<QLineEdit*>(form->editor("cluster.nodes")), "2");
+        QVERIFY(m_view->document()->plan());
+        QVERIFY(form->errorText("parallel.dp").isEmpty());
+    }
+
+    void choicesAndPresets()
+    {
+        JobForm* form = m_view->form();
+        auto* schedule = qobject_cast<QComboBox*>(form->editor("parallel.schedule"));
+        schedule->setCurrentText("interleaved");
+        QCOMPARE(m_view->document()->value("parallel.schedule").get<std::string>(), "interleaved");
+        schedule->setCurrentText("zb-h1");
+        QVERIFY(m_view->document()->plan());
+        QCOMPARE(m_view->document()->plan()->spec.parallel.schedule, meshbench::plan::ScheduleKind::ZeroBubbleH1);
+
+        auto* preset = qobject_cast<QComboBox*>(form->editor("cluster.preset"));
+        preset->setCurrentText("dgx-h100");
+        QCOMPARE(m_view->document()->value("cluster").dump(), std::string(R"({"preset":"dgx-h100"})"));
+        // The preset's figures show in the cluster fields.
+        QCOMPARE(qobject_cast<QLineEdit*>(form->editor("cluster.devices_per_node"))->text(), QString("8"));
+        QCOMPARE(qobject_cast<QComboBox*>(form->editor("cluster.device"))->currentText(), QString("h100-sxm"));
+        preset->setCurrentText("custom");
+        QVERIFY(m_view->document()->value("cluster.preset").is_null());
+        QCOMPARE(m_view->document()->value("cluster.device").get<std::string>(), "h100-sxm");
+        QVERIFY(m_view->document()->plan());
+
+        // An empty expert count makes the model dense; ep must then be 1.
+        type(qobject_cast<QLineEdit*>(form->editor("model.moe.experts")), "");
+        QVERIFY(m_view->document()->value("model.moe").is_null());
+        QVERIFY(form->errorText("parallel.ep").contains("needs an MoE model"));
+    }
+
+    void launchCarriesTheJson()
+    {
+        QSignalSpy launches(m_view.get(), &DesignerView::launchRequested);
+        m_view->requestLaunch();
+        QCOMPARE(launches.count(), 1);
+        const auto json = nlohmann::json::parse(launches.first().at(0).toByteArray().toStdString());
+        QCOMPARE(json["parallel"]["tp"].get<int>(), 2);
+        type(qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.tp")), "3");
+        m_view->requestLaunch();   // invalid: nothing launched
+        QCOMPARE(launches.count(), 1);
+    }
+
+    // The whole view's update after a field change (document, form, topology, chart, timeline).
+    void viewUpdateTime()
+    {
+        QVERIFY(m_view->loadFile(kJobs + "gpt3-175b.json"));
+        auto* microbatches = qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.microbatches"));
+        std::vector<double> ms;
+        for (int i = 0; i < 9; ++i) {
+            QElapsedTimer timer;
+            timer.start();
+            type(microbatches, i % 2 ? "192" : "96");
+            ms.push_back(double(timer.nsecsElapsed()) / 1e6);
+            QVERIFY(m_view->document()->plan());
+        }
+        std::sort(ms.begin(), ms.end());
+        qInfo("gpt3-175b: view update median %.1f ms, max %.1f ms", ms[ms.size() / 2], ms.back());
+        QVERIFY(ms[ms.size() / 2] < 100);
+    }
+
+    // MESHBENCH_SCREENSHOT_DIR=dir saves designer.png there (for reviewers without a display).
+    void screenshot()
+    {
+        const QString dir = qEnvironmentVariable("MESHBENCH_SCREENSHOT_DIR");
+        if (dir.isEmpty())
+            QSKIP("MESHBENCH_SCREENSHOT_DIR not set");
+        m_view->topology()->selectDevice(5);
+        QVERIFY(m_view->grab().save(dir + "/designer.png"));
+    }
+
+private:
+    std::unique_ptr<DesignerView> m_view;
+};
+
+QTEST_MAIN(TestDesignerForm)
+#include "tst_designer_form.moc"

@@ -1,0 +1,146 @@
+// TopologyView: the device under a point, the rank placed on it, stage colours in the drawing, TP
+// groups leaving their NVLink domain, and the aggregated drawing of large clusters.
+#include "designer/topology_view.h"
+
+#include <QElapsedTimer>
+#include <QImage>
+#include <QTest>
+
+using namespace meshbench::app;
+
+namespace {
+
+const QString kJobs = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/");
+
+std::optional<meshbench::plan::JobSpec> specOf(const QString& file, const nlohmann::json& patch = {})
+{
+    JobDocument doc;
+    if (!doc.loadFile(kJobs + file))
+        return std::nullopt;
+    if (!patch.is_null())
+        doc.merge(patch);
+    return doc.spec();
+}
+
+QImage renderOf(TopologyView& view)
+{
+    QImage image(view.size(), QImage::Format_ARGB32);
+    image.fill(Qt::transparent);
+    view.render(&image);
+    return image;
+}
+
+// A point inside the cell away from its centred label and its outline.
+QPoint fillPoint(const QRectF& cell) { return (cell.topLeft() + QPointF(cell.width() * 0.2, cell.height() * 0.8)).toPoint(); }
+
+}  // namespace
+
+class TestDesignerTopology : public QObject {
+    Q_OBJECT
+private slots:
+    void mapsPointsToDevicesAndRanks()
+    {
+        TopologyView view;
+        view.resize(640, 420);
+        view.setSpec(specOf("demo.json"));   // 1 node x 8 devices; tp 2, dp 2, pp 2
+        QVERIFY(!view.isAggregated());
+        for (int d = 0; d < 8; ++d) {
+            const QRectF cell = view.deviceRect(d);
+            QVERIFY(!cell.isEmpty());
+            QCOMPARE(view.deviceAt(cell.center()), d);
+            QCOMPARE(view.rankOnDevice(d), d);   // by-slot placement on one node
+        }
+        QCOMPARE(view.deviceAt(QPointF(1, 1)), -1);
+        // Rank 5 = tp 1 + 2 * (dp 0) + 4 * (pp 1).
+        const QString tip = view.toolTipTextAt(view.deviceRect(5).center());
+        QVERIFY2(tip.contains("rank 5: dp 0, pp 1, tp 1, ep 0"), qPrintable(tip));
+        QVERIFY(!view.tensorGroupCrossesDomain(5));
+    }
+
+    void coloursDevicesByStage()
+    {
+        TopologyView view;
+        view.resize(640, 420);
+        view.setSpec(specOf("demo.json"));
+        const QImage image = renderOf(view);
+        for (int d = 0; d < 8; ++d) {
+            const int stage = d / 4;
+            QCOMPARE(image.pixelColor(fillPoint(view.deviceRect(d))), TopologyView::stageColor(stage));
+        }
+        QVERIFY(TopologyView::stageColor(0) != TopologyView::stageColor(1));
+    }
+
+    void clickSelectsAllGroups()
+    {
+        TopologyView view;
+        view.resize(640, 420);
+        view.setSpec(specOf("demo.json"));
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        QTest::mouseClick(&view, Qt::LeftButton, {}, view.deviceRect(5).center().toPoint());
+        QCOMPARE(view.selectedDevice(), 5);
+        QTest::mouseClick(&view, Qt::LeftButton, {}, QPoint(1, 1));
+        QCOMPARE(view.selectedDevice(), -1);
+    }
+
+    void warnsWhenTensorGroupsCrossNodes()
+    {
+        // 2 nodes x 4 devices, NVLink domain = node, tp 8: every TP group spans both nodes.
+        const nlohmann::json patch = {
+            {"model", {{"heads", 8}, {"kv_heads", 8}}},
+            {"parallel", {{"tp", 8}, {"dp", 1}, {"pp", 1}, {"ep", 1}}},
+            {"cluster", {{"nodes", 2}, {"devices_per_node", 4}, {"nvlink_domain", 4}}}};
+        TopologyView view;
+        view.resize(640, 420);
+        view.setSpec(specOf("demo.json", patch));
+        for (int d = 0; d < 8; ++d)
+            QVERIFY(view.tensorGroupCrossesDomain(d));
+        // The red marker in the cell's top-right corner.
+        const QImage image = renderOf(view);
+        const QRectF cell = view.deviceRect(0);
+        QCOMPARE(image.pixelColor((cell.topRight() + QPointF(-3, 3)).toPoint()), QColor(0xd6, 0x27, 0x28));
+    }
+
+    void aggregatesLargeClusters()
+    {
+        // GPT-3 on 128 DGX H100 nodes: tp 8, dp 8, pp 16 -> stage s holds nodes 8s .. 8s+7.
+        TopologyView view;
+        view.resize(800, 500);
+        view.setSpec(specOf("gpt3-175b.json"));
+        QVERIFY(view.isAggregated());
+        const QImage image = renderOf(view);
+        for (int node : {0, 9, 64, 127}) {
+            const QRectF cell = view.deviceRect(node * 8);
+            QCOMPARE(view.deviceAt(cell.center()), node * 8);
+            QCOMPARE(image.pixelColor(cell.topLeft().toPoint() + QPoint(1, cell.height() > 6 ? 4 : 0)),
+                     TopologyView::stageColor(node / 8));
+        }
+        QVERIFY(view.toolTipTextAt(view.deviceRect(9 * 8).center()).contains("node 9"));
+    }
+
+    void drawsSixteenThousandDevices()
+    {
+        // 2048 nodes x 8 = 16,384 devices.
+        const nlohmann::json patch = {{"cluster", {{"preset", "dgx-h100x2048"}}},
+                                      {"parallel", {{"dp", 128}, {"pp", 16}, {"tp", 8}}}};
+        TopologyView view;
+        view.resize(900, 600);
+        QElapsedTimer timer;
+        timer.start();
+        view.setSpec(specOf("gpt3-175b.json", patch));
+        const double setMs = double(timer.nsecsElapsed()) / 1e6;
+        timer.restart();
+        const QImage image = renderOf(view);
+        const double paintMs = double(timer.nsecsElapsed()) / 1e6;
+        qInfo("16,384 devices: setSpec %.1f ms, paint %.1f ms", setMs, paintMs);
+        QVERIFY(view.isAggregated());
+        QCOMPARE(view.rankOnDevice(16383), 16383);
+        const QRectF last = view.deviceRect(16383);
+        QCOMPARE(view.deviceAt(last.center()), 2047 * 8);
+        QCOMPARE(image.pixelColor(last.topLeft().toPoint()), TopologyView::stageColor(15));
+        QVERIFY(paintMs < 100);
+    }
+};
+
+QTEST_MAIN(TestDesignerTopology)
+#include "tst_designer_topology.moc"

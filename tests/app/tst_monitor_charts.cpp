@@ -1,0 +1,283 @@
+// The Monitor's charts fed through a RunState: the plotted values are the aggregates' own, the
+// heat map's cells are the routed tokens, the memory bars stack to the rank's total, and every
+// chart exports as PNG and PDF.
+#include "monitor/bubble_chart.h"
+#include "monitor/expert_load_view.h"
+#include "monitor/memory_chart.h"
+#include "monitor/monitor_charts.h"
+#include "monitor/training_chart.h"
+
+#include <qcustomplot.h>
+
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace meshbench;
+using app::RunState;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// dp 2 x pp 2 x tp 1 (4 ranks) on h100s; 4 layers, MoE layers 0 and 2 of 8 experts.
+plan::JobSpec chartSpec()
+{
+    const plan::LoadResult loaded = plan::loadJobSpec(nlohmann::json::parse(R"({
+      "name": "monitor charts test",
+      "model": { "layers": 4, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1024, "seq_len": 128,
+                 "moe": { "experts": 8, "top_k": 2, "every_n_layers": 2 } },
+      "parallel": { "dp": 2, "pp": 2, "tp": 1, "ep": 2, "schedule": "1f1b", "microbatches": 4 },
+      "cluster": { "nodes": 1, "devices_per_node": 4, "device": "h100-sxm" }
+    })"));
+    if (!loaded.valid())
+        qFatal("test spec is invalid: %s", loaded.errors.front().message.c_str());
+    return *loaded.spec;
+}
+
+std::uint32_t routedTokens(int step, int layer, int expert)
+{
+    return std::uint32_t(100 + 10 * step + 3 * expert + layer + (expert == 5 ? 400 : 0));
+}
+
+live::StepAggregate stepAt(int step)
+{
+    live::StepAggregate s;
+    s.step = step;
+    s.bubble = 0.1 * (step + 1);
+    s.plannedBubble = 0.999;   // the feed's figure; the chart must prefer the plan's own
+    s.stages = {{0, 0.05 * (step + 1), std::nullopt, 2}, {1, 0.15 * (step + 1), std::nullopt, 2}};
+    s.loss = 5.0 - 0.25 * step;
+    s.auxLoss = 0.01 + 0.001 * step;
+    s.tokensPerSecond = 1000.0 + step;
+    s.mfu = 0.3 + 0.01 * step;
+    for (int layer : {0, 2}) {
+        live::ExpertLayerStats stats;
+        stats.layer = layer;
+        double max = 0, sum = 0;
+        for (int e = 0; e < 8; ++e) {
+            stats.routed.push_back(routedTokens(step, layer, e));
+            stats.dropped.push_back(e == 5 ? 50u : 0u);
+            max = std::max(max, double(stats.routed.back()));
+            sum += stats.routed.back();
+        }
+        stats.imbalance = max / (sum / 8);
+        stats.hottestExpert = 5;
+        s.expertLayers.push_back(stats);
+    }
+    s.imbalanceP95 = s.expertLayers[0].imbalance;
+    s.droppedFraction = 0.02;
+    return s;
+}
+
+live::RankMemory memoryOf(std::uint32_t rank, std::int64_t timeNs, std::int64_t scale)
+{
+    live::RankMemory m;
+    m.rank = rank;
+    m.stage = int(rank / 2);
+    m.timeNs = timeNs;
+    m.current = {3 * scale, 2 * scale, 5 * scale, 7 * scale, scale};
+    m.peak = {3 * scale, 2 * scale, 5 * scale, 9 * scale, 2 * scale};
+    return m;
+}
+
+double valueAt(QCPGraph* graph, double key)
+{
+    const auto it = graph->data()->findBegin(key, false);
+    return it != graph->data()->constEnd() && it->key == key ? it->value : qQNaN();
+}
+
+double barAt(QCPBars* bars, double key)
+{
+    const auto it = bars->data()->findBegin(key, false);
+    return it != bars->data()->constEnd() && it->key == key ? it->value : qQNaN();
+}
+
+double cellAt(QCPColorMap* map, double key, double value)
+{
+    int k = 0, v = 0;
+    map->data()->coordToCell(key, value, &k, &v);
+    return map->data()->cell(k, v);
+}
+
+}  // namespace
+
+class TestMonitorCharts : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void bubbleChartPlotsEveryStepAndThePlan()
+    {
+        RunState state;
+        state.setSpec(chartSpec());
+        app::BubbleChart chart;
+        chart.setRunState(&state);
+        QCOMPARE(chart.stageGraphCount(), 2);
+        QCPGraph* overall = chart.overallGraph();
+        for (int step = 0; step < 5; ++step)
+            state.addStep(stepAt(step));
+        QCOMPARE(chart.overallGraph(), overall);   // appended to, not rebuilt
+        QCOMPARE(overall->dataCount(), 5);
+        QCOMPARE(chart.stageGraph(1)->dataCount(), 5);
+        for (int step = 0; step < 5; ++step) {
+            QCOMPARE(valueAt(overall, step), 0.1 * (step + 1));
+            QCOMPARE(valueAt(chart.stageGraph(0), step), 0.05 * (step + 1));
+            QCOMPARE(valueAt(chart.stageGraph(1), step), 0.15 * (step + 1));
+        }
+        const double planned = state.plan()->simulation.overallBubbleRatio;
+        QVERIFY(planned > 0 && planned < 0.9);
+        QVERIFY(chart.plannedLine()->visible());
+        QCOMPARE(chart.plannedLine()->point1->coords().y(), planned);
+        QCOMPARE(chart.plannedLine()->point2->coords().y(), planned);
+        QVERIFY(chart.plot()->yAxis->range().contains(0.5));
+
+        // Without a plan, the feed's planned figure is the reference.
+        RunState feedOnly;
+        app::BubbleChart other;
+        other.setRunState(&feedOnly);
+        QVERIFY(!other.plannedLine()->visible());
+        feedOnly.addStep(stepAt(0));
+        QVERIFY(other.plannedLine()->visible());
+        QCOMPARE(other.plannedLine()->point1->coords().y(), 0.999);
+
+        // A seek drops the later steps: the chart follows.
+        state.applyJobStatus({{"state", "seeking"}, {"step", 2}});
+        QCOMPARE(chart.overallGraph()->dataCount(), 2);
+    }
+
+    void expertHeatmapCellsAreTheRoutedTokens()
+    {
+        RunState state;
+        state.setSpec(chartSpec());
+        app::ExpertLoadView view;
+        view.setRunState(&state);
+        // More steps than the map's first allocation, so that it grows.
+        const int steps = 70;
+        for (int step = 0; step < steps; ++step)
+            state.addStep(stepAt(step));
+        view.setLayer(2);
+        QCOMPARE(view.layer(), 2);
+        QCPColorMap* map = view.heatmap();
+        for (int step : {0, 1, 33, 64, 69})
+            for (int expert = 0; expert < 8; ++expert)
+                QCOMPARE(cellAt(map, step, expert), double(routedTokens(step, 2, expert)));
+        QCOMPARE(view.imbalanceGraph()->dataCount(), steps);
+        // Step 3's worst layer is layer 0: routed 130 + 3e, expert 5 +400; max 545 / mean 1524 / 8.
+        QCOMPARE(valueAt(view.imbalanceGraph(), 3), 545.0 / (1524.0 / 8));
+        QCOMPARE(valueAt(view.droppedGraph(), 3), 0.02);
+        QVERIFY2(view.hottestText().contains(QStringLiteral("layer 0 expert 5")), qPrintable(view.hottestText()));
+        QVERIFY(view.hottestText().contains(QStringLiteral("step 69")));
+
+        // Incremental: one more step adds one column of the chosen layer.
+        state.addStep(stepAt(steps));
+        QCOMPARE(cellAt(map, steps, 5), double(routedTokens(steps, 2, 5)));
+
+        // Layers x experts of one step: rows are the MoE layers in order (0, 2).
+        view.setMode(app::ExpertLoadView::Mode::LayersByExperts);
+        view.setStep(7);
+        for (int expert = 0; expert < 8; ++expert) {
+            QCOMPARE(cellAt(view.heatmap(), expert, 0), double(routedTokens(7, 0, expert)));
+            QCOMPARE(cellAt(view.heatmap(), expert, 1), double(routedTokens(7, 2, expert)));
+        }
+        view.setStep(-1);   // latest
+        QCOMPARE(cellAt(view.heatmap(), 4, 1), double(routedTokens(steps, 2, 4)));
+    }
+
+    void memoryBarsStackToTheRankTotal()
+    {
+        RunState state;
+        state.setSpec(chartSpec());
+        app::MemoryChart chart;
+        chart.setRunState(&state);
+        for (std::uint32_t rank = 0; rank < 4; ++rank)
+            state.updateMemory(memoryOf(rank, 1'000'000'000, (rank + 1) * 1'000'000'000LL));
+        state.updateMemory(memoryOf(1, 3'000'000'000, 4'000'000'000LL));
+        QCoreApplication::processEvents();   // memory updates are coalesced
+        for (std::uint32_t rank = 0; rank < 4; ++rank) {
+            const live::RankMemory& latest = state.memory().at(rank).latest;
+            double sum = 0;
+            for (int c = 0; c < wire::kMemoryCategories; ++c)
+                sum += barAt(chart.categoryBars(wire::MemoryCategory(c)), rank);
+            QVERIFY(qFuzzyCompare(sum * kGiB, double(latest.currentTotal())));
+            std::int64_t peak = 0;
+            for (std::int64_t bytes : latest.peak)
+                peak += bytes;
+            QVERIFY(qFuzzyCompare(valueAt(chart.peakGraph(), rank) * kGiB, double(peak)));
+        }
+        QVERIFY(chart.capacityLine()->visible());
+        QCOMPARE(chart.capacityLine()->point1->coords().y(), state.deviceMemoryBytes() / kGiB);
+
+        chart.setHistoryRank(1);
+        QCOMPARE(chart.historyGraph()->dataCount(), 2);
+        QCOMPARE(valueAt(chart.historyGraph(), 2.0), 18.0 * 4'000'000'000 / kGiB);
+        state.updateMemory(memoryOf(1, 4'000'000'000, 1'000'000'000LL));
+        QCoreApplication::processEvents();
+        QCOMPARE(chart.historyGraph()->dataCount(), 3);
+        QCOMPARE(valueAt(chart.historyGraph(), 3.0), 18.0 * 1'000'000'000 / kGiB);
+    }
+
+    void trainingChartPlotsTheFigures()
+    {
+        RunState state;
+        app::TrainingChart chart;
+        chart.setRunState(&state);
+        for (int step = 0; step < 5; ++step)
+            state.addStep(stepAt(step));
+        live::StepAggregate diverged = stepAt(5);
+        diverged.loss = qQNaN();
+        state.addStep(diverged);
+        QCOMPARE(chart.lossGraph()->dataCount(), 5);
+        QCOMPARE(chart.auxLossGraph()->dataCount(), 6);
+        QCOMPARE(valueAt(chart.lossGraph(), 4), 4.0);
+        QCOMPARE(valueAt(chart.tokensGraph(), 2), 1002.0);
+        QCOMPARE(valueAt(chart.mfuGraph(), 3), 0.33);
+        QVERIFY(chart.lossGraph()->valueAxis()->range().contains(5.0));
+    }
+
+    void chartsExportAsPngAndPdf()
+    {
+        RunState state;
+        state.setSpec(chartSpec());
+        for (int step = 0; step < 5; ++step)
+            state.addStep(stepAt(step));
+        state.updateMemory(memoryOf(0, 1'000'000'000, 1'000'000'000LL));
+        app::MonitorCharts charts;
+        charts.setRunState(&state);
+        charts.resize(1000, 700);
+        charts.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&charts));
+        QTemporaryDir dir;
+        int index = 0;
+        for (app::ChartWidget* chart : charts.charts()) {
+            for (const char* suffix : {"png", "pdf"}) {
+                const QString path = dir.filePath(QStringLiteral("chart%1.%2").arg(index).arg(suffix));
+                QString error;
+                QVERIFY2(chart->exportImage(path, {}, &error), qPrintable(error));
+                QFile file(path);
+                QVERIFY(file.open(QIODevice::ReadOnly));
+                const QByteArray head = file.read(8);
+                QVERIFY(file.size() > 1000);
+                QVERIFY(head.startsWith(qstrcmp(suffix, "png") == 0 ? QByteArray("\x89PNG") : QByteArray("%PDF")));
+            }
+            ++index;
+        }
+        QString error;
+        QVERIFY(!charts.bubbleChart()->exportImage(dir.filePath(QStringLiteral("chart.bmp")), {}, &error));
+        QVERIFY(error.contains(QStringLiteral(".png")));
+    }
+
+    void axesFollowThePalette()
+    {
+        app::BubbleChart chart;
+        QPalette dark;
+        dark.setColor(QPalette::Window, QColor(30, 30, 30));
+        dark.setColor(QPalette::WindowText, QColor(230, 230, 230));
+        dark.setColor(QPalette::Base, QColor(20, 20, 20));
+        chart.setPalette(dark);
+        QCOMPARE(chart.plot()->xAxis->labelColor(), QColor(230, 230, 230));
+        QCOMPARE(chart.plot()->yAxis->tickLabelColor(), QColor(230, 230, 230));
+        QCOMPARE(chart.plot()->axisRect()->backgroundBrush().color(), QColor(20, 20, 20));
+    }
+};
+
+QTEST_MAIN(TestMonitorCharts)
+#include "tst_monitor_charts.moc"

@@ -1,0 +1,375 @@
+// The timeline widget: pixel mapping at several zooms, wheel zoom around the cursor, drag pan,
+// selection zoom, keys, follow-live, tooltips, stage collapse, overlay alignment, and real pixels
+// of a rendered frame.
+#include "timeline/timeline_view.h"
+
+#include <QApplication>
+#include <QImage>
+#include <QSignalSpy>
+#include <QTest>
+#include <QWheelEvent>
+
+#include <random>
+
+using namespace meshbench;
+using namespace meshbench::app;
+
+namespace {
+
+using Range = std::pair<std::int64_t, std::int64_t>;
+
+TimelineSpan span(std::int64_t begin, std::int64_t end, wire::SpanKind kind, int microbatch = -1)
+{
+    TimelineSpan s;
+    s.beginNs = begin;
+    s.endNs = end;
+    s.kind = kind;
+    s.microbatch = microbatch;
+    return s;
+}
+
+// A view whose plot area is exactly `plotWidth` pixels wide.
+void sizePlot(TimelineView& view, int plotWidth, int height = 200)
+{
+    view.resize(view.plotArea().left() + plotWidth, height);
+    QCOMPARE(view.plotArea().width(), plotWidth);
+}
+
+// Two ranks on stage 0: rank 0 has F [1000, 2000) then B [2500, 3000) and a run of tiny B spans
+// [3200, 3600); rank 1 has one F [0, 4000).
+void fillSmall(TimelineData& data)
+{
+    data.setRows({{0, 0, "rank 0 · dp0 pp0 tp0"}, {1, 0, "rank 1 · dp1 pp0 tp0"}});
+    std::vector<TimelineSpan> spans{span(1000, 2000, wire::SpanKind::Forward), span(2500, 3000, wire::SpanKind::Backward)};
+    for (std::int64_t t = 3200; t < 3600; t += 10)
+        spans.push_back(span(t, t + 5, wire::SpanKind::Backward));
+    data.appendSpans(0, spans);
+    const TimelineSpan whole = span(0, 4000, wire::SpanKind::Forward);
+    data.appendSpans(1, std::span(&whole, 1));
+}
+
+void sendWheel(QWidget& widget, QPoint pos, int angle, Qt::KeyboardModifiers modifiers = Qt::NoModifier)
+{
+    QWheelEvent event(pos, widget.mapToGlobal(pos), QPoint(), QPoint(0, angle), Qt::NoButton, modifiers,
+                      Qt::NoScrollPhase, false);
+    QApplication::sendEvent(&widget, &event);
+}
+
+}  // namespace
+
+class TestTimelineView : public QObject {
+    Q_OBJECT
+private slots:
+    void mapsTimesToPixels();
+    void niceTicksAndLabels();
+    void wheelZoomKeepsTimeUnderCursor();
+    void dragPans();
+    void shiftDragZoomsToSelection();
+    void keysAndHome();
+    void followLive();
+    void tooltipHasEveryField();
+    void renderedPixels();
+    void collapsedStageIsOneSummaryRow();
+    void overlayAlignsToStep();
+};
+
+void TestTimelineView::mapsTimesToPixels()
+{
+    TimelineView view;
+    sizePlot(view, 200);
+    const int left = view.plotArea().left();
+    view.setVisibleRange(1000, 3000);
+    QCOMPARE(view.visibleRange(), Range(1000, 3000));
+    QCOMPARE(view.xForTime(2000), left + 100.0);
+    QCOMPARE(view.xForTime(1000), double(left));
+    QCOMPARE(view.xForTime(3000), left + 200.0);
+    QCOMPARE(view.xForTime(500), left - 50.0);
+    QCOMPARE(view.timeForX(left + 50), std::int64_t(1500));
+    QCOMPARE(view.timeForX(left + 100.5), std::int64_t(2005));
+
+    // A second zoom: a second over 200 px, 5 ms per pixel.
+    view.setVisibleRange(0, 1'000'000'000);
+    QCOMPARE(view.xForTime(250'000'000), left + 50.0);
+    QCOMPARE(view.timeForX(left + 1), std::int64_t(5'000'000));
+    // Wall-clock times (1.7e18 ns) at a microsecond across: no precision lost to doubles.
+    const std::int64_t wall = 1'700'000'000'123'456'789;
+    view.setVisibleRange(wall, wall + 2000);
+    QCOMPARE(view.xForTime(wall + 10), left + 1.0);
+    QCOMPARE(view.timeForX(left + 199), wall + 1990);
+
+    // Round trips at several zooms.
+    std::mt19937_64 rng(3);
+    for (const std::int64_t width : {std::int64_t(200), std::int64_t(123'457), std::int64_t(9'876'543'211)}) {
+        view.setVisibleRange(wall, wall + width);
+        std::uniform_int_distribution<std::int64_t> pick(wall, wall + width);
+        for (int k = 0; k < 100; ++k) {
+            const std::int64_t t = pick(rng);
+            QVERIFY(std::llabs(view.timeForX(view.xForTime(t)) - t) <= 1);
+            const double x = left + (k * 1.7);
+            QVERIFY(std::fabs(view.xForTime(view.timeForX(x)) - x) <= 200.0 / double(width) + 1e-6);
+        }
+    }
+}
+
+void TestTimelineView::niceTicksAndLabels()
+{
+    QCOMPARE(TimelineView::niceTickStep(10, 90), std::int64_t(1000));   // 900 ns -> 1 us
+    QCOMPARE(TimelineView::niceTickStep(1, 90), std::int64_t(100));
+    QCOMPARE(TimelineView::niceTickStep(30, 90), std::int64_t(5000));   // 2700 -> 5000
+    QCOMPARE(TimelineView::niceTickStep(2e6, 90), std::int64_t(200'000'000));
+    QCOMPARE(TimelineView::niceTickStep(0.001, 90), std::int64_t(1));
+    QCOMPARE(TimelineView::formatTick(1'500'000, 500'000), QStringLiteral("1.5 ms"));
+    QCOMPARE(TimelineView::formatTick(2000, 1000), QStringLiteral("2 us"));
+    QCOMPARE(TimelineView::formatTick(3'000'000'000, 1'000'000'000), QStringLiteral("3 s"));
+    QCOMPARE(TimelineView::formatTick(250, 50), QStringLiteral("250 ns"));
+    QCOMPARE(TimelineView::formatTick(70, 10), QStringLiteral("70 ns"));
+    QCOMPARE(TimelineView::formatTick(12'345'000, 5000), QStringLiteral("12345 us"));
+    QCOMPARE(TimelineView::formatTick(1'230'000, 10'000), QStringLiteral("1230 us"));
+    QCOMPARE(TimelineView::formatDuration(250), QStringLiteral("250 ns"));
+    QCOMPARE(TimelineView::formatDuration(1'234'567), QStringLiteral("1.234567 ms"));
+    QCOMPARE(TimelineView::formatDuration(1000), QStringLiteral("1 us"));
+}
+
+void TestTimelineView::wheelZoomKeepsTimeUnderCursor()
+{
+    TimelineView view;
+    sizePlot(view, 400);
+    const int left = view.plotArea().left();
+    view.setVisibleRange(100'000, 500'000);
+    const QPoint cursor(left + 60, 100);
+    const std::int64_t under = view.timeForX(cursor.x());
+    sendWheel(view, cursor, 120);   // one notch in
+    auto [t0, t1] = view.visibleRange();
+    QVERIFY(t1 - t0 < 400'000);
+    QCOMPARE(t1 - t0, std::llround(400'000 * std::pow(2.0, -0.25)));
+    QVERIFY(std::llabs(view.timeForX(cursor.x()) - under) <= 1);
+    sendWheel(view, cursor, -240, Qt::ControlModifier);   // two notches out with ctrl
+    std::tie(t0, t1) = view.visibleRange();
+    QVERIFY(t1 - t0 > 400'000);
+    QVERIFY(std::llabs(view.timeForX(cursor.x()) - under) <= 1);
+
+    // Pinch.
+    QNativeGestureEvent pinch(Qt::ZoomNativeGesture, QPointingDevice::primaryPointingDevice(), 2, cursor,
+                              cursor, view.mapToGlobal(cursor), 1.0, QPointF(), 0);
+    const std::int64_t before = t1 - t0;
+    QApplication::sendEvent(&view, &pinch);
+    std::tie(t0, t1) = view.visibleRange();
+    QVERIFY(std::llabs((t1 - t0) - before / 2) <= 1);
+    QVERIFY(std::llabs(view.timeForX(cursor.x()) - under) <= 1);
+}
+
+void TestTimelineView::dragPans()
+{
+    TimelineView view;
+    sizePlot(view, 200);
+    const int left = view.plotArea().left();
+    view.setVisibleRange(1000, 3000);
+    QTest::mousePress(&view, Qt::LeftButton, {}, QPoint(left + 100, 80));
+    QTest::mouseMove(&view, QPoint(left + 150, 90));
+    // 50 px right at 10 ns per pixel: the view looks 500 ns earlier.
+    QCOMPARE(view.visibleRange(), Range(500, 2500));
+    QTest::mouseMove(&view, QPoint(left + 80, 90));
+    QTest::mouseRelease(&view, Qt::LeftButton, {}, QPoint(left + 80, 90));
+    QCOMPARE(view.visibleRange(), Range(1200, 3200));
+    // Moving without a button does nothing.
+    QTest::mouseMove(&view, QPoint(left + 10, 90));
+    QCOMPARE(view.visibleRange(), Range(1200, 3200));
+}
+
+void TestTimelineView::shiftDragZoomsToSelection()
+{
+    TimelineView view;
+    sizePlot(view, 200);
+    const int left = view.plotArea().left();
+    view.setVisibleRange(1000, 3000);
+    QTest::mousePress(&view, Qt::LeftButton, Qt::ShiftModifier, QPoint(left + 150, 80));
+    QTest::mouseMove(&view, QPoint(left + 50, 80));
+    QCOMPARE(view.visibleRange(), Range(1000, 3000));   // not until release
+    QTest::mouseRelease(&view, Qt::LeftButton, Qt::ShiftModifier, QPoint(left + 50, 80));
+    QCOMPARE(view.visibleRange(), Range(1500, 2500));
+}
+
+void TestTimelineView::keysAndHome()
+{
+    TimelineData data;
+    fillSmall(data);
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    // Fitted to the data on arrival.
+    QCOMPARE(view.visibleRange(), Range(0, 4000));
+    view.setVisibleRange(1000, 3000);
+    QTest::keyClick(&view, Qt::Key_Plus);
+    QCOMPARE(view.visibleRange(), Range(1200, 2800));
+    QTest::keyClick(&view, Qt::Key_Minus);
+    QCOMPARE(view.visibleRange(), Range(1000, 3000));
+    QTest::keyClick(&view, Qt::Key_Right);
+    QCOMPARE(view.visibleRange(), Range(1200, 3200));
+    QTest::keyClick(&view, Qt::Key_Left);
+    QTest::keyClick(&view, Qt::Key_Left);
+    QCOMPARE(view.visibleRange(), Range(800, 2800));
+    QTest::keyClick(&view, Qt::Key_Home);
+    QCOMPARE(view.visibleRange(), Range(0, 4000));
+}
+
+void TestTimelineView::followLive()
+{
+    TimelineData data;
+    data.setNotifyInterval(0);
+    fillSmall(data);
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    QSignalSpy follow(&view, &TimelineView::followLiveChanged);
+    QSignalSpy changed(&data, &TimelineData::changed);
+    view.setVisibleRange(0, 1000);
+    view.setFollowLive(true);
+    QCOMPARE(follow.count(), 1);
+    QCOMPARE(view.visibleRange(), Range(3000, 4000));   // width kept, end at the newest
+
+    const TimelineSpan later = span(9000, 9500, wire::SpanKind::Optimizer);
+    data.appendSpans(0, std::span(&later, 1));
+    QVERIFY(changed.wait(1000));
+    QCOMPARE(view.visibleRange(), Range(8500, 9500));
+
+    // A pan turns it off; later data no longer moves the view.
+    const int left = view.plotArea().left();
+    QTest::mousePress(&view, Qt::LeftButton, {}, QPoint(left + 100, 80));
+    QTest::mouseMove(&view, QPoint(left + 120, 80));
+    QTest::mouseRelease(&view, Qt::LeftButton, {}, QPoint(left + 120, 80));
+    QVERIFY(!view.followLive());
+    QCOMPARE(follow.count(), 2);
+    QCOMPARE(follow.last().at(0).toBool(), false);
+    const auto panned = view.visibleRange();
+    QCOMPARE(panned, (Range(8400, 9400)));
+    const TimelineSpan evenLater = span(20'000, 20'500, wire::SpanKind::Forward);
+    data.appendSpans(0, std::span(&evenLater, 1));
+    QVERIFY(changed.wait(1000));
+    QCOMPARE(view.visibleRange(), panned);
+    // End turns it back on.
+    QTest::keyClick(&view, Qt::Key_End);
+    QVERIFY(view.followLive());
+    QCOMPARE(view.visibleRange(), Range(19'500, 20'500));
+}
+
+void TestTimelineView::tooltipHasEveryField()
+{
+    TimelineData data;
+    data.setRows({{5, 2, "rank 5 · dp1 pp2 tp1"}});
+    TimelineSpan s = span(1000, 2000, wire::SpanKind::Forward, 3);
+    s.step = 7;
+    s.stage = 2;
+    s.chunk = 1;
+    s.bytes = 4096;
+    s.peer = 9;
+    const TimelineSpan gapEnd = span(3000, 4000, wire::SpanKind::Backward, 3);
+    data.appendSpans(5, std::vector<TimelineSpan>{s, gapEnd});
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    const QRect row = view.rowRect(0);
+    QVERIFY(row.height() > 0);
+    const int y = row.center().y();
+    const QString text = view.toolTipTextAt(QPoint(int(view.xForTime(1500)), y));
+    for (const char* field : {"rank 5 · dp1 pp2 tp1", "rank: 5", "kind: F", "step: 7", "stage: 2", "chunk: 1",
+                              "micro-batch: 3", "begin: 0 ns (1000 ns)", "end: 1 us (2000 ns)", "duration: 1 us",
+                              "bytes: 4096", "peer: 9"})
+        QVERIFY2(text.contains(QString::fromUtf8(field)), qPrintable(text + " lacks " + field));
+    // Fitted to [1000, 4000]: 15 ns per pixel. In the gap: nothing; 1 px after the end of F: still F.
+    QCOMPARE(view.visibleRange(), (Range(1000, 4000)));
+    QVERIFY(view.toolTipTextAt(QPoint(int(view.xForTime(2500)), y)).isEmpty());
+    QVERIFY(view.toolTipTextAt(QPoint(int(view.xForTime(2015)), y)).contains(QStringLiteral("kind: F")));
+    QVERIFY(view.toolTipTextAt(QPoint(int(view.xForTime(3500)), y)).contains(QStringLiteral("kind: B")));
+    // Outside the rows.
+    QVERIFY(view.toolTipTextAt(QPoint(int(view.xForTime(1500)), 2)).isEmpty());
+}
+
+void TestTimelineView::renderedPixels()
+{
+    TimelineData data;
+    fillSmall(data);
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    view.setVisibleRange(0, 4000);   // 20 ns per pixel
+    QImage image(view.size(), QImage::Format_RGB32);
+    view.render(&image);
+    const QRect row = view.rowRect(0);
+    const int y = row.top() + 4;
+    const QRgb base = view.palette().color(QPalette::Base).rgb();
+    const QRgb forward = TimelineView::kindColor(wire::SpanKind::Forward).rgb();
+    const QRgb backward = TimelineView::kindColor(wire::SpanKind::Backward).rgb();
+    // F [1000, 2000) covers x 50..99 of the plot, B [2500, 3000) covers 125..149.
+    QCOMPARE(image.pixel(int(view.xForTime(1500)), y), forward);
+    QCOMPARE(image.pixel(int(view.xForTime(1980)), y), forward);
+    QCOMPARE(image.pixel(int(view.xForTime(2750)), y), backward);
+    // The gaps are background.
+    QCOMPARE(image.pixel(int(view.xForTime(2200)), y), base);
+    QCOMPARE(image.pixel(int(view.xForTime(500)), y), base);
+    // Tiny B spans (5 ns every 10 ns) at 20 ns per pixel: one half-busy B-coloured mark per column.
+    const QRgb summary = image.pixel(int(view.xForTime(3400)), y);
+    QVERIFY(summary != base && summary != backward);
+    QVERIFY(qGreen(summary) > qRed(summary) && qGreen(summary) > qBlue(summary));
+    QCOMPARE(image.pixel(int(view.xForTime(3700)), y), base);
+    // Rank 1's F fills its whole row.
+    QCOMPARE(image.pixel(int(view.xForTime(100)), view.rowRect(1).top() + 4), forward);
+}
+
+void TestTimelineView::collapsedStageIsOneSummaryRow()
+{
+    TimelineData data;
+    fillSmall(data);
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    const QRect row0 = view.rowRect(0);
+    // Clicking the stage header in the label column collapses it.
+    QTest::mouseClick(&view, Qt::LeftButton, {}, QPoint(20, row0.top() - 5));
+    QVERIFY(view.isStageCollapsed(0));
+    QVERIFY(view.rowRect(0).isEmpty());
+    QVERIFY(view.rowRect(1).isEmpty());
+    QImage image(view.size(), QImage::Format_RGB32);
+    view.render(&image);
+    // The header row shows the stage's summed busy time: F dominates at t=100 (rank 1's F).
+    const QRgb summary = image.pixel(int(view.xForTime(1500)), row0.top() - 9);
+    const QRgb forward = TimelineView::kindColor(wire::SpanKind::Forward).rgb();
+    QVERIFY(qBlue(summary) > qRed(summary));
+    QVERIFY(summary != view.palette().color(QPalette::AlternateBase).rgb());
+    QCOMPARE(summary, forward);   // both ranks busy with F there: fully opaque
+    QTest::mouseClick(&view, Qt::LeftButton, {}, QPoint(20, row0.top() - 5));
+    QVERIFY(!view.isStageCollapsed(0));
+    QCOMPARE(view.rowRect(0), row0);
+}
+
+void TestTimelineView::overlayAlignsToStep()
+{
+    TimelineData measured;
+    TimelineSpan a = span(10'000, 11'000, wire::SpanKind::Forward);
+    a.step = 4;
+    measured.appendSpans(0, std::span(&a, 1));
+    TimelineData predicted;
+    predicted.setRows({{0, 0, "stage 0"}});
+    const TimelineSpan p = span(0, 500, wire::SpanKind::Backward);
+    predicted.appendSpans(0, std::span(&p, 1));
+
+    TimelineView view;
+    view.setData(&measured);
+    view.setOverlay(&predicted);
+    sizePlot(view, 200);
+    QVERIFY(!view.alignOverlayToStep(5));
+    QVERIFY(view.alignOverlayToStep(4));
+    QCOMPARE(view.overlayOffset(), std::int64_t(10'000));
+    view.setVisibleRange(10'000, 12'000);   // 10 ns per pixel
+    QImage image(view.size(), QImage::Format_RGB32);
+    view.render(&image);
+    const QRect row = view.rowRect(0);
+    const int x = int(view.xForTime(10'250));
+    // The predicted B is a band at the top of the row; the measured F lies below it.
+    QCOMPARE(image.pixel(x, row.top() + 2), TimelineView::kindColor(wire::SpanKind::Backward).rgb());
+    QCOMPARE(image.pixel(x, row.bottom() - 2), TimelineView::kindColor(wire::SpanKind::Forward).rgb());
+    QCOMPARE(image.pixel(int(view.xForTime(10'750)), row.top() + 2), view.palette().color(QPalette::Base).rgb());
+    QVERIFY(view.toolTipTextAt(QPoint(x, row.top() + 2)).startsWith(QStringLiteral("predicted")));
+}
+
+QTEST_MAIN(TestTimelineView)
+#include "tst_timeline_view.moc"
