@@ -11,7 +11,11 @@ build/bin/meshbench-engine plan resources/jobs/demo.json
 echo
 build/bin/meshbench-engine search resources/jobs/gpt3-175b.json --top 10
 echo
-# Run the demo through the engine: it launches the ranks, stores the session, prints a summary.
+# With a display, the workbench opens with the demo job ready to launch (Run > Launch, Ctrl+R).
+if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
+  exec build/bin/meshbench resources/jobs/demo.json
+fi
+# Headless: the engine runs the demo, stores the session and prints a summary.
 if [ "$(id -u)" -eq 0 ]; then
   # Open MPI refuses to start ranks as root; the same global batch then trains in one agent.
   echo "(running as root: mpirun refuses root, so the demo trains in one agent; run as a user for 8 ranks)"

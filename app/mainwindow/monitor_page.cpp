@@ -41,8 +41,10 @@ MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
     auto* split = new QSplitter(Qt::Vertical);
     split->addWidget(m_timeline);
     split->addWidget(side);
-    split->setStretchFactor(0, 1);
-    split->setStretchFactor(1, 1);
+    // The charts need more height than a handful of rank rows.
+    split->setStretchFactor(0, 2);
+    split->setStretchFactor(1, 3);
+    split->setSizes({300, 600});
 
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(m_title);

@@ -9,26 +9,18 @@ namespace {
 
 constexpr std::size_t kChunk = 4096;   // spans buffered per rank before an append
 
-wire::SpanKind spanKindOf(plan::OpKind kind)
-{
-    switch (kind) {
-    case plan::OpKind::Forward: return wire::SpanKind::Forward;
-    case plan::OpKind::Backward: return wire::SpanKind::Backward;
-    case plan::OpKind::WeightGrad: return wire::SpanKind::WeightGrad;
-    case plan::OpKind::SendActivation: return wire::SpanKind::SendActivation;
-    case plan::OpKind::RecvActivation: return wire::SpanKind::RecvActivation;
-    case plan::OpKind::SendGradient: return wire::SpanKind::SendGradient;
-    case plan::OpKind::RecvGradient: return wire::SpanKind::RecvGradient;
-    }
-    return wire::SpanKind::Idle;
-}
-
 std::int64_t toNs(double units, double nsPerUnit)
 {
     return std::llround(units * nsPerUnit);
 }
 
 }  // namespace
+
+wire::SpanKind spanKindOfOp(plan::OpKind kind)
+{
+    // By name, as the agent does: a planned op and its measured span share one vocabulary.
+    return wire::spanKindFromName(plan::opKindName(kind)).value_or(wire::SpanKind::Idle);
+}
 
 std::vector<RowInfo> rowsForRanks(const std::vector<store::RankInfo>& ranks)
 {
@@ -95,7 +87,7 @@ TimelineStore loadPlanTimeline(const plan::Plan& plan, PlanRows rows, double nsP
             TimelineSpan span;
             span.beginNs = toNs(op.begin, nsPerUnit);
             span.endNs = toNs(op.end, nsPerUnit);
-            span.kind = spanKindOf(op.op.kind);
+            span.kind = spanKindOfOp(op.op.kind);
             span.microbatch = op.op.microbatch;
             span.chunk = std::int16_t(op.op.chunk);
             span.stage = std::int16_t(s);

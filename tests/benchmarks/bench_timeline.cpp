@@ -7,6 +7,7 @@
 // and frames zoomed in far enough for blocks and labels, each next to its target and to the
 // reference: filling the same image with one QPainter::fillRect per pixel column per row, the least
 // any timeline must draw.
+#include "timeline/timeline_loaders.h"
 #include "timeline/timeline_view.h"
 
 #include "plan/schedule.h"
@@ -42,20 +43,6 @@ double residentMiB()
     long pages = 0, resident = 0;
     statm >> pages >> resident;
     return double(resident) * 4096.0 / (1 << 20);
-}
-
-wire::SpanKind spanKindOf(plan::OpKind kind)
-{
-    switch (kind) {
-    case plan::OpKind::Forward: return wire::SpanKind::Forward;
-    case plan::OpKind::Backward: return wire::SpanKind::Backward;
-    case plan::OpKind::WeightGrad: return wire::SpanKind::WeightGrad;
-    case plan::OpKind::SendActivation: return wire::SpanKind::SendActivation;
-    case plan::OpKind::RecvActivation: return wire::SpanKind::RecvActivation;
-    case plan::OpKind::SendGradient: return wire::SpanKind::SendGradient;
-    case plan::OpKind::RecvGradient: return wire::SpanKind::RecvGradient;
-    }
-    return wire::SpanKind::Idle;
 }
 
 double threadCpuMs()
@@ -141,7 +128,7 @@ int main(int argc, char** argv)
                 spans.push_back(s);
             };
             for (const plan::TimedOp& op : sim.timeline[std::size_t(stage)])
-                add(op.begin, op.end, spanKindOf(op.op.kind), op.op.microbatch,
+                add(op.begin, op.end, spanKindOfOp(op.op.kind), op.op.microbatch,
                     op.op.peerStage < 0 ? -1 : op.op.peerStage * kRanksPerStage + rank % kRanksPerStage);
             add(sim.makespan, sim.makespan + 3.0, wire::SpanKind::DataParallelReduce, -1, -1);
             add(sim.makespan + 3.0, sim.makespan + 4.0, wire::SpanKind::Optimizer, -1, -1);
