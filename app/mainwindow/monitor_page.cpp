@@ -19,10 +19,11 @@ namespace meshbench::app {
 
 MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
     : QWidget(parent), m_client(client), m_state(new RunState(this)), m_data(new TimelineData(this)),
-      m_timeline(new TimelineView), m_charts(new MonitorCharts), m_findings(new QListWidget),
+      m_predicted(new TimelineData(this)), m_timeline(new TimelineView), m_charts(new MonitorCharts), m_findings(new QListWidget),
       m_title(new QLabel(tr("No run yet: launch the designed job (Ctrl+R) or open a session.")))
 {
     m_timeline->setData(m_data);
+    m_timeline->setOverlay(m_predicted);
     m_charts->setRunState(m_state);
     m_findings->setWordWrap(true);
     m_findings->setToolTip(tr("What the run shows, worst first, with a suggestion for each"));
@@ -63,6 +64,12 @@ MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
         });
     }
     connect(m_state, &RunState::stepsChanged, this, &MonitorPage::updateFindings);
+    connect(m_state, &RunState::stepsChanged, this, &MonitorPage::updatePrediction);
+    connect(m_state, &RunState::specChanged, this, [this] {
+        m_predicted->clear();
+        if (m_state->plan())
+            m_predicted->loadPlan(*m_state->plan(), PlanRows::PerRank);
+    });
     connect(m_state, &RunState::stepsChanged, this, &MonitorPage::updateStatus);
     connect(m_state, &RunState::stateChanged, this, &MonitorPage::updateStatus);
 }
@@ -107,6 +114,7 @@ bool MonitorPage::showSession(const QString& path, QString* error)
         return false;
     }
     updateFindings();
+    updatePrediction();
     updateStatus();
     return true;
 }
@@ -130,6 +138,13 @@ void MonitorPage::updateFindings()
     } catch (const std::exception& e) {
         m_findings->addItem(tr("Findings unavailable: %1").arg(QString::fromUtf8(e.what())));
     }
+}
+
+void MonitorPage::updatePrediction()
+{
+    // The planned step is drawn over the newest measured one, so the two compare op by op.
+    if (!m_state->steps().empty())
+        m_timeline->alignOverlayToStep(m_state->steps().back().step);
 }
 
 void MonitorPage::updateStatus()

@@ -49,10 +49,12 @@ signals:
 private:
     void updateFindings();
     void updateStatus();
+    void updatePrediction();
 
     EngineClient* m_client;
     RunState* m_state;
     TimelineData* m_data;
+    TimelineData* m_predicted;   // the plan's simulated step, laid over the latest measured one
     TimelineView* m_timeline;
     MonitorCharts* m_charts;
     QListWidget* m_findings;
