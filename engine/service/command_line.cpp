@@ -1,8 +1,12 @@
 #include "command_line.h"
 
 #include <cmath>
+#include <csignal>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
+
+#include <pthread.h>
 
 namespace meshbench::service {
 
@@ -21,6 +25,22 @@ bool parsePositive(const std::string& text, double& out)
     } catch (const std::exception&) {
         return false;
     }
+}
+
+const std::atomic<bool>& stopOnSignals()
+{
+    static std::atomic<bool> stop{false};
+    sigset_t signals;
+    sigemptyset(&signals);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
+        sigaddset(&signals, sig);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::thread([signals] {
+        int sig = 0;
+        sigwait(&signals, &sig);
+        stop = true;
+    }).detach();
+    return stop;
 }
 
 }  // namespace meshbench::service

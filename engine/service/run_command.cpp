@@ -9,14 +9,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
-#include <pthread.h>
-#include <unistd.h>
 
 namespace meshbench::service {
 
@@ -204,19 +200,8 @@ int runRunCommand(const std::vector<std::string>& args)
     }
     request.sessionPath = sessionPath;
 
-    // Ctrl-C (or a SIGTERM) stops the job cleanly: a thread takes the signals and raises `stop`.
-    // They are blocked before any other thread starts, so that every thread inherits the mask.
-    sigset_t stopSignals;
-    sigemptyset(&stopSignals);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-        sigaddset(&stopSignals, sig);
-    pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
-    static std::atomic<bool> stop{false};
-    std::thread([stopSignals] {
-        int sig = 0;
-        sigwait(&stopSignals, &sig);
-        stop = true;
-    }).detach();
+    // Ctrl-C (or a SIGTERM) stops the job cleanly and marks the session stopped.
+    const std::atomic<bool>& stop = stopOnSignals();
 
     TerminalObserver observer(request.steps.value_or(request.spec.train.steps), verbose);
     RunResult result;

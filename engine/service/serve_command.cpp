@@ -6,34 +6,13 @@
 #include "store/session_store.h"
 
 #include <atomic>
-#include <csignal>
 #include <iostream>
 #include <optional>
-#include <thread>
 
-#include <pthread.h>
 
 namespace meshbench::service {
 
 namespace {
-
-// SIGINT, SIGTERM and SIGHUP end the server cleanly: a thread takes them and raises the flag.
-// Blocked before the server starts its threads, so that every thread inherits the mask.
-const std::atomic<bool>& stopOnSignals()
-{
-    static std::atomic<bool> stop{false};
-    sigset_t signals;
-    sigemptyset(&signals);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP})
-        sigaddset(&signals, sig);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    std::thread([signals] {
-        int sig = 0;
-        sigwait(&signals, &sig);
-        stop = true;
-    }).detach();
-    return stop;
-}
 
 // --bind/--live/--sessions, shared by serve and replay; returns false (after reporting) on a bad one.
 bool parseEndpointOption(const std::vector<std::string>& args, std::size_t& i, ServeOptions& options, const char* usage,
