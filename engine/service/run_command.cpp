@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <iostream>
 
-
 namespace meshbench::service {
 
 namespace {
