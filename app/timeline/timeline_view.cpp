@@ -31,19 +31,21 @@ bool thinKind(KindClass cls)
     return cls == KindClass::PointToPoint;
 }
 
-// Paints the spans of one row (or one stage's rows, summed) into a strip image as wide as the plot:
-// pixels are written directly (a frame touches each pixel a few times at most), and the view then
-// copies the strip onto the widget in one drawImage. Texts are collected for the view to draw.
+// Paints the spans of one row (or one stage's rows, summed) into its band of a frame image as wide as
+// the plot: pixels are written directly (a frame touches each pixel a few times at most), and the
+// view then copies the whole frame onto the widget in one drawImage (one blit rather than one per
+// row: Qt hands large blits to its thread pool, whose wake-ups cost more than the copy).
+// Texts are collected for the view to draw over the frame.
 class RowPainter {
 public:
     struct Label {
-        QPointF pos;   // in strip coordinates
+        QPointF pos;   // in frame coordinates
         const QStaticText* text;
         QColor pen;
     };
 
-    RowPainter(QImage& strip, int columns, std::int64_t t0, std::int64_t t1, QColor base)
-        : m_strip(strip), m_columns(columns), m_t0(t0), m_nsPerPx(double(t1 - t0) / std::max(1, columns)),
+    RowPainter(QImage& frame, int columns, std::int64_t t0, std::int64_t t1, QColor base)
+        : m_frame(frame), m_columns(columns), m_t0(t0), m_nsPerPx(double(t1 - t0) / std::max(1, columns)),
           m_base(base.rgb()), m_pixelShift(int(std::floor(std::log2(std::max(1.0, m_nsPerPx)))))
     {
         // Summary colours over the background, per class and busy level: opaque pixels to copy.
@@ -53,19 +55,21 @@ public:
                     blend(TimelineView::classColor(KindClass(c)).rgb(), 95 + 160 * level / kLevels);
     }
 
-    // Starts a strip of `height` rows of background.
-    void clear(int height)
+    // Starts a band of `height` lines of background at line `origin` of the frame; the band's own
+    // coordinates start at 0.
+    void clear(int origin, int height)
     {
+        m_origin = origin;
         m_height = height;
-        m_pixels = reinterpret_cast<QRgb*>(m_strip.bits());   // detaches once, not per line
-        m_stride = int(m_strip.bytesPerLine() / qsizetype(sizeof(QRgb)));
+        m_pixels = reinterpret_cast<QRgb*>(m_frame.bits());   // detaches once, not per line
+        m_stride = int(m_frame.bytesPerLine() / qsizetype(sizeof(QRgb)));
         for (int y = 0; y < height; ++y)
             std::fill_n(line(y), m_columns, m_base);
-        m_labels.clear();
     }
+    // Every label of the bands painted so far.
     const std::vector<Label>& labels() const { return m_labels; }
 
-    // The spans of `row`, whose time t is drawn at t + offset, in strip rows [top, top + height).
+    // The spans of `row`, whose time t is drawn at t + offset, in band lines [top, top + height).
     // `numbers` gives the micro-batch texts (nullptr: no text, as in a band).
     template <typename Numbers>
     void paintRow(const TimelineRow& row, std::int64_t offset, int top, int height, const Numbers& numbers)
@@ -254,14 +258,14 @@ private:
             const QSizeF size = text->size();
             const int visibleLeft = std::max(left, 0), visibleRight = std::min(right, m_columns);
             if (size.width() + 4 <= visibleRight - visibleLeft && size.height() <= y1 - y0 + 2)
-                m_labels.push_back({QPointF((visibleLeft + visibleRight - size.width()) / 2, y0 + (y1 - y0 - size.height()) / 2),
+                m_labels.push_back({QPointF((visibleLeft + visibleRight - size.width()) / 2, m_origin + y0 + (y1 - y0 - size.height()) / 2),
                                     text, qGray(color.rgb()) > 140 ? Qt::black : Qt::white});
         }
     }
 
-    QRgb* line(int y) const { return m_pixels + std::ptrdiff_t(y) * m_stride; }
+    QRgb* line(int y) const { return m_pixels + std::ptrdiff_t(m_origin + y) * m_stride; }
 
-    QImage& m_strip;
+    QImage& m_frame;
     QRgb* m_pixels = nullptr;
     int m_stride = 0;
     int m_columns;
@@ -269,6 +273,7 @@ private:
     double m_nsPerPx;
     QRgb m_base;
     int m_pixelShift;   // log2 of the ns a pixel spans, rounded down: picks the summary level
+    int m_origin = 0;   // the band's first line in the frame
     int m_height = 0;
     int m_top = 0;
     int m_bottom = 0;
@@ -577,43 +582,49 @@ void TimelineView::paintEvent(QPaintEvent*)
     const int scroll = m_scroll->value();
     painter.save();
     painter.setClipRect(plot);
+    // The frame holds the visible lines, from the top of the first (partly scrolled off) one.
+    int first = 0;
+    while (first < int(m_lines.size()) && kRulerHeight + m_lines[std::size_t(first)].top - scroll + m_lines[std::size_t(first)].height <= plot.top())
+        ++first;
+    const int frameTop = first < int(m_lines.size()) ? kRulerHeight + m_lines[std::size_t(first)].top - scroll : plot.top();
     int tallest = 1;
     for (const Line& line : m_lines)
         tallest = std::max(tallest, line.height);
-    QImage strip(plot.width(), tallest, QImage::Format_RGB32);
-    RowPainter rows(strip, plot.width(), m_t0, m_t1, palette().color(QPalette::Base));
-    RowPainter headers(strip, plot.width(), m_t0, m_t1, palette().color(QPalette::AlternateBase));
+    const QSize frameSize(plot.width(), plot.bottom() + 1 - frameTop + tallest);
+    if (m_frame.width() != frameSize.width() || m_frame.height() < frameSize.height())
+        m_frame = QImage(frameSize, QImage::Format_RGB32);
+    RowPainter rows(m_frame, plot.width(), m_t0, m_t1, palette().color(QPalette::Base));
+    RowPainter headers(m_frame, plot.width(), m_t0, m_t1, palette().color(QPalette::AlternateBase));
     const auto numbers = [this](int number) { return numberText(number); };
-    for (const Line& line : m_lines) {
-        const int top = kRulerHeight + line.top - scroll;
-        if (top + line.height <= plot.top())
-            continue;
-        if (top >= plot.bottom())
+    int frameBottom = 0;
+    for (std::size_t i = std::size_t(first); i < m_lines.size(); ++i) {
+        const Line& line = m_lines[i];
+        const int origin = kRulerHeight + line.top - scroll - frameTop;
+        if (frameTop + origin > plot.bottom())
             break;
-        const QRect source(0, 0, plot.width(), line.height);
+        frameBottom = origin + line.height;
         if (line.row < 0) {
-            headers.clear(line.height);
+            headers.clear(origin, line.height);
             if (isStageCollapsed(line.stage)) {
                 std::vector<const TimelineRow*> group;
                 for (int r = line.firstRow; r < line.firstRow + line.rowCount; ++r)
                     group.push_back(&store.row(std::size_t(r)));
                 headers.paintSummary(group, 2, line.height - 4);
             }
-            painter.drawImage(QPoint(plot.left(), top), strip, source);
             continue;
         }
         const TimelineRow& row = store.row(std::size_t(line.row));
-        rows.clear(line.height);
+        rows.clear(origin, line.height);
         if (band > 0)
             if (const TimelineRow* predicted = overlayRowFor(row))
                 rows.paintRow(*predicted, m_overlayOffset, 1, band, nullptr);
         const int spanTop = 1 + (band > 0 ? band + 1 : 0);
         rows.paintRow(row, 0, spanTop, line.height - 1 - spanTop, numbers);
-        painter.drawImage(QPoint(plot.left(), top), strip, source);
-        for (const RowPainter::Label& label : rows.labels()) {
-            painter.setPen(label.pen);
-            painter.drawStaticText(QPointF(plot.left(), top) + label.pos, *label.text);
-        }
+    }
+    painter.drawImage(QPoint(plot.left(), frameTop), m_frame, QRect(0, 0, plot.width(), frameBottom));
+    for (const RowPainter::Label& label : rows.labels()) {
+        painter.setPen(label.pen);
+        painter.drawStaticText(QPointF(plot.left(), frameTop) + label.pos, *label.text);
     }
     if (m_drag == Drag::Select) {
         const int x0 = std::min(m_pressPos.x(), m_selectX), x1 = std::max(m_pressPos.x(), m_selectX);

@@ -15,6 +15,7 @@
 
 #include "timeline/timeline_data.h"
 
+#include <QImage>
 #include <QPointer>
 #include <QStaticText>
 #include <QWidget>
@@ -144,6 +145,7 @@ private:
     int m_selectX = 0;
 
     mutable std::vector<QStaticText> m_numbers;   // micro-batch labels, made on first use
+    QImage m_frame;   // the rows' pixels, kept between paints to spare the allocation
 };
 
 }  // namespace meshbench::app

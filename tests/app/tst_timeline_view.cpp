@@ -71,6 +71,7 @@ private slots:
     void renderedPixels();
     void collapsedStageIsOneSummaryRow();
     void overlayAlignsToStep();
+    void scrolledRowsPaintWhereRowRectSays();
 };
 
 void TestTimelineView::mapsTimesToPixels()
@@ -369,6 +370,46 @@ void TestTimelineView::overlayAlignsToStep()
     QCOMPARE(image.pixel(x, row.bottom() - 2), TimelineView::kindColor(wire::SpanKind::Forward).rgb());
     QCOMPARE(image.pixel(int(view.xForTime(10'750)), row.top() + 2), view.palette().color(QPalette::Base).rgb());
     QVERIFY(view.toolTipTextAt(QPoint(x, row.top() + 2)).startsWith(QStringLiteral("predicted")));
+}
+
+void TestTimelineView::scrolledRowsPaintWhereRowRectSays()
+{
+    // 30 ranks over 3 stages, more than fit in 200 px; rank r is busy with F over [100 r, 100 r + 100)
+    // and idle elsewhere, so every row's pixels say which rank was drawn there.
+    TimelineData data;
+    std::vector<RowInfo> rows;
+    for (int r = 0; r < 30; ++r)
+        rows.push_back({r, r / 10, "rank " + std::to_string(r)});
+    data.setRows(rows);
+    for (int r = 0; r < 30; ++r) {
+        const TimelineSpan busy = span(100 * r, 100 * r + 100, wire::SpanKind::Forward);
+        data.appendSpans(std::size_t(r), std::span(&busy, 1));
+    }
+    TimelineView view;
+    view.setData(&data);
+    view.resize(view.plotArea().left() + 300, 200);   // the vertical scroll bar takes its width from the plot
+    view.setVisibleRange(0, 3000);
+    const QRgb base = view.palette().color(QPalette::Base).rgb();
+    const QRgb forward = TimelineView::kindColor(wire::SpanKind::Forward).rgb();
+    const QRect plot = view.plotArea();
+    // Scrolled by a part of a row, then far down: the first visible row is cut by the plot's top.
+    for (int notches : {1, 7}) {
+        sendWheel(view, plot.center(), -120 * notches, Qt::ShiftModifier);
+        QImage image(view.size(), QImage::Format_RGB32);
+        view.render(&image);
+        int checked = 0;
+        for (int r = 0; r < 30; ++r) {
+            const QRect row = view.rowRect(r);
+            const int y = row.top() + row.height() / 2;
+            if (y <= plot.top() || y >= plot.bottom())
+                continue;
+            QCOMPARE(image.pixel(int(view.xForTime(100 * r + 50)), y), forward);
+            QCOMPARE(image.pixel(int(view.xForTime((100 * r + 1550) % 3000)), y), base);
+            ++checked;
+        }
+        QVERIFY2(checked >= 5, qPrintable(QString::number(checked)));
+    }
+    QVERIFY(view.rowRect(0).top() < plot.top());   // really scrolled
 }
 
 QTEST_MAIN(TestTimelineView)
