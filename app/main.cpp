@@ -1,10 +1,13 @@
-// meshbench: the workbench. `meshbench [JOB.json | SESSION] [--screenshot DIR] [--engine ENDPOINT]
-// [--offline]` opens the file given; --screenshot saves a PNG of each area and exits, so every
-// screen can be seen without a display (QT_QPA_PLATFORM=offscreen).
+// meshbench: the workbench. `meshbench [JOB.json | SESSION] [--screenshot DIR [--steps N]]
+// [--engine ENDPOINT] [--offline]` opens the file given. --screenshot walks through the screens and
+// saves a PNG of each, then exits, so they can be seen without a display (QT_QPA_PLATFORM=offscreen):
+// with a job and an engine it launches the job, captures the Monitor live, then replays the session
+// it wrote (see ScreenshotTour).
 
 #include "client/engine_client.h"
 #include "mainwindow/main_window.h"
 #include "mainwindow/palette_theme.h"
+#include "mainwindow/screenshot_tour.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -28,15 +31,25 @@ int main(int argc, char** argv)
     parser.addHelpOption();
     parser.addVersionOption();
     parser.addPositionalArgument("file", "a job spec (.json) or a session (.meshbench) to open", "[FILE]");
-    const QCommandLineOption screenshot("screenshot", "save designer.png, monitor.png and sessions.png into DIR, then exit",
+    const QCommandLineOption screenshot("screenshot",
+                                        "save a PNG of every screen into DIR, then exit: with a job and an engine, the "
+                                        "Designer, the Monitor during the run, and the Sessions area and Monitor replaying "
+                                        "it; otherwise the three areas as they are",
                                         "DIR");
+    const QCommandLineOption steps("steps", "with --screenshot: run the job for N steps only", "N");
     const QCommandLineOption engine("engine", "the engine's control endpoint (default: a local engine on tcp://127.0.0.1:5570, "
                                               "started if none runs)", "ENDPOINT");
     const QCommandLineOption offline("offline", "do not connect to or start an engine");
-    parser.addOptions({screenshot, engine, offline});
+    parser.addOptions({screenshot, steps, engine, offline});
     parser.process(application);
     if (parser.positionalArguments().size() > 1) {
         std::fprintf(stderr, "meshbench: one file at a time\n");
+        return 2;
+    }
+    bool stepsOk = true;
+    const int tourSteps = parser.isSet(steps) ? parser.value(steps).toInt(&stepsOk) : 0;
+    if (!stepsOk || tourSteps < 0) {
+        std::fprintf(stderr, "meshbench: --steps wants a whole number of steps, e.g. --steps 20\n");
         return 2;
     }
 
@@ -51,22 +64,27 @@ int main(int argc, char** argv)
             client->startLocalEngine();
     }
     MainWindow window(client.get());
+    const QString file = parser.positionalArguments().value(0);
+    // Opened before the window shows when taking screenshots: a file that cannot be opened then
+    // ends the run with its reason instead of waiting on an error dialog nobody can see.
+    if (parser.isSet(screenshot) && !file.isEmpty() && !window.openFile(file)) {
+        std::fprintf(stderr, "meshbench: %s\n", qPrintable(window.statusMessage()));
+        return 1;
+    }
     window.show();
+    if (!parser.isSet(screenshot) && !file.isEmpty())
+        window.openFile(file);
     int status = 0;
-    if (!parser.positionalArguments().isEmpty() && !window.openFile(parser.positionalArguments().front()))
-        status = parser.isSet(screenshot) ? 1 : 0;
+    std::unique_ptr<ScreenshotTour> tour;
     if (parser.isSet(screenshot)) {
-        // Long enough for plans and charts to settle; then every area is saved and the app ends.
-        QTimer::singleShot(1500, &window, [&] {
-            QString error;
-            if (!window.saveScreenshots(parser.value(screenshot), &error)) {
-                std::fprintf(stderr, "meshbench: %s\n", qPrintable(error));
+        tour = std::make_unique<ScreenshotTour>(window, parser.value(screenshot), tourSteps);
+        QObject::connect(tour.get(), &ScreenshotTour::finished, &application, [&](bool ok, const QString& message) {
+            std::fprintf(ok ? stdout : stderr, "meshbench: %s\n", qPrintable(message));
+            if (!ok)
                 status = 1;
-            } else {
-                std::printf("screenshots in %s\n", qPrintable(parser.value(screenshot)));
-            }
             application.quit();
         });
+        tour->start();
     }
     const int result = application.exec();
     return status != 0 ? status : result;

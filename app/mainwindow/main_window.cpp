@@ -6,6 +6,7 @@
 #include "client/engine_client.h"
 #include "designer/designer_view.h"
 #include "designer/job_document.h"
+#include "monitor/run_state.h"
 #include "sessions/replay_controls.h"
 #include "sessions/sessions_view.h"
 
@@ -68,6 +69,17 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
         });
         connect(m_client, &EngineClient::engineError, this, &MainWindow::showMessage);
     }
+    // A run that ended has written its session: list it, selected, ready to replay.
+    connect(m_monitor->runState(), &RunState::stateChanged, this, [this] {
+        const RunPhase phase = m_monitor->runState()->phase();
+        const bool ended = phase == RunPhase::Completed || phase == RunPhase::Failed || phase == RunPhase::Stopped;
+        if (!ended || m_runningSession.isEmpty() || m_monitor->source() != m_runningJob || m_announcedJob == m_runningJob)
+            return;
+        m_announcedJob = m_runningJob;
+        m_sessions->selectSession(m_runningSession);
+        showMessage(tr("%1 %2; its session is selected in Sessions, ready to replay")
+                        .arg(m_runningJob, runPhaseName(phase)));
+    });
     connect(m_sessions, &SessionsView::openRequested, m_sessions->replayControls(), &ReplayControls::openSession);
     connect(m_sessions->replayControls(), &ReplayControls::replayStarted, this,
             [this](const QString& source, const QString& path) {
@@ -127,6 +139,12 @@ void MainWindow::buildMenus()
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     run->addAction(tr("&Launch Designed Job"), QKeySequence(tr("Ctrl+R")), m_designer, &DesignerView::requestLaunch);
     run->addAction(tr("&Stop Job"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopJob);
+    run->addSeparator();
+    m_oneDevice = run->addAction(tr("Run on &One Device"));
+    m_oneDevice->setCheckable(true);
+    m_oneDevice->setToolTip(tr("Launch the designed model unsharded on one device: a baseline for the mesh"));
+    m_oneDevice->setChecked(QSettings().value("run/one_device", false).toBool());
+    connect(m_oneDevice, &QAction::toggled, this, [](bool on) { QSettings().setValue("run/one_device", on); });
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About Meshbench"), this, [this] {
@@ -191,27 +209,27 @@ void MainWindow::saveJob(bool askForPath)
 
 void MainWindow::launch(const QByteArray& jobJson)
 {
-    if (!m_client) {
-        showMessage(tr("no engine: start meshbench with an engine to launch jobs"));
-        return;
-    }
+    const auto refuse = [this](const QString& why) {
+        showMessage(why);
+        emit launchRefused(why);
+    };
+    if (!m_client)
+        return refuse(tr("no engine: start meshbench with an engine to launch jobs"));
     const nlohmann::json job = nlohmann::json::parse(jobJson.constData(), nullptr, false);
     const plan::LoadResult loaded = plan::loadJobSpec(job);
-    if (!loaded.valid()) {
-        showMessage(tr("the job does not plan; fix the fields marked in the Designer"));
-        return;
-    }
-    const plan::JobSpec spec = *loaded.spec;
+    if (!loaded.valid())
+        return refuse(tr("the job does not plan; fix the fields marked in the Designer"));
+    const bool oneDevice = launchesOnOneDevice();
+    const plan::JobSpec spec = oneDevice ? plan::singleDeviceSpec(*loaded.spec) : *loaded.spec;
     showMessage(tr("launching..."));
-    m_client->request({{"op", "submit"}, {"job", job}}, [this, spec](const nlohmann::json& reply) {
-        if (!reply.value("ok", false)) {
-            showMessage(tr("the engine refused the job: %1").arg(QString::fromStdString(reply.value("error", ""))));
-            return;
-        }
+    m_client->request({{"op", "submit"}, {"job", job}, {"one_device", oneDevice}}, [this, spec, refuse](const nlohmann::json& reply) {
+        if (!reply.value("ok", false))
+            return refuse(tr("the engine refused the job: %1").arg(QString::fromStdString(reply.value("error", ""))));
         m_runningJob = QString::fromStdString(reply.value("job", ""));
+        m_runningSession = QString::fromStdString(reply.value("session", ""));
         m_monitor->follow(m_runningJob, spec);
         showArea(Area::Monitor);
-        showMessage(tr("%1 running, session %2").arg(m_runningJob, QString::fromStdString(reply.value("session", ""))));
+        showMessage(tr("%1 running, session %2").arg(m_runningJob, m_runningSession));
     });
 }
 
@@ -261,24 +279,33 @@ void MainWindow::rebuildRecentMenu()
     m_recentMenu->setEnabled(!m_recentFiles.isEmpty());
 }
 
+bool MainWindow::launchesOnOneDevice() const
+{
+    return m_oneDevice->isChecked();
+}
+
+bool MainWindow::grabArea(Area area, const QString& path, QString* error)
+{
+    showArea(area);
+    QApplication::processEvents();
+    if (grab().save(path))
+        return true;
+    if (error)
+        *error = tr("cannot write %1").arg(path);
+    return false;
+}
+
 bool MainWindow::saveScreenshots(const QString& dir, QString* error)
 {
     QDir().mkpath(dir);
     const int current = m_tabs->currentIndex();
-    const char* names[] = {"designer.png", "monitor.png", "sessions.png"};
-    for (int i = 0; i < m_tabs->count(); ++i) {
-        m_tabs->setCurrentIndex(i);
-        QApplication::processEvents();
-        const QString path = QDir(dir).filePath(names[i]);
-        if (!grab().save(path)) {
-            if (error)
-                *error = tr("cannot write %1").arg(path);
-            m_tabs->setCurrentIndex(current);
-            return false;
-        }
-    }
+    bool ok = true;
+    for (const auto& [area, name] : {std::pair{Area::Designer, "designer.png"}, std::pair{Area::Monitor, "monitor.png"},
+                                     std::pair{Area::Sessions, "sessions.png"}})
+        if (ok)
+            ok = grabArea(area, QDir(dir).filePath(QString::fromLatin1(name)), error);
     m_tabs->setCurrentIndex(current);
-    return true;
+    return ok;
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)

@@ -6,6 +6,7 @@
 #include <QMainWindow>
 #include <QStringList>
 
+class QAction;
 class QLabel;
 class QMenu;
 class QTabWidget;
@@ -30,13 +31,25 @@ public:
     // the reason shown in the status bar (no dialog) when it cannot be opened.
     bool openFile(const QString& path);
     void showArea(Area area);
+    // Saves a PNG of the window showing `area` (which stays shown); false with `error`.
+    bool grabArea(Area area, const QString& path, QString* error = nullptr);
     // Saves a PNG of each area into `dir` (designer.png, monitor.png, sessions.png).
     bool saveScreenshots(const QString& dir, QString* error = nullptr);
+    // The session file of the job launched last (empty before the engine accepted one).
+    const QString& lastSessionPath() const { return m_runningSession; }
+    // Whether launches run the designed model on one device (a baseline, and what works without
+    // Open MPI) instead of the designed mesh.
+    bool launchesOnOneDevice() const;
 
+    EngineClient* client() const { return m_client; }
     DesignerView* designer() const { return m_designer; }
     MonitorPage* monitor() const { return m_monitor; }
     SessionsView* sessions() const { return m_sessions; }
     QString statusMessage() const;
+
+signals:
+    // A launch did not start: no engine, a job that does not plan, or the engine's refusal.
+    void launchRefused(const QString& why);
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -62,6 +75,9 @@ private:
     QStringList m_recentFiles;
     QString m_jobPath;
     QString m_runningJob;
+    QString m_runningSession;
+    QString m_announcedJob;   // the last job whose end was announced
+    QAction* m_oneDevice = nullptr;
 };
 
 }  // namespace meshbench::app

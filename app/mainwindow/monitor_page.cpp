@@ -25,7 +25,11 @@ MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
     m_timeline->setData(m_data);
     m_timeline->setOverlay(m_predicted);
     m_charts->setRunState(m_state);
+    // Findings are sentences: wrapped to the pane's width, never scrolled sideways.
     m_findings->setWordWrap(true);
+    m_findings->setResizeMode(QListView::Adjust);
+    m_findings->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    m_findings->setMinimumWidth(260);
     m_findings->setToolTip(tr("What the run shows, worst first, with a suggestion for each"));
 
     auto* side = new QSplitter(Qt::Horizontal);
@@ -142,9 +146,20 @@ void MonitorPage::updateFindings()
 
 void MonitorPage::updatePrediction()
 {
+    const auto& steps = m_state->steps();
+    if (steps.empty())
+        return;
     // The planned step is drawn over the newest measured one, so the two compare op by op.
-    if (!m_state->steps().empty())
-        m_timeline->alignOverlayToStep(m_state->steps().back().step);
+    m_timeline->alignOverlayToStep(steps.back().step);
+    // Following live shows the last few steps: wide enough to see the schedule repeat, narrow
+    // enough to see its blocks.
+    constexpr std::int64_t kStepsShown = 3;
+    const live::StepAggregate& last = steps.back();
+    std::int64_t period = last.pipelineEndNs - last.pipelineBeginNs;
+    if (steps.size() >= 2 && steps[steps.size() - 2].pipelineBeginNs > 0)
+        period = std::max(period, last.pipelineBeginNs - steps[steps.size() - 2].pipelineBeginNs);
+    if (period > 0)
+        m_timeline->setLiveWindow(kStepsShown * period);
 }
 
 void MonitorPage::updateStatus()

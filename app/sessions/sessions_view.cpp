@@ -73,7 +73,13 @@ SessionsView::SessionsView(QWidget* parent)
     connect(m_refresh, &QPushButton::clicked, m_model, &SessionListModel::refresh);
     connect(m_table, &QTableView::activated, this, &SessionsView::openSelected);
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &SessionsView::updateActions);
-    connect(m_model, &SessionListModel::modelReset, this, &SessionsView::updateActions);
+    // The folder is re-read whenever a session file changes (a run ending, a new one): the rows
+    // selected before stay selected.
+    connect(m_model, &SessionListModel::modelAboutToBeReset, this, [this] { m_keptSelection = selectedPaths(); });
+    connect(m_model, &SessionListModel::modelReset, this, [this] {
+        selectPaths(m_keptSelection);
+        updateActions();
+    });
     connect(m_model, &SessionListModel::errorChanged, this, [this](const QString& e) { showStatus(e, !e.isEmpty()); });
     updateActions();
 }
@@ -110,6 +116,32 @@ void SessionsView::updateActions()
     m_chrome->setEnabled(selected == 1);
     m_csv->setEnabled(selected == 1);
     m_compare->setEnabled(selected == 2);
+}
+
+bool SessionsView::selectSession(const QString& path)
+{
+    m_model->refresh();
+    m_filter->clear();
+    return selectPaths({path}) == 1;
+}
+
+int SessionsView::selectPaths(const QStringList& paths)
+{
+    QStringList wanted;
+    for (const QString& path : paths)
+        wanted << QFileInfo(path).absoluteFilePath();
+    QItemSelection selection;
+    for (int row = 0; row < m_model->rowCount(); ++row) {
+        if (!wanted.contains(QFileInfo(m_model->row(row).path).absoluteFilePath()))
+            continue;
+        const QModelIndex index = m_proxy->mapFromSource(m_model->index(row, 0));
+        if (index.isValid())
+            selection.select(index, index);
+    }
+    m_table->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    if (!selection.isEmpty())
+        m_table->scrollTo(selection.indexes().front());
+    return int(selection.size());
 }
 
 void SessionsView::openSelected()

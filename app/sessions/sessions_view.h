@@ -33,6 +33,9 @@ public:
     SessionComparison* comparison() const { return m_comparison; }
     // The selected sessions' paths, in selection order (readable ones only).
     QStringList selectedPaths() const;
+    // Re-reads the folder and selects the session at `path` alone (clearing any filter that hides
+    // it); false when the folder holds no such session.
+    bool selectSession(const QString& path);
     QString statusText() const;
 
 public slots:
@@ -55,6 +58,8 @@ private:
     void updateActions();
     void showStatus(const QString& text, bool error);
     void runExport(const QString& session, const QString& target, bool chrome);
+    // Selects the listed sessions that the filter shows; returns how many.
+    int selectPaths(const QStringList& paths);
 
     SessionListModel* m_model = nullptr;
     SessionFilterModel* m_proxy = nullptr;
@@ -68,6 +73,7 @@ private:
     QLabel* m_status = nullptr;
     SessionComparison* m_comparison = nullptr;
     ReplayControls* m_replay = nullptr;
+    QStringList m_keptSelection;   // across a re-read of the folder
 };
 
 }  // namespace meshbench::app

@@ -425,14 +425,23 @@ void TimelineView::setFollowLive(bool on)
     emit followLiveChanged(on);
 }
 
+void TimelineView::setLiveWindow(std::int64_t ns)
+{
+    m_liveWindow = std::max<std::int64_t>(ns, 0);
+    if (m_followLive)
+        onDataChanged();
+}
+
 void TimelineView::onDataChanged()
 {
     relayout();
     if (!m_data || m_data->store().empty())
         return;
     if (m_followLive) {
-        const std::int64_t width = m_t1 - m_t0;
-        applyRange(m_data->store().endTime() - width, m_data->store().endTime());
+        const TimelineStore& store = m_data->store();
+        // A width the user chose is kept; otherwise the live window, or everything so far.
+        const std::int64_t width = m_userRange ? m_t1 - m_t0 : m_liveWindow > 0 ? m_liveWindow : store.endTime() - store.beginTime();
+        applyRange(store.endTime() - width, store.endTime());
     } else if (!m_userRange) {
         fitAllInternal();
     }

@@ -61,8 +61,13 @@ public:
     // factor < 1 zooms in; the time at pixel x stays at x. Turns follow-live off.
     void zoomAt(double factor, double x);
 
+    // Follow-live slides the view to the newest data as it arrives, until the user pans or zooms.
+    // It keeps the width the user last chose; without one, it shows the newest `liveWindow` ns
+    // (the last few steps; 0, the default: everything so far).
     bool followLive() const { return m_followLive; }
     void setFollowLive(bool on);
+    void setLiveWindow(std::int64_t ns);
+    std::int64_t liveWindow() const { return m_liveWindow; }
 
     void setStageCollapsed(int stage, bool collapsed);
     bool isStageCollapsed(int stage) const;
@@ -132,6 +137,7 @@ private:
     std::int64_t m_t1 = 1'000'000;
     bool m_userRange = false;    // the user chose a range: new data no longer refits
     bool m_followLive = false;
+    std::int64_t m_liveWindow = 0;
     int m_rowHeight = 18;
     std::vector<int> m_collapsed;   // stages
     std::vector<Line> m_lines;

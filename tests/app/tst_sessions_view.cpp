@@ -49,6 +49,33 @@ class TestSessionsView : public QObject {
     Q_OBJECT
 
 private slots:
+    void selectionSurvivesARereadAndSelectSessionFindsAFile()
+    {
+        QTemporaryDir dir;
+        const QString a = dir.filePath(QStringLiteral("a.meshbench")), b = dir.filePath(QStringLiteral("b.meshbench"));
+        samples::write(a, "alpha", "dp1 pp2 tp1 ep1 1f1b", 1'000'000'000, store::Outcome::Completed, {{1, 0, 1, 3.0, 0.5, 100}});
+        samples::write(b, "beta", "dp1 pp2 tp1 ep1 1f1b", 2'000'000'000, store::Outcome::Completed, {{1, 0, 1, 3.0, 0.5, 100}});
+        SessionsView view;
+        view.setDirectory(dir.path());
+        QCOMPARE(view.model()->rowCount(), 2);
+        selectRows(*view.table(), {QStringLiteral("beta")});
+        QCOMPARE(view.selectedPaths(), QStringList{b});
+        // A third session appears (a run ended): the folder is re-read, beta stays selected and Open stays enabled.
+        const QString c = dir.filePath(QStringLiteral("c.meshbench"));
+        samples::write(c, "gamma", "dp2 pp1 tp1 ep1 1f1b", 3'000'000'000, store::Outcome::Completed, {{1, 0, 1, 3.0, 0.5, 100}});
+        view.model()->refresh();
+        QCOMPARE(view.model()->rowCount(), 3);
+        QCOMPARE(view.selectedPaths(), QStringList{b});
+        QVERIFY(button(view, QStringLiteral("Open"))->isEnabled());
+        // selectSession finds a file even behind a filter that hides it, and selects it alone.
+        view.filterEdit()->setText(QStringLiteral("alpha"));
+        QVERIFY(view.selectSession(c));
+        QVERIFY(view.filterEdit()->text().isEmpty());
+        QCOMPARE(view.selectedPaths(), QStringList{c});
+        QVERIFY(!view.selectSession(dir.filePath(QStringLiteral("missing.meshbench"))));
+        QVERIFY(view.selectedPaths().isEmpty());
+    }
+
     void openCompareAndExport()
     {
         QTemporaryDir dir;

@@ -67,12 +67,37 @@ private slots:
     void shiftDragZoomsToSelection();
     void keysAndHome();
     void followLive();
+    void followLiveWindowWithoutAUserRange();
     void tooltipHasEveryField();
     void renderedPixels();
     void collapsedStageIsOneSummaryRow();
     void overlayAlignsToStep();
     void scrolledRowsPaintWhereRowRectSays();
 };
+
+void TestTimelineView::followLiveWindowWithoutAUserRange()
+{
+    TimelineData data;
+    data.setNotifyInterval(0);
+    fillSmall(data);   // spans [0, 4000)
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    view.setFollowLive(true);
+    QCOMPARE(view.visibleRange(), Range(0, 4000));   // no window yet: everything so far
+    view.setLiveWindow(1500);
+    QCOMPARE(view.visibleRange(), Range(2500, 4000));
+    QSignalSpy changed(&data, &TimelineData::changed);
+    const TimelineSpan later = span(9000, 9500, wire::SpanKind::Optimizer);
+    data.appendSpans(1, std::span(&later, 1));
+    QVERIFY(changed.wait(1000));
+    QCOMPARE(view.visibleRange(), Range(8000, 9500));
+    // A zoom is the user's width: following again keeps it rather than the live window.
+    view.zoomAt(0.5, view.plotArea().left() + 100);
+    QVERIFY(!view.followLive());
+    view.setFollowLive(true);
+    QCOMPARE(view.visibleRange(), Range(8750, 9500));
+}
 
 void TestTimelineView::mapsTimesToPixels()
 {
