@@ -154,6 +154,8 @@ private:
     void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
     std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched) const;
     store::SessionOutcome launcherVerdict(const ExitStatus& exit) const;
+    // What to do when mpirun failed because this engine runs as root; empty otherwise.
+    std::string rootHint() const;
     const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
 
     const RunRequest& m_request;
@@ -279,7 +281,18 @@ store::SessionOutcome Run::launcherVerdict(const ExitStatus& exit) const
                                                 launcher + " " + exit.describe(),
                     std::int32_t(r), 0};
     }
-    return {store::Outcome::Failed, launcher + " " + exit.describe() + " (its output is in the session's log)", -1, 0};
+    return {store::Outcome::Failed, launcher + " " + exit.describe() + " (its output is in the session's log)" + rootHint(), -1, 0};
+}
+
+std::string Run::rootHint() const
+{
+    // Open MPI's mpirun refuses to start ranks as root unless two variables say so; its own
+    // message lands in the session's log, where a user would not look first.
+    const char* allowed = std::getenv("OMPI_ALLOW_RUN_AS_ROOT");
+    if (m_request.oneDevice || geteuid() != 0 || (allowed && *allowed))
+        return {};
+    return "; note: Open MPI refuses to run as root: run as another user, or use --one-device (Run > Run on One "
+           "Device in the workbench), or, if you must, set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
 }
 
 RunResult Run::execute()

@@ -21,6 +21,8 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 using namespace meshbench;
 
 namespace {
@@ -296,6 +298,26 @@ private slots:
         QCOMPARE(run.exitCode, 1);
         QVERIFY2(run.err.contains("parallel"), qPrintable(run.err));
         QVERIFY(!QFile::exists(session));
+    }
+
+    void mpirunAsRootGetsAHintToFixIt()
+    {
+        if (geteuid() != 0)
+            QSKIP("only root meets Open MPI's refusal");
+        QTemporaryDir dir;
+        const QString session = dir.filePath("root.meshbench");
+        QProcess process;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.remove("OMPI_ALLOW_RUN_AS_ROOT");
+        env.remove("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+        process.setProcessEnvironment(env);
+        process.start(kEngine, {"run", kDemo, "--steps", "1", "--session", session});
+        QVERIFY(process.waitForFinished(120000));
+        const QString out = QString::fromUtf8(process.readAllStandardOutput());
+        QCOMPARE(process.exitCode(), 3);
+        QVERIFY2(out.contains("Open MPI refuses to run as root") && out.contains("--one-device"), qPrintable(out));
+        store::SessionReader reader(session.toStdString());
+        QVERIFY(QString::fromStdString(reader.outcome().cause).contains("OMPI_ALLOW_RUN_AS_ROOT=1"));
     }
 
     void aFailingRankIsNamedWithItsError()
