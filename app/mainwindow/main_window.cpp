@@ -6,7 +6,12 @@
 #include "client/engine_client.h"
 #include "designer/designer_view.h"
 #include "designer/job_document.h"
+#include "monitor/bubble_chart.h"
+#include "monitor/expert_load_view.h"
+#include "monitor/memory_chart.h"
+#include "monitor/monitor_charts.h"
 #include "monitor/run_state.h"
+#include "monitor/training_chart.h"
 #include "sessions/replay_controls.h"
 #include "sessions/sessions_view.h"
 
@@ -119,6 +124,20 @@ void MainWindow::buildMenus()
     QMenu* exportMenu = file->addMenu(tr("&Export"));
     exportMenu->addAction(tr("Session as &Chrome Trace..."), m_sessions, &SessionsView::exportChromeTrace);
     exportMenu->addAction(tr("Session as C&SV..."), m_sessions, &SessionsView::exportCsv);
+    exportMenu->addSeparator();
+    // Each Monitor chart, as its right-click menu also offers.
+    const MonitorCharts* charts = m_monitor->charts();
+    for (const auto& [chart, name] : {std::pair<ChartWidget*, QString>{charts->bubbleChart(), tr("&Bubble Chart")},
+                                      {charts->expertLoadView(), tr("E&xpert Load Chart")},
+                                      {charts->memoryChart(), tr("&Memory Chart")},
+                                      {charts->trainingChart(), tr("&Training Chart")}}) {
+        QMenu* menu = exportMenu->addMenu(name);
+        menu->addAction(tr("as PNG..."), chart, [chart] { chart->exportWithChosenPath(QStringLiteral("png")); });
+        menu->addAction(tr("as PDF..."), chart, [chart] { chart->exportWithChosenPath(QStringLiteral("pdf")); });
+        connect(chart, &ChartWidget::exportFinished, this, [this](const QString& path, const QString& error) {
+            showMessage(error.isEmpty() ? tr("exported %1").arg(path) : tr("cannot export: %1").arg(error));
+        });
+    }
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 

@@ -3,6 +3,7 @@
 #include "client/engine_client.h"
 #include "monitor/monitor_charts.h"
 #include "monitor/run_state.h"
+#include "timeline/span_kind_legend.h"
 #include "timeline/timeline_data.h"
 #include "timeline/timeline_loaders.h"
 #include "timeline/timeline_view.h"
@@ -22,6 +23,8 @@ MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
       m_predicted(new TimelineData(this)), m_timeline(new TimelineView), m_charts(new MonitorCharts), m_findings(new QListWidget),
       m_title(new QLabel(tr("No run yet: launch the designed job (Ctrl+R) or open a session.")))
 {
+    m_title->setWordWrap(true);
+    m_title->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_timeline->setData(m_data);
     m_timeline->setOverlay(m_predicted);
     m_charts->setRunState(m_state);
@@ -43,8 +46,15 @@ MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
     side->setStretchFactor(0, 3);
     side->setStretchFactor(1, 1);
 
+    auto* timelineBox = new QWidget;
+    auto* timelineLayout = new QVBoxLayout(timelineBox);
+    timelineLayout->setContentsMargins(0, 0, 0, 0);
+    timelineLayout->setSpacing(2);
+    timelineLayout->addWidget(new SpanKindLegend);
+    timelineLayout->addWidget(m_timeline, 1);
+
     auto* split = new QSplitter(Qt::Vertical);
-    split->addWidget(m_timeline);
+    split->addWidget(timelineBox);
     split->addWidget(side);
     // The charts need more height than a handful of rank rows.
     split->setStretchFactor(0, 2);
@@ -169,6 +179,9 @@ void MonitorPage::updateStatus()
         text += tr(" · step %1").arg(m_state->steps().empty() ? m_state->currentStep() : m_state->steps().back().step);
     text += tr(" · %1 lost").arg(m_state->lostRecords());
     emit statusChanged(text);
+    // Why a run failed or stopped belongs where the user looks, above its timeline.
+    if (!m_source.isEmpty() && !m_state->cause().isEmpty())
+        m_title->setText(tr("%1: %2: %3").arg(m_source, runPhaseName(m_state->phase()), m_state->cause()));
 }
 
 }  // namespace meshbench::app

@@ -16,6 +16,7 @@ const QColor kPlannedColor(128, 128, 128);   // mid grey: reads on light and dar
 
 BubbleChart::BubbleChart(QWidget* parent) : ChartWidget(parent)
 {
+    setObjectName(QStringLiteral("bubble-chart"));   // also the suggested export file name
     QCustomPlot* p = plot();
     p->xAxis->setLabel(tr("step"));
     p->yAxis->setLabel(tr("pipeline bubble"));
@@ -34,8 +35,14 @@ BubbleChart::BubbleChart(QWidget* parent) : ChartWidget(parent)
     m_plannedLabel->position->setTypeY(QCPItemPosition::ptPlotCoords);
     m_plannedLabel->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
     m_plannedLabel->setColor(kPlannedColor);
+    m_plannedLabel->setPadding(QMargins(2, 0, 2, 0));
     m_plannedLabel->setVisible(false);
     restyle();
+}
+
+void BubbleChart::applyPalette()
+{
+    m_plannedLabel->setBrush(palette().brush(QPalette::Base));   // the curves pass behind it
 }
 
 QCPGraph* BubbleChart::stageGraph(int stage) const

@@ -29,6 +29,7 @@ public:
 protected:
     void reset() override;
     void appendSteps(std::size_t first) override;
+    void applyPalette() override;
 
 private:
     void ensureStageGraphs(int stages);

@@ -40,9 +40,10 @@ QSharedPointer<QCPAxisTicker> integerTicker()
 
 ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
 {
+    setObjectName(QStringLiteral("expert-load"));   // also the suggested export file name
     m_mode = new QComboBox(this);
-    m_mode->addItem(tr("Experts × steps of layer"));
-    m_mode->addItem(tr("Layers × experts of step"));
+    m_mode->addItem(tr("Experts × steps"));
+    m_mode->addItem(tr("Layers × experts"));
     m_layer = new QComboBox(this);
     m_step = new QSpinBox(this);
     m_step->setRange(-1, std::numeric_limits<int>::max());
@@ -52,18 +53,19 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
     controls()->addWidget(m_mode);
     controls()->addWidget(m_layer);
     controls()->addWidget(m_step);
-    controls()->addStretch(1);
+    // Beside the controls rather than in a row of its own: height is what a small chart lacks. It is
+    // clipped where narrow, so the tooltip holds it whole.
     m_hottest = new QLabel(this);
     m_hottest->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_hottest->setContentsMargins(6, 0, 6, 4);
-    layout()->addWidget(m_hottest);
+    m_hottest->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    controls()->addWidget(m_hottest, 1);
 
     QCustomPlot* p = plot();
     p->setAutoAddPlottableToLegend(false);
     QCPAxisRect* mapRect = p->axisRect();
     m_scale = new QCPColorScale(p);
     p->plotLayout()->addElement(0, 1, m_scale);
-    m_scale->axis()->setLabel(tr("tokens routed"));
+    m_scale->axis()->setLabel(tr("tokens"));
     m_map = new QCPColorMap(p->xAxis, p->yAxis);
     m_map->setColorScale(m_scale);
     m_map->setInterpolate(false);
@@ -80,11 +82,9 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
     stats->axis(QCPAxis::atTop)->setVisible(false);
     stats->axis(QCPAxis::atRight)->setVisible(true);
     stats->axis(QCPAxis::atBottom)->setLabel(tr("step"));
-    stats->axis(QCPAxis::atLeft)->setLabel(tr("imbalance (max / mean)"));
+    stats->axis(QCPAxis::atLeft)->setLabel(tr("max / mean"));
     stats->axis(QCPAxis::atRight)->setLabel(tr("dropped"));
     stats->axis(QCPAxis::atRight)->setTicker(percentTicker());
-    stats->axis(QCPAxis::atLeft)->ticker()->setTickCount(3);
-    stats->axis(QCPAxis::atRight)->ticker()->setTickCount(3);
     auto* margins = new QCPMarginGroup(p);
     mapRect->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
     stats->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
@@ -102,8 +102,8 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
         return graph;
     };
     m_imbalance = addGraph(stats->axis(QCPAxis::atLeft), tr("imbalance, worst layer"), 2, Qt::SolidLine);
-    m_p95 = addGraph(stats->axis(QCPAxis::atLeft), tr("imbalance p95 over layers"), 1, Qt::SolidLine);
-    m_dropped = addGraph(stats->axis(QCPAxis::atRight), tr("dropped fraction"), 0, Qt::DashLine);
+    m_p95 = addGraph(stats->axis(QCPAxis::atLeft), tr("p95 over layers"), 1, Qt::SolidLine);
+    m_dropped = addGraph(stats->axis(QCPAxis::atRight), tr("dropped"), 0, Qt::DashLine);
 
     connect(m_mode, &QComboBox::currentIndexChanged, this, [this](int index) {
         m_layer->setVisible(index == 0);
@@ -153,6 +153,12 @@ QString ExpertLoadView::hottestText() const
     return m_hottest->text();
 }
 
+void ExpertLoadView::setHottest(const QString& text)
+{
+    m_hottest->setText(text);
+    m_hottest->setToolTip(text);
+}
+
 void ExpertLoadView::syncLayerChoices()
 {
     const std::vector<int> layers = runState() ? runState()->moeLayers() : std::vector<int>{};
@@ -178,7 +184,7 @@ void ExpertLoadView::reset()
     m_maxDropped = 0;
     for (QCPGraph* graph : {m_imbalance, m_p95, m_dropped})
         graph->data()->clear();
-    m_hottest->setText(runState() && runState()->expertCount() == 0 ? tr("Dense model: no experts.") : QString());
+    setHottest(runState() && runState()->expertCount() == 0 ? tr("Dense model: no experts.") : QString());
     setAxisLabels();
 }
 
@@ -186,7 +192,9 @@ void ExpertLoadView::setAxisLabels()
 {
     QCustomPlot* p = plot();
     const bool bySteps = mode() == Mode::ExpertsBySteps;
-    p->xAxis->setLabel(bySteps ? tr("step") : tr("expert"));
+    // Experts x steps shares its steps with the panel below, which names them.
+    p->xAxis->setTickLabels(!bySteps);
+    p->xAxis->setLabel(bySteps ? QString() : tr("expert"));
     p->yAxis->setLabel(bySteps ? tr("expert") : tr("MoE layer"));
     if (bySteps) {
         p->yAxis->setTicker(integerTicker());
@@ -335,8 +343,8 @@ void ExpertLoadView::updateHottest(const live::StepAggregate& step)
                      .arg(layers[i]->layer)
                      .arg(layers[i]->hottestExpert)
                      .arg(*layers[i]->imbalance, 0, 'f', 2);
-    m_hottest->setText(named.isEmpty() ? QString()
-                                       : tr("Hottest at step %1: %2").arg(step.step).arg(named.join(QStringLiteral(", "))));
+    setHottest(named.isEmpty() ? QString()
+                               : tr("Hottest at step %1: %2").arg(step.step).arg(named.join(QStringLiteral(", "))));
 }
 
 }  // namespace meshbench::app

@@ -51,6 +51,7 @@ private:
     void writeStepColumn(const live::StepAggregate& step);
     void drawLayersByExperts();
     void updateHottest(const live::StepAggregate& step);
+    void setHottest(const QString& text);
     void setAxisLabels();
 
     QComboBox* m_mode = nullptr;

@@ -14,11 +14,32 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 const QColor kCapacityColor(220, 50, 47);   // a strong red on both themes: the limit
+// Below this share of the capacity the bars are scaled to the data (as the Designer's plan
+// inspector does), with room left above them for the capacity note.
+constexpr double kOffScaleShare = 0.05;
+constexpr double kCapacityHeadroom = 1.1;
+constexpr double kDataHeadroom = 1.25;
+
+struct Unit {
+    double bytes;
+    const char* name;
+};
+constexpr std::array<Unit, 3> kUnits{{{kGiB, "GiB"}, {kGiB / 1024, "MiB"}, {kGiB / (1024 * 1024), "KiB"}}};
+
+// The largest unit the axis top reaches at least once, KiB at the smallest.
+const Unit& unitFor(double topBytes)
+{
+    for (const Unit& unit : kUnits)
+        if (topBytes >= unit.bytes)
+            return unit;
+    return kUnits.back();
+}
 
 }  // namespace
 
 MemoryChart::MemoryChart(QWidget* parent) : ChartWidget(parent)
 {
+    setObjectName(QStringLiteral("memory-chart"));   // also the suggested export file name
     m_rank = new QComboBox(this);
     controls()->addWidget(new QLabel(tr("Over time:"), this));
     controls()->addWidget(m_rank);
@@ -27,7 +48,6 @@ MemoryChart::MemoryChart(QWidget* parent) : ChartWidget(parent)
     QCustomPlot* p = plot();
     p->setAutoAddPlottableToLegend(false);
     p->xAxis->setLabel(tr("rank"));
-    p->yAxis->setLabel(tr("memory (GiB)"));
     QSharedPointer<QCPAxisTickerFixed> rankTicks(new QCPAxisTickerFixed);
     rankTicks->setTickStep(1);
     rankTicks->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
@@ -54,11 +74,20 @@ MemoryChart::MemoryChart(QWidget* parent) : ChartWidget(parent)
     m_capacity = new QCPItemStraightLine(p);
     m_capacity->setPen(QPen(kCapacityColor, 1.5, Qt::DashLine));
     m_capacity->setVisible(false);
+    m_capacityNote = new QCPItemText(p);
+    m_capacityNote->position->setType(QCPItemPosition::ptAxisRectRatio);
+    m_capacityNote->position->setCoords(0.99, 0.02);
+    m_capacityNote->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
+    m_capacityNote->setColor(kCapacityColor);
+    m_capacityNote->setPadding(QMargins(2, 0, 2, 0));
+    m_capacityNote->setVisible(false);
 
     auto* overTime = new QCPAxisRect(p);
     p->plotLayout()->addElement(1, 0, overTime);
     overTime->axis(QCPAxis::atBottom)->setLabel(tr("seconds since the rank's first sample"));
-    overTime->axis(QCPAxis::atLeft)->setLabel(tr("total (GiB)"));
+    // Bars 3 : history 2 (rows 0 and 1 until legendRow puts the legend above them).
+    p->plotLayout()->setRowStretchFactor(0, 3);
+    p->plotLayout()->setRowStretchFactor(1, 2);
     auto* margins = new QCPMarginGroup(p);
     p->axisRect()->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
     overTime->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
@@ -71,6 +100,7 @@ MemoryChart::MemoryChart(QWidget* parent) : ChartWidget(parent)
         refreshHistory();
         replot();
     });
+    fitValueAxis(0);
     restyle();
 }
 
@@ -82,6 +112,7 @@ void MemoryChart::applyPalette()
     dash.lineTo(7, 0);
     m_peak->setPen(pen);
     m_peak->setScatterStyle(QCPScatterStyle(dash, pen, Qt::NoBrush, 14));
+    m_capacityNote->setBrush(palette().brush(QPalette::Base));   // over a bar where one reaches it
 }
 
 void MemoryChart::setHistoryRank(std::uint32_t rank)
@@ -104,11 +135,30 @@ void MemoryChart::reset()
     m_history->data()->clear();
     m_plottedRank = -1;
     m_plottedPoints = 0;
-    const double capacity = runState() ? runState()->deviceMemoryBytes() : 0.0;
-    m_capacity->setVisible(capacity > 0);
-    m_capacity->point1->setCoords(0, capacity / kGiB);
-    m_capacity->point2->setCoords(1, capacity / kGiB);
+    fitValueAxis(0);
     syncRankChoices();
+}
+
+void MemoryChart::fitValueAxis(double largestBytes)
+{
+    const double capacity = runState() ? runState()->deviceMemoryBytes() : 0.0;
+    const bool offScale = capacity > 0 && largestBytes > 0 && largestBytes < kOffScaleShare * capacity;
+    double top = offScale ? largestBytes * kDataHeadroom : std::max(largestBytes, capacity) * kCapacityHeadroom;
+    if (top <= 0)
+        top = kGiB;   // nothing known yet
+    const Unit& unit = unitFor(top);
+    if (unit.bytes != m_unit) {
+        m_unit = unit.bytes;
+        m_plottedRank = -1;   // the history is redrawn in the new unit
+        plot()->yAxis->setLabel(tr("memory (%1)").arg(QLatin1String(unit.name)));
+        m_history->valueAxis()->setLabel(tr("total (%1)").arg(QLatin1String(unit.name)));
+    }
+    plot()->yAxis->setRange(0, top / m_unit);
+    m_capacity->setVisible(capacity > 0 && !offScale);
+    m_capacity->point1->setCoords(0, capacity / m_unit);
+    m_capacity->point2->setCoords(1, capacity / m_unit);
+    m_capacityNote->setVisible(offScale);
+    m_capacityNote->setText(tr("capacity %1 GiB off scale ↑").arg(capacity / kGiB, 0, 'f', 1));
 }
 
 void MemoryChart::syncRankChoices()
@@ -129,26 +179,33 @@ void MemoryChart::refreshMemory()
 {
     syncRankChoices();
     const auto& memory = runState()->memory();
-    QVector<double> keys;
+    QVector<double> keys, peaks;
     keys.reserve(qsizetype(memory.size()));
     std::array<QVector<double>, wire::kMemoryCategories> current;
-    QVector<double> peaks;
-    double top = runState()->deviceMemoryBytes();
+    double largest = 0;
     for (const auto& [rank, track] : memory) {
         keys.push_back(rank);
         std::int64_t peak = 0;
         for (std::size_t c = 0; c < current.size(); ++c) {
-            current[c].push_back(double(track.latest.current[c]) / kGiB);
+            current[c].push_back(double(track.latest.current[c]));
             peak += track.latest.peak[c];
         }
-        peaks.push_back(double(peak) / kGiB);
-        top = std::max({top, double(peak), double(track.latest.currentTotal())});
+        peaks.push_back(double(peak));
+        largest = std::max({largest, double(peak), double(track.latest.currentTotal())});
     }
-    for (std::size_t c = 0; c < current.size(); ++c)
+    // Bytes so far: the largest figure picks the axis and its unit.
+    fitValueAxis(largest);
+    const auto toUnit = [this](QVector<double>& values) {
+        for (double& value : values)
+            value /= m_unit;
+    };
+    for (std::size_t c = 0; c < current.size(); ++c) {
+        toUnit(current[c]);
         m_bars[c]->setData(keys, current[c], true);
+    }
+    toUnit(peaks);
     m_peak->setData(keys, peaks, true);
     plot()->xAxis->setRange(keys.isEmpty() ? -0.5 : keys.front() - 0.5, keys.isEmpty() ? 7.5 : keys.back() + 0.5);
-    plot()->yAxis->setRange(0, std::max(top / kGiB, 1e-3) * 1.1);
     refreshHistory();
 }
 
@@ -176,11 +233,13 @@ void MemoryChart::refreshHistory()
         m_history->data()->remove(double(history[from].timeNs - m_historyOrigin) * 1e-9);
     }
     for (std::size_t i = from; i < history.size(); ++i)
-        m_history->addData(double(history[i].timeNs - m_historyOrigin) * 1e-9, double(history[i].totalBytes) / kGiB);
+        m_history->addData(double(history[i].timeNs - m_historyOrigin) * 1e-9, double(history[i].totalBytes) / m_unit);
     m_plottedPoints = history.size();
-    m_history->rescaleAxes();
-    QCPAxis* value = m_history->valueAxis();
-    value->setRange(0, std::max(value->range().upper, 1e-3) * 1.1);
+    // From the first sample on, at least a second wide: one sample alone is no range to fit.
+    m_history->keyAxis()->setRange(0, std::max(double(history.back().timeNs - m_historyOrigin) * 1e-9, 1.0));
+    bool found = false;
+    const QCPRange values = m_history->getValueRange(found);
+    m_history->valueAxis()->setRange(0, std::max(found ? values.upper : 0.0, 1e-3) * 1.1);
 }
 
 }  // namespace meshbench::app

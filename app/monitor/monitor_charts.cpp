@@ -12,24 +12,30 @@ namespace meshbench::app {
 
 MonitorCharts::MonitorCharts(QWidget* parent) : QWidget(parent)
 {
-    auto* rows = new QSplitter(Qt::Vertical, this);
-    auto* top = new QSplitter(Qt::Horizontal, rows);
-    auto* bottom = new QSplitter(Qt::Horizontal, rows);
-    m_bubble = new BubbleChart(top);
-    m_experts = new ExpertLoadView(top);
-    m_memory = new MemoryChart(bottom);
-    m_training = new TrainingChart(bottom);
+    // Two columns, each split on its own: a chart of two panels (memory, training, expert load)
+    // gets more height than the one-panel bubble chart, which rows shared across would not allow.
+    auto* columns = new QSplitter(Qt::Horizontal, this);
+    auto* left = new QSplitter(Qt::Vertical, columns);
+    auto* right = new QSplitter(Qt::Vertical, columns);
+    m_bubble = new BubbleChart(left);
+    m_memory = new MemoryChart(left);
+    m_experts = new ExpertLoadView(right);
+    m_training = new TrainingChart(right);
+    // Small enough for a 1280 x 800 window's share, large enough that no panel is squeezed to a line.
     for (ChartWidget* chart : charts())
-        chart->setMinimumSize(240, 180);
-    for (QSplitter* splitter : {rows, top, bottom}) {
-        // Equal shares to start with; the user drags from there.
-        splitter->setStretchFactor(0, 1);
-        splitter->setStretchFactor(1, 1);
-        splitter->setSizes({1, 1});
-    }
+        chart->setMinimumSize(300, 160);
+    const auto share = [](QSplitter* splitter, int first, int second) {
+        splitter->setChildrenCollapsible(false);   // a chart dragged to nothing would look lost
+        splitter->setStretchFactor(0, first);
+        splitter->setStretchFactor(1, second);
+        splitter->setSizes({first * 1000, second * 1000});
+    };
+    share(columns, 1, 1);
+    share(left, 2, 3);
+    share(right, 1, 1);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
-    layout->addWidget(rows);
+    layout->addWidget(columns);
 }
 
 std::vector<ChartWidget*> MonitorCharts::charts() const

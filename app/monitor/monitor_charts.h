@@ -1,6 +1,6 @@
 #pragma once
-// The Monitor's charts for one RunState, in a 2 x 2 grid of resizable panes: bubble and expert
-// load above, memory and training below. The main window places the timeline beside it.
+// The Monitor's charts for one RunState, in two columns of resizable panes: bubble above memory on
+// the left, expert load above training on the right. The main window places the timeline above it.
 
 #include "monitor/chart_widget.h"
 

@@ -30,6 +30,7 @@ void fitValues(QCPGraph* graph)
 
 TrainingChart::TrainingChart(QWidget* parent) : ChartWidget(parent)
 {
+    setObjectName(QStringLiteral("training-chart"));   // also the suggested export file name
     QCustomPlot* p = plot();
     p->setAutoAddPlottableToLegend(false);
     QCPAxisRect* lossRect = p->axisRect();
@@ -53,6 +54,9 @@ TrainingChart::TrainingChart(QWidget* parent) : ChartWidget(parent)
     QCPLegend* lossLegend = setUp(lossRect, tr("loss"), tr("aux loss"));
     QCPLegend* speedLegend = setUp(speedRect, tr("tokens/s"), tr("MFU"));
     speedRect->axis(QCPAxis::atRight)->setTicker(percentTicker());
+    // The panels share their steps: only the lower one names them.
+    lossRect->axis(QCPAxis::atBottom)->setTickLabels(false);
+    lossRect->axis(QCPAxis::atBottom)->setLabel(QString());
 
     const auto addGraph = [&](QCPAxisRect* rect, QCPAxis::AxisType valueAxis, QCPLegend* legend, const QString& name,
                               int color) {

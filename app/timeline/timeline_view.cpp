@@ -239,11 +239,10 @@ private:
         const QColor color = TimelineView::kindColor(kind);
         const auto [y0, y1] = verticalExtent(cls);
         if (cls == KindClass::DataParallelReduce) {
-            // Hatched: light fill, a dark diagonal every fourth pixel.
-            const QRgb light = color.lighter(130).rgb(), dark = color.darker(160).rgb();
+            const TimelineView::Hatch hatch = TimelineView::hatchOf(color);
             for (int y = std::max(y0, 0); y < y1; ++y)
                 for (int x = std::max(left, 0); x < std::min(right, m_columns); ++x)
-                    line(y)[x] = ((x + y) & 3) == 0 ? dark : light;
+                    line(y)[x] = hatch.at(x, y);
         } else {
             fill(left, right, y0, y1, color.rgb());
         }

@@ -86,6 +86,13 @@ public:
     // Fixed categorical colours that read on light and dark backgrounds.
     static QColor kindColor(wire::SpanKind kind);
     static QColor classColor(KindClass cls);
+    // Data-parallel reductions are hatched: a light fill of their colour with a dark pixel on
+    // every fourth diagonal, so they read as communication next to solid compute.
+    struct Hatch {
+        QRgb light, dark;
+        QRgb at(int x, int y) const { return ((x + y) & 3) == 0 ? dark : light; }
+    };
+    static Hatch hatchOf(const QColor& color) { return {color.lighter(130).rgb(), color.darker(160).rgb()}; }
 
 signals:
     void followLiveChanged(bool on);

@@ -215,6 +215,59 @@ private Q_SLOTS:
         QCOMPARE(valueAt(chart.historyGraph(), 3.0), 18.0 * 1'000'000'000 / kGiB);
     }
 
+    // A CPU-sized run against an 80 GB device: the axis follows the data, the capacity is a note;
+    // once a rank holds more than 5% of the device, the axis reaches the capacity line again.
+    void memoryAxisScalesToTheDataWhenFarBelowCapacity()
+    {
+        RunState state;
+        state.setSpec(chartSpec());   // h100-sxm: 80e9 bytes
+        QCOMPARE(state.deviceMemoryBytes(), 80e9);
+        app::MemoryChart chart;
+        chart.setRunState(&state);
+        for (std::uint32_t rank = 0; rank < 4; ++rank)
+            state.updateMemory(memoryOf(rank, 1'000'000'000, (rank + 1) * 100'000LL));
+        QCoreApplication::processEvents();
+        // Rank 3 peaks at 21 x 400,000 bytes = 8.4 MB, 1.25 x that = 10.5e6 bytes = 10.01 MiB.
+        constexpr double kMiB = 1024.0 * 1024.0;
+        QCOMPARE(chart.unitBytes(), kMiB);
+        QCOMPARE(chart.plot()->yAxis->range().lower, 0.0);
+        QCOMPARE(chart.plot()->yAxis->range().upper, 21 * 400'000 * 1.25 / kMiB);
+        QCOMPARE(chart.plot()->yAxis->label(), QStringLiteral("memory (MiB)"));
+        QCOMPARE(valueAt(chart.peakGraph(), 3), 21 * 400'000 / kMiB);
+        QCOMPARE(barAt(chart.categoryBars(wire::MemoryCategory::Activations), 3), 7 * 400'000 / kMiB);
+        QVERIFY(!chart.capacityLine()->visible());
+        QVERIFY(chart.capacityNote()->visible());
+        QCOMPARE(chart.capacityNote()->text(), QStringLiteral("capacity 74.5 GiB off scale ↑"));   // 80e9 / 2^30
+        chart.setHistoryRank(2);
+        QCOMPARE(valueAt(chart.historyGraph(), 0.0), 18 * 300'000 / kMiB);
+        if (const QString dir = qEnvironmentVariable("MESHBENCH_SCREENSHOT_DIR"); !dir.isEmpty()) {
+            chart.resize(500, 300);
+            QVERIFY(chart.grab().save(dir + QStringLiteral("/memory-off-scale.png")));
+        }
+
+        // 21 x 1.6e8 = 3.36 GB is 4.2% of 80 GB: still off scale.
+        state.updateMemory(memoryOf(2, 2'000'000'000, 160'000'000LL));
+        QCoreApplication::processEvents();
+        QVERIFY(chart.capacityNote()->visible());
+        QCOMPARE(chart.unitBytes(), kGiB);
+        QCOMPARE(chart.plot()->yAxis->range().upper, 21 * 160e6 * 1.25 / kGiB);
+
+        // 21 x 2e8 = 4.2 GB is 5.25%: the axis reaches 1.1 x the capacity, the line is back, and the
+        // history is redrawn in GiB.
+        state.updateMemory(memoryOf(2, 3'000'000'000, 200'000'000LL));
+        QCoreApplication::processEvents();
+        QCOMPARE(chart.unitBytes(), kGiB);
+        QCOMPARE(chart.plot()->yAxis->range().upper, 80e9 * 1.1 / kGiB);
+        QCOMPARE(chart.plot()->yAxis->label(), QStringLiteral("memory (GiB)"));
+        QVERIFY(chart.capacityLine()->visible());
+        QCOMPARE(chart.capacityLine()->point1->coords().y(), 80e9 / kGiB);
+        QVERIFY(!chart.capacityNote()->visible());
+        QCOMPARE(chart.historyGraph()->dataCount(), 3);
+        QCOMPARE(valueAt(chart.historyGraph(), 0.0), 18 * 300'000 / kGiB);
+        QCOMPARE(valueAt(chart.historyGraph(), 2.0), 18 * 200e6 / kGiB);
+        QCOMPARE(chart.historyGraph()->valueAxis()->label(), QStringLiteral("total (GiB)"));
+    }
+
     void trainingChartPlotsTheFigures()
     {
         RunState state;
@@ -263,6 +316,186 @@ private Q_SLOTS:
         QString error;
         QVERIFY(!charts.bubbleChart()->exportImage(dir.filePath(QStringLiteral("chart.bmp")), {}, &error));
         QVERIFY(error.contains(QStringLiteral(".png")));
+    }
+
+    // The Monitor gives its charts about 1000 x 500 px in a 1280 x 800 window: every panel keeps a
+    // plot area worth reading, and no legend sits on a panel. MESHBENCH_SCREENSHOT_DIR=dir saves
+    // monitor-charts-WxH.png there at this size and at 1600 x 900.
+    void compactLayoutKeepsEveryPanelReadable()
+    {
+        RunState state;
+        state.setSpec(chartSpec());
+        for (int step = 0; step < 40; ++step) {
+            live::StepAggregate s = stepAt(step);
+            // Bubbles of a real run (stepAt's grow past 100%) and a falling loss.
+            s.bubble = 0.3 + 0.02 * (step % 5);
+            s.stages[0].measured = 0.25 + 0.02 * (step % 3);
+            s.stages[1].measured = 0.35 + 0.02 * (step % 4);
+            s.loss = 5.0 / (1 + 0.1 * step);
+            state.addStep(s);
+        }
+        for (std::uint32_t rank = 0; rank < 4; ++rank)
+            for (std::int64_t t = 1; t <= 20; ++t)
+                state.updateMemory(memoryOf(rank, t * 100'000'000, (rank + 1) * (5 + t % 4) * 100'000'000LL));
+        app::MonitorCharts charts;
+        charts.setRunState(&state);
+        const QString dir = qEnvironmentVariable("MESHBENCH_SCREENSHOT_DIR");
+        for (const QSize size : {QSize(1600, 900), QSize(1000, 500)}) {
+            charts.resize(size);
+            charts.show();
+            QVERIFY(QTest::qWaitForWindowExposed(&charts));
+            QCoreApplication::processEvents();
+            for (app::ChartWidget* chart : charts.charts())
+                chart->plot()->replot(QCustomPlot::rpImmediateRefresh);
+            if (!dir.isEmpty())
+                QVERIFY(charts.grab().save(QStringLiteral("%1/monitor-charts-%2x%3.png").arg(dir).arg(size.width()).arg(size.height())));
+        }
+        QCOMPARE(charts.size(), QSize(1000, 500));
+        for (app::ChartWidget* chart : charts.charts()) {
+            const QString name = QString::fromLatin1(chart->metaObject()->className());
+            const auto fail = [&name](const QString& what) { return qPrintable(name + QStringLiteral(": ") + what); };
+            QCustomPlot* plot = chart->plot();
+            QVERIFY2(chart->width() >= 300 && chart->height() >= 160, fail(QStringLiteral("chart squeezed")));
+            QList<QCPLegend*> legends;
+            for (QCPLayoutElement* element : plot->plotLayout()->elements(true))
+                if (auto* legend = qobject_cast<QCPLegend*>(element); legend && legend->visible())
+                    legends << legend;
+            for (QCPLegend* legend : legends)
+                QVERIFY2(plot->viewport().contains(legend->outerRect()), fail(QStringLiteral("legend cut off")));
+            for (QCPAxisRect* rect : plot->axisRects()) {
+                QVERIFY2(rect->height() >= 50, fail(QStringLiteral("%1 px high").arg(rect->height())));
+                QVERIFY2(rect->width() >= 300, fail(QStringLiteral("%1 px wide").arg(rect->width())));
+                for (QCPLegend* legend : legends)
+                    QVERIFY2(!legend->outerRect().intersects(rect->rect()), fail(QStringLiteral("legend over a panel")));
+                // Neighbouring tick labels never touch: stacked ones a line apart, side-by-side ones
+                // further apart than the wider of the two.
+                for (QCPAxis* axis : rect->axes()) {
+                    if (!axis->visible() || !axis->tickLabels())
+                        continue;
+                    const QFontMetrics metrics(axis->tickLabelFont());
+                    const QVector<double> ticks = axis->tickVector();
+                    const QVector<QString> labels = axis->tickVectorLabels();
+                    QVERIFY2(ticks.size() >= 2, fail(QStringLiteral("%1 ticks on %2").arg(ticks.size()).arg(axis->label())));
+                    for (qsizetype i = 1; i < ticks.size(); ++i) {
+                        const double gap = std::abs(axis->coordToPixel(ticks[i]) - axis->coordToPixel(ticks[i - 1]));
+                        const int extent = axis->orientation() == Qt::Vertical
+                                               ? metrics.height()
+                                               : std::max(metrics.horizontalAdvance(labels[i]), metrics.horizontalAdvance(labels[i - 1]));
+                        QVERIFY2(gap > extent, fail(QStringLiteral("labels %1 and %2 of %3 overlap").arg(labels[i - 1], labels[i], axis->label())));
+                    }
+                }
+            }
+        }
+    }
+
+    // Nine entries (overall + 8 stages) do not fit one line of a 320 px chart: the legend wraps onto
+    // more lines, each entry as wide as its text, instead of clipping every name; widened, it is one
+    // line again.
+    void legendWrapsWhenNarrow()
+    {
+        RunState state;
+        live::StepAggregate step = stepAt(0);
+        step.stages.clear();
+        for (int stage = 0; stage < 8; ++stage)
+            step.stages.push_back({stage, 0.3, std::nullopt, 2});
+        state.addStep(step);
+        app::BubbleChart chart;
+        chart.setRunState(&state);
+        QCOMPARE(chart.stageGraphCount(), 8);
+        QCPLegend* legend = chart.plot()->legend;
+        const auto layOut = [&](int width) {
+            chart.resize(width, 240);
+            chart.show();
+            QVERIFY(QTest::qWaitForWindowExposed(&chart));
+            chart.plot()->replot(QCustomPlot::rpImmediateRefresh);
+            int entries = 0;
+            for (int i = 0; i < legend->itemCount(); ++i) {
+                QCPAbstractLegendItem* item = legend->item(i);
+                if (!item)
+                    continue;
+                ++entries;
+                QVERIFY(chart.plot()->viewport().contains(item->outerRect()));
+                QVERIFY2(item->outerRect().width() >= item->minimumOuterSizeHint().width(),
+                         qPrintable(QStringLiteral("entry %1 clipped at %2 px").arg(i).arg(width)));
+            }
+            QCOMPARE(entries, 9);
+        };
+        layOut(320);
+        QVERIFY2(legend->rowCount() >= 3, qPrintable(QString::number(legend->rowCount())));
+        // A theme change restyles the wrapped legend, whose last line leaves cells empty (9 entries
+        // in 4 columns here).
+        QPalette palette = chart.palette();
+        palette.setColor(QPalette::Text, QColor(1, 2, 3));
+        chart.setPalette(palette);
+        for (int i = 0; i < legend->itemCount(); ++i)
+            if (QCPAbstractLegendItem* item = legend->item(i))
+                QCOMPARE(item->textColor(), QColor(1, 2, 3));
+        layOut(1400);
+        QCOMPARE(legend->rowCount(), 1);
+    }
+
+    // The right-click menu exports through the path chooser (a file dialog in the app): a PNG that
+    // loads back at the chart's size, a PDF, the suffix added when the choice lacks it, nothing on
+    // cancel, and an error for a folder that does not exist.
+    void contextMenuExportsAsPngAndPdf()
+    {
+        RunState state;
+        state.setSpec(chartSpec());
+        for (int step = 0; step < 5; ++step)
+            state.addStep(stepAt(step));
+        app::TrainingChart chart;
+        chart.setRunState(&state);
+        chart.resize(640, 420);
+        chart.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&chart));
+
+        QVERIFY(!chart.contextMenu()->isVisible());
+        QContextMenuEvent click(QContextMenuEvent::Mouse, QPoint(100, 100), chart.plot()->mapToGlobal(QPoint(100, 100)));
+        QApplication::sendEvent(chart.plot(), &click);
+        QVERIFY(chart.contextMenu()->isVisible());
+        chart.contextMenu()->hide();
+        const QList<QAction*> actions = chart.contextMenu()->actions();
+        QCOMPARE(actions.size(), 2);
+        QCOMPARE(actions[0]->text(), QStringLiteral("Export as PNG…"));
+        QCOMPARE(actions[1]->text(), QStringLiteral("Export as PDF…"));
+
+        QTemporaryDir dir;
+        QString chosen;
+        QStringList asked;
+        chart.setPathChooser([&](const QString& suggested, const QString& filter) {
+            asked << suggested + QLatin1Char('|') + filter;
+            return chosen;
+        });
+        QSignalSpy finished(&chart, &app::ChartWidget::exportFinished);
+
+        chosen = dir.filePath(QStringLiteral("training"));   // no suffix: .png is added
+        actions[0]->trigger();
+        QCOMPARE(asked.last(), QStringLiteral("training-chart.png|PNG images (*.png)"));
+        QCOMPARE(finished.size(), 1);
+        QCOMPARE(finished[0][0].toString(), chosen + QStringLiteral(".png"));
+        QCOMPARE(finished[0][1].toString(), QString());
+        const QImage image(chosen + QStringLiteral(".png"));
+        QVERIFY(!image.isNull());
+        QCOMPARE(image.size(), chart.plot()->size());
+
+        chosen = dir.filePath(QStringLiteral("training.pdf"));
+        actions[1]->trigger();
+        QCOMPARE(asked.last(), QStringLiteral("training-chart.pdf|PDF documents (*.pdf)"));
+        QCOMPARE(finished.size(), 2);
+        QFile pdf(chosen);
+        QVERIFY(pdf.open(QIODevice::ReadOnly));
+        QVERIFY(pdf.read(5) == "%PDF-");
+
+        chosen.clear();   // cancelled
+        actions[0]->trigger();
+        QCOMPARE(asked.size(), 3);
+        QCOMPARE(finished.size(), 2);
+
+        chosen = dir.filePath(QStringLiteral("missing/chart.png"));
+        actions[0]->trigger();
+        QCOMPARE(finished.size(), 3);
+        QVERIFY(finished[2][1].toString().contains(QStringLiteral("missing/chart.png")));
+        QVERIFY(!QFile::exists(chosen));
     }
 
     void axesFollowThePalette()
