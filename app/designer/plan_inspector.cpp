@@ -15,13 +15,31 @@
 namespace meshbench::app {
 namespace {
 
-constexpr double kGB = 1e9;   // decimal, as plan::formatBytes and the datasheets
+// A decimal byte unit, as plan::formatBytes and the datasheets use.
+struct ByteUnit {
+    double bytes;
+    const char* name;
+};
+
+// The unit plan::formatBytes would print `bytes` in, so the axis reads 0-8 MB rather than 0.002-0.008 GB.
+ByteUnit unitFor(double bytes)
+{
+    for (const ByteUnit unit : {ByteUnit{1e12, "TB"}, ByteUnit{1e9, "GB"}, ByteUnit{1e6, "MB"}, ByteUnit{1e3, "kB"}})
+        if (bytes >= unit.bytes)
+            return unit;
+    return {1, "B"};
+}
+
+QColor capacityColor() { return QColor(0xd6, 0x27, 0x28); }
 
 // Categorical colours that read on light and dark backgrounds.
 const QColor kCategoryColors[PlanInspector::CategoryCount] = {
     QColor(0x4e, 0x79, 0xa7), QColor(0xf2, 0x8e, 0x2b), QColor(0x59, 0xa1, 0x4f), QColor(0xb0, 0x7a, 0xa1)};
 
 QString text(const std::string& s) { return QString::fromStdString(s); }
+
+// A figure with its unit ("80.00 GB", "1.095 s") that word wrap must not split.
+QString figure(const std::string& s) { return text(s).replace(u' ', QChar::Nbsp); }
 
 QString percent(double ratio) { return QString::number(ratio * 100.0, 'f', 1) + u'%'; }
 
@@ -41,7 +59,6 @@ PlanInspector::PlanInspector(QWidget* parent) : QWidget(parent)
         axis->setLabelColor(pal.color(QPalette::Text));
     }
     m_plot->xAxis->setLabel(tr("pipeline stage"));
-    m_plot->yAxis->setLabel(tr("memory per GPU (GB)"));
     const QString names[CategoryCount] = {tr("weights"), tr("gradients"), tr("optimizer"), tr("activations")};
     for (int c = 0; c < CategoryCount; ++c) {
         auto* bars = new QCPBars(m_plot->xAxis, m_plot->yAxis);
@@ -54,11 +71,19 @@ PlanInspector::PlanInspector(QWidget* parent) : QWidget(parent)
         m_bars[c] = bars;
     }
     m_capacity = new QCPItemStraightLine(m_plot);
-    m_capacity->setPen(QPen(QColor(0xd6, 0x27, 0x28), 2, Qt::DashLine));
+    m_capacity->setPen(QPen(capacityColor(), 2, Qt::DashLine));
+    m_capacityLabel = new QCPItemText(m_plot);
+    m_capacityLabel->setColor(capacityColor());
+    m_capacityLabel->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+    // The legend in a row of its own above the axis rect, where it cannot hide a bar.
     m_plot->legend->setVisible(true);
-    m_plot->legend->setBrush(pal.color(QPalette::Base));
+    m_plot->legend->setBrush(Qt::NoBrush);
+    m_plot->legend->setBorderPen(Qt::NoPen);
     m_plot->legend->setTextColor(pal.color(QPalette::Text));
-    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    m_plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+    m_plot->plotLayout()->insertRow(0);
+    m_plot->plotLayout()->addElement(0, 0, m_plot->legend);
+    m_plot->plotLayout()->setRowStretchFactor(0, 0.001);
 
     m_summary = new QLabel;
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -97,8 +122,10 @@ void PlanInspector::setPlan(const plan::Plan* plan)
     if (!plan) {
         for (QCPBars* bars : m_bars)
             bars->data()->clear();
-        m_capacityGB = 0;
+        m_capacityValue = 0;
         m_capacity->setVisible(false);
+        m_capacityLabel->setVisible(false);
+        m_plot->yAxis->setLabel(tr("memory per GPU"));
         m_summary->setText(tr("No plan: fix the errors in the form."));
         m_bubble->clear();
         m_timelineData->clear();
@@ -106,43 +133,52 @@ void PlanInspector::setPlan(const plan::Plan* plan)
         return;
     }
 
+    double highest = 0;
+    for (const plan::StageMemory& s : plan->stages)
+        highest = std::max(highest, s.memory.total());
+    // Bars far below the capacity would be invisible next to it: scale to the bars then, and say so.
+    const bool capacityOffScale = highest < 0.05 * plan->deviceMemory;
+    const double top = capacityOffScale ? highest : std::max(highest, plan->deviceMemory);
+    const ByteUnit unit = unitFor(top);
+
     QVector<double> keys;
     QVector<double> values[CategoryCount];
-    double highest = 0;
     for (const plan::StageMemory& s : plan->stages) {
         keys << s.stage;
-        values[Weights] << s.memory.weights / kGB;
-        values[Grads] << s.memory.grads / kGB;
-        values[Optimizer] << s.memory.optimizer / kGB;
-        values[Activations] << s.memory.activations / kGB;
-        highest = std::max(highest, s.memory.total() / kGB);
+        values[Weights] << s.memory.weights / unit.bytes;
+        values[Grads] << s.memory.grads / unit.bytes;
+        values[Optimizer] << s.memory.optimizer / unit.bytes;
+        values[Activations] << s.memory.activations / unit.bytes;
     }
     for (int c = 0; c < CategoryCount; ++c)
         m_bars[c]->setData(keys, values[c], true);
-    m_capacityGB = plan->deviceMemory / kGB;
-    m_capacity->point1->setCoords(-1, m_capacityGB);
-    m_capacity->point2->setCoords(1, m_capacityGB);
+    m_capacityValue = plan->deviceMemory / unit.bytes;
+    m_capacity->point1->setCoords(-1, m_capacityValue);
+    m_capacity->point2->setCoords(1, m_capacityValue);
     m_capacity->setVisible(true);
-    m_plot->xAxis->setRange(-0.6, double(plan->stages.size()) - 0.4);
-    // Bars far below the capacity would be invisible next to it: scale to the bars then, and say so.
-    const bool capacityOffScale = highest < 0.05 * m_capacityGB;
-    m_plot->yAxis->setRange(0, (capacityOffScale ? highest : std::max(highest, m_capacityGB)) * 1.15);
-    m_plot->yAxis->setLabel(capacityOffScale ? tr("memory per GPU (GB); capacity %1 GB off scale").arg(m_capacityGB, 0, 'f', 1)
-                                             : tr("memory per GPU (GB)"));
+    const double right = double(plan->stages.size()) - 0.4;
+    m_plot->xAxis->setRange(-0.6, right);
+    m_plot->yAxis->setRange(0, top / unit.bytes * 1.15);
+    const QString capacityText = figure(plan::formatBytes(plan->deviceMemory));
+    m_plot->yAxis->setLabel(capacityOffScale ? tr("memory per GPU (%1); capacity %2 off scale").arg(QLatin1String(unit.name), capacityText)
+                                             : tr("memory per GPU (%1)").arg(QLatin1String(unit.name)));
+    m_capacityLabel->position->setCoords(right, m_capacityValue);
+    m_capacityLabel->setText(tr("capacity %1").arg(capacityText));
+    m_capacityLabel->setVisible(!capacityOffScale);
     // One tick per stage while they are few enough to label.
     m_plot->xAxis->ticker()->setTickCount(int(std::min<std::size_t>(plan->stages.size(), 16)));
     m_plot->replot();
 
     const plan::StepBreakdown& b = plan->step;
-    auto sec = [](double s) { return text(plan::formatSeconds(s)); };
+    auto sec = [](double s) { return figure(plan::formatSeconds(s)); };
     m_summary->setText(
         tr("%1 ranks, %2 parameters, most loaded GPU %3 of %4%5\n"
            "FLOPs per step %6, step %7: compute %8, TP comm %9, EP comm %10, bubble %11, DP comm %12, optimizer %13\n"
            "MFU %14, %15 tokens/s")
             .arg(plan->worldSize)
-            .arg(plan->parameters.total >= 1e9 ? QString::number(plan->parameters.total / 1e9, 'f', 1) + QStringLiteral(" B")
-                                               : QString::number(plan->parameters.total / 1e6, 'f', 2) + QStringLiteral(" M"))
-            .arg(text(plan::formatBytes(plan->mostLoaded().total())), text(plan::formatBytes(plan->deviceMemory)),
+            .arg(plan->parameters.total >= 1e9 ? QString::number(plan->parameters.total / 1e9, 'f', 1) + QChar::Nbsp + u'B'
+                                               : QString::number(plan->parameters.total / 1e6, 'f', 2) + QChar::Nbsp + u'M')
+            .arg(figure(plan::formatBytes(plan->mostLoaded().total())), capacityText,
                  plan->fits ? QString() : tr(" — does not fit"))
             .arg(QString::number(plan->flopsPerStep, 'g', 3))
             .arg(sec(b.total), sec(b.compute), sec(b.tensorComm), sec(b.expertComm), sec(b.pipelineBubble),

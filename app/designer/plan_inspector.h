@@ -7,6 +7,7 @@
 
 class QCPBars;
 class QCPItemStraightLine;
+class QCPItemText;
 class QCustomPlot;
 class QLabel;
 
@@ -26,10 +27,12 @@ public:
 
     explicit PlanInspector(QWidget* parent = nullptr);
 
-    // The bars of one memory category, one data point per stage at key = stage, value in GB.
+    // The bars of one memory category, one data point per stage at key = stage, value in the
+    // chart's unit: the decimal unit (kB, MB, GB, TB) that plan::formatBytes would print for
+    // the top of the scale, named in the value axis label.
     QCPBars* memoryBars(Category category) const { return m_bars[category]; }
-    // The device capacity in GB drawn as a line (0 without a plan).
-    double capacityGB() const { return m_capacityGB; }
+    // The device capacity in the chart's unit, drawn as a labelled line (0 without a plan).
+    double capacity() const { return m_capacityValue; }
     // The figures as shown: FLOPs, step breakdown, MFU, tokens/s, bubble.
     QString summaryText() const;
     QCustomPlot* memoryPlot() const { return m_plot; }
@@ -43,7 +46,8 @@ private:
     QCustomPlot* m_plot;
     QCPBars* m_bars[CategoryCount];
     QCPItemStraightLine* m_capacity;
-    double m_capacityGB = 0;
+    QCPItemText* m_capacityLabel;
+    double m_capacityValue = 0;
     QLabel* m_summary;
     QLabel* m_bubble;
     TimelineData* m_timelineData;

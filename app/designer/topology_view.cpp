@@ -18,7 +18,6 @@ constexpr double kBusHeight = 30;  // network line and its label
 constexpr double kNodeGap = 10;
 constexpr double kNodePad = 3;
 constexpr double kNodeTitle = 14;
-constexpr double kMaxCell = 56;
 
 constexpr int groupBit(plan::GroupKind kind) { return 1 << int(kind); }
 
@@ -29,6 +28,11 @@ const char kGroupLetter[] = {'T', 'P', 'D', 'E', 'X'};
 QColor errorColor() { return QColor(0xd6, 0x27, 0x28); }
 
 QString gbps(double bytesPerSecond) { return QString::number(bytesPerSecond / 1e9, 'g', 4) + QStringLiteral(" GB/s"); }
+
+QString count(std::int64_t n, const QString& singular, const QString& plural)
+{
+    return QString::number(n) + u' ' + (n == 1 ? singular : plural);
+}
 
 }  // namespace
 
@@ -177,35 +181,51 @@ void TopologyView::relayout()
 {
     m_nodeRects.clear();
     m_area = QRectF(kMargin, kMargin + kHeader, width() - 2 * kMargin, height() - 2 * kMargin - kHeader - kBusHeight);
-    m_busY = m_area.bottom() + kBusHeight * 0.35;
+    // The nodes' bounds centred in the area, the network line just below them; whole pixels so
+    // that aggregated cells stay one mark per pixel.
+    auto place = [this](double w, double h) {
+        m_content = QRectF(std::floor(m_area.left() + (m_area.width() - w) / 2),
+                           std::floor(m_area.top() + (m_area.height() - h) / 2), w, h);
+        m_busY = m_content.bottom() + kBusHeight * 0.35;
+    };
+    place(m_area.width(), m_area.height());
     if (m_nodes <= 0 || m_area.width() < 4 || m_area.height() < 4)
         return;
 
-    m_deviceColumns = std::min(m_devicesPerNode, 8);
-    const int deviceRows = (m_devicesPerNode + m_deviceColumns - 1) / m_deviceColumns;
     m_aggregated = m_devices > kDetailLimit;
     if (!m_aggregated) {
-        // The node grid whose device cells come out largest.
+        // The node grid and device arrangement (up to 8 across, in full rows) whose device cells
+        // come out largest; the widest arrangement on a tie.
         double bestCell = 0;
         int bestColumns = 1;
-        for (int columns = 1; columns <= m_nodes; ++columns) {
-            const int rows = (m_nodes + columns - 1) / columns;
-            const double cellW = (m_area.width() - (columns - 1) * kNodeGap - columns * 2 * kNodePad) / (columns * m_deviceColumns);
-            const double cellH = (m_area.height() - (rows - 1) * kNodeGap - rows * (2 * kNodePad + kNodeTitle)) / (rows * deviceRows);
-            const double cell = std::min({cellW, cellH, kMaxCell});
-            if (cell > bestCell) {
-                bestCell = cell;
-                bestColumns = columns;
+        m_deviceColumns = std::min(m_devicesPerNode, 8);
+        for (int deviceColumns = m_deviceColumns; deviceColumns >= 1; --deviceColumns) {
+            if (deviceColumns != m_devicesPerNode && m_devicesPerNode % deviceColumns != 0)
+                continue;
+            const int deviceRows = (m_devicesPerNode + deviceColumns - 1) / deviceColumns;
+            for (int columns = 1; columns <= m_nodes; ++columns) {
+                const int rows = (m_nodes + columns - 1) / columns;
+                const double cellW = (m_area.width() - (columns - 1) * kNodeGap - columns * 2 * kNodePad) / (columns * deviceColumns);
+                const double cellH = (m_area.height() - (rows - 1) * kNodeGap - rows * (2 * kNodePad + kNodeTitle)) / (rows * deviceRows);
+                const double cell = std::min({cellW, cellH, kMaxCell});
+                if (cell > bestCell) {
+                    bestCell = cell;
+                    bestColumns = columns;
+                    m_deviceColumns = deviceColumns;
+                }
             }
         }
         m_cell = std::floor(bestCell);
         m_aggregated = m_cell < 4;   // too small to see a device: fall back to one cell per node
         if (!m_aggregated) {
+            const int deviceRows = (m_devicesPerNode + m_deviceColumns - 1) / m_deviceColumns;
             const double nodeW = m_deviceColumns * m_cell + 2 * kNodePad;
             const double nodeH = deviceRows * m_cell + 2 * kNodePad + kNodeTitle;
+            const int rows = (m_nodes + bestColumns - 1) / bestColumns;
+            place(bestColumns * nodeW + (bestColumns - 1) * kNodeGap, rows * nodeH + (rows - 1) * kNodeGap);
             for (int n = 0; n < m_nodes; ++n)
-                m_nodeRects.emplace_back(m_area.left() + (n % bestColumns) * (nodeW + kNodeGap),
-                                         m_area.top() + (n / bestColumns) * (nodeH + kNodeGap), nodeW, nodeH);
+                m_nodeRects.emplace_back(m_content.left() + (n % bestColumns) * (nodeW + kNodeGap),
+                                         m_content.top() + (n / bestColumns) * (nodeH + kNodeGap), nodeW, nodeH);
             return;
         }
     }
@@ -218,6 +238,9 @@ void TopologyView::relayout()
     m_gridColumns = columnsFor(m_cell);
     const double capacity = double(m_gridColumns) * std::max(1.0, std::floor(m_area.height() / m_cell));
     m_nodesPerCell = std::max(1, int(std::ceil(m_nodes / capacity)));
+    const int cells = (m_nodes + m_nodesPerCell - 1) / m_nodesPerCell;
+    const int rows = (cells + m_gridColumns - 1) / m_gridColumns;
+    place(std::min(cells, m_gridColumns) * m_cell, rows * m_cell);
 }
 
 QRectF TopologyView::deviceRect(int device) const
@@ -227,8 +250,8 @@ QRectF TopologyView::deviceRect(int device) const
     const int node = device / m_devicesPerNode;
     if (m_aggregated) {
         const int cell = node / m_nodesPerCell;
-        return QRectF(m_area.left() + (cell % m_gridColumns) * m_cell, m_area.top() + (cell / m_gridColumns) * m_cell,
-                      m_cell, m_cell);
+        return QRectF(m_content.left() + (cell % m_gridColumns) * m_cell,
+                      m_content.top() + (cell / m_gridColumns) * m_cell, m_cell, m_cell);
     }
     if (std::size_t(node) >= m_nodeRects.size())
         return {};
@@ -240,11 +263,11 @@ QRectF TopologyView::deviceRect(int device) const
 
 int TopologyView::deviceAt(QPointF point) const
 {
-    if (m_nodes <= 0 || !m_area.contains(point))
+    if (m_nodes <= 0 || !m_content.contains(point))
         return -1;
     if (m_aggregated) {
-        const int column = int((point.x() - m_area.left()) / m_cell);
-        const int row = int((point.y() - m_area.top()) / m_cell);
+        const int column = int((point.x() - m_content.left()) / m_cell);
+        const int row = int((point.y() - m_content.top()) / m_cell);
         if (column >= m_gridColumns)
             return -1;
         const std::int64_t node = (std::int64_t(row) * m_gridColumns + column) * m_nodesPerCell;
@@ -265,8 +288,13 @@ int TopologyView::deviceAt(QPointF point) const
     return -1;
 }
 
+QRectF TopologyView::headerRect() const { return QRectF(kMargin, kMargin, width() - 2 * kMargin, kHeader); }
+
 QString TopologyView::toolTipTextAt(QPointF point) const
 {
+    // The header line is elided when narrow; its tooltip has it whole.
+    if (headerRect().contains(point))
+        return headerText();
     const int device = deviceAt(point);
     if (device < 0)
         return {};
@@ -321,10 +349,9 @@ QString TopologyView::headerText() const
         return QStringLiteral("⚠ ") + QString::fromStdString(m_warnings.front());
     if (m_mesh->worldSize() != m_devices)
         return tr("%1 ranks on %2 devices").arg(m_mesh->worldSize()).arg(m_devices);
-    return m_aggregated ? tr("%1 nodes × %2 devices, one cell per node in its main stage's colour")
-                              .arg(m_nodes)
-                              .arg(m_devicesPerNode)
-                        : tr("%1 nodes × %2 devices").arg(m_nodes).arg(m_devicesPerNode);
+    const QString size = count(m_nodes, tr("node"), tr("nodes")) + QStringLiteral(" × ")
+                         + count(m_devicesPerNode, tr("device"), tr("devices"));
+    return m_aggregated ? tr("%1, one cell per node in its main stage's colour").arg(size) : size;
 }
 
 void TopologyView::paintEvent(QPaintEvent* event)
@@ -333,15 +360,17 @@ void TopologyView::paintEvent(QPaintEvent* event)
     const QPalette pal = palette();
     painter.fillRect(rect(), pal.color(QPalette::Base));
     painter.setPen(m_warnings.empty() ? pal.color(QPalette::Text) : errorColor());
-    painter.drawText(QRectF(kMargin, kMargin, width() - 2 * kMargin, kHeader), Qt::AlignLeft | Qt::AlignVCenter,
-                     headerText());
+    const QRectF header = headerRect();
+    painter.drawText(header, Qt::AlignLeft | Qt::AlignVCenter,
+                     painter.fontMetrics().elidedText(headerText(), Qt::ElideRight, int(header.width())));
     if (m_nodes <= 0 || m_area.width() < 4 || m_area.height() < 4)
         return;
 
     // The network: one line under every node, labelled with the per-GPU bandwidth.
     painter.setPen(QPen(pal.color(QPalette::Text), 2));
-    painter.drawLine(QPointF(m_area.left(), m_busY), QPointF(m_area.right(), m_busY));
-    painter.drawText(QRectF(m_area.left(), m_busY + 2, m_area.width(), kBusHeight * 0.6), Qt::AlignLeft | Qt::AlignTop,
+    painter.drawLine(QPointF(m_content.left(), m_busY), QPointF(m_content.right(), m_busY));
+    painter.drawText(QRectF(m_content.left(), m_busY + 2, m_area.right() - m_content.left(), kBusHeight * 0.6),
+                     Qt::AlignLeft | Qt::AlignTop,
                      tr("network %1 per GPU").arg(gbps(m_spec->cluster.interBandwidth)));
     if (m_aggregated)
         paintAggregated(painter, event->rect());
@@ -375,9 +404,10 @@ void TopologyView::paintDetailed(QPainter& painter, const QRect& clip) const
             painter.drawRoundedRect(frame, 4, 4);
     }
 
+    // Node titles small; device labels in the normal font once cells are large enough for it.
     QFont small = font();
     small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.8));
-    painter.setFont(small);
+    const QFont cellFont = m_cell >= 40 ? font() : small;
     for (int n = 0; n < m_nodes; ++n) {
         const QRectF& box = m_nodeRects[std::size_t(n)];
         if (!box.toAlignedRect().intersects(clip) && !(clip.bottom() >= m_busY && clip.top() <= m_busY))
@@ -390,9 +420,11 @@ void TopologyView::paintDetailed(QPainter& painter, const QRect& clip) const
         painter.drawRoundedRect(box, 3, 3);
         const QString title = domainIsNode ? tr("node %1 · NVLink %2").arg(n).arg(gbps(cluster.intraBandwidth))
                                            : tr("node %1").arg(n);
+        painter.setFont(small);
         painter.drawText(QRectF(box.left() + kNodePad, box.top(), box.width() - 2 * kNodePad, kNodeTitle),
                          Qt::AlignLeft | Qt::AlignVCenter, painter.fontMetrics().elidedText(title, Qt::ElideRight, int(box.width())));
 
+        painter.setFont(cellFont);
         for (int local = 0; local < m_devicesPerNode; ++local) {
             const int device = n * m_devicesPerNode + local;
             const QRectF cell = deviceRect(device).adjusted(1, 1, -1, -1);
@@ -461,8 +493,8 @@ void TopologyView::paintAggregated(QPainter& painter, const QRect& clip) const
 {
     const QPalette pal = palette();
     const int cells = (m_nodes + m_nodesPerCell - 1) / m_nodesPerCell;
-    const int firstRow = std::max(0, int((clip.top() - m_area.top()) / m_cell));
-    const int lastRow = int((clip.bottom() - m_area.top()) / m_cell);
+    const int firstRow = std::max(0, int((clip.top() - m_content.top()) / m_cell));
+    const int lastRow = int((clip.bottom() - m_content.top()) / m_cell);
     painter.setPen(Qt::NoPen);
     // Gaps between cells only when they are big enough to keep some colour.
     const double inset = m_cell >= 6 ? 1 : 0;
@@ -473,7 +505,8 @@ void TopologyView::paintAggregated(QPainter& painter, const QRect& clip) const
                 return;
             const int node = cell * m_nodesPerCell;
             const int stage = m_nodeStage[std::size_t(node)];
-            const QRectF box(m_area.left() + column * m_cell, m_area.top() + row * m_cell, m_cell - inset, m_cell - inset);
+            const QRectF box(m_content.left() + column * m_cell, m_content.top() + row * m_cell, m_cell - inset,
+                             m_cell - inset);
             painter.fillRect(box, stage >= 0 ? stageColor(stage) : pal.color(QPalette::Mid));
             if (m_cell >= 6 && m_crossing[std::size_t(std::int64_t(node) * m_devicesPerNode)])
                 painter.fillRect(QRectF(box.right() - m_cell / 3, box.top(), m_cell / 3, m_cell / 3), errorColor());

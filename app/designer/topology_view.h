@@ -4,7 +4,8 @@
 // stage of the rank placed on it (plan::placeRank, as the agents place ranks), TP groups
 // outlined, and a warning marker where a TP group leaves its NVLink domain. Above
 // kDetailLimit devices (or when cells would be too small) each node is drawn as one cell in
-// its dominant stage's colour, never more than one mark per pixel.
+// its dominant stage's colour, never more than one mark per pixel. Small clusters are drawn
+// large (devices up to kMaxCell px), centred with the network just below them.
 
 #include "job_document.h"
 
@@ -23,6 +24,8 @@ class TopologyView : public QWidget {
     Q_OBJECT
 public:
     static constexpr int kDetailLimit = 512;
+    // The largest device cell, in pixels.
+    static constexpr double kMaxCell = 96;
     // Beyond this many devices nothing is placed (a spec can name far more than anyone draws).
     static constexpr std::int64_t kDrawLimit = 1 << 20;
 
@@ -37,7 +40,8 @@ public:
     QRectF deviceRect(int device) const;
     bool isAggregated() const { return m_aggregated; }
     int selectedDevice() const { return m_selected; }
-    // The tooltip text for a point: rank and (dp, pp, tp, ep), or the node's ranks when aggregated.
+    // The tooltip text for a point: rank and (dp, pp, tp, ep), or the node's ranks when aggregated;
+    // over the header line, the whole header (warnings can be longer than the view is wide).
     QString toolTipTextAt(QPointF point) const;
     // Devices whose TP group spans more than one NVLink domain.
     bool tensorGroupCrossesDomain(int device) const;
@@ -68,6 +72,7 @@ private:
     void paintDetailed(QPainter& painter, const QRect& clip) const;
     void paintAggregated(QPainter& painter, const QRect& clip) const;
     QString headerText() const;
+    QRectF headerRect() const;
     int tensorKey(int rank) const;
 
     std::optional<plan::JobSpec> m_spec;
@@ -86,8 +91,9 @@ private:
 
     // Geometry.
     bool m_aggregated = false;
-    QRectF m_area;                         // where nodes are drawn
-    double m_busY = 0;                     // the network line
+    QRectF m_area;                         // the space for nodes
+    QRectF m_content;                      // where nodes are drawn: their bounds, centred in m_area
+    double m_busY = 0;                     // the network line, under m_content
     // Detailed: node boxes, device cells of `m_cell` px in `m_deviceColumns` columns per node.
     std::vector<QRectF> m_nodeRects;
     double m_cell = 0;

@@ -8,6 +8,8 @@
 
 #include <qcustomplot.h>
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QElapsedTimer>
 #include <QComboBox>
@@ -69,24 +71,47 @@ private slots:
         QVERIFY(plan);
         QCOMPARE(plan->spec.parallel.microBatchSize, 4);
 
+        // The demo's stages hold a few MB each, far below the CPU device's memory (this machine's RAM
+        // per core): the chart is in MB and scaled to the bars, the capacity named in the axis label.
+        const double highest = std::max_element(plan->stages.begin(), plan->stages.end(), [](const auto& a, const auto& b) {
+                                   return a.memory.total() < b.memory.total();
+                               })->memory.total();
+        QVERIFY2(highest >= 1e6 && highest < 1e8, qPrintable(QString::number(highest)));
+        QVERIFY(highest < 0.05 * plan->deviceMemory);
         PlanInspector* inspector = m_view->inspector();
-        const double gb = 1e9;
-        for (const auto& stage : plan->stages) {
-            const double key = stage.stage;
-            auto valueAt = [&](PlanInspector::Category c) {
-                const auto it = inspector->memoryBars(c)->data()->findBegin(key, false);
-                return it == inspector->memoryBars(c)->data()->constEnd() ? -1.0 : it->value;
-            };
-            QCOMPARE(valueAt(PlanInspector::Weights), stage.memory.weights / gb);
-            QCOMPARE(valueAt(PlanInspector::Grads), stage.memory.grads / gb);
-            QCOMPARE(valueAt(PlanInspector::Optimizer), stage.memory.optimizer / gb);
-            QCOMPARE(valueAt(PlanInspector::Activations), stage.memory.activations / gb);
-        }
-        QCOMPARE(inspector->memoryBars(PlanInspector::Weights)->data()->size(), int(plan->stages.size()));
-        QCOMPARE(inspector->capacityGB(), plan->deviceMemory / gb);
+        checkMemoryBars(*plan, 1e6);
+        const QCPAxis* values = inspector->memoryPlot()->yAxis;
+        QVERIFY2(values->label().startsWith("memory per GPU (MB); capacity ") && values->label().endsWith(" off scale"),
+                 qPrintable(values->label()));
+        QCOMPARE(values->range().upper, highest / 1e6 * 1.15);
         QVERIFY(inspector->summaryText().contains("bubble ratio"));
     }
 
+    void largeModelsAreChartedInGigabytesUnderTheCapacity()
+    {
+        QVERIFY(m_view->loadFile(kJobs + "gpt3-175b.json"));
+        const meshbench::plan::Plan* plan = m_view->document()->plan();
+        QVERIFY(plan);
+        QCOMPARE(plan->deviceMemory, 80e9);   // H100 SXM
+        checkMemoryBars(*plan, 1e9);
+        const QCPAxis* values = m_view->inspector()->memoryPlot()->yAxis;
+        QCOMPARE(values->label(), QString("memory per GPU (GB)"));
+        QCOMPARE(values->range().upper, 80 * 1.15);   // the capacity is the top of the scale
+    }
+
+    void legendNeverCoversTheBars()
+    {
+        for (const char* job : {"demo.json", "gpt3-175b.json"}) {
+            QVERIFY(m_view->loadFile(kJobs + job));
+            QCustomPlot* plot = m_view->inspector()->memoryPlot();
+            plot->replot();
+            QVERIFY(plot->legend->visible());
+            QCOMPARE(plot->legend->itemCount(), int(PlanInspector::CategoryCount));
+            const QRect legend = plot->legend->outerRect();
+            QVERIFY(!legend.isEmpty());
+            QVERIFY2(!legend.intersects(plot->axisRect()->rect()), job);
+        }
+    }
     void indivisibleTpShowsTheEngineMessageNextToTp()
     {
         auto* tp = qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.tp"));
@@ -213,6 +238,24 @@ private slots:
     }
 
 private:
+    // Every stage's four bars hold its memory in `unitBytes`, as does the capacity line.
+    void checkMemoryBars(const meshbench::plan::Plan& plan, double unitBytes)
+    {
+        PlanInspector* inspector = m_view->inspector();
+        for (const auto& stage : plan.stages) {
+            auto valueAt = [&](PlanInspector::Category c) {
+                const auto it = inspector->memoryBars(c)->data()->findBegin(stage.stage, false);
+                return it == inspector->memoryBars(c)->data()->constEnd() ? -1.0 : it->value;
+            };
+            QCOMPARE(valueAt(PlanInspector::Weights), stage.memory.weights / unitBytes);
+            QCOMPARE(valueAt(PlanInspector::Grads), stage.memory.grads / unitBytes);
+            QCOMPARE(valueAt(PlanInspector::Optimizer), stage.memory.optimizer / unitBytes);
+            QCOMPARE(valueAt(PlanInspector::Activations), stage.memory.activations / unitBytes);
+        }
+        QCOMPARE(inspector->memoryBars(PlanInspector::Weights)->data()->size(), int(plan.stages.size()));
+        QCOMPARE(inspector->capacity(), plan.deviceMemory / unitBytes);
+    }
+
     std::unique_ptr<DesignerView> m_view;
 };
 

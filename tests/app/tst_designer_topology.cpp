@@ -2,9 +2,14 @@
 // groups leaving their NVLink domain, and the aggregated drawing of large clusters.
 #include "designer/topology_view.h"
 
+#include <QApplication>
 #include <QElapsedTimer>
+#include <QHelpEvent>
 #include <QImage>
 #include <QTest>
+#include <QToolTip>
+
+#include <cmath>
 
 using namespace meshbench::app;
 
@@ -57,6 +62,39 @@ private slots:
         QVERIFY(!view.tensorGroupCrossesDomain(5));
     }
 
+    void smallClustersAreDrawnLargeAndCentred()
+    {
+        TopologyView view;
+        view.setSpec(specOf("demo.json"));
+        view.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&view));
+        // At 1000 x 700 a row of 8 cells of the largest size fits; at 360 x 240 none does.
+        for (const auto& [size, largest] : {std::pair{QSize(1000, 700), true}, std::pair{QSize(360, 240), false}}) {
+            view.resize(size);
+            QTRY_COMPARE(view.size(), size);
+            QRectF bounds;
+            for (int d = 0; d < 8; ++d) {
+                const QRectF cell = view.deviceRect(d);
+                QCOMPARE(cell.width(), cell.height());
+                QCOMPARE(cell.width() == TopologyView::kMaxCell, largest);
+                QVERIFY(view.rect().contains(cell.toAlignedRect()));
+                bounds = bounds.united(cell);
+            }
+            QVERIFY2(std::abs(bounds.center().x() - size.width() / 2.0) <= 1, qPrintable(QString::number(bounds.center().x())));
+            // Hovering the centre of device k shows rank k (by-slot placement on one node) and its
+            // coordinates: tp fastest, then dp, then pp; ep is the position of dp in its EP group (ep 2).
+            for (int k = 0; k < 8; ++k) {
+                const QPoint centre = view.deviceRect(k).center().toPoint();
+                QTest::mouseMove(&view, centre);
+                QHelpEvent hover(QEvent::ToolTip, centre, view.mapToGlobal(centre));
+                QApplication::sendEvent(&view, &hover);
+                const int tp = k % 2, dp = k / 2 % 2, pp = k / 4, ep = dp % 2;
+                const QString expected = QString("rank %1: dp %2, pp %3, tp %4, ep %5").arg(k).arg(dp).arg(pp).arg(tp).arg(ep);
+                QVERIFY2(QToolTip::text().contains(expected), qPrintable(QToolTip::text() + " != " + expected));
+            }
+        }
+    }
+
     void coloursDevicesByStage()
     {
         TopologyView view;
@@ -99,6 +137,15 @@ private slots:
         const QImage image = renderOf(view);
         const QRectF cell = view.deviceRect(0);
         QCOMPARE(image.pixelColor((cell.topRight() + QPointF(-3, 3)).toPoint()), QColor(0xd6, 0x27, 0x28));
+
+        // The header names the engine's first placement warning; too long for a narrow view, it is
+        // elided there and whole in the header's tooltip.
+        const auto spec = specOf("demo.json", patch);
+        const auto warnings = meshbench::plan::placementWarnings(meshbench::plan::Mesh(spec->parallel), spec->cluster);
+        QVERIFY(!warnings.empty());
+        view.resize(240, 200);
+        QCOMPARE(view.toolTipTextAt(QPointF(20, 16)), QStringLiteral("⚠ ") + QString::fromStdString(warnings.front()));
+        QVERIFY(view.fontMetrics().horizontalAdvance(view.toolTipTextAt(QPointF(20, 16))) > view.width());
     }
 
     void aggregatesLargeClusters()
