@@ -17,6 +17,8 @@
 #include "sessions/replay_controls.h"
 #include "sessions/sessions_view.h"
 
+#include "tst_monitor_steps.h"
+
 #include <qcustomplot.h>
 
 #include <QComboBox>
@@ -76,32 +78,6 @@ QPushButton* button(QWidget& parent, const QString& text)
     return nullptr;
 }
 
-void compareSteps(const live::StepAggregate& a, const live::StepAggregate& b)
-{
-    QCOMPARE(a.step, b.step);
-    QCOMPARE(a.partial, b.partial);
-    QVERIFY(a.bubble && b.bubble);
-    QVERIFY2(std::abs(*a.bubble - *b.bubble) < 1e-12, qPrintable(QString("%1 vs %2").arg(*a.bubble).arg(*b.bubble)));
-    QCOMPARE(a.stages.size(), b.stages.size());
-    for (std::size_t s = 0; s < a.stages.size(); ++s) {
-        QVERIFY(a.stages[s].measured && b.stages[s].measured);
-        QVERIFY(std::abs(*a.stages[s].measured - *b.stages[s].measured) < 1e-12);
-    }
-    QCOMPARE(a.loss, b.loss);
-    QCOMPARE(a.auxLoss, b.auxLoss);
-    QCOMPARE(a.tokensPerSecond, b.tokensPerSecond);
-    QCOMPARE(a.mfu, b.mfu);
-    QCOMPARE(a.imbalanceP50, b.imbalanceP50);
-    QCOMPARE(a.imbalanceP95, b.imbalanceP95);
-    QCOMPARE(a.droppedFraction, b.droppedFraction);
-    QCOMPARE(a.expertLayers.size(), b.expertLayers.size());
-    for (std::size_t l = 0; l < a.expertLayers.size(); ++l) {
-        QCOMPARE(a.expertLayers[l].layer, b.expertLayers[l].layer);
-        QCOMPARE(a.expertLayers[l].routed, b.expertLayers[l].routed);
-        QCOMPARE(a.expertLayers[l].dropped, b.expertLayers[l].dropped);
-    }
-}
-
 }  // namespace
 
 class TestMainWindowReplay : public QObject {
@@ -156,7 +132,7 @@ private slots:
 
         // The same aggregates as live, step by step; the same memory, peaks included.
         for (int i = 0; i < kSteps; ++i)
-            compareSteps(state->steps()[std::size_t(i)], live[std::size_t(i)]);
+            monitor_steps::compareSteps(state->steps()[std::size_t(i)], live[std::size_t(i)], 1e-12);
         QCOMPARE(state->memory().size(), liveMemory.size());
         for (const auto& [rank, track] : state->memory()) {
             QCOMPARE(track.latest.peak, liveMemory[rank].peak);
@@ -174,7 +150,7 @@ private slots:
         const SessionAggregates stored = computeSessionAggregates(store::SessionReader(session.toStdString()));
         QCOMPARE(int(stored.steps.size()), kSteps);
         for (int i = 0; i < kSteps; ++i)
-            compareSteps(stored.steps[std::size_t(i)], live[std::size_t(i)]);
+            monitor_steps::compareSteps(stored.steps[std::size_t(i)], live[std::size_t(i)], 1e-12);
     }
 
     void theScreenshotTourSavesEveryScreen()

@@ -3,6 +3,8 @@
 #include "monitor/live_json.h"
 #include "monitor/run_state.h"
 
+#include "tst_monitor_steps.h"
+
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -87,47 +89,6 @@ live::StepAggregate emptyStep(int number)
     return s;
 }
 
-// Field by field, so a failure names the field.
-void compareSteps(const live::StepAggregate& a, const live::StepAggregate& b)
-{
-    QCOMPARE(a.step, b.step);
-    QCOMPARE(a.partial, b.partial);
-    QCOMPARE(a.pipelineBeginNs, b.pipelineBeginNs);
-    QCOMPARE(a.pipelineEndNs, b.pipelineEndNs);
-    QCOMPARE(a.stages.size(), b.stages.size());
-    for (std::size_t i = 0; i < a.stages.size(); ++i) {
-        QCOMPARE(a.stages[i].stage, b.stages[i].stage);
-        QCOMPARE(a.stages[i].measured, b.stages[i].measured);
-        QCOMPARE(a.stages[i].planned, b.stages[i].planned);
-        QCOMPARE(a.stages[i].ranks, b.stages[i].ranks);
-    }
-    QCOMPARE(a.bubble, b.bubble);
-    QCOMPARE(a.plannedBubble, b.plannedBubble);
-    QCOMPARE(a.agentBubble, b.agentBubble);
-    QCOMPARE(a.ranksReporting, b.ranksReporting);
-    QCOMPARE(a.ranksFinished, b.ranksFinished);
-    QCOMPARE(a.loss, b.loss);
-    QCOMPARE(a.auxLoss, b.auxLoss);
-    QCOMPARE(a.tokensPerSecond, b.tokensPerSecond);
-    QCOMPARE(a.stepSeconds, b.stepSeconds);
-    QCOMPARE(a.mfu, b.mfu);
-    QCOMPARE(a.expertLayers.size(), b.expertLayers.size());
-    for (std::size_t i = 0; i < a.expertLayers.size(); ++i) {
-        const live::ExpertLayerStats& x = a.expertLayers[i];
-        const live::ExpertLayerStats& y = b.expertLayers[i];
-        QCOMPARE(x.layer, y.layer);
-        QCOMPARE(x.routed, y.routed);
-        QCOMPARE(x.dropped, y.dropped);
-        QCOMPARE(x.routedTotal, y.routedTotal);
-        QCOMPARE(x.droppedTotal, y.droppedTotal);
-        QCOMPARE(x.imbalance, y.imbalance);
-        QCOMPARE(x.droppedFraction, y.droppedFraction);
-        QCOMPARE(x.hottestExpert, y.hottestExpert);
-    }
-    QCOMPARE(a.imbalanceP50, b.imbalanceP50);
-    QCOMPARE(a.imbalanceP95, b.imbalanceP95);
-    QCOMPARE(a.droppedFraction, b.droppedFraction);
-}
 
 live::RankMemory memoryOf(std::uint32_t rank, std::int64_t timeNs, std::int64_t params, std::int64_t activations)
 {
@@ -191,7 +152,7 @@ private Q_SLOTS:
         live::StepAggregate back;
         std::string error;
         QVERIFY2(app::fromJson(wire, back, error), error.c_str());
-        compareSteps(back, original);
+        monitor_steps::compareSteps(back, original);
     }
 
     void memoryRoundTrip()
