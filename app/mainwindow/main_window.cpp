@@ -27,10 +27,13 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QProgressBar>
 #include <QSettings>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QStyle>
 #include <QTabWidget>
+#include <QToolBar>
 
 namespace meshbench::app {
 
@@ -50,7 +53,7 @@ QString sessionsDirectory()
 MainWindow::MainWindow(EngineClient* client, QWidget* parent)
     : QMainWindow(parent), m_client(client), m_tabs(new QTabWidget), m_designer(new DesignerView),
       m_monitor(new MonitorPage(client)), m_sessions(new SessionsView), m_engineLabel(new QLabel),
-      m_jobLabel(new QLabel)
+      m_jobLabel(new QLabel), m_progress(new QProgressBar)
 {
     setWindowTitle(tr("Meshbench"));
     setWindowIcon(QIcon(QStringLiteral(":/meshbench.svg")));
@@ -60,6 +63,11 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
     setCentralWidget(m_tabs);
     m_sessions->setDirectory(sessionsDirectory());
 
+    // The running job's progress: steps done of the steps it runs.
+    m_progress->setMaximumWidth(160);
+    m_progress->setFormat(tr("step %v / %m"));
+    m_progress->hide();
+    statusBar()->addPermanentWidget(m_progress);
     statusBar()->addPermanentWidget(m_jobLabel);
     statusBar()->addPermanentWidget(m_engineLabel);
     m_engineLabel->setText(client ? tr("engine: not connected") : tr("engine: offline"));
@@ -74,6 +82,8 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
         });
         connect(m_client, &EngineClient::engineError, this, &MainWindow::showMessage);
     }
+    connect(m_monitor->runState(), &RunState::stepsChanged, this, &MainWindow::updateProgress);
+    connect(m_monitor->runState(), &RunState::stateChanged, this, &MainWindow::updateProgress);
     // A run that ended has written its session: list it, selected, ready to replay.
     connect(m_monitor->runState(), &RunState::stateChanged, this, [this] {
         const RunPhase phase = m_monitor->runState()->phase();
@@ -156,8 +166,17 @@ void MainWindow::buildMenus()
     });
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
-    run->addAction(tr("&Launch Designed Job"), QKeySequence(tr("Ctrl+R")), m_designer, &DesignerView::requestLaunch);
-    run->addAction(tr("&Stop Job"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopJob);
+    QAction* launchAction =
+        run->addAction(tr("&Launch Designed Job"), QKeySequence(tr("Ctrl+R")), m_designer, &DesignerView::requestLaunch);
+    QAction* stopAction = run->addAction(tr("&Stop Job"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopJob);
+    launchAction->setIcon(style()->standardIcon(QStyle::SP_MediaPlay));
+    stopAction->setIcon(style()->standardIcon(QStyle::SP_MediaStop));
+    // Launch and Stop one click away, whatever the area shown.
+    QToolBar* runBar = addToolBar(tr("Run"));
+    runBar->setObjectName(QStringLiteral("runToolBar"));   // for saveState
+    runBar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    runBar->addAction(launchAction);
+    runBar->addAction(stopAction);
     run->addSeparator();
     m_oneDevice = run->addAction(tr("Run on &One Device"));
     m_oneDevice->setCheckable(true);
@@ -262,6 +281,20 @@ void MainWindow::stopJob()
         showMessage(reply.value("ok", false) ? tr("stopping %1").arg(m_runningJob)
                                              : QString::fromStdString(reply.value("error", "")));
     });
+}
+
+void MainWindow::updateProgress()
+{
+    const RunState* state = m_monitor->runState();
+    const bool running = state->phase() == RunPhase::Starting || state->phase() == RunPhase::Running ||
+                         state->phase() == RunPhase::Playing || state->phase() == RunPhase::Seeking;
+    if (!running || !state->spec() || state->spec()->train.steps <= 0) {
+        m_progress->hide();
+        return;
+    }
+    m_progress->setRange(0, state->spec()->train.steps);
+    m_progress->setValue(state->steps().empty() ? 0 : std::min(state->steps().back().step, state->spec()->train.steps));
+    m_progress->show();
 }
 
 void MainWindow::showArea(Area area)

@@ -9,6 +9,7 @@
 class QAction;
 class QLabel;
 class QMenu;
+class QProgressBar;
 class QTabWidget;
 
 namespace meshbench::app {
@@ -58,6 +59,7 @@ private:
     void buildMenus();
     void launch(const QByteArray& jobJson);
     void stopJob();
+    void updateProgress();
     void addRecentFile(const QString& path);
     void rebuildRecentMenu();
     void showMessage(const QString& text);
@@ -71,6 +73,7 @@ private:
     SessionsView* m_sessions;
     QLabel* m_engineLabel;
     QLabel* m_jobLabel;
+    QProgressBar* m_progress;
     QMenu* m_recentMenu = nullptr;
     QStringList m_recentFiles;
     QString m_jobPath;

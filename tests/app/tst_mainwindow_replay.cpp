@@ -23,7 +23,9 @@
 
 #include <QComboBox>
 #include <QMenuBar>
+#include <QProgressBar>
 #include <QPushButton>
+#include <QStatusBar>
 #include <QtTest>
 
 using namespace meshbench;
@@ -95,8 +97,16 @@ private slots:
         // Run > Launch, watched to the end.
         QAction* launch = menuAction(bench.window, QStringLiteral("Run"), QStringLiteral("Launch Designed Job"));
         QVERIFY(launch);
-        launch->trigger();
         RunState* state = bench.window.monitor()->runState();
+        // The status bar's progress, as each step arrives: steps done of the job's steps.
+        auto* progress = bench.window.statusBar()->findChild<QProgressBar*>();
+        QVERIFY(progress && !progress->isVisible());
+        std::vector<std::pair<int, int>> shown;   // (value, maximum) while visible
+        connect(state, &RunState::stepsChanged, this, [&] {
+            if (progress->isVisible())
+                shown.emplace_back(progress->value(), progress->maximum());
+        });
+        launch->trigger();
         QVERIFY2(QTest::qWaitFor([&] { return state->phase() == RunPhase::Completed || state->phase() == RunPhase::Failed; },
                                  kRunTimeoutMs),
                  qPrintable(bench.window.statusMessage()));
@@ -105,6 +115,13 @@ private slots:
         // The last steps' aggregates may trail the "completed" job message by an event-loop pass.
         QVERIFY(QTest::qWaitFor([&] { return state->steps().size() == std::size_t(kSteps); }, 5000));
         const std::vector<live::StepAggregate> live = state->steps();
+        QVERIFY(!shown.empty());
+        for (std::size_t i = 0; i < shown.size(); ++i) {
+            QCOMPARE(shown[i].second, kSteps);
+            QVERIFY(shown[i].first >= 1 && shown[i].first <= kSteps);
+            QVERIFY(i == 0 || shown[i].first >= shown[i - 1].first);
+        }
+        QVERIFY(!progress->isVisible());   // the job has ended
         std::map<std::uint32_t, live::RankMemory> liveMemory;
         for (const auto& [rank, track] : state->memory())
             liveMemory[rank] = track.latest;
