@@ -15,21 +15,6 @@
 namespace meshbench::app {
 namespace {
 
-// A decimal byte unit, as plan::formatBytes and the datasheets use.
-struct ByteUnit {
-    double bytes;
-    const char* name;
-};
-
-// The unit plan::formatBytes would print `bytes` in, so the axis reads 0-8 MB rather than 0.002-0.008 GB.
-ByteUnit unitFor(double bytes)
-{
-    for (const ByteUnit unit : {ByteUnit{1e12, "TB"}, ByteUnit{1e9, "GB"}, ByteUnit{1e6, "MB"}, ByteUnit{1e3, "kB"}})
-        if (bytes >= unit.bytes)
-            return unit;
-    return {1, "B"};
-}
-
 QColor capacityColor() { return QColor(0xd6, 0x27, 0x28); }
 
 // Categorical colours that read on light and dark backgrounds.
@@ -139,7 +124,8 @@ void PlanInspector::setPlan(const plan::Plan* plan)
     // Bars far below the capacity would be invisible next to it: scale to the bars then, and say so.
     const bool capacityOffScale = highest < 0.05 * plan->deviceMemory;
     const double top = capacityOffScale ? highest : std::max(highest, plan->deviceMemory);
-    const ByteUnit unit = unitFor(top);
+    // The unit formatBytes prints the top in, so the axis reads 0-8 MB rather than 0.002-0.008 GB.
+    const plan::ByteUnit unit = plan::byteUnitFor(top);
 
     QVector<double> keys;
     QVector<double> values[CategoryCount];

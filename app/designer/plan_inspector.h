@@ -28,8 +28,7 @@ public:
     explicit PlanInspector(QWidget* parent = nullptr);
 
     // The bars of one memory category, one data point per stage at key = stage, value in the
-    // chart's unit: the decimal unit (kB, MB, GB, TB) that plan::formatBytes would print for
-    // the top of the scale, named in the value axis label.
+    // chart's unit: plan::byteUnitFor the top of the scale, named in the value axis label.
     QCPBars* memoryBars(Category category) const { return m_bars[category]; }
     // The device capacity in the chart's unit, drawn as a labelled line (0 without a plan).
     double capacity() const { return m_capacityValue; }

@@ -1,5 +1,7 @@
 #include "monitor/memory_chart.h"
 
+#include "plan/report.h"
+
 #include <qcustomplot.h>
 
 #include <QComboBox>
@@ -12,28 +14,12 @@ namespace meshbench::app {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 const QColor kCapacityColor(220, 50, 47);   // a strong red on both themes: the limit
 // Below this share of the capacity the bars are scaled to the data (as the Designer's plan
 // inspector does), with room left above them for the capacity note.
 constexpr double kOffScaleShare = 0.05;
 constexpr double kCapacityHeadroom = 1.1;
 constexpr double kDataHeadroom = 1.25;
-
-struct Unit {
-    double bytes;
-    const char* name;
-};
-constexpr std::array<Unit, 3> kUnits{{{kGiB, "GiB"}, {kGiB / 1024, "MiB"}, {kGiB / (1024 * 1024), "KiB"}}};
-
-// The largest unit the axis top reaches at least once, KiB at the smallest.
-const Unit& unitFor(double topBytes)
-{
-    for (const Unit& unit : kUnits)
-        if (topBytes >= unit.bytes)
-            return unit;
-    return kUnits.back();
-}
 
 }  // namespace
 
@@ -145,8 +131,8 @@ void MemoryChart::fitValueAxis(double largestBytes)
     const bool offScale = capacity > 0 && largestBytes > 0 && largestBytes < kOffScaleShare * capacity;
     double top = offScale ? largestBytes * kDataHeadroom : std::max(largestBytes, capacity) * kCapacityHeadroom;
     if (top <= 0)
-        top = kGiB;   // nothing known yet
-    const Unit& unit = unitFor(top);
+        top = 1e9;   // nothing known yet
+    const plan::ByteUnit unit = plan::byteUnitFor(top);
     if (unit.bytes != m_unit) {
         m_unit = unit.bytes;
         m_plottedRank = -1;   // the history is redrawn in the new unit
@@ -158,7 +144,7 @@ void MemoryChart::fitValueAxis(double largestBytes)
     m_capacity->point1->setCoords(0, capacity / m_unit);
     m_capacity->point2->setCoords(1, capacity / m_unit);
     m_capacityNote->setVisible(offScale);
-    m_capacityNote->setText(tr("capacity %1 GiB off scale ↑").arg(capacity / kGiB, 0, 'f', 1));
+    m_capacityNote->setText(tr("capacity %1 off scale ↑").arg(QString::fromStdString(plan::formatBytes(capacity))));
 }
 
 void MemoryChart::syncRankChoices()

@@ -24,8 +24,9 @@ class MemoryChart : public ChartWidget {
 public:
     explicit MemoryChart(QWidget* parent = nullptr);
 
-    // Keys are ranks, values in unitBytes(): GiB (2^30 bytes), or MiB / KiB while the axis tops
-    // out below one GiB / MiB, so that the ticks are whole numbers rather than 0.001s.
+    // Keys are ranks, values in unitBytes(): the decimal unit plan::byteUnitFor picks for the top
+    // of the value axis (GB, or MB / kB while it tops out lower), so that the ticks are whole
+    // numbers rather than 0.001s.
     double unitBytes() const { return m_unit; }
     QCPBars* categoryBars(wire::MemoryCategory category) const { return m_bars[std::size_t(category)]; }
     // The sum of the category peaks: what the rank would hold if every category peaked together.
@@ -33,7 +34,7 @@ public:
     // The capacity line is shown while it is on the scale, the note (top right) while it is not.
     QCPItemStraightLine* capacityLine() const { return m_capacity; }
     QCPItemText* capacityNote() const { return m_capacityNote; }
-    // Key: seconds since the rank's first sample; value: total GiB.
+    // Key: seconds since the rank's first sample; value: total in unitBytes().
     QCPGraph* historyGraph() const { return m_history; }
     void setHistoryRank(std::uint32_t rank);
     int historyRank() const;

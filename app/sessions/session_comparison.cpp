@@ -1,5 +1,6 @@
 #include "session_comparison.h"
 
+#include "plan/report.h"
 #include "store/session_store.h"
 
 #include <QHeaderView>
@@ -92,7 +93,7 @@ QString formatted(double value, Unit unit)
     case Unit::Loss:
         return QString::number(value, 'f', 4);
     case Unit::Bytes:
-        return QString::number(value / (1024.0 * 1024.0), 'f', 2) + QStringLiteral(" MiB");
+        return QString::fromStdString(plan::formatBytes(value));
     }
     return {};
 }

@@ -107,17 +107,22 @@ std::string gantt(const SimulationResult& sim, int width)
 
 }  // namespace
 
+ByteUnit byteUnitFor(double bytes)
+{
+    for (const ByteUnit unit : {ByteUnit{1e12, "TB"}, ByteUnit{1e9, "GB"}, ByteUnit{1e6, "MB"}, ByteUnit{1e3, "kB"}})
+        if (bytes >= unit.bytes)
+            return unit;
+    return {1, "B"};
+}
+
 std::string formatBytes(double bytes)
 {
-    if (bytes >= 1e12)
-        return printf1("%.2f TB", bytes / 1e12);
-    if (bytes >= 1e9)
-        return printf1("%.2f GB", bytes / 1e9);
-    if (bytes >= 1e6)
-        return printf1("%.1f MB", bytes / 1e6);
-    if (bytes >= 1e3)
-        return printf1("%.1f kB", bytes / 1e3);
-    return printf1("%.0f B", bytes);
+    const ByteUnit unit = byteUnitFor(bytes);
+    // The precision the planner's tables print: "31.41 GB", "350.0 MB", "512 B".
+    const int decimals = unit.bytes >= 1e9 ? 2 : unit.bytes >= 1e3 ? 1 : 0;
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.*f %s", decimals, bytes / unit.bytes, unit.name);
+    return buffer;
 }
 
 std::string formatSeconds(double seconds)

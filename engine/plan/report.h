@@ -19,7 +19,16 @@ std::string planToText(const Plan& plan);
 std::string searchToText(const SearchResult& result, const JobSpec& spec);
 std::string errorsToText(const std::vector<SpecError>& errors);
 
-// "1.2 GB", "350 MB"; decimal units as datasheets use them.
+// A decimal byte unit (1 kB = 1000 B), as datasheets and the whole workbench use them.
+struct ByteUnit {
+    double bytes;      // bytes per unit
+    const char* name;  // "TB", "GB", "MB", "kB", "B"
+};
+// The largest of TB, GB, MB, kB not above `bytes`; B below 1 kB (zero and negative included),
+// so that a chart topping out at 8e6 bytes reads 0-8 MB rather than 0.008 GB.
+ByteUnit byteUnitFor(double bytes);
+
+// "1.2 GB", "350 MB": in byteUnitFor's unit.
 std::string formatBytes(double bytes);
 // "12.3 ms", "1.50 s".
 std::string formatSeconds(double seconds);

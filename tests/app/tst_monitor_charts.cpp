@@ -18,7 +18,9 @@ using app::RunState;
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// Memory is shown in decimal units, as device datasheets state capacities.
+constexpr double kGB = 1e9;
+constexpr double kMB = 1e6;
 
 // dp 2 x pp 2 x tp 1 (4 ranks) on h100s; 4 layers, MoE layers 0 and 2 of 8 experts.
 plan::JobSpec chartSpec()
@@ -197,22 +199,22 @@ private Q_SLOTS:
             double sum = 0;
             for (int c = 0; c < wire::kMemoryCategories; ++c)
                 sum += barAt(chart.categoryBars(wire::MemoryCategory(c)), rank);
-            QVERIFY(qFuzzyCompare(sum * kGiB, double(latest.currentTotal())));
+            QVERIFY(qFuzzyCompare(sum * kGB, double(latest.currentTotal())));
             std::int64_t peak = 0;
             for (std::int64_t bytes : latest.peak)
                 peak += bytes;
-            QVERIFY(qFuzzyCompare(valueAt(chart.peakGraph(), rank) * kGiB, double(peak)));
+            QVERIFY(qFuzzyCompare(valueAt(chart.peakGraph(), rank) * kGB, double(peak)));
         }
         QVERIFY(chart.capacityLine()->visible());
-        QCOMPARE(chart.capacityLine()->point1->coords().y(), state.deviceMemoryBytes() / kGiB);
+        QCOMPARE(chart.capacityLine()->point1->coords().y(), state.deviceMemoryBytes() / kGB);
 
         chart.setHistoryRank(1);
         QCOMPARE(chart.historyGraph()->dataCount(), 2);
-        QCOMPARE(valueAt(chart.historyGraph(), 2.0), 18.0 * 4'000'000'000 / kGiB);
+        QCOMPARE(valueAt(chart.historyGraph(), 2.0), 18.0 * 4'000'000'000 / kGB);
         state.updateMemory(memoryOf(1, 4'000'000'000, 1'000'000'000LL));
         QCoreApplication::processEvents();
         QCOMPARE(chart.historyGraph()->dataCount(), 3);
-        QCOMPARE(valueAt(chart.historyGraph(), 3.0), 18.0 * 1'000'000'000 / kGiB);
+        QCOMPARE(valueAt(chart.historyGraph(), 3.0), 18.0 * 1'000'000'000 / kGB);
     }
 
     // A CPU-sized run against an 80 GB device: the axis follows the data, the capacity is a note;
@@ -227,19 +229,19 @@ private Q_SLOTS:
         for (std::uint32_t rank = 0; rank < 4; ++rank)
             state.updateMemory(memoryOf(rank, 1'000'000'000, (rank + 1) * 100'000LL));
         QCoreApplication::processEvents();
-        // Rank 3 peaks at 21 x 400,000 bytes = 8.4 MB, 1.25 x that = 10.5e6 bytes = 10.01 MiB.
-        constexpr double kMiB = 1024.0 * 1024.0;
-        QCOMPARE(chart.unitBytes(), kMiB);
+        // Rank 3 peaks at 21 x 400,000 bytes = 8.4 MB, 1.25 x that = 10.5e6 bytes: MB, not GB.
+        QCOMPARE(chart.unitBytes(), kMB);
         QCOMPARE(chart.plot()->yAxis->range().lower, 0.0);
-        QCOMPARE(chart.plot()->yAxis->range().upper, 21 * 400'000 * 1.25 / kMiB);
-        QCOMPARE(chart.plot()->yAxis->label(), QStringLiteral("memory (MiB)"));
-        QCOMPARE(valueAt(chart.peakGraph(), 3), 21 * 400'000 / kMiB);
-        QCOMPARE(barAt(chart.categoryBars(wire::MemoryCategory::Activations), 3), 7 * 400'000 / kMiB);
+        QCOMPARE(chart.plot()->yAxis->range().upper, 21 * 400'000 * 1.25 / kMB);
+        QCOMPARE(chart.plot()->yAxis->label(), QStringLiteral("memory (MB)"));
+        QCOMPARE(valueAt(chart.peakGraph(), 3), 21 * 400'000 / kMB);
+        QCOMPARE(barAt(chart.categoryBars(wire::MemoryCategory::Activations), 3), 7 * 400'000 / kMB);
         QVERIFY(!chart.capacityLine()->visible());
         QVERIFY(chart.capacityNote()->visible());
-        QCOMPARE(chart.capacityNote()->text(), QStringLiteral("capacity 74.5 GiB off scale ↑"));   // 80e9 / 2^30
+        QCOMPARE(chart.capacityNote()->text(), QStringLiteral("capacity 80.00 GB off scale ↑"));
         chart.setHistoryRank(2);
-        QCOMPARE(valueAt(chart.historyGraph(), 0.0), 18 * 300'000 / kMiB);
+        QCOMPARE(valueAt(chart.historyGraph(), 0.0), 18 * 300'000 / kMB);
+        QCOMPARE(chart.historyGraph()->valueAxis()->label(), QStringLiteral("total (MB)"));
         if (const QString dir = qEnvironmentVariable("MESHBENCH_SCREENSHOT_DIR"); !dir.isEmpty()) {
             chart.resize(500, 300);
             QVERIFY(chart.grab().save(dir + QStringLiteral("/memory-off-scale.png")));
@@ -249,23 +251,23 @@ private Q_SLOTS:
         state.updateMemory(memoryOf(2, 2'000'000'000, 160'000'000LL));
         QCoreApplication::processEvents();
         QVERIFY(chart.capacityNote()->visible());
-        QCOMPARE(chart.unitBytes(), kGiB);
-        QCOMPARE(chart.plot()->yAxis->range().upper, 21 * 160e6 * 1.25 / kGiB);
+        QCOMPARE(chart.unitBytes(), kGB);
+        QCOMPARE(chart.plot()->yAxis->range().upper, 21 * 160e6 * 1.25 / kGB);
 
         // 21 x 2e8 = 4.2 GB is 5.25%: the axis reaches 1.1 x the capacity, the line is back, and the
-        // history is redrawn in GiB.
+        // history is redrawn in GB.
         state.updateMemory(memoryOf(2, 3'000'000'000, 200'000'000LL));
         QCoreApplication::processEvents();
-        QCOMPARE(chart.unitBytes(), kGiB);
-        QCOMPARE(chart.plot()->yAxis->range().upper, 80e9 * 1.1 / kGiB);
-        QCOMPARE(chart.plot()->yAxis->label(), QStringLiteral("memory (GiB)"));
+        QCOMPARE(chart.unitBytes(), kGB);
+        QCOMPARE(chart.plot()->yAxis->range().upper, 80e9 * 1.1 / kGB);
+        QCOMPARE(chart.plot()->yAxis->label(), QStringLiteral("memory (GB)"));
         QVERIFY(chart.capacityLine()->visible());
-        QCOMPARE(chart.capacityLine()->point1->coords().y(), 80e9 / kGiB);
+        QCOMPARE(chart.capacityLine()->point1->coords().y(), 80e9 / kGB);
         QVERIFY(!chart.capacityNote()->visible());
         QCOMPARE(chart.historyGraph()->dataCount(), 3);
-        QCOMPARE(valueAt(chart.historyGraph(), 0.0), 18 * 300'000 / kGiB);
-        QCOMPARE(valueAt(chart.historyGraph(), 2.0), 18 * 200e6 / kGiB);
-        QCOMPARE(chart.historyGraph()->valueAxis()->label(), QStringLiteral("total (GiB)"));
+        QCOMPARE(valueAt(chart.historyGraph(), 0.0), 18 * 300'000 / kGB);
+        QCOMPARE(valueAt(chart.historyGraph(), 2.0), 18 * 200e6 / kGB);
+        QCOMPARE(chart.historyGraph()->valueAxis()->label(), QStringLiteral("total (GB)"));
     }
 
     void trainingChartPlotsTheFigures()

@@ -210,6 +210,8 @@ private slots:
         QCOMPARE(value(QStringLiteral("Tokens/s"), 3), 200.0);
         QCOMPARE(value(QStringLiteral("Final loss"), 3), -50.0);
         QCOMPARE(value(QStringLiteral("Peak memory, rank 0"), 3), -50.0);
+        // Bytes in the decimal units the planner and the Monitor use.
+        QCOMPARE(table.item(rowOfMetric(table, QStringLiteral("Peak memory, rank 0")), 1)->text(), QStringLiteral("400 B"));
         const int rank1 = rowOfMetric(table, QStringLiteral("Peak memory, rank 1"));
         QCOMPARE(table.item(rank1, 1)->data(Qt::UserRole).toDouble(), 50.0);
         QCOMPARE(table.item(rank1, 2)->text(), QStringLiteral("—"));   // B has no samples for rank 1

@@ -31,6 +31,8 @@ private slots:
     void unitCostsReportTheScheduleAlone();
     void unitCostsAreShapedPerStage();
     void searchJsonListsTheBestLayouts();
+    void byteUnitIsTheLargestDecimalUnitReached_data();
+    void byteUnitIsTheLargestDecimalUnitReached();
     void formatting();
 };
 
@@ -122,10 +124,42 @@ void TestReport::searchJsonListsTheBestLayouts()
     QCOMPARE(world, 8);
 }
 
+void TestReport::byteUnitIsTheLargestDecimalUnitReached_data()
+{
+    QTest::addColumn<double>("bytes");
+    QTest::addColumn<double>("unitBytes");
+    QTest::addColumn<QString>("name");
+    QTest::newRow("zero") << 0.0 << 1.0 << "B";
+    QTest::newRow("negative") << -5e6 << 1.0 << "B";
+    QTest::newRow("999 B") << 999.0 << 1.0 << "B";
+    QTest::newRow("1000 B") << 1000.0 << 1e3 << "kB";
+    QTest::newRow("999,999 B") << 999'999.0 << 1e3 << "kB";
+    QTest::newRow("1e6") << 1e6 << 1e6 << "MB";
+    QTest::newRow("just below 1e9") << 999'999'999.0 << 1e6 << "MB";
+    QTest::newRow("1e9") << 1e9 << 1e9 << "GB";
+    QTest::newRow("80 GB device") << 80e9 << 1e9 << "GB";
+    QTest::newRow("1e12") << 1e12 << 1e12 << "TB";
+    QTest::newRow("above TB stays TB") << 5e15 << 1e12 << "TB";
+}
+
+void TestReport::byteUnitIsTheLargestDecimalUnitReached()
+{
+    QFETCH(double, bytes);
+    QFETCH(double, unitBytes);
+    QFETCH(QString, name);
+    const ByteUnit unit = byteUnitFor(bytes);
+    QCOMPARE(unit.bytes, unitBytes);
+    QCOMPARE(QString::fromLatin1(unit.name), name);
+}
+
 void TestReport::formatting()
 {
     QCOMPARE(formatBytes(31.40625e9), std::string("31.41 GB"));
     QCOMPARE(formatBytes(350e6), std::string("350.0 MB"));
+    QCOMPARE(formatBytes(1.5e12), std::string("1.50 TB"));
+    QCOMPARE(formatBytes(1000), std::string("1.0 kB"));
+    QCOMPARE(formatBytes(999), std::string("999 B"));
+    QCOMPARE(formatBytes(0), std::string("0 B"));
     QCOMPARE(formatSeconds(1.5), std::string("1.500 s"));
     QCOMPARE(formatSeconds(0.0123), std::string("12.30 ms"));
     QCOMPARE(formatSeconds(4.2e-6), std::string("4.2 us"));
