@@ -18,21 +18,13 @@ namespace {
 // one message stays well under the engine's frame limit.
 constexpr std::size_t kRecordsPerBatch = 4096;
 
-std::string hostName()
-{
-    char name[256] = {};
-    if (gethostname(name, sizeof name - 1) != 0)
-        return "unknown";
-    return name;
-}
-
 }  // namespace
 
 wire::NodeSampleRecord sampleNode()
 {
     wire::NodeSampleRecord sample;
     sample.timeNs = wire::wallAlignedNowNs();
-    sample.host = hostName();
+    sample.host = wire::localHostName();
     // /proc/meminfo reports kB; "used" is what the kernel cannot hand out: total - available.
     std::ifstream meminfo("/proc/meminfo");
     std::string line;
@@ -61,7 +53,7 @@ struct TelemetrySender::Socket {
 };
 
 TelemetrySender::TelemetrySender(TelemetryOptions options)
-    : m_options(std::move(options)), m_host(hostName()), m_socket(std::make_unique<Socket>())
+    : m_options(std::move(options)), m_host(wire::localHostName()), m_socket(std::make_unique<Socket>())
 {
     try {
         // A bounded send buffer: beyond it the records wait in our queue, where they are counted.

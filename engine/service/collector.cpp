@@ -1,7 +1,5 @@
 #include "collector.h"
 
-#include <unistd.h>
-
 #include <variant>
 
 namespace meshbench::service {
@@ -12,12 +10,6 @@ namespace {
 constexpr int kReportedProblems = 50;
 // Records waiting for the store beyond which no more frames are taken.
 constexpr std::size_t kMaxQueuedRecords = 1'000'000;
-
-std::string hostName()
-{
-    char name[256] = {};
-    return gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
-}
 
 }  // namespace
 
@@ -42,7 +34,7 @@ std::string Collector::endpoint() const
     std::string endpoint = m_socket.get(zmq::sockopt::last_endpoint);
     // A wildcard bind is reached through this host's name.
     if (const auto at = endpoint.find("0.0.0.0"); at != std::string::npos)
-        endpoint.replace(at, 7, hostName());
+        endpoint.replace(at, 7, wire::localHostName());
     return endpoint;
 }
 

@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <unistd.h>
+
 namespace meshbench::wire {
 
 namespace {
@@ -866,6 +868,12 @@ std::int64_t toWallAligned(std::int64_t monotonicNs)
 std::int64_t wallAlignedNowNs()
 {
     return toWallAligned(monotonicNowNs());
+}
+
+std::string localHostName()
+{
+    char name[256] = {};
+    return gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
 }
 
 }  // namespace meshbench::wire

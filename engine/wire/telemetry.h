@@ -209,4 +209,8 @@ DecodeResult decodeBatch(std::span<const std::uint8_t> frame);
 std::int64_t wallAlignedNowNs();
 std::int64_t toWallAligned(std::int64_t monotonicNs);
 
+// This machine's host name, as node samples carry it and endpoints name it; "localhost" when the
+// system will not say.
+std::string localHostName();
+
 }  // namespace meshbench::wire
