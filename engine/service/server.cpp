@@ -121,7 +121,9 @@ plan::JobSpec sessionSpec(const store::SessionReader& reader)
 }
 
 // Re-publishes a stored session in time order at `speed` x real time, through the same aggregates
-// as a live run. Seeking restarts the pass from the chosen step's first record.
+// as a live run. Seeking restarts the pass from the chosen step's first record: the store is read
+// from the step before's beginning on (no rank starts step N before the pipeline's first rank began
+// step N - 1), and what is older than the chosen step is skipped here.
 void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<store::SessionReader> reader,
                    const std::string& session, bool endWhenDone)
 {
@@ -167,6 +169,8 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
             lastWall = now;
         };
         try {
+            const auto previous = stepBegins.find(fromStep - 1);
+            const std::int64_t scanFrom = previous != stepBegins.end() ? previous->second : INT64_MIN;
             reader->forEachRecord([&](std::uint32_t rank, const wire::Record& record) {
                 // A seek skips the records of earlier steps, and the others from before the step began.
                 const std::optional<std::int64_t> time = recordTime(record);
@@ -199,7 +203,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                 publishAggregates();
                 if (Clock::now() - lastFlush > std::chrono::milliseconds(50))
                     flushSpans();
-            });
+            }, scanFrom);
             flushSpans();
             for (const live::StepAggregate& s : aggregator.flush())
                 publisher.step(s);

@@ -638,23 +638,28 @@ std::uint64_t SessionReader::spanCount() const
     return static_cast<std::uint64_t>(m_impl->spanStats().second);
 }
 
-void SessionReader::forEachRecord(const RecordVisitor& visit) const
+void SessionReader::forEachRecord(const RecordVisitor& visit, std::int64_t from) const
 {
     const Connection& db = m_impl->db;
     std::vector<std::unique_ptr<Cursor>> cursors;
-    for (auto& span : m_impl->spanCursors(kMinTime, kMaxTime, {}))
+    for (auto& span : m_impl->spanCursors(from, kMaxTime, {}))
         cursors.push_back(std::move(span));
-    cursors.push_back(std::make_unique<ExpertLoadCursor>(db, sql(kSelectExpertLoads, "ORDER BY time_ns, seq")));
-    cursors.push_back(std::make_unique<RowCursor<wire::MemorySampleRecord>>(
-        db, sql(kSelectMemorySamples, "ORDER BY time_ns, seq"), "reading memory samples", decodeMemorySample));
-    cursors.push_back(std::make_unique<RowCursor<wire::StepMetricsRecord>>(
-        db, sql(kSelectStepMetrics, "ORDER BY end_ns, seq"), "reading step metrics", decodeStepMetrics));
-    cursors.push_back(std::make_unique<RowCursor<wire::NodeSampleRecord>>(
-        db, sql(kSelectNodeSamples, "ORDER BY time_ns, seq"), "reading node samples", decodeNodeSample));
-    cursors.push_back(std::make_unique<RowCursor<wire::LogRecord>>(db, sql(kSelectLogs, "ORDER BY time_ns, seq"),
-                                                                   "reading log lines", decodeLog));
-    cursors.push_back(std::make_unique<RowCursor<wire::HeartbeatRecord>>(
-        db, sql(kSelectHeartbeats, "ORDER BY time_ns, seq"), "reading heartbeats", decodeHeartbeat));
+    // Every other table from `from` on, through its time index.
+    const auto fromOn = [from](auto cursor) {
+        cursor->statement().bindInt(1, from);
+        return cursor;
+    };
+    cursors.push_back(fromOn(std::make_unique<ExpertLoadCursor>(db, sql(kSelectExpertLoads, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"))));
+    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::MemorySampleRecord>>(
+        db, sql(kSelectMemorySamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading memory samples", decodeMemorySample)));
+    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::StepMetricsRecord>>(
+        db, sql(kSelectStepMetrics, "WHERE end_ns >= ?1 ORDER BY end_ns, seq"), "reading step metrics", decodeStepMetrics)));
+    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::NodeSampleRecord>>(
+        db, sql(kSelectNodeSamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading node samples", decodeNodeSample)));
+    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::LogRecord>>(
+        db, sql(kSelectLogs, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading log lines", decodeLog)));
+    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::HeartbeatRecord>>(
+        db, sql(kSelectHeartbeats, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading heartbeats", decodeHeartbeat)));
     merge(cursors, [&](const Cursor& cursor) { cursor.visit(visit); });
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -167,7 +168,10 @@ public:
     // Every stored record in time order (a record's time: span begin, step end, sample time, ...),
     // for replay; ties keep arrival order. Expert loads carry no time: theirs is the latest time
     // (span or step end, sample time) their rank sent before them, i.e. the end of their step.
-    void forEachRecord(const std::function<void(std::uint32_t rank, const wire::Record&)>& visit) const;
+    // With `from`, only the records whose time is at or after it (and the spans still running then):
+    // a replay that seeks starts there instead of reading the session from its beginning.
+    void forEachRecord(const std::function<void(std::uint32_t rank, const wire::Record&)>& visit,
+                       std::int64_t from = std::numeric_limits<std::int64_t>::min()) const;
 
 private:
     struct Impl;

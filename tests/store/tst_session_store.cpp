@@ -13,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -438,6 +439,7 @@ void TestSessionStore::forEachRecordInTimeOrder()
     // The documented time of each record; an expert load takes the latest time its rank sent before.
     std::map<std::uint32_t, std::int64_t> latest;
     std::vector<std::pair<std::int64_t, Written>> timed;
+    std::vector<std::int64_t> reaches;   // per written record: a span's end, else its time
     for (const Written& w : written) {
         std::int64_t& last = latest[w.rank];
         std::int64_t time = 0;
@@ -459,15 +461,34 @@ void TestSessionStore::forEachRecordInTimeOrder()
             w.record);
         last = std::max(last, seen);
         timed.emplace_back(time, w);
+        reaches.push_back(seen);
     }
-    std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::size_t> order(timed.size());
+    std::iota(order.begin(), order.end(), std::size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return timed[a].first < timed[b].first; });
     std::vector<Written> replayed;
     store::SessionReader(path).forEachRecord(
         [&](std::uint32_t rank, const wire::Record& record) { replayed.push_back({rank, record}); });
     QCOMPARE(replayed.size(), timed.size());
     for (std::size_t i = 0; i < timed.size(); ++i) {
-        QCOMPARE(replayed[i].rank, timed[i].second.rank);
-        QVERIFY2(replayed[i].record == timed[i].second.record, qPrintable(QString("record %1").arg(i)));
+        QCOMPARE(replayed[i].rank, timed[order[i]].second.rank);
+        QVERIFY2(replayed[i].record == timed[order[i]].second.record, qPrintable(QString("record %1").arg(i)));
+    }
+    // From a time on (a seek): the same order, without what ended before it.
+    for (const std::int64_t from : {std::int64_t(0), std::int64_t(1'000'500), std::int64_t(1'000'700), std::int64_t(1'001'400),
+                                    std::int64_t(1'001'401), std::int64_t(9'000'000)}) {
+        std::vector<Written> expected;
+        for (const std::size_t i : order)
+            if (reaches[i] >= from)
+                expected.push_back(timed[i].second);
+        std::vector<Written> fromOn;
+        store::SessionReader(path).forEachRecord(
+            [&](std::uint32_t rank, const wire::Record& record) { fromOn.push_back({rank, record}); }, from);
+        QCOMPARE(fromOn.size(), expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            QCOMPARE(fromOn[i].rank, expected[i].rank);
+            QVERIFY2(fromOn[i].record == expected[i].record, qPrintable(QString("from %1, record %2").arg(from).arg(i)));
+        }
     }
 }
 
