@@ -26,6 +26,18 @@ const QString kCustom = QStringLiteral("custom");
 // A red that reads on light and dark window colours alike.
 QColor errorColor() { return QColor(0xd6, 0x27, 0x28); }
 
+// A hidden, wrapping label in the error colour: a field's (or the whole form's) message.
+QLabel* newErrorLabel()
+{
+    auto* label = new QLabel;
+    label->setWordWrap(true);
+    QPalette pal = label->palette();
+    pal.setColor(QPalette::WindowText, errorColor());
+    label->setPalette(pal);
+    label->hide();
+    return label;
+}
+
 QStringList toQStrings(const std::vector<std::string_view>& names)
 {
     QStringList out;
@@ -53,12 +65,7 @@ JobForm::JobForm(JobDocument* document, QWidget* parent) : QWidget(parent), m_do
 {
     auto* content = new QWidget;
     auto* column = new QVBoxLayout(content);
-    m_general = new QLabel;
-    m_general->setWordWrap(true);
-    QPalette pal = m_general->palette();
-    pal.setColor(QPalette::WindowText, errorColor());
-    m_general->setPalette(pal);
-    m_general->hide();
+    m_general = newErrorLabel();
     column->addWidget(m_general);
 
     auto section = [column](const QString& title) {
@@ -157,12 +164,7 @@ QWidget* JobForm::addField(QFormLayout* form, const QString& label, const QStrin
         editor = combo;
     }
     editor->setObjectName(path);
-    auto* error = new QLabel;
-    error->setWordWrap(true);
-    QPalette pal = error->palette();
-    pal.setColor(QPalette::WindowText, errorColor());
-    error->setPalette(pal);
-    error->hide();
+    QLabel* error = newErrorLabel();
     box->addWidget(editor);
     box->addWidget(error);
     form->addRow(label, cell);

@@ -49,30 +49,29 @@ void ScreenshotTour::start(int settleMs)
     m_timeout.start();
     JobDocument* job = m_window.designer()->document();
     if (m_steps > 0 && job->spec()) {
-        job->set(QStringLiteral("train.steps"), m_steps);
         // A schedule longer than the run would leave the learning rate at its peak.
-        job->set(QStringLiteral("train.decay_steps"), m_steps);
-        job->set(QStringLiteral("train.warmup_steps"), std::min(m_steps / 4, job->value(QStringLiteral("train.warmup_steps")).get<int>()));
+        const int warmup = std::min(m_steps / 4, job->spec()->train.warmupSteps);
+        job->merge({{"train", {{"steps", m_steps}, {"decay_steps", m_steps}, {"warmup_steps", warmup}}}});
     }
     QTimer::singleShot(settleMs, this, &ScreenshotTour::begin);
 }
 
 void ScreenshotTour::begin()
 {
-    if (!m_dir.mkpath(QStringLiteral(".")))
-        return finish(false, tr("cannot create %1").arg(m_dir.path()));
-    if (!save((MainWindow::Area::Designer), kDesigner))
-        return;
     const plan::Plan* plan = m_window.designer()->document()->plan();
     EngineClient* client = m_window.client();
     if (!plan || !client) {
-        // Nothing to run: the other areas as they are.
-        if (save((MainWindow::Area::Monitor), QStringLiteral("monitor.png")) &&
-            save((MainWindow::Area::Sessions), QStringLiteral("sessions.png")))
-            finish(true, tr("the three areas saved in %1 (no %2 to run)")
-                             .arg(m_dir.path(), plan ? tr("engine") : tr("valid job")));
-        return;
+        // Nothing to run: the three areas as they are.
+        QString error;
+        if (!m_window.saveScreenshots(m_dir.path(), &error))
+            return finish(false, error);
+        return finish(true, tr("the three areas saved in %1 (no %2 to run)")
+                                .arg(m_dir.path(), plan ? tr("engine") : tr("valid job")));
     }
+    if (!m_dir.mkpath(QStringLiteral(".")))
+        return finish(false, tr("cannot create %1").arg(m_dir.path()));
+    if (!save(MainWindow::Area::Designer, kDesigner))
+        return;
     const int steps = m_window.designer()->document()->spec()->train.steps;
     m_liveTarget = std::max(1, steps / 2);
     m_stage = Stage::Launching;
@@ -107,7 +106,7 @@ void ScreenshotTour::onRunChanged()
         if (m_window.lastSessionPath().isEmpty() || !monitor->source().startsWith(QStringLiteral("job-")))
             return;   // not yet following the launched job
         if (m_stage == Stage::Launching && (arrived >= m_liveTarget || isTerminal(state->phase()))) {
-            if (!save((MainWindow::Area::Monitor), kMonitorLive))
+            if (!save(MainWindow::Area::Monitor, kMonitorLive))
                 return;
             m_stage = Stage::Running;
         }
@@ -116,15 +115,16 @@ void ScreenshotTour::onRunChanged()
         if (state->phase() != RunPhase::Completed)
             return finish(false, tr("the job %1: %2").arg(runPhaseName(state->phase()), state->cause()));
         m_stage = Stage::Replaying;
-        if (!m_window.sessions()->selectSession(m_window.lastSessionPath()))
-            return finish(false, tr("the finished session %1 is not in the Sessions list").arg(m_window.lastSessionPath()));
+        // The main window selected the finished run's session in Sessions as it ended.
+        if (m_window.sessions()->selectedPaths() != QStringList{m_window.lastSessionPath()})
+            return finish(false, tr("the finished session %1 is not selected in Sessions").arg(m_window.lastSessionPath()));
         m_window.showArea(MainWindow::Area::Sessions);
         m_window.sessions()->openSelected();
         return;
     case Stage::Replaying:
         if (!monitor->source().startsWith(QStringLiteral("replay-")) || (arrived < m_liveTarget && state->phase() != RunPhase::Ended))
             return;
-        if (save((MainWindow::Area::Sessions), kSessionsReplay) && save((MainWindow::Area::Monitor), kMonitorReplay))
+        if (save(MainWindow::Area::Sessions, kSessionsReplay) && save(MainWindow::Area::Monitor, kMonitorReplay))
             finish(true, tr("%1 screens saved in %2").arg(fullTourFiles().size()).arg(m_dir.path()));
         return;
     case Stage::Idle:
