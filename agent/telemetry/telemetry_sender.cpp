@@ -58,13 +58,23 @@ TelemetrySender::TelemetrySender(TelemetryOptions options)
     try {
         // A bounded send buffer: beyond it the records wait in our queue, where they are counted.
         m_socket->push.set(zmq::sockopt::sndhwm, 64);
+        // Frames go to completed connections only: until the collector answers, records wait in our
+        // queue, whose bound and drop count are exact, not in ZeroMQ's (up to 64 full batches,
+        // uncounted) for a collector that may never come.
+        m_socket->push.set(zmq::sockopt::immediate, true);
         m_socket->push.set(zmq::sockopt::linger, int(m_options.finishTimeout.count()));
         m_socket->push.connect(m_options.endpoint);
     } catch (const zmq::error_t& e) {
         throw std::runtime_error("cannot connect telemetry to '" + m_options.endpoint + "': " + e.what() +
                                  " (expected an endpoint such as tcp://host:port or ipc:///path)");
     }
-    // The socket now belongs to the sender thread (thread start orders the accesses).
+    // Queued before anything can be posted, so the stream always opens with them and they take a
+    // known place in the bounded queue.
+    if (m_options.sampleNode)
+        m_queue.push_back(sampleNode());
+    m_queue.push_back(heartbeat(wire::RankState::Starting, 0));
+    m_queued = m_queue.size();
+    // The socket now belongs to the sender thread (thread start orders the accesses, the queue's too).
     m_thread = std::thread([this] { run(); });
 }
 
@@ -132,8 +142,7 @@ void TelemetrySender::run()
     std::deque<wire::Record> backlog;      // taken from the queue, not yet sent
     std::vector<std::uint8_t> frame;       // encoded but refused by a full socket: resent as is
     std::size_t frameRecords = 0;
-    bool starting = true;
-    auto nextHeartbeat = Clock::now();
+    auto nextHeartbeat = Clock::now() + m_options.heartbeatInterval;
     std::optional<Clock::time_point> deadline;
 
     auto sendFrame = [&]() -> bool {
@@ -206,8 +215,7 @@ void TelemetrySender::run()
         } else if (!finishing && Clock::now() >= nextHeartbeat) {
             if (m_options.sampleNode)
                 addOwn(sampleNode());
-            addOwn(heartbeat(starting ? wire::RankState::Starting : wire::RankState::Running, 0));
-            starting = false;
+            addOwn(heartbeat(wire::RankState::Running, 0));
             nextHeartbeat = Clock::now() + m_options.heartbeatInterval;
         }
         while (sendFrame() && !backlog.empty())

@@ -1,10 +1,12 @@
 #pragma once
 // Ships a rank's telemetry to the engine's collector: records are queued by the training thread
 // and sent from a background thread over a ZeroMQ PUSH socket, so training never waits on the
-// network. The queue is bounded; a record that does not fit is dropped and counted, and the count
-// travels in every heartbeat, so the engine knows the loss exactly.
-// Heartbeats go out every second (with a node sample when this rank samples its node). The last
-// heartbeat says how the rank ended: finished, failed (exit status) or terminated (signal).
+// network. Until the collector is connected, records wait in that queue rather than ZeroMQ's. The
+// queue is bounded; a record that does not fit is dropped and counted, and the count travels in
+// every heartbeat, so the engine knows the loss exactly.
+// The stream opens with a Starting heartbeat; heartbeats then go out every second (with a node
+// sample when this rank samples its node). The last heartbeat says how the rank ended: finished,
+// failed (exit status) or terminated (signal).
 
 #include "wire/telemetry.h"
 
