@@ -15,6 +15,7 @@
 #include "plan/job_spec.h"
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include <poll.h>
 #include <unistd.h>
 
 using namespace meshbench;
@@ -110,6 +112,8 @@ std::string expertSummary(const std::vector<agent::ExpertLoad>& loads)
     return text;
 }
 
+static_assert(wire::kEngineStopSignal == SIGUSR2);
+
 // The write and read ends of the pipe through which a stop signal reaches the telemetry thread.
 int g_stopPipe[2] = {-1, -1};
 
@@ -123,6 +127,18 @@ std::string unsupportedLayout(const plan::ParallelSpec& p)
         return "parallel.zero = " + std::to_string(p.zero) + " with ep = " + std::to_string(p.ep) +
                ": ZeRO over expert parallelism is not in this build yet";
     return "";
+}
+
+// For the engine's failure tests: MESHBENCH_TEST_EXIT_AFTER_STEP=RANK:STEP makes that rank end with
+// status 0 after step STEP, without a last heartbeat and without MPI_Finalize, as a process ends
+// that a library (or a stray exit) ends early. -1 when unset or not this rank.
+int testExitStep(int rank)
+{
+    const char* setting = std::getenv("MESHBENCH_TEST_EXIT_AFTER_STEP");
+    int faultRank = -1, step = -1;
+    if (!setting || std::sscanf(setting, "%d:%d", &faultRank, &step) != 2 || faultRank != rank)
+        return -1;
+    return step;
 }
 
 // The step's telemetry: what every rank measured; the step's metrics from rank 0, which speaks for
@@ -165,10 +181,9 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     }
     plan::JobSpec spec = *loaded.spec;
     // A token file named relative to the job is found next to the job, wherever the agent runs.
-    nlohmann::json& data = spec.train.data;
-    if (data.is_object() && data.value("source", "") == "file" && data.contains("path") && data["path"].is_string() &&
-        std::filesystem::path(data["path"].get<std::string>()).is_relative())
-        data["path"] = (std::filesystem::path(options.job).parent_path() / data["path"].get<std::string>()).string();
+    plan::DataSpec& data = spec.train.data;
+    if (data.source == plan::DataSource::File && std::filesystem::path(data.path).is_relative())
+        data.path = (std::filesystem::path(options.job).parent_path() / data.path).string();
     if (spec.backend == plan::BackendKind::Cuda) {
         std::cerr << "meshbench-agent: backend \"cuda\" is not in this build; set backend to \"cpu\" or \"auto\"\n";
         return 1;
@@ -232,6 +247,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     const bool reportsExperts = !groups || (groups->coord.dp == 0 && groups->coord.tp == 0);
     std::vector<agent::Measurements> kept;   // for --spans
     double lastLoss = 0;
+    const int exitStep = testExitStep(mpi ? mpi->worldRank() : 0);
     while (trainer.completedSteps() < last) {
         const agent::StepMetrics m = trainer.step();
         lastLoss = m.loss;
@@ -257,6 +273,8 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
                                       {"tokens_per_s", m.tokensPerSecond}, {"bubble_ratio", m.bubbleRatio}}
                            .dump()
                     << "\n";
+        if (m.step == exitStep)
+            std::_Exit(0);
         const bool due = options.saveEvery > 0 && m.step % options.saveEvery == 0;
         if (!options.saveDir.empty() && (due || m.step == last))
             trainer.save(checkpointName(options.saveDir, m.step));
@@ -339,7 +357,9 @@ int main(int argc, char** argv)
         }
         // A stop signal is turned into a last heartbeat ("terminated") before the process ends. The
         // handler only writes to a pipe (async-signal safe); a thread of ours does the rest.
-        // Installed after MPI started, whose runtime threads would otherwise take the signal.
+        // Installed after MPI started, whose runtime threads would otherwise take the signal. The
+        // engine's own stop signal leaves a rank of a multi-rank job waiting to be ended (see
+        // wire::kEngineStopSignal), so that every rank can say it was stopped.
         if (pipe(g_stopPipe) != 0) {
             std::cerr << who << "cannot create a pipe for stop signals\n";
             return 2;
@@ -350,13 +370,19 @@ int main(int argc, char** argv)
             [[maybe_unused]] const ssize_t n = write(g_stopPipe[1], &code, 1);
         };
         sigemptyset(&action.sa_mask);
-        for (int sig : {SIGTERM, SIGINT, SIGHUP})
+        for (int sig : {SIGTERM, SIGINT, SIGHUP, wire::kEngineStopSignal})
             sigaction(sig, &action, nullptr);
-        std::thread([sender = telemetry.get()] {
+        const bool linger = mpi && mpi->worldSize() > 1;
+        std::thread([sender = telemetry.get(), linger] {
             unsigned char sig = 0;
             while (read(g_stopPipe[0], &sig, 1) != 1) {
             }
             sender->finish(wire::RankState::Terminated, sig);
+            if (linger && sig == wire::kEngineStopSignal) {
+                pollfd next{g_stopPipe[0], POLLIN, 0};
+                if (poll(&next, 1, wire::kStopLingerSeconds * 1000) == 1 && read(g_stopPipe[0], &sig, 1) != 1)
+                    sig = wire::kEngineStopSignal;
+            }
             _exit(128 + sig);
         }).detach();
     }

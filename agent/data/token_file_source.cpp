@@ -27,15 +27,9 @@ std::uint64_t mulMod(std::uint64_t a, std::uint64_t b, std::uint64_t m)
 
 } // namespace
 
-TokenFileSource::TokenFileSource(const std::string& path, const std::string& dtype, int vocab, int seqLen)
-    : m_path(path), m_vocab(vocab), m_seqLen(seqLen)
+TokenFileSource::TokenFileSource(const std::string& path, plan::TokenDtype dtype, int vocab, int seqLen)
+    : m_path(path), m_vocab(vocab), m_seqLen(seqLen), m_width(dtype == plan::TokenDtype::Uint32 ? 4 : 2)
 {
-    if (dtype == "uint16")
-        m_width = 2;
-    else if (dtype == "uint32")
-        m_width = 4;
-    else
-        throw DataError("token file dtype \"" + dtype + "\" is not supported; use \"uint16\" or \"uint32\"");
     if (vocab < 1)
         throw DataError("token file " + quoted(path) + ": vocab " + std::to_string(vocab) + " must be positive");
     if (seqLen < 1)
@@ -58,7 +52,7 @@ TokenFileSource::TokenFileSource(const std::string& path, const std::string& dty
         throw DataError("cannot map token file " + quoted(path) + ": " + m_file.error());
     }
     const auto bytes = static_cast<std::uint64_t>(m_file.size());
-    const std::string dtypeText = std::to_string(m_width) + " (" + dtype + ")";
+    const std::string dtypeText = std::to_string(m_width) + " (" + std::string(plan::tokenDtypeName(dtype)) + ")";
     if (bytes == 0)
         throw DataError("token file " + quoted(path) + " is empty; check train.data.path");
     if (bytes % static_cast<std::uint64_t>(m_width) != 0)

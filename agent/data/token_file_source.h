@@ -14,10 +14,10 @@ namespace meshbench::agent {
 
 class TokenFileSource final : public TokenSource {
 public:
-    // dtype is "uint16" or "uint32". Throws DataError, naming the file and the fix, when the
-    // file is missing or unreadable, empty, not a whole number of ids, shorter than
-    // seqLen + 1 tokens, or holds an id >= vocab (all ids are checked once, here).
-    TokenFileSource(const std::string& path, const std::string& dtype, int vocab, int seqLen);
+    // Throws DataError, naming the file and the fix, when the file is missing or unreadable,
+    // empty, not a whole number of ids, shorter than seqLen + 1 tokens, or holds an id >= vocab
+    // (all ids are checked once, here).
+    TokenFileSource(const std::string& path, plan::TokenDtype dtype, int vocab, int seqLen);
 
     int vocab() const override { return m_vocab; }
     // Sample order: sample g is the window of `length` consecutive tokens starting at token

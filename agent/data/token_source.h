@@ -4,7 +4,7 @@
 // Megatron's preprocessors write. Both are random access: sample g can be produced alone,
 // from any thread, so every data-parallel rank draws its own samples without coordination.
 
-#include <nlohmann/json.hpp>
+#include "plan/job_spec.h"
 
 #include <cstdint>
 #include <memory>
@@ -13,8 +13,8 @@
 
 namespace meshbench::agent {
 
-// Bad data settings or a bad token file. The message names the file or the job-spec field
-// (train.data.<key>) and says what to change.
+// A bad token file, or data settings that did not pass the job spec's checks. The message names the
+// file or the job-spec field (train.data.<key>) and says what to change.
 class DataError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
@@ -41,13 +41,8 @@ protected:
     TokenSource& operator=(TokenSource&&) = default;
 };
 
-// Builds the source the job spec's train.data object asks for:
-//   absent or null                                  markov, order 1, branching min(4, vocab)
-//   {"source": "markov", "order": k, "branching": b}  order defaults to 1, branching to min(4, vocab)
-//   {"source": "file", "path": P, "dtype": "uint16" | "uint32"}
-// "source" defaults to "markov". Unknown sources or keys, wrong types and out-of-range values
-// throw DataError naming train.data.<key>. `seed` (train.seed) seeds the Markov chain.
-std::unique_ptr<TokenSource> makeTokenSource(const nlohmann::json& data, int vocab, int seqLen,
-                                             std::uint64_t seed);
+// Builds the source the job spec's train.data asks for (plan::DataSpec, checked by the job spec).
+// `seed` (train.seed) seeds the Markov chain.
+std::unique_ptr<TokenSource> makeTokenSource(const plan::DataSpec& data, int vocab, int seqLen, std::uint64_t seed);
 
 } // namespace meshbench::agent

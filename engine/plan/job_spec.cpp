@@ -3,6 +3,7 @@
 #include "presets.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <sstream>
@@ -28,6 +29,8 @@ constexpr EnumName<GradDtype> kGradDtypes[] = {{"fp32", GradDtype::Fp32}, {"bf16
 constexpr EnumName<RankOrder> kOrders[] = {{"tp-dp-pp", RankOrder::TpDpPp}, {"tp-pp-dp", RankOrder::TpPpDp}};
 constexpr EnumName<BackendKind> kBackends[] = {
     {"auto", BackendKind::Auto}, {"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}};
+constexpr EnumName<DataSource> kDataSources[] = {{"markov", DataSource::Markov}, {"file", DataSource::File}};
+constexpr EnumName<TokenDtype> kTokenDtypes[] = {{"uint16", TokenDtype::Uint16}, {"uint32", TokenDtype::Uint32}};
 constexpr EnumName<ScheduleKind> kSchedules[] = {{"gpipe", ScheduleKind::GPipe},
                                                  {"1f1b", ScheduleKind::OneFOneB},
                                                  {"interleaved", ScheduleKind::Interleaved},
@@ -274,11 +277,22 @@ public:
         return value;
     }
 
+    // Whether the key is there with a value (null counts as absent), without reading it.
+    bool present(std::string_view key) const
+    {
+        const auto it = m_object.find(std::string(key));
+        return it != m_object.end() && !it->is_null();
+    }
+
+    // A key that is reported otherwise (it belongs elsewhere): not unknown, yet not listed as valid.
+    void excuse(std::string_view key) { m_excused.emplace_back(key); }
+
     // Call after every read: reports keys nobody asked for.
     void rejectUnknownKeys()
     {
         for (const auto& [key, value] : m_object.items()) {
-            if (std::find(m_known.begin(), m_known.end(), key) != m_known.end())
+            if (std::find(m_known.begin(), m_known.end(), key) != m_known.end() ||
+                std::find(m_excused.begin(), m_excused.end(), key) != m_excused.end())
                 continue;
             fail(key, "unknown key; " + suggestion(key, m_known) + "valid keys here: " + joinOr(m_known));
         }
@@ -289,6 +303,7 @@ private:
     std::string m_path;
     std::vector<SpecError>& m_errors;
     std::vector<std::string> m_known;
+    std::vector<std::string> m_excused;
 };
 
 constexpr std::int64_t kMaxDegree = 1 << 20;
@@ -430,6 +445,34 @@ void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError
                                     " or be a multiple of it (e.g. 72 for an NVL72 rack of 4-GPU trays)");
 }
 
+// The settings of one data source; those of the other are named as such, so that the fix is clear.
+void readData(ObjectReader& parent, const json& object, DataSpec& data, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, parent.pathOf("data"), errors);
+    if (!r.readEnum("source", data.source, kDataSources) && r.present("source"))
+        return;   // the other settings depend on the source
+    const bool markov = data.source == DataSource::Markov;
+    if (markov) {
+        r.readInt("order", data.order, 1, 100'000'000);
+        int branching = 0;
+        if (r.readInt("branching", branching, 2, 100'000'000))
+            data.branching = branching;
+    } else {
+        if (r.readString("path", data.path, true) && data.path.empty())
+            r.fail("path", "is empty: give the path of a flat uint16/uint32 token file");
+        if (!r.readEnum("dtype", data.dtype, kTokenDtypes) && !r.present("dtype"))
+            r.fail("dtype", "is required for a token file: \"uint16\" (nanoGPT's prepare.py) or \"uint32\"");
+    }
+    constexpr std::array<const char*, 2> kFileKeys{"path", "dtype"}, kMarkovKeys{"order", "branching"};
+    for (const char* key : markov ? kFileKeys : kMarkovKeys)
+        if (r.present(key)) {
+            r.fail(key, std::string("is a setting of the ") + (markov ? "file" : "markov") +
+                            " source; set train.data.source to \"" + (markov ? "file" : "markov") + "\" or remove it");
+            r.excuse(key);
+        }
+    r.rejectUnknownKeys();
+}
+
 void readTrain(const json& object, TrainSpec& train, std::vector<SpecError>& errors)
 {
     ObjectReader r(object, "train", errors);
@@ -444,9 +487,29 @@ void readTrain(const json& object, TrainSpec& train, std::vector<SpecError>& err
     r.readDouble("eps", train.eps, 0.0, 1.0, true);
     r.readDouble("grad_clip", train.gradClip, 0.0, 1e9);
     r.readInt("seed", train.seed, 0, std::int64_t(1) << 62);
-    if (const json* data = r.find("data"))
-        train.data = *data;
+    if (const json* data = r.object("data"))
+        readData(r, *data, train.data, errors);
     r.rejectUnknownKeys();
+}
+
+// Settings of train.data that depend on the model.
+void validateData(const JobSpec& spec, std::vector<SpecError>& errors)
+{
+    const DataSpec& data = spec.train.data;
+    if (data.source != DataSource::Markov)
+        return;
+    const std::int64_t vocab = spec.model.vocab;
+    if (vocab < 2)
+        errors.push_back({"train.data.source", "the markov source needs model.vocab >= 2, not " + std::to_string(vocab) +
+                                                   "; raise model.vocab or use a token file"});
+    if (data.order > spec.model.seqLen)
+        errors.push_back({"train.data.order", "order " + std::to_string(data.order) + " exceeds model.seq_len " +
+                                                  std::to_string(spec.model.seqLen) + "; use 1 to " +
+                                                  std::to_string(spec.model.seqLen)});
+    if (data.branching && vocab >= 2 && *data.branching > vocab)
+        errors.push_back({"train.data.branching", "branching " + std::to_string(*data.branching) +
+                                                      " exceeds model.vocab " + std::to_string(vocab) + "; use 2 to " +
+                                                      std::to_string(vocab)});
 }
 
 
@@ -463,23 +526,200 @@ std::string listValues(const std::vector<std::int64_t>& values, std::string_view
     return "use " + std::string(name) + " " + joinOr(text);
 }
 
-// Nesting depth of a document, walked without recursion: copying or printing a deeply nested
-// document recurses once per level, so depth is checked before anything else touches it.
-int nestingDepth(const json& document)
+constexpr int kMaxDepth = 64;
+
+// The JSON path of a value nested deeper than kMaxDepth, if there is one. Walked without recursion:
+// copying or printing a deeply nested document recurses once per level, so depth is checked before
+// anything else touches it.
+std::optional<std::string> tooDeepAt(const json& document)
 {
-    int deepest = 0;
-    std::vector<std::pair<const json*, int>> pending{{&document, 1}};
+    struct Node {
+        const json* value;
+        int depth;
+        std::size_t parent;   // index into nodes; the root is its own parent
+        std::string label;    // ".key" or "[i]"
+    };
+    std::vector<Node> nodes{{&document, 1, 0, ""}};
+    std::vector<std::size_t> pending{0};
     while (!pending.empty()) {
-        const auto [value, depth] = pending.back();
+        const std::size_t at = pending.back();
         pending.pop_back();
-        if (!value->is_structured())
-            continue;
-        deepest = std::max(deepest, depth);
-        for (const json& child : *value)
-            pending.emplace_back(&child, depth + 1);
+        if (nodes[at].depth > kMaxDepth) {
+            std::string path;
+            for (std::size_t n = at; n != 0; n = nodes[n].parent)
+                path.insert(0, nodes[n].label);
+            return path.empty() || path[0] != '.' ? path : path.substr(1);
+        }
+        const json& value = *nodes[at].value;
+        std::size_t index = 0;
+        for (auto it = value.begin(); it != value.end(); ++it, ++index)
+            if (it->is_structured()) {
+                nodes.push_back({&*it, nodes[at].depth + 1, at,
+                                 value.is_object() ? "." + it.key() : "[" + std::to_string(index) + "]"});
+                pending.push_back(nodes.size() - 1);
+            }
     }
-    return deepest;
+    return std::nullopt;
 }
+
+// Bytes that are not printable UTF-8 written as \xNN, so that a message quoting the input stays text.
+std::string printable(std::string_view bytes)
+{
+    std::string out;
+    for (std::size_t i = 0; i < bytes.size();) {
+        const auto byte = static_cast<unsigned char>(bytes[i]);
+        // The length of a well-formed UTF-8 sequence starting here (RFC 3629), or 0.
+        std::size_t length = 0;
+        if (byte >= 0x20 && byte < 0x7F)
+            length = 1;
+        else if (byte >= 0xC2 && byte <= 0xDF)
+            length = 2;
+        else if (byte >= 0xE0 && byte <= 0xEF)
+            length = 3;
+        else if (byte >= 0xF0 && byte <= 0xF4)
+            length = 4;
+        bool wellFormed = length > 0 && i + length <= bytes.size();
+        for (std::size_t k = 1; wellFormed && k < length; ++k)
+            wellFormed = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
+        if (wellFormed && length >= 3) {
+            // No overlong forms, no surrogates, nothing above U+10FFFF.
+            const auto second = static_cast<unsigned char>(bytes[i + 1]);
+            wellFormed = !(byte == 0xE0 && second < 0xA0) && !(byte == 0xED && second > 0x9F) &&
+                         !(byte == 0xF0 && second < 0x90) && !(byte == 0xF4 && second > 0x8F);
+        }
+        if (wellFormed) {
+            out.append(bytes.substr(i, length));
+            i += length;
+        } else {
+            char escaped[8];
+            std::snprintf(escaped, sizeof escaped, "\\x%02X", unsigned(byte));
+            out += escaped;
+            ++i;
+        }
+    }
+    return out;
+}
+
+// Parses a spec's text, refusing what the JSON standard leaves open but a spec cannot mean: a key
+// given twice in one object (nlohmann-json would keep the last silently), and nesting deeper than
+// kMaxDepth. Every error says where: the JSON path being read, and for syntax errors the line and
+// column.
+class DocumentReader {
+public:
+    explicit DocumentReader(std::string_view text) : m_text(text) {}
+
+    std::optional<json> parse(std::vector<SpecError>& errors)
+    {
+        try {
+            json document = json::parse(m_text.begin(), m_text.end(),
+                                         [this](int depth, json::parse_event_t event, json& parsed) {
+                                             return visit(depth, event, parsed);
+                                         });
+            if (!m_duplicates.empty()) {
+                errors.insert(errors.end(), m_duplicates.begin(), m_duplicates.end());
+                return std::nullopt;
+            }
+            return document;
+        } catch (const TooDeep&) {
+            errors.push_back({path(), "JSON nested deeper than " + std::to_string(kMaxDepth) +
+                                          " levels; a job spec needs only a few"});
+        } catch (const json::parse_error& e) {
+            errors.push_back({path(), position(e.byte) + ": not valid JSON: " + reason(e)});
+        } catch (const json::exception& e) {
+            // Numbers beyond double's range (1e400) surface as out_of_range, without a position.
+            errors.push_back({path(), "not valid JSON: " + reason(e) +
+                                          " (a number must lie within +-1.8e308, and an integer within 64 bits)"});
+        }
+        return std::nullopt;
+    }
+
+private:
+    struct TooDeep {};
+    struct Frame {
+        bool object = true;
+        std::vector<std::string> keys;   // seen so far; a spec's objects are small
+        std::size_t index = 0;           // arrays: the element being read
+    };
+
+    bool visit(int depth, json::parse_event_t event, json& parsed)
+    {
+        using Event = json::parse_event_t;
+        switch (event) {
+        case Event::object_start:
+        case Event::array_start:
+            if (depth >= kMaxDepth)
+                throw TooDeep{};
+            m_frames.push_back({event == Event::object_start, {}, 0});
+            break;
+        case Event::key: {
+            Frame& frame = m_frames.back();
+            std::string key = parsed.get<std::string>();
+            if (std::find(frame.keys.begin(), frame.keys.end(), key) != frame.keys.end()) {
+                frame.keys.push_back(std::move(key));
+                m_duplicates.push_back({path(), "this key appears more than once in the same object; keep one"});
+            } else {
+                frame.keys.push_back(std::move(key));
+            }
+            break;
+        }
+        case Event::object_end:
+        case Event::array_end:
+            m_frames.pop_back();
+            elementDone();
+            break;
+        case Event::value:
+            elementDone();
+            break;
+        }
+        return true;
+    }
+
+    void elementDone()
+    {
+        if (!m_frames.empty() && !m_frames.back().object)
+            ++m_frames.back().index;
+    }
+
+    // "parallel.dp", "a.b[2].c": where the parser is.
+    std::string path() const
+    {
+        std::string out;
+        for (const Frame& frame : m_frames) {
+            if (!frame.object)
+                out += "[" + std::to_string(frame.index) + "]";
+            else if (!frame.keys.empty())
+                out += (out.empty() ? "" : ".") + printable(frame.keys.back());
+        }
+        return out;
+    }
+
+    // Line and column of a byte offset, which editors understand.
+    std::string position(std::size_t byte) const
+    {
+        const std::size_t offset = std::min<std::size_t>(byte == 0 ? 0 : byte - 1, m_text.size());
+        const auto begin = m_text.begin();
+        const std::size_t line = std::size_t(std::count(begin, begin + std::ptrdiff_t(offset), '\n')) + 1;
+        const std::size_t lineStart = m_text.rfind('\n', offset == 0 ? 0 : offset - 1);
+        const std::size_t column = offset - (lineStart == std::string_view::npos ? 0 : lineStart + 1) + 1;
+        return "line " + std::to_string(line) + ", column " + std::to_string(column);
+    }
+
+    // nlohmann-json's message without its "[json.exception.x.N] " prefix (and a parse error's own
+    // "parse error at line L, column C: ", which position() gives), quoting the input printably.
+    static std::string reason(const json::exception& e)
+    {
+        std::string what = e.what();
+        if (const std::size_t bracket = what.find("] "); bracket != std::string::npos)
+            what = what.substr(bracket + 2);
+        if (const std::size_t colon = what.find(": "); e.id >= 100 && e.id < 200 && colon != std::string::npos)
+            what = what.substr(colon + 2);
+        return printable(what);
+    }
+
+    std::string_view m_text;
+    std::vector<Frame> m_frames;
+    std::vector<SpecError> m_duplicates;
+};
 
 }  // namespace
 
@@ -489,6 +729,8 @@ std::string_view recomputeName(Recompute r) { return nameOf(kRecomputes, r); }
 std::string_view gradDtypeName(GradDtype g) { return nameOf(kGradDtypes, g); }
 std::string_view rankOrderName(RankOrder o) { return nameOf(kOrders, o); }
 std::string_view backendName(BackendKind b) { return nameOf(kBackends, b); }
+std::string_view dataSourceName(DataSource s) { return nameOf(kDataSources, s); }
+std::string_view tokenDtypeName(TokenDtype d) { return nameOf(kTokenDtypes, d); }
 
 std::vector<std::int64_t> divisorsOf(std::int64_t n)
 {
@@ -623,11 +865,10 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
 
 LoadResult loadJobSpec(const json& document)
 {
-    constexpr int kMaxDepth = 64;
     LoadResult result;
-    if (nestingDepth(document) > kMaxDepth) {
-        result.errors.push_back({"", "JSON nested deeper than " + std::to_string(kMaxDepth) +
-                                         " levels; a job spec needs only a few"});
+    if (const std::optional<std::string> deep = tooDeepAt(document)) {
+        result.errors.push_back({*deep, "JSON nested deeper than " + std::to_string(kMaxDepth) +
+                                            " levels; a job spec needs only a few"});
         return result;
     }
     if (!document.is_object()) {
@@ -652,6 +893,9 @@ LoadResult loadJobSpec(const json& document)
     top.rejectUnknownKeys();
     if (!result.errors.empty())
         return result;
+    validateData(spec, result.errors);
+    if (!result.errors.empty())
+        return result;
     result.errors = validateLayout(spec);
     result.spec = std::move(spec);
     return result;
@@ -659,30 +903,27 @@ LoadResult loadJobSpec(const json& document)
 
 LoadResult parseJobSpec(std::string_view text)
 {
-    json document;
-    try {
-        document = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
-        // Turn the byte offset into line:column, which editors understand.
-        const std::size_t offset = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-        const std::size_t line = std::size_t(std::count(text.begin(), text.begin() + std::ptrdiff_t(offset), '\n')) + 1;
-        const std::size_t lineStart = text.rfind('\n', offset == 0 ? 0 : offset - 1);
-        const std::size_t column = offset - (lineStart == std::string_view::npos ? 0 : lineStart + 1) + 1;
-        std::string what = e.what();
-        if (const std::size_t colon = what.find("error: "); colon != std::string::npos)
-            what = what.substr(colon + 7);
-        LoadResult result;
-        result.errors.push_back({"", "line " + std::to_string(line) + ", column " + std::to_string(column) +
-                                         ": not valid JSON: " + what});
+    DocumentReader reader(text);
+    LoadResult result;
+    std::optional<json> document = reader.parse(result.errors);
+    if (!document)
         return result;
-    } catch (const json::exception& e) {
-        // Numbers beyond double's range (1e400) surface as out_of_range, without a position.
-        LoadResult result;
-        result.errors.push_back({"", std::string("not valid JSON: ") + e.what()});
-        return result;
-    }
-    return loadJobSpec(document);
+    return loadJobSpec(*document);
 }
+
+namespace {
+
+json toJson(const DataSpec& data)
+{
+    if (data.source == DataSource::File)
+        return {{"source", "file"}, {"path", data.path}, {"dtype", tokenDtypeName(data.dtype)}};
+    json out = {{"source", "markov"}, {"order", data.order}};
+    if (data.branching)
+        out["branching"] = *data.branching;
+    return out;
+}
+
+}  // namespace
 
 json toJson(const JobSpec& spec)
 {
@@ -718,7 +959,7 @@ json toJson(const JobSpec& spec)
                   {"decay_steps", spec.train.decaySteps}, {"min_lr", spec.train.minLr},
                   {"weight_decay", spec.train.weightDecay}, {"beta1", spec.train.beta1}, {"beta2", spec.train.beta2},
                   {"eps", spec.train.eps}, {"grad_clip", spec.train.gradClip}, {"seed", spec.train.seed},
-                  {"data", spec.train.data}}},
+                  {"data", toJson(spec.train.data)}}},
                 {"backend", backendName(spec.backend)}};
     if (!spec.name.empty())
         out["name"] = spec.name;

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -104,6 +105,26 @@ struct ClusterSpec {
 // warmupSteps, then follows a cosine from lr down to minLr at step decaySteps (as nanoGPT and
 // Megatron's cosine schedule) and stays there; decaySteps = 0 keeps it constant. AdamW as
 // Loshchilov & Hutter 2019.
+// Where the trainer's tokens come from (train.data):
+//   absent or null                                     markov, order 1, branching min(4, vocab)
+//   {"source": "markov", "order": k, "branching": b}   order in [1, seq_len], branching in [2, vocab]
+//   {"source": "file", "path": P, "dtype": "uint16" | "uint32"}   a flat token file (nanoGPT's)
+// Checked here with the rest of the spec, so a bad setting is refused before anything launches; the
+// agent checks only what it alone can see, the token file itself.
+enum class DataSource { Markov, File };
+std::string_view dataSourceName(DataSource s);
+enum class TokenDtype { Uint16, Uint32 };
+std::string_view tokenDtypeName(TokenDtype d);
+
+struct DataSpec {
+    DataSource source = DataSource::Markov;
+    int order = 1;                  // markov
+    std::optional<int> branching;   // markov; unset: min(4, vocab)
+    std::string path;               // file: relative paths are relative to the job spec's folder
+    TokenDtype dtype = TokenDtype::Uint16;
+    int branchingFor(std::int64_t vocab) const { return branching.value_or(int(std::min<std::int64_t>(4, vocab))); }
+};
+
 struct TrainSpec {
     int steps = 100;
     double lr = 3e-3;
@@ -116,7 +137,7 @@ struct TrainSpec {
     double eps = 1e-8;
     double gradClip = 1.0;          // global gradient-norm clip; 0 turns it off
     std::uint64_t seed = 1234;
-    nlohmann::json data;            // the data source, read by the agent (null: the default Markov source)
+    DataSpec data;
 };
 
 enum class BackendKind { Auto, Cpu, Cuda };

@@ -156,24 +156,35 @@ json planToJson(const Plan& plan)
     for (const StageMemory& s : plan.stages)
         stages.push_back({{"stage", s.stage}, {"params", s.parameters}, {"memory_bytes", memoryToJson(s.memory)},
                           {"fits", s.fits}});
+    std::size_t opCount = 0;
+    for (const auto& stage : plan.simulation.timeline)
+        opCount += stage.size();
+    const bool listOps = opCount <= kMaxReportedOps;
     json schedule = json::array();
     for (std::size_t s = 0; s < plan.simulation.timeline.size(); ++s) {
         json ops = json::array();
-        for (const TimedOp& t : plan.simulation.timeline[s]) {
-            json op = {{"op", opKindName(t.op.kind)}, {"mb", t.op.microbatch}, {"chunk", t.op.chunk},
-                       {"begin", t.begin}, {"end", t.end}};
-            if (t.op.peerStage >= 0)
-                op["peer"] = t.op.peerStage;
-            ops.push_back(std::move(op));
-        }
+        if (listOps)
+            for (const TimedOp& t : plan.simulation.timeline[s]) {
+                json op = {{"op", opKindName(t.op.kind)}, {"mb", t.op.microbatch}, {"chunk", t.op.chunk},
+                           {"begin", t.begin}, {"end", t.end}};
+                if (t.op.peerStage >= 0)
+                    op["peer"] = t.op.peerStage;
+                ops.push_back(std::move(op));
+            }
         schedule.push_back({{"stage", s}, {"bubble_ratio", plan.simulation.bubbleRatio[s]},
                             {"busy", plan.simulation.busy[s]}, {"ops", std::move(ops)}});
     }
+    std::vector<std::string> warnings = plan.warnings;
+    if (!listOps)
+        warnings.push_back("the schedule has " + std::to_string(opCount) + " ops; the op list is left out above " +
+                           std::to_string(kMaxReportedOps) +
+                           " (each stage's bubble and busy time are given): lower parallel.microbatches, with a "
+                           "larger micro_batch_size, to see it");
     const StepBreakdown& st = plan.step;
     json out = {
         {"valid", true},
         {"errors", json::array()},
-        {"warnings", plan.warnings},
+        {"warnings", warnings},
         {"world_size", plan.worldSize},
         {"params_total", plan.parameters.total},
         {"params_per_gpu_max", plan.parametersPerGpuMax},

@@ -12,6 +12,10 @@
 namespace meshbench::plan {
 
 nlohmann::json errorsToJson(const std::vector<SpecError>& errors);
+// The plan as JSON. The schedule's op list is given up to kMaxReportedOps ops; a longer one would make
+// a reply of hundreds of megabytes (at 1M pipeline slots), so it is left out with a warning that says
+// which field to lower, while each stage's bubble and busy time stay.
+constexpr std::size_t kMaxReportedOps = 100'000;
 nlohmann::json planToJson(const Plan& plan);
 nlohmann::json searchToJson(const SearchResult& result);
 

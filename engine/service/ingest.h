@@ -25,6 +25,9 @@ struct RankLiveness {
     std::int32_t pid = 0;
     std::string host;
     std::int32_t completedSteps = 0;
+    // Engine clock when its last heartbeat (finished, failed, terminated) arrived, 0 before: which rank
+    // ended first, in one clock whatever the ranks' own clocks say.
+    std::int64_t endedNs = 0;
 };
 
 class Ingest {

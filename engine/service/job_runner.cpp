@@ -27,7 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 // After the launcher ends, records still in flight get this long to arrive.
 constexpr std::chrono::milliseconds kDrainTime{2000};
-// Teardown: how long ranks get to send their last heartbeat before SIGKILL.
+// Teardown: how long the ranks asked to stop get to say so, then how long they get to go before
+// SIGKILL.
+constexpr std::chrono::milliseconds kSettleLimit{10000};
 constexpr std::chrono::milliseconds kTerminateGrace{3000};
 bool isFinal(wire::RankState state)
 {
@@ -43,27 +45,53 @@ std::string layoutWords(const plan::ParallelSpec& p)
            (p.zero > 0 ? " zero" + std::to_string(p.zero) : "");
 }
 
-// mpirun's own account of a rank that died, e.g. "mpirun noticed that process rank 3 with PID 0
-// on node n1 exited on signal 9 (Killed)."
+// mpirun's own account of the first rank that ended the job (Open MPI 4), in one of three forms:
+//   "mpirun noticed that process rank 3 with PID 0 on node n1 exited on signal 9 (Killed)."
+//   "mpirun detected that one or more processes exited with non-zero status, ... The first process
+//    to do so was:" / "Process name: [[39481,1],3]" / "Exit code:    143"
+//   "mpirun has exited due to process rank 3 with PID 0 on" / "node n1 exiting improperly." (an
+//    exit, with status 0 too, before MPI_Finalize)
+// Messages wrap, so each line is read together with the one before.
 struct LauncherReport {
     int rank = -1;
     int signal = 0;
-    int exitCode = 0;
+    std::optional<int> exitCode;
+    bool improper = false;      // exited with status 0 before MPI_Finalize (a non-zero status is the second form)
+    std::string previousLine;
+    int namedRank = -1;         // "Process name: [[j,1],R]", waiting for its "Exit code"
+
+    std::string describe() const
+    {
+        if (signal != 0)
+            return ExitStatus{0, signal}.describe();
+        if (improper)
+            return "exited with status 0 before the job ended, without its last heartbeat or MPI_Finalize";
+        return "exited with status " + std::to_string(exitCode.value_or(0));
+    }
 };
 
 void readLauncherLine(const std::string& line, LauncherReport& report)
 {
-    static const std::regex signalled(R"(process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+))");
-    static const std::regex exited(R"(process rank (\d+) with PID \d+ on node \S+ exited with status (\d+))");
-    std::smatch m;
+    static const std::regex signalled(R"(process rank (\d+) with PID \d+ on\s+node \S+ exited on signal (\d+))");
+    static const std::regex improper(R"(process rank (\d+) with PID \d+ on\s+node \S+ exiting improperly)");
+    static const std::regex processName(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
+    static const std::regex exitCode(R"(Exit code:\s*(\d+))");
+    const std::string joined = report.previousLine + " " + line;
+    report.previousLine = line;
     if (report.rank >= 0)
         return;   // the first report names the cause; the rest are consequences
-    if (std::regex_search(line, m, signalled)) {
+    std::smatch m;
+    if (std::regex_search(joined, m, signalled)) {
         report.rank = std::stoi(m[1]);
         report.signal = std::stoi(m[2]);
-    } else if (std::regex_search(line, m, exited)) {
+    } else if (std::regex_search(joined, m, improper)) {
         report.rank = std::stoi(m[1]);
-        report.exitCode = std::stoi(m[2]);
+        report.improper = true;
+    } else if (std::regex_search(line, m, processName)) {
+        report.namedRank = std::stoi(m[1]);
+    } else if (report.namedRank >= 0 && std::regex_search(line, m, exitCode)) {
+        report.rank = report.namedRank;
+        report.exitCode = std::stoi(m[1]);
     }
 }
 
@@ -142,6 +170,7 @@ public:
           m_observer(observer, m_result, int(m_world)),
           m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer)
     {
+        m_lastStep = request.steps.value_or(request.spec.train.steps);
     }
 
     RunResult execute();
@@ -154,6 +183,11 @@ private:
     void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
     std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched) const;
     store::SessionOutcome launcherVerdict(const ExitStatus& exit) const;
+    // The rank whose last heartbeat said `state` first (by the engine's clock), before any teardown.
+    std::optional<std::uint32_t> firstEnded(wire::RankState state) const;
+    std::string terminatedRankCause(std::uint32_t rank) const;
+    // What a silent rank's process is doing, when it runs on this host; empty otherwise.
+    std::string silentRankState(std::uint32_t rank) const;
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
     std::string rootHint() const;
     const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
@@ -171,6 +205,9 @@ private:
     Collector m_collector;
     std::unique_ptr<store::SessionWriter> m_writer;
     LauncherReport m_launcherReport;
+    int m_lastStep = 0;               // the step every rank's last heartbeat says when the job completes
+    std::int64_t m_teardownNs = 0;    // when the engine began stopping the job, 0 before
+    bool m_stoppedLauncher = false;   // the engine signalled the launcher (a verdict, a stop)
 };
 
 store::SessionHeader Run::header() const
@@ -247,9 +284,10 @@ std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched
         if (live.everHeard && !isFinal(live.state) && now - live.lastHeardNs > timeoutNs) {
             char silence[32];
             std::snprintf(silence, sizeof silence, "%.1f", double(now - live.lastHeardNs) * 1e-9);
+            const std::string state = silentRankState(r);
             return store::SessionOutcome{store::Outcome::Failed,
-                                         rankWords(r) + " sent no heartbeat for " + silence +
-                                             " s: it hung, was stopped or was killed",
+                                         rankWords(r) + " sent no heartbeat for " + silence + " s: " +
+                                             (state.empty() ? "it hung, was stopped or was killed" : state),
                                          std::int32_t(r), 0};
         }
         if (!live.everHeard && Clock::now() - launched > m_request.startTimeout)
@@ -261,25 +299,87 @@ std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched
     return std::nullopt;
 }
 
+std::optional<std::uint32_t> Run::firstEnded(wire::RankState state) const
+{
+    std::optional<std::uint32_t> first;
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        const RankLiveness& live = liveness(r);
+        // A rank the engine's own teardown ended says nothing about the cause.
+        const bool beforeTeardown = m_teardownNs == 0 || live.endedNs < m_teardownNs;
+        if (live.state == state && live.endedNs > 0 && beforeTeardown &&
+            (!first || live.endedNs < liveness(*first).endedNs))
+            first = r;
+    }
+    return first;
+}
+
+std::string Run::terminatedRankCause(std::uint32_t rank) const
+{
+    const int signal = liveness(rank).detail;
+    return rankWords(rank) + " was terminated by signal " + std::to_string(signal) + " (" + strsignal(signal) +
+           "), which the engine did not send";
+}
+
+std::string Run::silentRankState(std::uint32_t rank) const
+{
+    const RankLiveness& live = liveness(rank);
+    if (live.pid <= 0 || live.host != wire::localHostName())
+        return {};
+    switch (processState(live.pid).value_or('?')) {
+    case 'T':
+        return "its process is stopped (SIGSTOP or job control)";
+    case 't':
+        return "its process is stopped by a debugger";
+    case 'D':
+        return "its process is waiting on the disk or a driver (state D)";
+    case 'R':
+    case 'S':
+        return "its process runs but its telemetry thread is silent (hung)";
+    case 'Z':
+    case '?':
+        return "its process is gone (killed without a word, e.g. SIGKILL or out of memory)";
+    default:
+        return {};
+    }
+}
+
 store::SessionOutcome Run::launcherVerdict(const ExitStatus& exit) const
 {
     const std::string launcher = m_request.oneDevice ? "the agent" : "mpirun";
-    // The culprit: a rank that reported failing; else the one mpirun names; else a rank that fell
-    // silent without a last heartbeat while its peers reported being terminated.
+    const auto failed = [](std::uint32_t rank, std::string cause) {
+        return store::SessionOutcome{store::Outcome::Failed, std::move(cause), std::int32_t(rank), 0};
+    };
+    // Evidence in order of trust: what a rank said last about itself; then whom mpirun saw end the
+    // job first; then how the launcher itself ended. What the ranks said after the engine began
+    // tearing the job down is a consequence, not a cause.
+    if (const auto rank = firstEnded(wire::RankState::Failed))
+        return failed(*rank, failedRankCause(*rank));
     for (std::uint32_t r = 0; r < m_world; ++r)
-        if (liveness(r).state == wire::RankState::Failed)
-            return {store::Outcome::Failed, failedRankCause(r), std::int32_t(r), 0};
+        if (const RankLiveness& live = liveness(r);
+            live.state == wire::RankState::Finished && live.completedSteps < m_lastStep)
+            return failed(r, rankWords(r) + " finished after step " + std::to_string(live.completedSteps) + " of " +
+                                 std::to_string(m_lastStep) + " while the others went on");
     if (m_launcherReport.rank >= 0 && std::uint32_t(m_launcherReport.rank) < m_world) {
-        const ExitStatus rankExit{m_launcherReport.exitCode, m_launcherReport.signal};
-        return {store::Outcome::Failed, rankWords(std::uint32_t(m_launcherReport.rank)) + " " + rankExit.describe(),
-                m_launcherReport.rank, 0};
+        const auto rank = std::uint32_t(m_launcherReport.rank);
+        if (liveness(rank).state == wire::RankState::Terminated)
+            return failed(rank, terminatedRankCause(rank));
+        std::string cause = rankWords(rank) + " " + m_launcherReport.describe();
+        if (m_launcherReport.improper)
+            cause += " (its last heartbeat said step " + std::to_string(liveness(rank).completedSteps) + " of " +
+                     std::to_string(m_lastStep) + ")";
+        return failed(rank, cause);
     }
+    if (const auto rank = firstEnded(wire::RankState::Terminated))
+        return failed(*rank, terminatedRankCause(*rank));
+    if (exit.signal != 0 && !m_stoppedLauncher)
+        return {store::Outcome::Failed,
+                launcher + " was " + exit.describe() + ", a signal the engine did not send; the ranks it left were stopped",
+                -1, 0};
     for (std::uint32_t r = 0; r < m_world; ++r) {
         const RankLiveness& live = liveness(r);
         if (live.everHeard && !isFinal(live.state))
-            return {store::Outcome::Failed, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory); " +
-                                                launcher + " " + exit.describe(),
-                    std::int32_t(r), 0};
+            return failed(r, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory); " +
+                                 launcher + " " + exit.describe());
     }
     return {store::Outcome::Failed, launcher + " " + exit.describe() + " (its output is in the session's log)" + rootHint(), -1, 0};
 }
@@ -349,7 +449,17 @@ RunResult Run::execute()
                 m_collector.engineLog(
                     verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info : wire::LogLevel::Error,
                     verdict->cause + "; stopping the job");
-                job->terminate(kTerminateGrace);
+                m_teardownNs = wire::wallAlignedNowNs();
+                m_stoppedLauncher = true;
+                // Every rank is asked to say it stops; the one at fault may be past answering.
+                const std::int32_t culprit = verdict->failedRank;
+                job->stop(wire::kEngineStopSignal, kSettleLimit, [this, culprit] {
+                    m_collector.receive();
+                    for (std::uint32_t r = 0; r < m_world; ++r)
+                        if (std::int32_t(r) != culprit && liveness(r).everHeard && !isFinal(liveness(r).state))
+                            return false;
+                    return true;
+                }, kTerminateGrace);
                 exit = job->poll();
                 drainUntil = Clock::now() + kDrainTime;
             }
@@ -367,6 +477,15 @@ RunResult Run::execute()
         if (fd >= 0)
             readLauncher(*job, fd, fd == job->stdoutFd() ? wire::LogLevel::Info : wire::LogLevel::Warning);
     m_collector.receive();
+    // A launcher that died (killed, say) can leave its ranks running: they are stopped now, after
+    // the evidence of what happened was gathered.
+    if (job->descendantsAlive()) {
+        if (m_teardownNs == 0)
+            m_teardownNs = wire::wallAlignedNowNs();
+        m_collector.engineLog(wire::LogLevel::Warning, "the launcher ended and left ranks running; stopping them");
+        job->terminate(kTerminateGrace);
+        m_collector.receive();
+    }
 
     if (!verdict) {
         bool allFinished = true;

@@ -151,6 +151,7 @@ std::vector<std::string> LaunchedProcess::readLines(int fd)
 std::optional<ExitStatus> LaunchedProcess::poll()
 {
     if (!m_exit && m_pid > 0) {
+        noteTree();
         int status = 0;
         if (waitpid(m_pid, &status, WNOHANG) == m_pid)
             m_exit = fromWaitStatus(status);
@@ -158,14 +159,57 @@ std::optional<ExitStatus> LaunchedProcess::poll()
     return m_exit;
 }
 
-void LaunchedProcess::terminate(std::chrono::milliseconds grace)
+void LaunchedProcess::noteTree()
+{
+    // A /proc scan costs a millisecond or two; a rank started in the last moments before the launcher
+    // died is the one that can be missed.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - m_treeNoted < std::chrono::milliseconds(200))
+        return;
+    m_treeNoted = now;
+    for (pid_t pid : descendantsOf(m_pid))
+        if (const std::optional<ProcessId> id = processId(pid);
+            id && std::find(m_tree.begin(), m_tree.end(), *id) == m_tree.end())
+            m_tree.push_back(*id);
+}
+
+std::vector<pid_t> LaunchedProcess::liveTree()
+{
+    std::vector<pid_t> pids = m_exit ? std::vector<pid_t>{} : descendantsOf(m_pid);
+    for (const ProcessId& id : m_tree)
+        if (processId(id.pid) == id && std::find(pids.begin(), pids.end(), id.pid) == pids.end())
+            pids.push_back(id.pid);
+    return pids;
+}
+
+bool LaunchedProcess::descendantsAlive() const
+{
+    return std::any_of(m_tree.begin(), m_tree.end(), [](const ProcessId& id) { return processId(id.pid) == id; });
+}
+
+void LaunchedProcess::stop(int signal, std::chrono::milliseconds settleLimit, const std::function<bool()>& settled,
+                           std::chrono::milliseconds grace)
 {
     if (m_pid <= 0 || poll())
+        return terminate(grace);
+    kill(m_pid, signal);
+    const auto deadline = std::chrono::steady_clock::now() + settleLimit;
+    while (!poll() && !settled() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    terminate(grace);
+}
+
+void LaunchedProcess::terminate(std::chrono::milliseconds grace)
+{
+    if (m_pid <= 0)
         return;
+    poll();
     // The ranks are asked first, so that each can send its last heartbeat before a launcher that
     // is being stopped kills them outright; then the launcher; then whatever is left is killed.
     // The tree is taken before signalling: once mpirun is gone its children are reparented.
-    const std::vector<pid_t> children = descendantsOf(m_pid);
+    const std::vector<pid_t> children = liveTree();
+    if (m_exit && children.empty())
+        return;
     auto waitUntilGone = [&](const std::vector<pid_t>& pids, bool withLauncher, std::chrono::milliseconds limit) {
         const auto deadline = std::chrono::steady_clock::now() + limit;
         auto anyAlive = [&] {
@@ -184,8 +228,10 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
         kill(m_pid, SIGTERM);
     }
     if (!waitUntilGone(children, true, grace / 2)) {
-        killpg(m_pid, SIGKILL);
-        kill(m_pid, SIGKILL);
+        if (!m_exit) {
+            killpg(m_pid, SIGKILL);
+            kill(m_pid, SIGKILL);
+        }
         for (pid_t p : children)
             kill(p, SIGKILL);
     }
@@ -198,21 +244,33 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
 
 namespace {
 
-// Parent pid and state of /proc/PID/stat; the command name in parentheses may hold spaces.
-bool readStat(pid_t pid, pid_t& parent, char& state)
+// Parent pid, state and start time of /proc/PID/stat; the command name in parentheses may hold spaces.
+struct Stat {
+    pid_t parent = 0;
+    char state = 0;
+    unsigned long long startTime = 0;
+};
+
+std::optional<Stat> readStat(pid_t pid)
 {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
     std::string text;
     if (!std::getline(stat, text))
-        return false;
+        return std::nullopt;
     const std::size_t close = text.rfind(')');
     if (close == std::string::npos)
-        return false;
+        return std::nullopt;
+    // After the name: state (field 3), ppid (4), then fields 5-21, then starttime (22).
     std::istringstream fields(text.substr(close + 1));
+    Stat out;
     long ppid = 0;
-    fields >> state >> ppid;
-    parent = pid_t(ppid);
-    return bool(fields);
+    fields >> out.state >> ppid;
+    std::string skipped;
+    for (int field = 5; field <= 21; ++field)
+        fields >> skipped;
+    fields >> out.startTime;
+    out.parent = pid_t(ppid);
+    return fields ? std::optional<Stat>(out) : std::nullopt;
 }
 
 }  // namespace
@@ -224,10 +282,10 @@ std::vector<pid_t> descendantsOf(pid_t root)
         while (dirent* entry = readdir(proc)) {
             char* end = nullptr;
             const long pid = std::strtol(entry->d_name, &end, 10);
-            pid_t parent = 0;
-            char state = 0;
-            if (*end == '\0' && pid > 0 && readStat(pid_t(pid), parent, state))
-                children.emplace(parent, pid_t(pid));
+            if (*end != '\0' || pid <= 0)
+                continue;
+            if (const std::optional<Stat> stat = readStat(pid_t(pid)))
+                children.emplace(stat->parent, pid_t(pid));
         }
         closedir(proc);
     }
@@ -247,9 +305,22 @@ std::vector<pid_t> descendantsOf(pid_t root)
 
 bool processAlive(pid_t pid)
 {
-    pid_t parent = 0;
-    char state = 0;
-    return readStat(pid, parent, state) && state != 'Z' && state != 'X';
+    const std::optional<char> state = processState(pid);
+    return state && *state != 'Z' && *state != 'X';
+}
+
+std::optional<char> processState(pid_t pid)
+{
+    const std::optional<Stat> stat = readStat(pid);
+    return stat ? std::optional<char>(stat->state) : std::nullopt;
+}
+
+std::optional<ProcessId> processId(pid_t pid)
+{
+    const std::optional<Stat> stat = readStat(pid);
+    if (!stat || stat->state == 'Z' || stat->state == 'X')
+        return std::nullopt;
+    return ProcessId{pid, stat->startTime};
 }
 
 }  // namespace meshbench::service

@@ -3,11 +3,14 @@
 // execvp (never a shell string). The launched process leads a process group of its own and
 // receives SIGTERM if the engine dies (PR_SET_PDEATHSIG), so a killed engine takes its job with it.
 // Teardown signals the whole tree, found through /proc, because mpirun may put the ranks it starts
-// in process groups of their own.
+// in process groups of their own. The tree is remembered while the launcher lives, so that ranks it
+// leaves behind when it dies (killed, say) are still found: a rank orphaned to init is no longer a
+// descendant.
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +38,14 @@ private:
     std::string m_pending;
 };
 
+// A process as /proc names it: its pid, and its start time (clock ticks after boot), which tells a
+// process from a later one that reuses the pid.
+struct ProcessId {
+    pid_t pid = 0;
+    unsigned long long startTime = 0;
+    bool operator==(const ProcessId&) const = default;
+};
+
 class LaunchedProcess {
 public:
     // Throws std::runtime_error when the program cannot be started (naming it and why).
@@ -48,11 +59,18 @@ public:
     int stderrFd() const { return m_err; }
     // Reads what is there on one of the two pipes; closes it at end of file.
     std::vector<std::string> readLines(int fd);
-    // Non-blocking; set once the process has ended.
+    // Non-blocking; set once the process has ended. While it runs, also notes its descendants.
     std::optional<ExitStatus> poll();
-    // SIGTERM to the process and all its descendants, SIGKILL to whatever is left after `grace`;
-    // returns once the process itself has been reaped.
+    // SIGTERM to the process and all its descendants (those it left behind included), SIGKILL to
+    // whatever is left after `grace`; returns once the process itself has been reaped.
     void terminate(std::chrono::milliseconds grace);
+    // An orderly stop: `signal` to the process (mpirun forwards SIGUSR1/2 to every rank), then up to
+    // `settleLimit` for `settled` to say that the job has answered (it is polled, and may do work
+    // such as reading sockets), then terminate(grace).
+    void stop(int signal, std::chrono::milliseconds settleLimit, const std::function<bool()>& settled,
+              std::chrono::milliseconds grace);
+    // Whether a descendant seen while the launcher ran is still alive (after the launcher ended).
+    bool descendantsAlive() const;
 
 private:
     pid_t m_pid = -1;
@@ -61,11 +79,21 @@ private:
     LineBuffer m_outLines;
     LineBuffer m_errLines;
     std::optional<ExitStatus> m_exit;
+    // Descendants seen while the launcher ran; a pid with its start time, so a reused pid is not killed.
+    std::vector<ProcessId> m_tree;
+    std::chrono::steady_clock::time_point m_treeNoted;
+    void noteTree();
+    std::vector<pid_t> liveTree();
 };
 
 // Every live descendant of `pid`, from /proc (Linux).
 std::vector<pid_t> descendantsOf(pid_t pid);
 // Whether a process with this pid still exists (and is not a zombie).
 bool processAlive(pid_t pid);
+// The state letter of /proc/PID/stat (R running, S sleeping, D disk wait, T stopped, t traced, Z
+// zombie), or nothing when there is no such process.
+std::optional<char> processState(pid_t pid);
+// The process now at `pid`, or nothing when there is none (or only a zombie).
+std::optional<ProcessId> processId(pid_t pid);
 
 }  // namespace meshbench::service

@@ -1,5 +1,7 @@
 #include "live_publisher.h"
 
+#include "wire/json_text.h"
+
 #include <algorithm>
 #include <variant>
 
@@ -21,7 +23,7 @@ void LivePublisher::send(wire::LiveKind kind, const void* data, std::size_t size
 
 void LivePublisher::send(wire::LiveKind kind, const nlohmann::json& payload)
 {
-    const std::string text = payload.dump();
+    const std::string text = wire::jsonText(payload);
     send(kind, text.data(), text.size());
 }
 

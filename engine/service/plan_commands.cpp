@@ -5,6 +5,7 @@
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/search.h"
+#include "wire/json_text.h"
 
 #include <cmath>
 #include <fstream>
@@ -50,7 +51,7 @@ std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool la
     if (usable)
         return SpecFile{std::move(*loaded.spec), std::move(text)};
     if (json)
-        std::cout << nlohmann::json{{"valid", false}, {"errors", errorsToJson(errors)}}.dump(2) << "\n";
+        std::cout << wire::jsonText(nlohmann::json{{"valid", false}, {"errors", errorsToJson(errors)}}, 2) << "\n";
     else
         std::cerr << path << ": the job spec has " << errors.size() << " problem" << (errors.size() == 1 ? "" : "s")
                   << ":\n" << errorsToText(errors);
@@ -102,7 +103,7 @@ int runPlanCommand(const std::vector<std::string>& args)
         std::cerr << "meshbench-engine: internal error: the schedule did not complete: " << plan.simulation.error << "\n";
         return 3;
     }
-    std::cout << (json ? planToJson(plan).dump(2) + "\n" : planToText(plan));
+    std::cout << (json ? wire::jsonText(planToJson(plan), 2) + "\n" : planToText(plan));
     return 0;
 }
 
@@ -143,12 +144,12 @@ int runSearchCommand(const std::vector<std::string>& args)
     const SearchResult result = searchLayouts(file->spec, options);
     if (!result.errors.empty()) {
         if (json)
-            std::cout << searchToJson(result).dump(2) << "\n";
+            std::cout << wire::jsonText(searchToJson(result), 2) << "\n";
         else
             std::cerr << errorsToText(result.errors);
         return 1;
     }
-    std::cout << (json ? searchToJson(result).dump(2) + "\n" : searchToText(result, file->spec));
+    std::cout << (json ? wire::jsonText(searchToJson(result), 2) + "\n" : searchToText(result, file->spec));
     return 0;
 }
 

@@ -101,8 +101,9 @@ int runReplayCommand(const std::vector<std::string>& args)
     std::optional<Server> server = startServer(options);
     if (!server)
         return 5;
+    std::string source;
     try {
-        const std::string source = server->openReplay(session, speed);
+        source = server->openReplay(session, speed);
         std::cout << "replaying " << session << " as " << source << " at " << speed << "x: control "
                   << server->controlEndpoint() << ", live feed " << server->liveEndpoint() << std::endl;
     } catch (const store::StoreError& e) {
@@ -110,7 +111,12 @@ int runReplayCommand(const std::vector<std::string>& args)
         return 1;
     }
     server->run(stop);
-    std::cout << "replay ended" << std::endl;
+    // A session found damaged part-way fails as export does: the reason, and status 1.
+    if (const std::string failure = server->replayFailure(source); !failure.empty()) {
+        std::cerr << "meshbench-engine: " << failure << "\n";
+        return 1;
+    }
+    std::cout << (stop.load() ? "replay stopped" : "replay ended") << std::endl;
     return 0;
 }
 

@@ -3,14 +3,18 @@
 #include "job_runner.h"
 #include "live_publisher.h"
 #include "run_command.h"
+#include "session_commands.h"
 
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "store/session_store.h"
 #include "wire/control.h"
+#include "wire/json_text.h"
 
 #include <zmq.hpp>
 
+#include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -34,6 +38,7 @@ struct Worker {
     std::atomic<double> speed{1.0};
     std::atomic<int> seekStep{-1};
     nlohmann::json status = nlohmann::json::object();
+    std::string failure;   // why it ended early, for the replay command; written before `done`
 };
 
 // Hands a running job's progress to the live feed.
@@ -120,6 +125,27 @@ plan::JobSpec sessionSpec(const store::SessionReader& reader)
     return plan::specAsRun(*loaded.spec, reader.header().ranks.size());
 }
 
+// A record time a replay would wait for must lie within the run: from shortly before the session was
+// created to shortly after it ended (or now, for a session whose engine never said it ended). The
+// margin allows for clocks of other hosts; anything beyond is a damaged file, which would otherwise
+// make the replay sleep for as long as the damage says.
+constexpr std::int64_t kClockMarginNs = 60'000'000'000;
+
+void checkRecordTime(const store::SessionReader& reader, const std::string& session, std::uint32_t rank,
+                     std::int64_t time, std::int64_t endedNs)
+{
+    const std::int64_t begin = reader.header().createdNs - kClockMarginNs;
+    const std::int64_t end = (endedNs > 0 ? endedNs : wire::wallAlignedNowNs()) + kClockMarginNs;
+    if (time >= begin && time <= end)
+        return;
+    const double hours = double(time < begin ? begin - time : time - end) / 3.6e12;
+    char offset[32];
+    std::snprintf(offset, sizeof offset, "%.1f h", hours);
+    throw store::StoreError(session + " is damaged: a record of rank " + std::to_string(rank) + " is dated " + offset +
+                            (time < begin ? " before the session began" : " after the session ended") +
+                            "; export what is readable with `meshbench-engine export`, or replay another session");
+}
+
 // Re-publishes a stored session in time order at `speed` x real time, through the same aggregates
 // as a live run. Seeking restarts the pass from the chosen step's first record: the store is read
 // from the step before's beginning on (no rank starts step N before the pipeline's first rank began
@@ -130,6 +156,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     LivePublisher publisher(context, worker.source);
     const plan::JobSpec spec = sessionSpec(*reader);
     const plan::Plan plan = plan::makePlan(spec);
+    const std::int64_t endedNs = reader->outcome().endedNs;
     std::map<std::int32_t, std::int64_t> stepBegins;
     for (const auto& m : reader->stepMetrics())
         stepBegins[m.record.step] = m.record.beginNs;
@@ -178,6 +205,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                 if (recordOfStep ? *recordOfStep < fromStep : time && *time < from)
                     return;
                 if (time) {
+                    checkRecordTime(*reader, session, rank, *time, endedNs);
                     if (!position)
                         position = *time;
                     // Wait until the replay clock reaches the record, in short naps so that a
@@ -236,6 +264,18 @@ std::string withPortPlusOne(const std::string& endpoint)
 
 }  // namespace
 
+namespace {
+
+// The host of tcp://HOST:PORT ("[::1]" keeps its brackets).
+std::string tcpHost(const std::string& endpoint)
+{
+    const std::string hostPort = endpoint.substr(6);
+    const std::size_t colon = hostPort.rfind(':');
+    return colon == std::string::npos ? hostPort : hostPort.substr(0, colon);
+}
+
+}  // namespace
+
 bool isLoopbackEndpoint(const std::string& endpoint, std::string& why)
 {
     if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0)
@@ -244,10 +284,8 @@ bool isLoopbackEndpoint(const std::string& endpoint, std::string& why)
         why = "'" + endpoint + "' is not an endpoint this engine serves on; use tcp://127.0.0.1:PORT or ipc:///PATH";
         return false;
     }
-    const std::string hostPort = endpoint.substr(6);
-    const std::size_t colon = hostPort.rfind(':');
-    const std::string host = colon == std::string::npos ? hostPort : hostPort.substr(0, colon);
-    if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1" || host == "lo")
+    const std::string host = tcpHost(endpoint);
+    if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "lo")
         return true;
     why = "refusing to serve on '" + endpoint +
           "': it is reachable from other machines and this engine has no authentication yet (CURVE keys are "
@@ -265,6 +303,20 @@ struct Server::Impl {
     std::string controlEndpoint, liveEndpoint;
     std::map<std::string, std::unique_ptr<Worker>> workers;
     int nextJob = 1, nextReplay = 1;
+    // Replies a client's full queue could not take yet, per client (its identity), oldest first, so
+    // that one client that does not read holds up nobody else.
+    struct PendingReply {
+        std::vector<zmq::message_t> envelope;
+        std::string body;
+    };
+    std::map<std::string, std::deque<PendingReply>> pending;
+    std::uint64_t droppedReplies = 0;
+
+    void answer(std::vector<zmq::message_t> envelope, const std::string& body);
+    bool trySend(PendingReply& reply);
+    void queueReply(PendingReply reply);
+    void sendPending();
+    std::string replyText(const std::optional<wire::ControlRequest>& request, const wire::ParsedControl& parsed);
 
     nlohmann::json handle(const wire::ControlRequest& request);
     nlohmann::json submit(const nlohmann::json& args);
@@ -282,13 +334,26 @@ void bindOrThrow(zmq::socket_t& socket, const std::string& endpoint, const char*
     std::string why;
     if (!isLoopbackEndpoint(endpoint, why))
         throw std::runtime_error(why);
+    // ZeroMQ binds to an address or an interface name, not a host name: localhost is 127.0.0.1 here,
+    // and an IPv6 address needs the socket's IPv6 option.
+    std::string address = endpoint;
+    if (endpoint.rfind("tcp://", 0) == 0) {
+        const std::string host = tcpHost(endpoint);
+        if (host == "localhost")
+            address = "tcp://127.0.0.1" + endpoint.substr(6 + host.size());
+        else if (!host.empty() && host.front() == '[')
+            socket.set(zmq::sockopt::ipv6, true);
+    }
     try {
-        socket.bind(endpoint);
+        socket.bind(address);
     } catch (const zmq::error_t& e) {
         throw std::runtime_error(std::string("cannot bind the ") + what + " to '" + endpoint + "': " + e.what() +
                                  " (is another engine serving there? choose another port)");
     }
 }
+
+// Replies held for one client whose queue is full; beyond this it is not reading them.
+constexpr std::size_t kMaxPendingReplies = 100'000;
 
 std::optional<double> speedArgument(const nlohmann::json& args, std::string& error)
 {
@@ -313,6 +378,7 @@ Server::Server(ServeOptions options) : m_impl(std::make_unique<Impl>())
     if (d.options.live.empty())
         d.options.live = withPortPlusOne(d.options.control);
     d.control.set(zmq::sockopt::linger, 0);
+    d.control.set(zmq::sockopt::router_mandatory, true);
     d.live.set(zmq::sockopt::linger, 0);
     d.feed.bind(kLiveInproc);
     bindOrThrow(d.control, d.options.control, "control socket");
@@ -360,7 +426,8 @@ std::string Server::Impl::openReplay(const std::string& session, double speed)
         try {
             replaySession(context, w, reader, session, endWhenDone);
         } catch (const std::exception& e) {
-            LivePublisher(context, w.source).job({{"state", "failed"}, {"cause", e.what()}});
+            w.failure = e.what();
+            LivePublisher(context, w.source).job({{"state", "failed"}, {"session", session}, {"cause", e.what()}});
             w.done = true;
         }
     });
@@ -373,7 +440,7 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
     if (!args.contains("job") || !args["job"].is_object())
         return controlErrorNoId("\"job\" must be the job spec, a JSON object");
     RunRequest request;
-    request.specText = args["job"].dump(2);
+    request.specText = wire::jsonText(args["job"], 2);
     plan::LoadResult loaded = plan::loadJobSpec(args["job"]);
     if (!loaded.valid()) {
         nlohmann::json reply = controlErrorNoId("the job spec has problems");
@@ -387,6 +454,8 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
             return controlErrorNoId("\"steps\" must be a whole number from 0 to 1,000,000,000");
         request.steps = int(args["steps"].get<std::int64_t>());
     }
+    if (args.contains("one_device") && !args["one_device"].is_boolean())
+        return controlErrorNoId("\"one_device\" must be true or false");
     request.oneDevice = args.value("one_device", false);
     request.agent = agentExecutable();
     std::filesystem::create_directories(options.sessionsDir);
@@ -418,9 +487,20 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
     return reply;
 }
 
+namespace {
+
+// The "source" a request names ("job-N", "replay-N"); empty when absent or not a string.
+std::string sourceArgument(const nlohmann::json& args)
+{
+    const auto it = args.find("source");
+    return it != args.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
 Worker* Server::Impl::replay(const nlohmann::json& args, std::string& error)
 {
-    const std::string source = args.value("source", "");
+    const std::string source = sourceArgument(args);
     const auto it = workers.find(source);
     if (it == workers.end() || source.rfind("replay-", 0) != 0) {
         error = "no replay named \"" + source + "\"; \"jobs\" lists them";
@@ -450,9 +530,9 @@ nlohmann::json Server::Impl::handle(const wire::ControlRequest& request)
     case wire::ControlOp::Submit:
         return submit(args);
     case wire::ControlOp::Stop: {
-        const auto it = workers.find(args.value("source", ""));
+        const auto it = workers.find(sourceArgument(args));
         if (it == workers.end() || it->first.rfind("job-", 0) != 0)
-            return controlErrorNoId("no job named \"" + args.value("source", "") + "\"; \"jobs\" lists them");
+            return controlErrorNoId("no job named \"" + sourceArgument(args) + "\"; \"jobs\" lists them");
         it->second->stop = true;
         return nlohmann::json::object();
     }
@@ -466,17 +546,9 @@ nlohmann::json Server::Impl::handle(const wire::ControlRequest& request)
         return {{"jobs", list}};
     }
     case wire::ControlOp::Sessions: {
-        const std::string dir = args.value("dir", options.sessionsDir);
-        const store::SessionListing listing = store::listSessions(dir);
-        nlohmann::json list = nlohmann::json::array();
-        for (const store::SessionSummary& s : listing.sessions)
-            list.push_back({{"path", s.path}, {"name", s.name}, {"created_ns", s.createdNs}, {"layout", s.layout},
-                            {"outcome", store::outcomeName(s.outcome.outcome)}, {"steps", s.steps},
-                            {"final_loss", s.finalLoss ? nlohmann::json(*s.finalLoss) : nlohmann::json()}});
-        nlohmann::json unreadable = nlohmann::json::array();
-        for (const auto& [path, why] : listing.unreadable)
-            unreadable.push_back({{"path", path}, {"error", why}});
-        return {{"sessions", list}, {"unreadable", unreadable}};
+        if (args.contains("dir") && !args["dir"].is_string())
+            return controlErrorNoId("\"dir\" must be the path of a folder of sessions");
+        return sessionListingJson(store::listSessions(args.value("dir", options.sessionsDir)));
     }
     case wire::ControlOp::Open: {
         if (!args.contains("session") || !args["session"].is_string())
@@ -552,14 +624,102 @@ bool Server::Impl::idle() const
     return true;
 }
 
+void Server::Impl::answer(std::vector<zmq::message_t> envelope, const std::string& body)
+{
+    PendingReply reply{std::move(envelope), body};
+    const auto waiting = pending.find(reply.envelope.front().to_string());
+    if (waiting != pending.end() || !trySend(reply))
+        queueReply(std::move(reply));
+}
+
+bool Server::Impl::trySend(PendingReply& reply)
+{
+    // ROUTER_MANDATORY: a client whose queue is full makes the send fail with EAGAIN instead of
+    // ZeroMQ dropping the reply; one that has gone away fails with EHOSTUNREACH.
+    try {
+        const auto sent = control.send(zmq::buffer(reply.envelope.front().data(), reply.envelope.front().size()),
+                                       zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        if (!sent)
+            return false;
+    } catch (const zmq::error_t& e) {
+        if (e.num() == EHOSTUNREACH)
+            return true;   // nobody left to answer
+        throw;
+    }
+    // The first frame (the identity) decided the route; the rest goes out whole.
+    for (std::size_t i = 1; i < reply.envelope.size(); ++i)
+        control.send(reply.envelope[i], zmq::send_flags::sndmore);
+    control.send(zmq::buffer(reply.body), zmq::send_flags::none);
+    return true;
+}
+
+void Server::Impl::queueReply(PendingReply reply)
+{
+    std::deque<PendingReply>& queue = pending[reply.envelope.front().to_string()];
+    if (queue.size() >= kMaxPendingReplies) {
+        // A client that sends without reading its replies cannot hold the engine's memory.
+        ++droppedReplies;
+        if (droppedReplies == 1 || droppedReplies % 1000 == 0)
+            std::fprintf(stderr, "meshbench-engine: %llu control replies dropped: a client sends requests without "
+                                 "reading the replies (%zu are waiting for it)\n",
+                         static_cast<unsigned long long>(droppedReplies), queue.size());
+        return;
+    }
+    queue.push_back(std::move(reply));
+}
+
+void Server::Impl::sendPending()
+{
+    for (auto it = pending.begin(); it != pending.end();) {
+        std::deque<PendingReply>& queue = it->second;
+        while (!queue.empty() && trySend(queue.front()))
+            queue.pop_front();
+        it = queue.empty() ? pending.erase(it) : std::next(it);
+    }
+}
+
+std::string Server::Impl::replyText(const std::optional<wire::ControlRequest>& request, const wire::ParsedControl& parsed)
+{
+    nlohmann::json reply;
+    if (!request) {
+        reply = wire::controlError(parsed.id, parsed.error);
+    } else {
+        try {
+            reply = handle(*request);
+        } catch (const std::exception& e) {
+            reply = controlErrorNoId(e.what());
+        }
+        if (reply.value("ok", true))
+            reply = wire::controlReply(request->id, std::move(reply));
+        else
+            reply["id"] = request->id;
+    }
+    std::string text = wire::jsonText(reply);
+    if (text.size() > wire::kMaxControlBytes) {
+        const std::string op = request ? std::string(wire::controlOpName(request->op)) : "request";
+        text = wire::jsonText(wire::controlError(
+            request ? request->id : parsed.id,
+            "the " + op + " reply would be " + std::to_string(text.size() >> 20) + " MiB, over the " +
+                std::to_string(wire::kMaxControlBytes >> 20) +
+                " MiB a reply may hold" +
+                (request && request->op == wire::ControlOp::Plan
+                     ? "; the schedule's op list is what grows: lower parallel.microbatches (with a larger "
+                       "micro_batch_size) or parallel.pp"
+                     : "")));
+    }
+    return text;
+}
+
 void Server::run(const std::atomic<bool>& stop)
 {
     Impl& d = *m_impl;
     while (!stop.load()) {
         std::vector<zmq::pollitem_t> items{{d.control.handle(), 0, ZMQ_POLLIN, 0}, {d.feed.handle(), 0, ZMQ_POLLIN, 0}};
-        zmq::poll(items, std::chrono::milliseconds(100));
+        // Replies waiting for a client to read are retried soon.
+        zmq::poll(items, std::chrono::milliseconds(d.pending.empty() ? 100 : 5));
         d.forwardFeed();
         d.reapWorkers();
+        d.sendPending();
         // A request: [identity, (empty delimiter from REQ clients), body]; the reply keeps the envelope.
         for (int n = 0; n < 1000; ++n) {
             std::vector<zmq::message_t> parts;
@@ -576,29 +736,22 @@ void Server::run(const std::atomic<bool>& stop)
             if (parts.size() < 2)
                 continue;   // no body: nothing to answer
             const wire::ParsedControl parsed = wire::parseControlRequest(parts.back().to_string_view());
-            nlohmann::json reply;
-            if (!parsed.request) {
-                reply = wire::controlError(parsed.id, parsed.error);
-            } else {
-                try {
-                    reply = d.handle(*parsed.request);
-                } catch (const std::exception& e) {
-                    reply = controlErrorNoId(e.what());
-                }
-                if (reply.value("ok", true))
-                    reply = wire::controlReply(parsed.request->id, std::move(reply));
-                else
-                    reply["id"] = parsed.request->id;
-            }
-            for (std::size_t i = 0; i + 1 < parts.size(); ++i)
-                d.control.send(parts[i], zmq::send_flags::sndmore);
-            d.control.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
+            const std::string body = d.replyText(parsed.request, parsed);
+            parts.pop_back();
+            d.answer(std::move(parts), body);
         }
         if (d.options.exitWhenIdle && d.idle()) {
             d.forwardFeed();
+            d.sendPending();
             break;
         }
     }
+}
+
+std::string Server::replayFailure(const std::string& source) const
+{
+    const auto it = m_impl->workers.find(source);
+    return it != m_impl->workers.end() && it->second->done.load() ? it->second->failure : std::string();
 }
 
 }  // namespace meshbench::service

@@ -37,6 +37,9 @@ public:
     // Starts replaying a session (as the "open" request does); returns its source name. Throws
     // store::StoreError when the session cannot be read.
     std::string openReplay(const std::string& session, double speed);
+    // Why a replay that has ended stopped before its end (a damaged session); empty when it played
+    // through, or is still playing.
+    std::string replayFailure(const std::string& source) const;
     // Serves until `stop` is set (or, with exitWhenIdle, until nothing runs any more).
     void run(const std::atomic<bool>& stop);
 

@@ -5,6 +5,7 @@
 
 #include "store/session_export.h"
 #include "store/session_store.h"
+#include "wire/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,20 @@ std::string localTime(std::int64_t wallNs)
 
 }  // namespace
 
+nlohmann::json sessionListingJson(const store::SessionListing& listing)
+{
+    nlohmann::json sessions = nlohmann::json::array();
+    for (const store::SessionSummary& s : listing.sessions)
+        sessions.push_back({{"path", s.path}, {"name", s.name}, {"created_ns", s.createdNs}, {"layout", s.layout},
+                            {"outcome", store::outcomeName(s.outcome.outcome)}, {"cause", s.outcome.cause},
+                            {"steps", s.steps},
+                            {"final_loss", s.finalLoss ? nlohmann::json(*s.finalLoss) : nlohmann::json()}});
+    nlohmann::json unreadable = nlohmann::json::array();
+    for (const auto& [path, why] : listing.unreadable)
+        unreadable.push_back({{"path", path}, {"error", why}});
+    return {{"sessions", sessions}, {"unreadable", unreadable}};
+}
+
 int runSessionsCommand(const std::vector<std::string>& args)
 {
     const char* usage = "meshbench-engine sessions [DIR] [--json]";
@@ -49,10 +64,9 @@ int runSessionsCommand(const std::vector<std::string>& args)
     if (dir.empty()) {
         dir = defaultSessionDir();
         if (!std::filesystem::exists(dir)) {
-            std::cout << (json ? nlohmann::json{{"directory", dir}, {"sessions", nlohmann::json::array()},
-                                                {"unreadable", nlohmann::json::array()}}.dump(2)
-                               : "no sessions in " + dir)
-                      << "\n";
+            nlohmann::json empty = sessionListingJson({});
+            empty["directory"] = dir;
+            std::cout << (json ? wire::jsonText(empty, 2) : "no sessions in " + dir) << "\n";
             return 0;
         }
     }
@@ -63,15 +77,9 @@ int runSessionsCommand(const std::vector<std::string>& args)
         return 1;
     }
     if (json) {
-        nlohmann::json out = nlohmann::json::array();
-        for (const store::SessionSummary& s : listing.sessions)
-            out.push_back({{"path", s.path}, {"name", s.name}, {"created_ns", s.createdNs}, {"layout", s.layout},
-                           {"outcome", store::outcomeName(s.outcome.outcome)}, {"cause", s.outcome.cause},
-                           {"steps", s.steps}, {"final_loss", s.finalLoss ? nlohmann::json(*s.finalLoss) : nlohmann::json()}});
-        nlohmann::json unreadable = nlohmann::json::array();
-        for (const auto& [path, why] : listing.unreadable)
-            unreadable.push_back({{"path", path}, {"error", why}});
-        std::cout << nlohmann::json{{"directory", dir}, {"sessions", out}, {"unreadable", unreadable}}.dump(2) << "\n";
+        nlohmann::json out = sessionListingJson(listing);
+        out["directory"] = dir;
+        std::cout << wire::jsonText(out, 2) << "\n";
         return listing.unreadable.empty() ? 0 : 1;
     }
     if (listing.sessions.empty() && listing.unreadable.empty()) {
@@ -130,9 +138,13 @@ int runExportCommand(const std::vector<std::string>& args)
             store::exportCsv(*reader, csv);
             std::cout << "csv tables in " << csv << "\n";
         }
-    } catch (const store::StoreError& e) {
+    } catch (const store::ExportError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
         return 5;
+    } catch (const store::StoreError& e) {
+        // Damage found part-way is a session that cannot be read, as when it fails to open.
+        std::cerr << "meshbench-engine: " << e.what() << "\n";
+        return 1;
     }
     return 0;
 }

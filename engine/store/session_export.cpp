@@ -2,6 +2,8 @@
 
 #include "session_file.h"
 
+#include "wire/json_text.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
@@ -68,7 +70,7 @@ private:
     }
     [[noreturn]] void fail() const
     {
-        throw StoreError("cannot write " + detail::quoted(m_path) + ": " + std::strerror(errno));
+        throw ExportError("cannot write " + detail::quoted(m_path) + ": " + std::strerror(errno));
     }
 
     std::string m_path;
@@ -171,7 +173,7 @@ public:
                     threadMetadata(rank, tid);
         }
         m_out.write("\n],\n\"displayTimeUnit\":\"ns\",\n\"metadata\":");
-        m_out.write(metadata().dump());
+        m_out.write(wire::jsonText(metadata()));
         m_out.write("}\n");
         m_out.close();
     }
@@ -239,7 +241,7 @@ private:
         m_namedProcesses.insert(rank);
         std::string& out = begin("M", rank, 0, m_origin);
         out += ",\"name\":\"process_name\",\"args\":{\"name\":";
-        out += nlohmann::json(name).dump();
+        out += wire::jsonText(nlohmann::json(name));
         out += '}';
         end();
         begin("M", rank, 0, m_origin);
@@ -535,7 +537,7 @@ void exportCsv(const SessionReader& session, const std::string& outDir)
     std::error_code error;
     std::filesystem::create_directories(dir, error);
     if (error || !std::filesystem::is_directory(dir))
-        throw StoreError("cannot write CSV files into " + detail::quoted(outDir) + ": " +
+        throw ExportError("cannot write CSV files into " + detail::quoted(outDir) + ": " +
                          (error ? error.message() : std::string("it is not a folder")));
     for (auto* write : {writeSession, writeSteps, writeSpans, writeExpertLoads, writeMemory, writeNodes, writeLogs,
                         writeHeartbeats, writeRanks, writeTraffic})

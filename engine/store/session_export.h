@@ -18,7 +18,14 @@
 
 namespace meshbench::store {
 
-// Both throw StoreError, naming the file, when an output cannot be written.
+// An output that cannot be written (the session itself is fine).
+class ExportError : public StoreError {
+public:
+    using StoreError::StoreError;
+};
+
+// Both throw ExportError, naming the file, when an output cannot be written, and StoreError when
+// the session turns out to be damaged part-way through.
 void exportChromeTrace(const SessionReader& session, const std::string& outPath);
 void exportCsv(const SessionReader& session, const std::string& outDir);
 

@@ -160,6 +160,14 @@ struct LogRecord {
 // Where a rank is in its life. Running heartbeats come every second; the last heartbeat of a rank
 // that ends by itself says Finished (detail 0) or Failed (detail = exit status), and one that is
 // asked to stop by a signal says Terminated (detail = the signal).
+//
+// How the engine stops a job: kEngineStopSignal to the launcher, which mpirun forwards to every rank
+// (it forwards SIGUSR1 and SIGUSR2). A rank of a multi-rank job then says Terminated and waits, its
+// connections still open, to be ended (SIGTERM, or kStopLingerSeconds at most): a rank that exited at
+// once would make its peers' MPI abort them before they had said so. Any other stop signal
+// (SIGTERM, SIGINT, SIGHUP) ends the rank right after its last heartbeat.
+constexpr int kEngineStopSignal = 12;   // SIGUSR2 on Linux
+constexpr int kStopLingerSeconds = 30;
 enum class RankState : std::uint8_t { Starting = 0, Running = 1, Finished = 2, Failed = 3, Terminated = 4 };
 std::string_view rankStateName(RankState state);
 

@@ -174,7 +174,11 @@ void compareSpecs(const JobSpec& a, const JobSpec& b)
     QCOMPARE(a.train.eps, b.train.eps);
     QCOMPARE(a.train.gradClip, b.train.gradClip);
     QCOMPARE(a.train.seed, b.train.seed);
-    QCOMPARE(qs(a.train.data.dump()), qs(b.train.data.dump()));
+    QCOMPARE(a.train.data.source, b.train.data.source);
+    QCOMPARE(a.train.data.order, b.train.data.order);
+    QCOMPARE(a.train.data.branching, b.train.data.branching);
+    QCOMPARE(a.train.data.path, b.train.data.path);
+    QCOMPARE(a.train.data.dtype, b.train.data.dtype);
     QCOMPARE(qs(backendName(a.backend)), qs(backendName(b.backend)));
 }
 
@@ -199,6 +203,9 @@ private slots:
     void badValues();
     void badDocuments_data();
     void badDocuments();
+    void trainDataRules_data();
+    void trainDataRules();
+    void trainDataValues();
     void validateLayoutDirectly();
     void roundTrip_data();
     void roundTrip();
@@ -262,7 +269,9 @@ void TestJobSpec::baseSpecLoadsWithDefaults()
     QCOMPARE(spec.train.lr, 3e-3);
     QCOMPARE(spec.train.beta2, 0.95);
     QCOMPARE(spec.train.gradClip, 1.0);
-    QVERIFY(spec.train.data.is_null());
+    QCOMPARE(spec.train.data.source, DataSource::Markov);
+    QCOMPARE(spec.train.data.order, 1);
+    QCOMPARE(spec.train.data.branchingFor(spec.model.vocab), 4);
     QCOMPARE(spec.backend, BackendKind::Auto);
 }
 
@@ -543,7 +552,9 @@ void TestJobSpec::badDocuments_data()
     addRejectionColumns();
     // Line 3 is `    "layers": 24,,`: 4 spaces, "layers" in columns 5-12, ':' 13, ' ' 14, 24 in 15-16,
     // ',' 17, and the stray ',' in column 18.
-    row("malformed", "{\n  \"model\": {\n    \"layers\": 24,,\n", "", {"line 3, column 18", "not valid JSON"});
+    // The path is where the parser was: after the member model.layers.
+    row("malformed", "{\n  \"model\": {\n    \"layers\": 24,,\n", "model.layers",
+        {"line 3, column 18: not valid JSON: syntax error"});
     row("empty document", "", "", {"line 1, column 1", "not valid JSON"});
     // {} lacks both required sections: model and cluster.
     row("empty object", "{}", "model", {"is required: add a \"model\" object"}, 2);
@@ -551,7 +562,19 @@ void TestJobSpec::badDocuments_data()
         {"a job spec is a JSON object with model, parallel and cluster sections, got array"});
     row("string at top level", "\"job\"", "", {"got string"});
     // 1e400 overflows a double: rejected at parse time, never turned into inf.
-    row("1e400", "{\"model\": {\"layers\": 1e400}}", "", {"1e400"});
+    row("1e400", "{\"model\": {\"layers\": 1e400}}", "model.layers", {"number overflow parsing '1e400'", "1.8e308"});
+    // Invalid UTF-8 (issue 11): the byte is quoted as \xFF, so the message is text that JSON can carry.
+    row("invalid UTF-8 in a string", "{\"name\": \"\xff\"}", "name",
+        {"line 1, column 11: not valid JSON", "ill-formed UTF-8 byte", "\\xFF"});
+    row("invalid UTF-8 in a key", "{\"model\": {\"lay\xc3\x28" "ers\": 1}}", "model",
+        {"not valid JSON", "ill-formed UTF-8 byte", "\\xC3"});
+    // Duplicate keys (issue 11): nlohmann-json keeps the last silently; a spec refuses both, by path.
+    row("duplicate key", "{\"model\": {\"layers\": 24, \"hidden\": 1024, \"layers\": 48}}", "model.layers",
+        {"appears more than once"});
+    row("duplicate key in an array's object",
+        "{\"cluster\": {\"x\": [1, {\"a\": 1}, {\"a\": 1, \"a\": 2}]}}", "cluster.x[2].a", {"appears more than once"});
+    row("two duplicate keys", "{\"name\": \"a\", \"name\": \"b\", \"backend\": \"cpu\", \"backend\": \"cpu\"}", "backend",
+        {"appears more than once"}, 2);
 }
 
 void TestJobSpec::badDocuments()
@@ -564,6 +587,63 @@ void TestJobSpec::badDocuments()
         QFAIL(qPrintable(QStringLiteral("parseJobSpec threw instead of reporting: %1").arg(QString::fromUtf8(e.what()))));
     }
     checkRejection(result);
+}
+
+void TestJobSpec::trainDataRules_data()
+{
+    addRejectionColumns();
+    // The base model: vocab 32000, seq_len 2048. The first three are issue 11's: each planned as valid.
+    row("unknown source", R"({"train": {"data": {"source": "zb-h2"}}})", "train.data.source",
+        {"'zb-h2' is not allowed", "use markov or file"});
+    row("branching below int64", R"({"train": {"data": {"branching": -9223372036854775809}}})",
+        "train.data.branching", {"out of range", "use 2 to 100,000,000"});
+    row("order 0", R"({"train": {"data": {"order": 0}}})", "train.data.order", {"0 is out of range", "use 1 to"});
+    row("order above seq_len", R"({"train": {"data": {"order": 2049}}})", "train.data.order",
+        {"order 2049 exceeds model.seq_len 2048", "use 1 to 2048"});
+    row("branching above vocab", R"({"train": {"data": {"branching": 32001}}})", "train.data.branching",
+        {"branching 32001 exceeds model.vocab 32000", "use 2 to 32000"});
+    row("branching 1", R"({"train": {"data": {"branching": 1}}})", "train.data.branching", {"1 is out of range"});
+    row("order as text", R"({"train": {"data": {"order": "2"}}})", "train.data.order", {"expected an integer"});
+    row("data not an object", R"({"train": {"data": 5}})", "train.data", {"expected an object, got number 5"});
+    row("unknown key", R"({"train": {"data": {"bogus": 1}}})", "train.data.bogus",
+        {"unknown key", "source, order or branching"});
+    row("file key on markov", R"({"train": {"data": {"path": "x.bin"}}})", "train.data.path",
+        {"is a setting of the file source", "set train.data.source to \"file\""});
+    row("markov key on file", R"({"train": {"data": {"source": "file", "path": "x.bin", "dtype": "uint16", "order": 1}}})",
+        "train.data.order", {"is a setting of the markov source"});
+    row("file without path", R"({"train": {"data": {"source": "file", "dtype": "uint16"}}})", "train.data.path",
+        {"is required"});
+    row("file with empty path", R"({"train": {"data": {"source": "file", "path": "", "dtype": "uint16"}}})",
+        "train.data.path", {"is empty"});
+    row("path not a string", R"({"train": {"data": {"source": "file", "path": 7, "dtype": "uint16"}}})",
+        "train.data.path", {"expected a string, got number 7"});
+    row("file without dtype", R"({"train": {"data": {"source": "file", "path": "x.bin"}}})", "train.data.dtype",
+        {"is required for a token file"});
+    row("bad dtype", R"({"train": {"data": {"source": "file", "path": "x.bin", "dtype": "int8"}}})",
+        "train.data.dtype", {"'int8' is not allowed", "use uint16 or uint32"});
+}
+
+void TestJobSpec::trainDataRules()
+{
+    QFETCH(QByteArray, input);
+    checkRejection(loadJobSpec(patched(input)));
+}
+
+void TestJobSpec::trainDataValues()
+{
+    LoadResult result = loadJobSpec(patched(R"({"train": {"data": {"source": "markov", "order": 3, "branching": 7}}})"));
+    QVERIFY2(result.valid(), qPrintable(listErrors(result.errors)));
+    QCOMPARE(result.spec->train.data.source, DataSource::Markov);
+    QCOMPARE(result.spec->train.data.order, 3);
+    QCOMPARE(result.spec->train.data.branchingFor(32000), 7);
+    result = loadJobSpec(patched(R"({"train": {"data": {"source": "file", "path": "t.bin", "dtype": "uint32"}}})"));
+    QVERIFY2(result.valid(), qPrintable(listErrors(result.errors)));
+    QCOMPARE(result.spec->train.data.source, DataSource::File);
+    QCOMPARE(qs(result.spec->train.data.path), QStringLiteral("t.bin"));
+    QCOMPARE(result.spec->train.data.dtype, TokenDtype::Uint32);
+    // Branching defaults to min(4, vocab): 4 here, 3 on a three-token vocabulary.
+    QCOMPARE(DataSpec{}.branchingFor(32000), 4);
+    QCOMPARE(DataSpec{}.branchingFor(3), 3);
 }
 
 void TestJobSpec::validateLayoutDirectly()
@@ -656,12 +736,15 @@ void TestJobSpec::deeplyNestedValue_data()
     text.replace(text.find("\"@\""), 3, nested);
     const QByteArray input = QByteArray::fromStdString(text);
     const QStringList expected{"nested deeper than 64 levels"};
-    QTest::newRow("parseJobSpec") << input << QString() << expected << 1 << false << true;
-    QTest::newRow("loadJobSpec") << input << QString() << expected << 1 << false << false;
+    // The path names the first value too deep: the document is level 1, model 2, layers 3, and
+    // level 65 is the array 62 levels inside layers.
+    const QString inside = QString("[0]").repeated(62);
+    QTest::newRow("parseJobSpec") << input << "model.layers" + inside << expected << 1 << false << true;
+    QTest::newRow("loadJobSpec") << input << "model.layers" + inside << expected << 1 << false << false;
     std::string train = patched(R"({"train": {"data": "@"}})").dump();
     train.replace(train.find("\"@\""), 3, nested);
-    QTest::newRow("train, loadJobSpec") << QByteArray::fromStdString(train) << QString() << expected << 1 << false
-                                        << false;
+    QTest::newRow("train, loadJobSpec") << QByteArray::fromStdString(train) << "train.data" + inside << expected << 1
+                                        << false << false;
 }
 
 void TestJobSpec::deeplyNestedValue()

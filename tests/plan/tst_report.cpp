@@ -27,6 +27,7 @@ class TestReport : public QObject {
 private slots:
     void planJsonHasTheContractKeys();
     void planJsonScheduleIsTheSimulatedOpList();
+    void planJsonLeavesOutAHugeOpList();
     void planTextShowsMemoryTableAndTimeline();
     void unitCostsReportTheScheduleAlone();
     void unitCostsAreShapedPerStage();
@@ -75,6 +76,44 @@ void TestReport::planJsonScheduleIsTheSimulatedOpList()
         }
         QCOMPARE(forwards, plan.spec.parallel.microbatches);
     }
+}
+
+void TestReport::planJsonLeavesOutAHugeOpList()
+{
+    // Issue 11: 249,999 micro-batches made plan --json print 892 MB. Above kMaxReportedOps the op
+    // list is left out, with a warning naming the field to lower; the per-stage figures stay.
+    JobSpec spec = demoSpec();
+    spec.parallel.microbatches = 200'000;
+    const Plan plan = makePlan(spec);
+    std::size_t ops = 0;
+    for (const auto& stage : plan.simulation.timeline)
+        ops += stage.size();
+    QVERIFY(ops > kMaxReportedOps);
+    const json j = planToJson(plan);
+    QCOMPARE(j["schedule"].size(), plan.simulation.timeline.size());
+    for (std::size_t s = 0; s < j["schedule"].size(); ++s) {
+        QVERIFY(j["schedule"][s]["ops"].empty());
+        QCOMPARE(j["schedule"][s]["bubble_ratio"].get<double>(), plan.simulation.bubbleRatio[s]);
+    }
+    const std::string warning = j["warnings"].back().get<std::string>();
+    QVERIFY2(warning.find("the schedule has " + std::to_string(ops) + " ops") != std::string::npos, warning.c_str());
+    QVERIFY2(warning.find("parallel.microbatches") != std::string::npos, warning.c_str());
+    QVERIFY(j.dump().size() < 100'000);
+
+    // At the limit the list is there in full.
+    spec.parallel.microbatches = 1;
+    while (true) {
+        spec.parallel.microbatches *= 2;
+        std::size_t count = 0;
+        for (const auto& stage : makePlan(spec).simulation.timeline)
+            count += stage.size();
+        if (count > kMaxReportedOps / 2)
+            break;
+    }
+    const Plan listed = makePlan(spec);
+    const json k = planToJson(listed);
+    for (std::size_t s = 0; s < k["schedule"].size(); ++s)
+        QCOMPARE(k["schedule"][s]["ops"].size(), listed.simulation.timeline[s].size());
 }
 
 void TestReport::planTextShowsMemoryTableAndTimeline()

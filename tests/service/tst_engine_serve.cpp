@@ -10,6 +10,7 @@
 
 #include <QtTest>
 
+#include <sqlite3.h>
 #include <zmq.hpp>
 
 #include <fstream>
@@ -85,6 +86,27 @@ private:
     int m_id = 0;
 };
 
+// A short real session, made once per test that needs one.
+QString shortSession(const QString& dir, const QString& name, int steps = 3)
+{
+    const QString session = dir + "/" + name;
+    const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", QString::number(steps),
+                                                "--session", session});
+    if (run.exitCode != 0)
+        qFatal("cannot make a session: %s", qPrintable(run.err));
+    return session;
+}
+
+// Runs SQL on a session file as a damaging tool would.
+void damage(const QString& session, const char* sql)
+{
+    sqlite3* db = nullptr;
+    if (sqlite3_open(session.toUtf8().constData(), &db) != SQLITE_OK ||
+        sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK)
+        qFatal("cannot damage %s: %s", qPrintable(session), sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
 struct Served {
     QTemporaryDir sessions;
     QProcess process;
@@ -96,6 +118,12 @@ struct Served {
     {
         process.start(kEngine, {"serve", "--bind", QString::fromStdString(control), "--live", QString::fromStdString(live),
                                 "--sessions", sessions.path()});
+        process.waitForReadyRead(10000);
+    }
+    // Serves on a given control endpoint (the live feed on the next port).
+    explicit Served(const std::string& bind) : control(bind)
+    {
+        process.start(kEngine, {"serve", "--bind", QString::fromStdString(bind), "--sessions", sessions.path()});
         process.waitForReadyRead(10000);
     }
     ~Served()
@@ -160,6 +188,106 @@ private slots:
         QVERIFY2(run.err.contains("no authentication") && run.err.contains("127.0.0.1"), qPrintable(run.err));
     }
 
+    void aCorruptSessionIsAnsweredAndServingGoesOn()
+    {
+        // Issue 11: one corrupt session in the folder made `sessions` and `open` take serve down
+        // (invalid UTF-8 in the error text, which nlohmann-json refused to serialise).
+        Served served;
+        const QString healthy = shortSession(served.sessions.path(), "healthy.meshbench");
+        // A file that is not a session, whose name is not UTF-8 either: the reply must still be JSON.
+        const QByteArray corruptName = served.sessions.path().toUtf8() + "/bad\xff.meshbench";
+        std::ofstream(corruptName.toStdString(), std::ios::binary) << std::string(8192, '\xff');
+        // And one a client can name (a JSON request cannot carry the stray byte).
+        const std::string damaged = served.sessions.filePath("damaged.meshbench").toStdString();
+        std::ofstream(damaged, std::ios::binary) << std::string(8192, '\xff');
+        Client client(served.control, served.live);
+        for (int round = 0; round < 2; ++round) {
+            const nlohmann::json listing = client.request({{"op", "sessions"}});
+            QVERIFY2(listing["ok"] == true, listing.dump().c_str());
+            QCOMPARE(listing["sessions"].size(), 1u);
+            QCOMPARE(listing["sessions"][0]["path"].get<std::string>(), healthy.toStdString());
+            QCOMPARE(listing["unreadable"].size(), 2u);
+            std::set<std::string> unreadable;
+            for (const nlohmann::json& entry : listing["unreadable"]) {
+                const std::string why = entry["error"];
+                QVERIFY2(why.find("not an SQLite database") != std::string::npos, why.c_str());
+                unreadable.insert(entry["path"]);
+            }
+            // The path's stray byte comes back as U+FFFD.
+            QCOMPARE(unreadable, (std::set<std::string>{served.sessions.path().toStdString() + "/bad\xef\xbf\xbd.meshbench",
+                                                        damaged}));
+
+            const nlohmann::json opened = client.request({{"op", "open"}, {"session", damaged}});
+            QCOMPARE(opened["ok"], false);
+            QVERIFY2(opened["error"].get<std::string>().find("not an SQLite database") != std::string::npos,
+                     opened.dump().c_str());
+            QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+        }
+        QCOMPARE(served.process.state(), QProcess::Running);
+
+        // The CLI lists the healthy one beside it, and prints JSON all the same (exit 1: one unreadable).
+        const ProcessRun listed = runProcess(kEngine, {"sessions", served.sessions.path(), "--json"});
+        QCOMPARE(listed.exitCode, 1);
+        const nlohmann::json cli = nlohmann::json::parse(listed.out.toStdString());
+        QCOMPARE(cli["sessions"].size(), 1u);
+        QCOMPARE(cli["unreadable"].size(), 2u);
+    }
+
+    void pipelinedRequestsAreAllAnswered()
+    {
+        // Issue 11: 10,000 requests sent before reading any reply lost 199 at the ROUTER's
+        // high-water mark (1,000 by default), silently.
+        Served served;
+        zmq::context_t context;
+        zmq::socket_t dealer(context, zmq::socket_type::dealer);
+        dealer.set(zmq::sockopt::rcvtimeo, 30000);
+        dealer.set(zmq::sockopt::sndhwm, 0);
+        dealer.connect(served.control);
+        constexpr int kRequests = 10000;
+        for (int i = 0; i < kRequests; ++i)
+            dealer.send(zmq::buffer(nlohmann::json{{"v", 1}, {"id", i}, {"op", "hello"}}.dump()));
+        std::vector<bool> answered(kRequests, false);
+        for (int i = 0; i < kRequests; ++i) {
+            zmq::message_t reply;
+            QVERIFY2(dealer.recv(reply), qPrintable(QStringLiteral("reply %1 of %2 never came").arg(i).arg(kRequests)));
+            const nlohmann::json body = nlohmann::json::parse(reply.to_string_view());
+            QCOMPARE(body["ok"], true);
+            answered[body["id"].get<std::size_t>()] = true;
+        }
+        QCOMPARE(std::count(answered.begin(), answered.end(), true), kRequests);
+    }
+
+    void aHugePlanIsAnsweredWithoutItsOpList()
+    {
+        // Issue 11: 65,537 micro-batches built a 121 MB reply and held the control loop for seconds.
+        Served served;
+        Client client(served.control, served.live);
+        nlohmann::json job = demoJob();
+        job["parallel"]["microbatches"] = 65537;
+        const nlohmann::json reply = client.request({{"op", "plan"}, {"job", job}});
+        QVERIFY2(reply["ok"] == true, reply.dump().substr(0, 2000).c_str());
+        for (const nlohmann::json& stage : reply["plan"]["schedule"])
+            QVERIFY(stage["ops"].empty());
+        QVERIFY(reply["plan"]["warnings"].back().get<std::string>().find("parallel.microbatches") != std::string::npos);
+        QVERIFY(reply.dump().size() < wire::kMaxControlBytes / 16);
+        QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+    }
+
+    void localhostIsServedOnLoopback()
+    {
+        // Issue 11: localhost passed the loopback check and then failed with "No such device":
+        // ZeroMQ binds addresses, not host names. Port * is any free port.
+        const ProcessRun refused = runProcess(kEngine, {"serve", "--bind", "tcp://localhost:notaport"});
+        QCOMPARE(refused.exitCode, 5);
+        Served served("tcp://localhost:*");
+        QByteArray said = served.process.readAllStandardOutput();
+        const QRegularExpressionMatch endpoint =
+            QRegularExpression("control (tcp://127\\.0\\.0\\.1:\\d+)").match(QString::fromUtf8(said));
+        QVERIFY2(endpoint.hasMatch(), said.constData() + served.process.readAllStandardError());
+        Client client(endpoint.captured(1).toStdString(), "inproc://unused");
+        QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+    }
+
     void submitWatchAndReplayToTheSameAggregates()
     {
         Served served;
@@ -174,6 +302,7 @@ private slots:
         std::map<int, nlohmann::json> liveSteps;
         int spanMessages = 0, memoryMessages = 0;
         std::string finalState;
+        nlohmann::json lastStatus;
         QVERIFY(client.watch([&](const std::string& topic, const zmq::message_t& payload) -> bool {
             if (topic == "step/" + job) {
                 const nlohmann::json s = nlohmann::json::parse(payload.to_string_view());
@@ -185,11 +314,12 @@ private slots:
             } else if (topic == "memory/" + job) {
                 ++memoryMessages;
             } else if (topic == "job/" + job) {
-                finalState = nlohmann::json::parse(payload.to_string_view())["state"];
+                lastStatus = nlohmann::json::parse(payload.to_string_view());
+                finalState = lastStatus["state"];
             }
             return finalState == "completed" || finalState == "failed";
         }));
-        QCOMPARE(finalState, std::string("completed"));
+        QVERIFY2(finalState == "completed", lastStatus.dump().c_str());
         QCOMPARE(int(liveSteps.size()), steps);
         QVERIFY(spanMessages > 0);
         QVERIFY(memoryMessages >= 8);
@@ -289,6 +419,40 @@ private slots:
         const ProcessRun broken = runProcess(kEngine, {"replay", dir.filePath("missing.meshbench")});
         QCOMPARE(broken.exitCode, 1);
         QVERIFY2(broken.err.contains("missing.meshbench"), qPrintable(broken.err));
+    }
+
+    void aDamagedSessionFailsItsReplayAsExportDoes()
+    {
+        // Issue 11: replay said "replay ended" and exited 0 on sessions export rejects, and a span
+        // moved 58 h ahead made it sleep for minutes at --speed 1000.
+        QTemporaryDir dir;
+        const QString session = shortSession(dir.path(), "good.meshbench");
+        const auto replay = [&](const QString& file) {
+            return runProcess(kEngine, {"replay", file, "--speed", "1000", "--bind", "ipc://" + dir.filePath("c"),
+                                        "--live", "ipc://" + dir.filePath("l")});
+        };
+        const ProcessRun good = replay(session);
+        QCOMPARE(good.exitCode, 0);
+
+        const QString ahead = dir.filePath("ahead.meshbench");
+        QVERIFY(QFile::copy(session, ahead));
+        damage(ahead, "UPDATE spans SET begin_ns = begin_ns + 58 * 3600000000000, end_ns = end_ns + 58 * 3600000000000 "
+                      "WHERE seq = (SELECT MIN(seq) FROM spans)");
+        const ProcessRun late = replay(ahead);
+        QCOMPARE(late.exitCode, 1);
+        QVERIFY2(late.err.contains(ahead + " is damaged") && late.err.contains("58.0 h after the session ended"),
+                 qPrintable(late.err));
+
+        const QString badKind = dir.filePath("bad-kind.meshbench");
+        QVERIFY(QFile::copy(session, badKind));
+        damage(badKind, "UPDATE spans SET kind = 77 WHERE seq = (SELECT MIN(seq) FROM spans)");
+        const ProcessRun exported = runProcess(kEngine, {"export", badKind, "--csv", dir.filePath("csv")});
+        QCOMPARE(exported.exitCode, 1);   // it was 5, where the README promises 1
+        QVERIFY2(exported.err.contains(badKind), qPrintable(exported.err));
+        const ProcessRun replayed = replay(badKind);
+        QCOMPARE(replayed.exitCode, 1);
+        QVERIFY2(replayed.err.contains(badKind) && !replayed.out.contains("replay ended"),
+                 qPrintable(replayed.out + replayed.err));
     }
 };
 
