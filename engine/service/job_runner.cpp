@@ -186,6 +186,7 @@ private:
     // The rank whose last heartbeat said `state` first (by the engine's clock), before any teardown.
     std::optional<std::uint32_t> firstEnded(wire::RankState state) const;
     std::string terminatedRankCause(std::uint32_t rank) const;
+    std::string finishedEarlyCause(std::uint32_t rank) const;
     // What a silent rank's process is doing, when it runs on this host; empty otherwise.
     std::string silentRankState(std::uint32_t rank) const;
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
@@ -281,6 +282,9 @@ std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched
         const RankLiveness& live = liveness(r);
         if (live.everHeard && live.state == wire::RankState::Failed)
             return store::SessionOutcome{store::Outcome::Failed, failedRankCause(r), std::int32_t(r), 0};
+        // Its peers would wait for it in their next collective for ever, heartbeats and all.
+        if (live.state == wire::RankState::Finished && live.completedSteps < m_lastStep)
+            return store::SessionOutcome{store::Outcome::Failed, finishedEarlyCause(r), std::int32_t(r), 0};
         if (live.everHeard && !isFinal(live.state) && now - live.lastHeardNs > timeoutNs) {
             char silence[32];
             std::snprintf(silence, sizeof silence, "%.1f", double(now - live.lastHeardNs) * 1e-9);
@@ -311,6 +315,12 @@ std::optional<std::uint32_t> Run::firstEnded(wire::RankState state) const
             first = r;
     }
     return first;
+}
+
+std::string Run::finishedEarlyCause(std::uint32_t rank) const
+{
+    return rankWords(rank) + " finished after step " + std::to_string(liveness(rank).completedSteps) + " of " +
+           std::to_string(m_lastStep) + " while the others went on";
 }
 
 std::string Run::terminatedRankCause(std::uint32_t rank) const
@@ -357,8 +367,7 @@ store::SessionOutcome Run::launcherVerdict(const ExitStatus& exit) const
     for (std::uint32_t r = 0; r < m_world; ++r)
         if (const RankLiveness& live = liveness(r);
             live.state == wire::RankState::Finished && live.completedSteps < m_lastStep)
-            return failed(r, rankWords(r) + " finished after step " + std::to_string(live.completedSteps) + " of " +
-                                 std::to_string(m_lastStep) + " while the others went on");
+            return failed(r, finishedEarlyCause(r));
     if (m_launcherReport.rank >= 0 && std::uint32_t(m_launcherReport.rank) < m_world) {
         const auto rank = std::uint32_t(m_launcherReport.rank);
         if (liveness(rank).state == wire::RankState::Terminated)

@@ -641,15 +641,15 @@ bool Server::Impl::trySend(PendingReply& reply)
                                        zmq::send_flags::sndmore | zmq::send_flags::dontwait);
         if (!sent)
             return false;
+        // The first frame (the identity) decided the route; the rest goes out whole.
+        for (std::size_t i = 1; i < reply.envelope.size(); ++i)
+            control.send(reply.envelope[i], zmq::send_flags::sndmore);
+        control.send(zmq::buffer(reply.body), zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
-        if (e.num() == EHOSTUNREACH)
-            return true;   // nobody left to answer
-        throw;
+        // EHOSTUNREACH: nobody left to answer. Anything else costs this reply; the daemon serves on.
+        if (e.num() != EHOSTUNREACH)
+            std::fprintf(stderr, "meshbench-engine: cannot send a control reply: %s\n", e.what());
     }
-    // The first frame (the identity) decided the route; the rest goes out whole.
-    for (std::size_t i = 1; i < reply.envelope.size(); ++i)
-        control.send(reply.envelope[i], zmq::send_flags::sndmore);
-    control.send(zmq::buffer(reply.body), zmq::send_flags::none);
     return true;
 }
 
