@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include <fcntl.h>
@@ -22,6 +23,35 @@ using ordered_json = nlohmann::ordered_json;
 // A header larger than this is corruption, not a model (the reference implementation's
 // limit is also 100 MB: safetensors/src/tensor.rs, MAX_HEADER_SIZE).
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+// A header nests three levels (the header, a tensor, its shape); far deeper is corruption. It is
+// refused before parsing, because ordered_json copies members recursively when an object grows,
+// and a crafted header nesting a million levels deep overflows the stack.
+constexpr std::size_t kMaxNesting = 64;
+
+// The deepest nesting of arrays and objects in JSON text. Brackets inside strings do not count;
+// on text that is not JSON the figure is still at least what a parser reaches before it fails.
+std::size_t nestingDepth(std::string_view text)
+{
+    std::size_t depth = 0, deepest = 0;
+    bool inString = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (inString) {
+            if (c == '\\')
+                ++i;
+            else if (c == '"')
+                inString = false;
+        } else if (c == '"') {
+            inString = true;
+        } else if (c == '[' || c == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return deepest;
+}
 
 // Bytes per element of the format's whole-byte dtypes (safetensors/src/tensor.rs, Dtype).
 int dtypeSize(const std::string& dtype)
@@ -44,6 +74,24 @@ std::string shapeText(const std::vector<std::int64_t>& shape)
 }
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+// A header value as messages show it: a scalar as written (cut short on a character boundary),
+// an array or object by its size alone. Printing a structure recurses once per level of nesting,
+// and a crafted header nests millions of levels deep.
+std::string brief(const ordered_json& value)
+{
+    if (value.is_structured())
+        return std::string(value.is_array() ? "an array" : "an object") + " of " + std::to_string(value.size()) +
+               " entries";
+    constexpr std::size_t kLimit = 40;
+    std::string text = value.dump();
+    if (text.size() <= kLimit)
+        return text;
+    std::size_t cut = kLimit;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+        --cut;
+    return text.substr(0, cut) + "...";
+}
 
 // product(shape) * elementBytes, or false when it overflows 64 bits (a zero dim wins).
 bool byteCount(const std::vector<std::int64_t>& shape, std::uint64_t elementBytes, std::uint64_t& bytes)
@@ -208,26 +256,44 @@ SafetensorsFile SafetensorsFile::open(const std::string& path)
     case MappedFile::Failure::Map:
         throw CheckpointError("cannot map " + where + ": " + file.m_file.error());
     }
-    const std::uint64_t size = file.m_file.size();
-    if (size < 8)
-        throw CheckpointError(where + " is " + std::to_string(size) +
+    file.index(where);
+    return file;
+}
+
+SafetensorsFile SafetensorsFile::fromBytes(std::vector<unsigned char> bytes, const std::string& name)
+{
+    SafetensorsFile file;
+    file.m_path = name;
+    file.m_bytes = std::move(bytes);
+    file.index("checkpoint " + quoted(name));
+    return file;
+}
+
+void SafetensorsFile::index(const std::string& where)
+{
+    const std::uint64_t fileBytes = size();
+    if (fileBytes < 8)
+        throw CheckpointError(where + " is " + std::to_string(fileBytes) +
                               " bytes, too short for a safetensors file (an 8-byte header length comes "
                               "first); is it truncated?");
 
-    const std::uint64_t headerBytes = readU64Le(file.m_file.data());
+    const std::uint64_t headerBytes = readU64Le(bytes());
     if (headerBytes > kMaxHeaderBytes)
         throw CheckpointError(where + ": header length " + std::to_string(headerBytes) +
                               " is absurd (over 100 MB); the file is not safetensors or is corrupt");
-    if (headerBytes > size - 8)
+    if (headerBytes > fileBytes - 8)
         throw CheckpointError(where + ": header length " + std::to_string(headerBytes) + " exceeds the " +
-                              std::to_string(size - 8) + " bytes after it; is the file truncated?");
+                              std::to_string(fileBytes - 8) + " bytes after it; is the file truncated?");
     const std::uint64_t dataBegin = 8 + headerBytes;
-    const std::uint64_t dataBytes = size - dataBegin;
+    const std::uint64_t dataBytes = fileBytes - dataBegin;
 
+    const std::string_view headerText(reinterpret_cast<const char*>(bytes() + 8), headerBytes);
+    if (const std::size_t depth = nestingDepth(headerText); depth > kMaxNesting)
+        throw CheckpointError(where + ": the header nests " + std::to_string(depth) +
+                              " levels deep (a safetensors header needs 3); the file is corrupt");
     ordered_json header;
     try {
-        const auto* begin = reinterpret_cast<const char*>(file.m_file.data() + 8);
-        header = ordered_json::parse(begin, begin + headerBytes);
+        header = ordered_json::parse(headerText.begin(), headerText.end());
     } catch (const nlohmann::json::exception& e) {
         throw CheckpointError(where + ": the header is not valid JSON (" + e.what() + ")");
     }
@@ -243,7 +309,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path)
             for (const auto& [key, text] : value.items()) {
                 if (!text.is_string())
                     throw CheckpointError(where + ": __metadata__ entry " + quoted(key) + " is not a string");
-                file.m_metadata[key] = text.get<std::string>();
+                m_metadata[key] = text.get<std::string>();
             }
             continue;
         }
@@ -267,36 +333,36 @@ SafetensorsFile SafetensorsFile::open(const std::string& path)
             throw CheckpointError(what + " has unknown or unsupported dtype \"" + e.dtype + "\"");
         for (const auto& dim : *shape) {
             if (!dim.is_number_integer())
-                throw CheckpointError(what + " has a shape entry that is not an integer: " + dim.dump());
+                throw CheckpointError(what + " has a shape entry that is not an integer: " + brief(dim));
             constexpr auto maxDim = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
             if (!dim.is_number_unsigned() || dim.get<std::uint64_t>() > maxDim)
-                throw CheckpointError(what + " has an invalid dimension " + dim.dump());
+                throw CheckpointError(what + " has an invalid dimension " + brief(dim));
             e.shape.push_back(dim.get<std::int64_t>());
         }
+        const std::string offsetsText = "[" + brief((*offsets)[0]) + ", " + brief((*offsets)[1]) + "]";
         for (const auto& o : *offsets)
             if (!o.is_number_unsigned())
-                throw CheckpointError(what + " has data_offsets " + offsets->dump() +
-                                      " that are not non-negative integers");
+                throw CheckpointError(what + " has data_offsets " + offsetsText + " that are not non-negative integers");
         const auto begin = (*offsets)[0].get<std::uint64_t>();
         const auto end = (*offsets)[1].get<std::uint64_t>();
         if (end < begin)
-            throw CheckpointError(what + " has data_offsets " + offsets->dump() + " that end before they begin");
+            throw CheckpointError(what + " has data_offsets " + offsetsText + " that end before they begin");
         if (end > dataBytes)
-            throw CheckpointError(what + " has data_offsets " + offsets->dump() + " beyond the " +
+            throw CheckpointError(what + " has data_offsets " + offsetsText + " beyond the " +
                                   std::to_string(dataBytes) + "-byte data section; is the file truncated?");
-        std::uint64_t bytes = 0;
-        if (!byteCount(e.shape, static_cast<std::uint64_t>(elementBytes), bytes) || bytes != end - begin)
+        std::uint64_t tensorBytes = 0;
+        if (!byteCount(e.shape, static_cast<std::uint64_t>(elementBytes), tensorBytes) || tensorBytes != end - begin)
             throw CheckpointError(what + " of shape " + shapeText(e.shape) + " and dtype " + e.dtype +
                                   " does not match its " + std::to_string(end - begin) + " bytes of data");
         e.begin = dataBegin + begin;
         e.end = dataBegin + end;
-        file.m_index[name] = file.m_entries.size();
-        file.m_entries.push_back(std::move(e));
+        m_index[name] = m_entries.size();
+        m_entries.push_back(std::move(e));
     }
 
     // No two tensors may share bytes (empty tensors occupy none).
     std::vector<const Entry*> byOffset;
-    for (const Entry& e : file.m_entries)
+    for (const Entry& e : m_entries)
         if (e.end > e.begin)
             byOffset.push_back(&e);
     std::sort(byOffset.begin(), byOffset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
@@ -304,7 +370,6 @@ SafetensorsFile SafetensorsFile::open(const std::string& path)
         if (byOffset[i]->begin < byOffset[i - 1]->end)
             throw CheckpointError(where + ": tensors " + quoted(byOffset[i - 1]->name) + " and " +
                                   quoted(byOffset[i]->name) + " overlap in the data section");
-    return file;
 }
 
 std::vector<std::string> SafetensorsFile::names() const
@@ -341,10 +406,10 @@ void SafetensorsFile::readF32(const std::string& name, const std::vector<std::in
     if (e.shape != expectedShape)
         throw CheckpointError("tensor " + quoted(name) + " has shape " + shapeText(e.shape) +
                               " in the checkpoint but the job needs " + shapeText(expectedShape));
-    if (m_file.data() == nullptr)
+    if (bytes() == nullptr)
         throw CheckpointError("checkpoint " + quoted(m_path) + " was moved from");
     const std::size_t count = static_cast<std::size_t>((e.end - e.begin) / 4);
-    const unsigned char* p = m_file.data() + e.begin;
+    const unsigned char* p = bytes() + e.begin;
     if constexpr (std::endian::native == std::endian::little) {
         if (count > 0)
             std::memcpy(out, p, count * 4);

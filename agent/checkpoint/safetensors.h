@@ -9,10 +9,10 @@
 // Files we write hold F32 tensors, contiguous, in the order given. Files we read may list
 // any of the format's dtypes, but only F32 tensors can be read.
 
-#include <cstddef>
-#include <cstdint>
 #include "agent/io/mapped_file.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -45,7 +45,8 @@ public:
     // Maps the file and validates all of it (header, dtypes, shapes, offsets, overlaps);
     // throws CheckpointError naming the file and the problem.
     static SafetensorsFile open(const std::string& path);
-
+    // The same checks on a whole file held in memory; `name` stands for the file in messages.
+    static SafetensorsFile fromBytes(std::vector<unsigned char> bytes, const std::string& name);
 
     const std::string& path() const { return m_path; }
     const std::map<std::string, std::string>& metadata() const { return m_metadata; }
@@ -69,10 +70,16 @@ private:
     };
 
     SafetensorsFile() = default;
+    // Validates the bytes and indexes the tensors: open() and fromBytes() share every check.
+    // `where` names the file in messages.
+    void index(const std::string& where);
+    const unsigned char* bytes() const { return m_file.data() ? m_file.data() : m_bytes.data(); }
+    std::size_t size() const { return m_file.data() ? m_file.size() : m_bytes.size(); }
     const Entry& entry(const std::string& name) const;
 
     std::string m_path;
-    MappedFile m_file;
+    MappedFile m_file;                 // open(): the mapped file
+    std::vector<unsigned char> m_bytes;   // fromBytes(): the bytes themselves
     std::map<std::string, std::string> m_metadata;
     std::vector<Entry> m_entries;
     std::map<std::string, std::size_t> m_index;

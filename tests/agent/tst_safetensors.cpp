@@ -81,6 +81,7 @@ private slots:
     void corruptHeadersAreRefused();
     void lenientButValidFilesOpen();
     void readF32Errors();
+    void fromBytesMatchesOpen();
     void randomCorruptionNeverCrashes();
 };
 
@@ -300,6 +301,13 @@ void TestSafetensors::corruptHeadersAreRefused_data()
     row("same bytes", R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
                          "b": {"dtype": "I32", "shape": [1], "data_offsets": [0, 4]}})",
         4, "overlap");
+    // Nesting a million levels deep once overflowed the stack (ordered_json copies recursively).
+    const QByteArray deep = QByteArray(1'000'000, '[') + QByteArray(1'000'000, ']');
+    row("deep shape", R"({"x": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})", 0, "nests 1000002 levels");
+    row("deep offsets", R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [)" + deep + ", 4]}}", 4, "nests");
+    row("deep and unterminated", "{\"x\": " + QByteArray(1'000'000, '{'), 0, "nests");
+    row("brackets in strings", R"({"[[[[": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "x": )" +
+                                   QByteArray(70, '[') + QByteArray(70, ']') + "}", 4, "nests 71 levels");
     row("metadata not object", R"({"__metadata__": 5})", 0, "__metadata__");
     row("metadata not strings", R"({"__metadata__": {"step": 100}})", 0, "'step' is not a string");
 }
@@ -359,6 +367,34 @@ void TestSafetensors::readF32Errors()
     QVERIFY(has(checkpointError([&] { (void)file.shape("nope"); }), "'nope'"));
     file.readF32("layers.0.attn.qkv.weight", {96, 32}, out.data());
     QCOMPARE(out[96 * 32 - 1], 0.5f);
+}
+
+void TestSafetensors::fromBytesMatchesOpen()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const std::vector<float> a = {1, -2, 3.5f, 0}, b = {7};
+    const QString path = dir.filePath("m.safetensors");
+    writeSafetensors(path.toStdString(), {{"a", {2, 2}, a.data()}, {"b", {}, b.data()}}, {{"step", "3"}});
+    const QByteArray bytes = readAll(path);
+    const SafetensorsFile mapped = SafetensorsFile::open(path.toStdString());
+    SafetensorsFile held = SafetensorsFile::fromBytes({bytes.begin(), bytes.end()}, "in memory");
+    QCOMPARE(held.path(), std::string("in memory"));
+    QCOMPARE(held.names(), mapped.names());
+    QCOMPARE(held.metadata(), mapped.metadata());
+    QCOMPARE(held.shape("a"), mapped.shape("a"));
+    std::vector<float> out(4);
+    held.readF32("a", {2, 2}, out.data());
+    QCOMPARE(bitsOf(out), bitsOf(a));
+    // A moved file keeps its bytes.
+    const SafetensorsFile moved = std::move(held);
+    float scalar = 0;
+    moved.readF32("b", {}, &scalar);
+    QCOMPARE(scalar, 7.0f);
+    // The same checks, with the given name in the message.
+    const std::string message =
+        checkpointError([&] { SafetensorsFile::fromBytes({bytes.begin(), bytes.begin() + 12}, "in memory"); });
+    QVERIFY2(has(message, "checkpoint 'in memory'") && has(message, "exceeds"), message.c_str());
 }
 
 void TestSafetensors::randomCorruptionNeverCrashes()
