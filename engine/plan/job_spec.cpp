@@ -2,6 +2,8 @@
 
 #include "presets.h"
 
+#include "wire/text.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -565,34 +567,17 @@ std::optional<std::string> tooDeepAt(const json& document)
 // Bytes that are not printable UTF-8 written as \xNN, so that a message quoting the input stays text.
 std::string printable(std::string_view bytes)
 {
+    const auto* at = reinterpret_cast<const std::uint8_t*>(bytes.data());
     std::string out;
     for (std::size_t i = 0; i < bytes.size();) {
-        const auto byte = static_cast<unsigned char>(bytes[i]);
-        // The length of a well-formed UTF-8 sequence starting here (RFC 3629), or 0.
-        std::size_t length = 0;
-        if (byte >= 0x20 && byte < 0x7F)
-            length = 1;
-        else if (byte >= 0xC2 && byte <= 0xDF)
-            length = 2;
-        else if (byte >= 0xE0 && byte <= 0xEF)
-            length = 3;
-        else if (byte >= 0xF0 && byte <= 0xF4)
-            length = 4;
-        bool wellFormed = length > 0 && i + length <= bytes.size();
-        for (std::size_t k = 1; wellFormed && k < length; ++k)
-            wellFormed = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
-        if (wellFormed && length >= 3) {
-            // No overlong forms, no surrogates, nothing above U+10FFFF.
-            const auto second = static_cast<unsigned char>(bytes[i + 1]);
-            wellFormed = !(byte == 0xE0 && second < 0xA0) && !(byte == 0xED && second > 0x9F) &&
-                         !(byte == 0xF0 && second < 0x90) && !(byte == 0xF4 && second > 0x8F);
-        }
-        if (wellFormed) {
+        const bool control = at[i] < 0x20 || at[i] == 0x7F;
+        const std::size_t length = control ? 0 : wire::wellFormedUtf8Length(at + i, bytes.size() - i);
+        if (length > 0) {
             out.append(bytes.substr(i, length));
             i += length;
         } else {
             char escaped[8];
-            std::snprintf(escaped, sizeof escaped, "\\x%02X", unsigned(byte));
+            std::snprintf(escaped, sizeof escaped, "\\x%02X", unsigned(at[i]));
             out += escaped;
             ++i;
         }

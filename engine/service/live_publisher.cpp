@@ -1,6 +1,6 @@
 #include "live_publisher.h"
 
-#include "wire/json_text.h"
+#include "wire/text.h"
 
 #include <algorithm>
 #include <variant>

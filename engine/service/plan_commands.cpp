@@ -5,7 +5,7 @@
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/search.h"
-#include "wire/json_text.h"
+#include "wire/text.h"
 
 #include <cmath>
 #include <fstream>

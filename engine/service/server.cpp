@@ -9,7 +9,7 @@
 #include "plan/report.h"
 #include "store/session_store.h"
 #include "wire/control.h"
-#include "wire/json_text.h"
+#include "wire/text.h"
 
 #include <zmq.hpp>
 
@@ -116,12 +116,15 @@ std::optional<std::int64_t> recordTime(const wire::Record& record)
 }
 
 // The layout the session's agents ran: the job's, or one device for a --one-device run.
-plan::JobSpec sessionSpec(const store::SessionReader& reader)
+plan::JobSpec sessionSpec(const store::SessionReader& reader, const std::string& session)
 {
     plan::LoadResult loaded = plan::parseJobSpec(reader.header().jobSpec);
-    if (!loaded.valid())
-        throw store::StoreError("the session's job spec no longer passes validation: " +
-                                (loaded.errors.empty() ? std::string("unknown") : loaded.errors.front().message));
+    if (!loaded.valid()) {
+        const plan::SpecError first = loaded.errors.empty() ? plan::SpecError{"", "unknown"} : loaded.errors.front();
+        throw store::StoreError(session + ": the session's job spec no longer passes validation (" +
+                                (first.path.empty() ? "" : first.path + ": ") + first.message +
+                                "); the file is damaged, or was written by an engine with other rules");
+    }
     return plan::specAsRun(*loaded.spec, reader.header().ranks.size());
 }
 
@@ -154,9 +157,13 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                    const std::string& session, bool endWhenDone)
 {
     LivePublisher publisher(context, worker.source);
-    const plan::JobSpec spec = sessionSpec(*reader);
+    const plan::JobSpec spec = sessionSpec(*reader, session);
     const plan::Plan plan = plan::makePlan(spec);
     const std::int64_t endedNs = reader->outcome().endedNs;
+    // What the run lost on the way, as a live run reports it when it ends.
+    std::uint64_t lost = 0;
+    for (const store::RankTraffic& traffic : reader->traffic())
+        lost += traffic.lost + traffic.dropped;
     std::map<std::int32_t, std::int64_t> stepBegins;
     for (const auto& m : reader->stepMetrics())
         stepBegins[m.record.step] = m.record.beginNs;
@@ -235,7 +242,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
             flushSpans();
             for (const live::StepAggregate& s : aggregator.flush())
                 publisher.step(s);
-            publisher.job({{"state", "ended"}, {"session", session}, {"step", step}});
+            publisher.job({{"state", "ended"}, {"session", session}, {"step", step}, {"lost", lost}});
         } catch (const ReplayInterrupted&) {
         }
         if (worker.stop.load() || (endWhenDone && worker.seekStep.load() < 0))
@@ -415,7 +422,8 @@ std::string Server::Impl::openReplay(const std::string& session, double speed)
 {
     // Opened here, so that an unreadable session is an error reply rather than a silent worker.
     auto reader = std::make_shared<store::SessionReader>(session);
-    sessionSpec(*reader);
+    reader->checkStructure();
+    sessionSpec(*reader, session);
     auto worker = std::make_unique<Worker>();
     worker->source = "replay-" + std::to_string(nextReplay++);
     worker->speed = speed;

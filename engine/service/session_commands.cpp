@@ -5,7 +5,7 @@
 
 #include "store/session_export.h"
 #include "store/session_store.h"
-#include "wire/json_text.h"
+#include "wire/text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -125,6 +125,7 @@ int runExportCommand(const std::vector<std::string>& args)
     std::unique_ptr<store::SessionReader> reader;
     try {
         reader = std::make_unique<store::SessionReader>(session);
+        reader->checkStructure();
     } catch (const store::StoreError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
         return 1;

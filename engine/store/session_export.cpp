@@ -2,7 +2,7 @@
 
 #include "session_file.h"
 
-#include "wire/json_text.h"
+#include "wire/text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -368,9 +368,15 @@ public:
         m_out.write(header);
         m_out.write("\r\n");
     }
-    CsvFile& operator<<(std::string_view text)
+    CsvFile& operator<<(std::string_view stored)
     {
         separate();
+        // A damaged session's bytes that are not UTF-8 become U+FFFD: CSV readers expect text.
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(stored.data());
+        std::string repaired;
+        if (wire::firstInvalidUtf8({bytes, stored.size()}) != stored.size())
+            repaired = wire::validUtf8(stored);
+        const std::string_view text = repaired.empty() ? stored : std::string_view(repaired);
         // RFC 4180: quote a field holding a comma, a quote or a line break; double its quotes.
         if (text.find_first_of(",\"\r\n") == std::string_view::npos) {
             m_out.buffer() += text;

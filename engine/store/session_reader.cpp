@@ -539,6 +539,15 @@ std::vector<RankTraffic> SessionReader::traffic() const
     return traffic;
 }
 
+void SessionReader::checkStructure() const
+{
+    Statement row(m_impl->db, "PRAGMA quick_check(1)", "checking the file's structure");
+    if (row.step() && row.text(0) != "ok")
+        throw StoreError(detail::quoted(m_impl->path) + " is corrupt: " + row.text(0) +
+                         " (SQLite's quick_check); export what is readable table by table with the sqlite3 shell's "
+                         ".recover, or use another session");
+}
+
 SessionSummary SessionReader::summary() const
 {
     const Connection& db = m_impl->db;

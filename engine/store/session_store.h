@@ -148,6 +148,10 @@ public:
     SessionOutcome outcome() const;
     std::vector<RankTraffic> traffic() const;
     SessionSummary summary() const;
+    // Reads every page once (SQLite's quick_check: b-tree structure, not index contents) and throws
+    // StoreError, naming the file, at the first damage: for those that read a whole session (export,
+    // replay), which then fail before they write or play anything. Linear in the file's size.
+    void checkStructure() const;
     // First span begin and last span end over all ranks, or {0, 0} without spans.
     std::pair<std::int64_t, std::int64_t> timeRange() const;
 

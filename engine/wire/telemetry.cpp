@@ -1,5 +1,7 @@
 #include "telemetry.h"
 
+#include "text.h"
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -108,50 +110,6 @@ T loadLe(const std::uint8_t* at)
 
 // ---- UTF-8 ----
 
-// Length of the well-formed UTF-8 sequence at `at` (RFC 3629 section 4: no overlong forms, no
-// surrogates, nothing above U+10FFFF), or 0 if the bytes there do not start one.
-std::size_t wellFormedLength(const std::uint8_t* at, std::size_t left)
-{
-    const std::uint8_t lead = at[0];
-    if (lead < 0x80)
-        return 1;
-    std::size_t length = 0;
-    std::uint8_t low = 0x80;
-    std::uint8_t high = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) {
-        length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-        length = 3;
-        low = lead == 0xE0 ? 0xA0 : low;
-        high = lead == 0xED ? 0x9F : high;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-        length = 4;
-        low = lead == 0xF0 ? 0x90 : low;
-        high = lead == 0xF4 ? 0x8F : high;
-    } else {
-        return 0;
-    }
-    if (left < length || at[1] < low || at[1] > high)
-        return 0;
-    for (std::size_t i = 2; i < length; ++i)
-        if ((at[i] & 0xC0) != 0x80)
-            return 0;
-    return length;
-}
-
-// Offset of the first byte that does not start a well-formed sequence, or text.size().
-std::size_t firstInvalidUtf8(std::span<const std::uint8_t> text)
-{
-    std::size_t i = 0;
-    while (i < text.size()) {
-        const std::size_t length = wellFormedLength(text.data() + i, text.size() - i);
-        if (length == 0)
-            return i;
-        i += length;
-    }
-    return i;
-}
-
 // Writes `text` as the encoder sends it (to `out` unless null) and returns its length: each byte
 // that does not start a well-formed sequence becomes U+FFFD, and the text ends after the last
 // whole character that fits in kMaxTextBytes.
@@ -171,7 +129,7 @@ std::size_t sanitizeUtf8(std::string_view text, std::uint8_t* out)
             while (read + consumed < end && in[read + consumed] < 0x80)
                 ++consumed;
             pieceLength = consumed;
-        } else if ((consumed = wellFormedLength(piece, text.size() - read)) > 0) {
+        } else if ((consumed = wellFormedUtf8Length(piece, text.size() - read)) > 0) {
             pieceLength = consumed;
         } else {
             piece = kReplacement;

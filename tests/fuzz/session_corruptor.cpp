@@ -7,8 +7,8 @@
 // healthy session) and replay at 1,000,000x, and every answer is held to the contract: exit status
 // 0, or 1 for a session that cannot be read (never 3, 5 or a signal), in time, error messages that
 // name the file, sessions --json one valid JSON document that lists the healthy session and either
-// lists the copy or names it under "unreadable" with a reason, and commands that agree on whether
-// the copy can be read. Every failing copy is reported and saved.
+// lists the copy or names it under "unreadable" with a reason, and export and replay refusing every
+// copy whose structure SQLite's quick_check finds damaged. Every failing copy is reported and saved.
 //
 // Usage: session_corruptor ARTIFACT_DIR   (failing copies and what was wrong land there)
 
@@ -421,7 +421,24 @@ struct Runs {
     ProcessBytes chrome, csv, sessions, replay;
     std::string trace;   // the Chrome trace export wrote
     std::map<std::string, std::string> csvFiles;
+    bool structurallyDamaged = false;   // SQLite's quick_check finds the copy's b-trees damaged
 };
+
+// What SQLite's own quick_check says of a file: true when it finds damage (or cannot run at all).
+bool quickCheckFails(const QString& path)
+{
+    sqlite3* db = nullptr;
+    bool damaged = true;
+    if (sqlite3_open_v2(path.toUtf8().constData(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+        sqlite3_stmt* check = nullptr;
+        if (sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &check, nullptr) == SQLITE_OK &&
+            sqlite3_step(check) == SQLITE_ROW)
+            damaged = std::string(reinterpret_cast<const char*>(sqlite3_column_text(check, 0))) != "ok";
+        sqlite3_finalize(check);
+    }
+    sqlite3_close(db);
+    return damaged;
+}
 
 struct Verdict {
     std::vector<std::pair<std::string, std::string>> problems;   // class (with the command), details
@@ -451,26 +468,26 @@ bool judgeExit(const char* command, const ProcessBytes& run, const std::string& 
 }
 
 // sessions --json: one document listing the healthy session, and the copy either as a session or
-// under "unreadable" with a reason. Returns whether the copy was readable, when that is known.
-std::optional<bool> judgeSessions(const ProcessBytes& run, const std::string& copyPath, const std::string& healthyPath,
+// under "unreadable" with a reason.
+void judgeSessions(const ProcessBytes& run, const std::string& copyPath, const std::string& healthyPath,
                                   Verdict& verdict)
 {
     const std::string out = run.out.toStdString();
     if (!fuzz::isValidUtf8(out)) {
         verdict.add("sessions --json: stdout is not valid UTF-8", fuzz::excerpt(run.out));
-        return std::nullopt;
+        return;
     }
     nlohmann::json listing;
     try {
         listing = nlohmann::json::parse(out);
     } catch (const nlohmann::json::exception& e) {
         verdict.add("sessions --json: stdout is not one JSON document", std::string(e.what()) + "; " + fuzz::excerpt(run.out));
-        return std::nullopt;
+        return;
     }
     if (!listing.is_object() || !listing.contains("sessions") || !listing["sessions"].is_array() ||
         !listing.contains("unreadable") || !listing["unreadable"].is_array()) {
         verdict.add("sessions --json: no sessions and unreadable lists", fuzz::excerpt(out));
-        return std::nullopt;
+        return;
     }
     int healthy = 0, listed = 0, unreadable = 0;
     for (const nlohmann::json& s : listing["sessions"]) {
@@ -493,7 +510,6 @@ std::optional<bool> judgeSessions(const ProcessBytes& run, const std::string& co
     if ((run.exitCode == 1) != !listing["unreadable"].empty())
         verdict.add("sessions --json: exit status disagrees with the unreadable list",
                     "exit " + std::to_string(run.exitCode) + ", " + std::to_string(listing["unreadable"].size()) + " unreadable");
-    return listed == 1;
 }
 
 Verdict judge(const Runs& runs, const std::string& copyPath, const std::string& healthyPath)
@@ -503,9 +519,8 @@ Verdict judge(const Runs& runs, const std::string& copyPath, const std::string& 
     const bool chromeOk = judgeExit("export --chrome-trace", runs.chrome, fileName, verdict);
     const bool csvOk = judgeExit("export --csv", runs.csv, fileName, verdict);
     const bool replayOk = judgeExit("replay", runs.replay, fileName, verdict);
-    std::optional<bool> readable;
     if (judgeExit("sessions --json", runs.sessions, fileName, verdict))
-        readable = judgeSessions(runs.sessions, copyPath, healthyPath, verdict);
+        judgeSessions(runs.sessions, copyPath, healthyPath, verdict);
 
     if (chromeOk && runs.chrome.exitCode == 0) {
         if (!fuzz::isValidUtf8(runs.trace))
@@ -518,20 +533,19 @@ Verdict judge(const Runs& runs, const std::string& copyPath, const std::string& 
             if (!fuzz::isValidUtf8(text))
                 verdict.add("export --csv: a table is not valid UTF-8", name);
     }
-    // A copy that sessions cannot even summarise cannot be exported or replayed either; and a copy
-    // that export cannot read in full (both read every record) cannot be replayed. Export could not
-    // read it when it says so with 1, or with the 5 it wrongly gives for corruption found mid-read.
-    const auto agree = [&](const char* command, const ProcessBytes& run, bool ok, const std::string& why) {
+    // Export and replay check a whole file's structure before they write or play anything, so a copy
+    // whose b-trees SQLite finds damaged fails both. Damage to values alone (a bogus step number, an
+    // index entry) fails only the commands that read it: export and replay read different indexes,
+    // and sessions reads a summary.
+    const auto refuse = [&](const char* command, const ProcessBytes& run, bool ok) {
         if (ok && run.exitCode == 0)
-            verdict.add(std::string(command) + ": exit 0 on a session " + why, fuzz::excerpt(run.out, 200));
+            verdict.add(std::string(command) + ": exit 0 on a session SQLite's quick_check finds damaged",
+                        fuzz::excerpt(run.out, 200));
     };
-    const auto unreadable = [](const ProcessBytes& run) { return !run.timedOut && (run.exitCode == 1 || run.exitCode == 5); };
-    if (readable == false) {
-        agree("export --chrome-trace", runs.chrome, chromeOk, "that sessions calls unreadable");
-        agree("export --csv", runs.csv, csvOk, "that sessions calls unreadable");
-        agree("replay", runs.replay, replayOk, "that sessions calls unreadable");
-    } else if (unreadable(runs.chrome) || unreadable(runs.csv)) {
-        agree("replay", runs.replay, replayOk, "that export cannot read");
+    if (runs.structurallyDamaged) {
+        refuse("export --chrome-trace", runs.chrome, chromeOk);
+        refuse("export --csv", runs.csv, csvOk);
+        refuse("replay", runs.replay, replayOk);
     }
     return verdict;
 }
@@ -541,6 +555,7 @@ Runs runCommands(const QDir& dir, const QString& copy)
     const QString engine = QStringLiteral(MESHBENCH_ENGINE);
     const QString out = dir.filePath("out");
     Runs runs;
+    runs.structurallyDamaged = quickCheckFails(copy);
     runs.chrome = runProcessBytes(engine, {"export", copy, "--chrome-trace", out + "/trace.json"}, kTimeoutMs);
     runs.trace = readFile(out + "/trace.json").value_or(std::string());
     runs.csv = runProcessBytes(engine, {"export", copy, "--csv", out + "/csv"}, kTimeoutMs);

@@ -1,11 +1,11 @@
 // meshbench-engine run, end to end on this machine's CPU: the demo job under mpirun streams into
 // a session that holds every rank's spans, every MoE layer's expert loads, every rank's memory and
 // every step's metrics with no record lost, and whose CSV losses are the ones the agent printed.
-// Then the faults of the engine and its input: the engine killed with SIGKILL, Ctrl-C, a rank that
-// fails with its own error, and bad input on the collector socket and on the command line (the
-// faults of ranks and of mpirun are tst_engine_faults').
-
-#include "engine_run_fixture.h"
+// Then the faults. The kill matrix: a rank ended by SIGKILL, SIGTERM, SIGSEGV or SIGSTOP or by an
+// early exit 0, and mpirun killed, each with the culprit and cause the engine must find from what it
+// could know (the ranks' last heartbeats, mpirun's report, how mpirun itself ended), every agent
+// gone after it and the session sound. And the engine's own: killed with SIGKILL, Ctrl-C, a rank
+// that fails with its own error, bad input on the collector socket and on the command line.
 
 #include "plan/job_spec.h"
 #include "store/session_store.h"
@@ -24,11 +24,125 @@
 #include <set>
 #include <sstream>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 using namespace meshbench;
 
 namespace {
+
+const QString kEngine = QStringLiteral(MESHBENCH_ENGINE);
+const QString kDemo = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json");
+
+std::string readFile(const QString& path)
+{
+    std::ifstream in(path.toStdString(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// Steps with metrics in a session that may still be written; 0 while it does not exist yet.
+int storedSteps(const QString& session)
+{
+    try {
+        return int(store::SessionReader(session.toStdString()).stepMetrics().size());
+    } catch (const store::StoreError&) {
+        return 0;
+    }
+}
+
+bool waitForSteps(const QString& session, int steps, int timeoutMs = 120000)
+{
+    QElapsedTimer timer;
+    timer.start();
+    while (timer.elapsed() < timeoutMs) {
+        if (storedSteps(session) >= steps)
+            return true;
+        QThread::msleep(100);
+    }
+    return false;
+}
+
+// Every agent process the session heard of: rank -> pid, from the heartbeats.
+std::map<std::uint32_t, int> agentPids(const QString& session)
+{
+    std::map<std::uint32_t, int> pids;
+    for (const auto& h : store::SessionReader(session.toStdString()).heartbeats())
+        pids[h.rank] = h.record.pid;
+    return pids;
+}
+
+bool alive(int pid)
+{
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    if (!std::getline(stat, text))
+        return false;
+    const std::size_t close = text.rfind(')');
+    return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+}
+
+// Waits up to `timeoutMs` for every pid to be gone; returns the survivors.
+std::vector<int> survivors(const std::map<std::uint32_t, int>& pids, int timeoutMs)
+{
+    QElapsedTimer timer;
+    timer.start();
+    std::vector<int> left;
+    do {
+        left.clear();
+        for (const auto& [rank, pid] : pids)
+            if (alive(pid))
+                left.push_back(pid);
+        if (left.empty())
+            break;
+        QThread::msleep(100);
+    } while (timer.elapsed() < timeoutMs);
+    return left;
+}
+
+std::string integrityCheck(const QString& path)
+{
+    sqlite3* db = nullptr;
+    std::string result = "cannot open";
+    if (sqlite3_open_v2(path.toUtf8().constData(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+        sqlite3_stmt* statement = nullptr;
+        if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &statement, nullptr) == SQLITE_OK &&
+            sqlite3_step(statement) == SQLITE_ROW)
+            result = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
+        sqlite3_finalize(statement);
+    }
+    sqlite3_close(db);
+    return result;
+}
+
+// The demo job, made long enough to be interrupted.
+QString longDemo(const QString& dir, int steps)
+{
+    nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
+    doc["train"]["steps"] = steps;
+    doc["train"]["decay_steps"] = steps;
+    const QString path = dir + "/long-demo.json";
+    std::ofstream(path.toStdString()) << doc.dump();
+    return path;
+}
+
+// The engine running the long demo into `session`, once `steps` steps are stored; with the pids
+// of its agents.
+struct RunningDemo {
+    QProcess engine;
+    std::map<std::uint32_t, int> pids;
+
+    bool start(const QTemporaryDir& dir, const QString& session, int steps)
+    {
+        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
+        if (!waitForSteps(session, steps))
+            return false;
+        pids = agentPids(session);
+        return true;
+    }
+};
+
 
 // Rows of a CSV file written by export (RFC 4180: quoted fields may hold commas, quotes, newlines).
 std::vector<std::vector<std::string>> readCsv(const QString& path)
@@ -74,12 +188,143 @@ std::size_t column(const std::vector<std::string>& header, const std::string& na
     qFatal("no column %s", name.c_str());
 }
 
+
+// The parent of a process, from /proc/PID/stat (the name in parentheses may hold spaces).
+int parentOf(int pid)
+{
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const std::size_t close = text.rfind(')');
+    if (close == std::string::npos)
+        return -1;
+    std::istringstream fields(text.substr(close + 1));
+    char state = 0;
+    int parent = -1;
+    fields >> state >> parent;
+    return parent;
+}
+
+struct Ended {
+    int exitCode = -1;
+    store::SessionOutcome outcome;
+    QString said;   // the engine's output
+};
+
+// Waits for the engine to end on its own, then checks that nothing of the job is left.
+Ended waitForTheEnd(RunningDemo& demo, const QString& session)
+{
+    Ended ended;
+    if (!demo.engine.waitForFinished(120000))
+        qFatal("the engine did not end");
+    ended.exitCode = demo.engine.exitCode();
+    ended.said = QString::fromUtf8(demo.engine.readAll());
+    ended.outcome = store::SessionReader(session.toStdString()).outcome();
+    return ended;
+}
+
 }  // namespace
 
 class TestEngineRun : public QObject {
     Q_OBJECT
 
 private slots:
+    void initTestCase()
+    {
+        // A rank ended by SIGSEGV would leave a core file behind.
+        const rlimit noCores{0, 0};
+        setrlimit(RLIMIT_CORE, &noCores);
+    }
+
+    void aRankEndsEarly_data()
+    {
+        QTest::addColumn<int>("signal");   // sent to rank 3; 0: the rank exits 0 by itself
+        QTest::addColumn<QStringList>("cause");
+        QTest::newRow("SIGKILL") << int(SIGKILL) << QStringList{"rank 3 (", "killed by signal 9 (Killed)"};
+        // It says so itself, and mpirun names it as the first to exit (status 143 = 128 + 15).
+        QTest::newRow("SIGTERM") << int(SIGTERM)
+                                 << QStringList{"rank 3 (", "was terminated by signal 15 (Terminated), which the engine "
+                                                            "did not send"};
+        QTest::newRow("SIGSEGV") << int(SIGSEGV) << QStringList{"rank 3 (", "killed by signal 11 (Segmentation fault)"};
+        // Issue 11: this was described as a kill. mpirun reports an exit without MPI_Finalize.
+        QTest::newRow("exit 0") << 0
+                                << QStringList{"rank 3 (", "exited with status 0 before the job ended",
+                                               "its last heartbeat said step"};
+    }
+
+    void aRankEndsEarly()
+    {
+        QFETCH(int, signal);
+        QFETCH(QStringList, cause);
+        QTemporaryDir dir;
+        const QString session = dir.filePath("rank-ends.meshbench");
+        RunningDemo demo;
+        demo.engine.setProcessChannelMode(QProcess::MergedChannels);
+        if (signal == 0) {
+            // The agent's fault hook: rank 3 ends with _exit(0) right after step 2.
+            QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+            env.insert("MESHBENCH_TEST_EXIT_AFTER_STEP", "3:2");
+            demo.engine.setProcessEnvironment(env);
+        }
+        QVERIFY(demo.start(dir, session, 1));
+        QCOMPARE(int(demo.pids.size()), 8);
+        if (signal != 0)
+            ::kill(demo.pids.at(3), signal);
+        const Ended ended = waitForTheEnd(demo, session);
+        QCOMPARE(ended.exitCode, 3);
+        QCOMPARE(ended.outcome.outcome, store::Outcome::Failed);
+        QVERIFY2(ended.outcome.failedRank == 3, ended.outcome.cause.c_str());
+        for (const QString& words : cause)
+            QVERIFY2(QString::fromStdString(ended.outcome.cause).contains(words), ended.outcome.cause.c_str());
+        // The engine said it too, naming the rank as it stored it.
+        QVERIFY2(ended.said.contains(QString::fromStdString(ended.outcome.cause)), qPrintable(ended.said));
+        QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
+        QCOMPARE(integrityCheck(session), std::string("ok"));
+    }
+
+    void aStoppedRankIsFoundByItsSilence()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("stopped-rank.meshbench");
+        RunningDemo demo;
+        QVERIFY(demo.start(dir, session, 2));
+        ::kill(demo.pids.at(5), SIGSTOP);   // alive but silent: no exit for mpirun to notice
+        const Ended ended = waitForTheEnd(demo, session);
+        QCOMPARE(ended.exitCode, 3);
+        QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
+        QCOMPARE(ended.outcome.outcome, store::Outcome::Failed);
+        QCOMPARE(ended.outcome.failedRank, 5);
+        const QString cause = QString::fromStdString(ended.outcome.cause);
+        // Noticed once the rank had been silent for the 5 s heartbeat timeout, by the engine's clock;
+        // and this host could see why.
+        const QRegularExpressionMatch silence = QRegularExpression("sent no heartbeat for ([0-9.]+) s").match(cause);
+        QVERIFY2(silence.hasMatch(), qPrintable(cause));
+        QVERIFY2(silence.captured(1).toDouble() >= 5.0, qPrintable(cause));
+        QVERIFY2(cause.contains("its process is stopped (SIGSTOP"), qPrintable(cause));
+    }
+
+    void aKilledMpirunIsTheCulprit()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("killed-mpirun.meshbench");
+        RunningDemo demo;
+        QVERIFY(demo.start(dir, session, 2));
+        const int mpirun = parentOf(demo.pids.at(0));
+        QVERIFY(mpirun > 0 && mpirun != int(demo.engine.processId()));
+        ::kill(mpirun, SIGKILL);
+        const Ended ended = waitForTheEnd(demo, session);
+        QCOMPARE(ended.exitCode, 3);
+        QCOMPARE(ended.outcome.outcome, store::Outcome::Failed);
+        // Issue 11: this was blamed on rank 0 ("killed, e.g. SIGKILL or out of memory").
+        QVERIFY2(ended.outcome.failedRank == -1, ended.outcome.cause.c_str());
+        QVERIFY2(QString::fromStdString(ended.outcome.cause)
+                     .contains("mpirun was killed by signal 9 (Killed), a signal the engine did not send"),
+                 ended.outcome.cause.c_str());
+        // The ranks it left behind were found and stopped.
+        QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
+        QCOMPARE(integrityCheck(session), std::string("ok"));
+    }
+
     void demoRunsIntoACompleteSession()
     {
         QTemporaryDir dir;
