@@ -14,6 +14,7 @@
 #include "kernels/cpu/openblas_core.h"
 #include "plan/job_spec.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -112,8 +113,6 @@ std::string expertSummary(const std::vector<agent::ExpertLoad>& loads)
     return text;
 }
 
-static_assert(wire::kEngineStopSignal == SIGUSR2);
-
 // The write and read ends of the pipe through which a stop signal reaches the telemetry thread.
 int g_stopPipe[2] = {-1, -1};
 
@@ -129,16 +128,24 @@ std::string unsupportedLayout(const plan::ParallelSpec& p)
     return "";
 }
 
-// For the engine's failure tests: MESHBENCH_TEST_EXIT_AFTER_STEP=RANK:STEP makes that rank end with
-// status 0 after step STEP, without a last heartbeat and without MPI_Finalize, as a process ends
-// that a library (or a stray exit) ends early. -1 when unset or not this rank.
-int testExitStep(int rank)
+// For the engine's failure tests, MESHBENCH_TEST_END_AFTER_STEP=RANK:STEP:HOW ends that rank early,
+// after step STEP: HOW "exit0" with _exit(0), without a last heartbeat and without MPI_Finalize, as a
+// process ends that a library (or a stray exit) ends; "finish" as if its last step were done.
+struct TestEnd {
+    int step = -1;   // -1: unset, or another rank's
+    bool finish = false;
+};
+
+TestEnd testEnd(int rank)
 {
-    const char* setting = std::getenv("MESHBENCH_TEST_EXIT_AFTER_STEP");
+    const char* setting = std::getenv("MESHBENCH_TEST_END_AFTER_STEP");
     int faultRank = -1, step = -1;
-    if (!setting || std::sscanf(setting, "%d:%d", &faultRank, &step) != 2 || faultRank != rank)
-        return -1;
-    return step;
+    char how[16] = "";
+    char rest = 0;
+    if (!setting || std::sscanf(setting, "%d:%d:%15[a-z0-9]%c", &faultRank, &step, how, &rest) != 3 ||
+        faultRank != rank || (std::string(how) != "exit0" && std::string(how) != "finish"))
+        return {};
+    return {step, std::string(how) == "finish"};
 }
 
 // The step's telemetry: what every rank measured; the step's metrics from rank 0, which speaks for
@@ -247,7 +254,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     const bool reportsExperts = !groups || (groups->coord.dp == 0 && groups->coord.tp == 0);
     std::vector<agent::Measurements> kept;   // for --spans
     double lastLoss = 0;
-    const int exitStep = testExitStep(mpi ? mpi->worldRank() : 0);
+    const TestEnd end = testEnd(mpi ? mpi->worldRank() : 0);
     while (trainer.completedSteps() < last) {
         const agent::StepMetrics m = trainer.step();
         lastLoss = m.loss;
@@ -273,8 +280,12 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
                                       {"tokens_per_s", m.tokensPerSecond}, {"bubble_ratio", m.bubbleRatio}}
                            .dump()
                     << "\n";
-        if (m.step == exitStep)
+        if (m.step == end.step) {
+            if (end.finish)
+                break;
+            std::fflush(stdout);
             std::_Exit(0);
+        }
         const bool due = options.saveEvery > 0 && m.step % options.saveEvery == 0;
         if (!options.saveDir.empty() && (due || m.step == last))
             trainer.save(checkpointName(options.saveDir, m.step));
@@ -379,10 +390,20 @@ int main(int argc, char** argv)
             }
             sender->finish(wire::RankState::Terminated, sig);
             if (linger && sig == wire::kEngineStopSignal) {
+                // Until the next stop signal, or the linger's end.
                 pollfd next{g_stopPipe[0], POLLIN, 0};
-                if (poll(&next, 1, wire::kStopLingerSeconds * 1000) == 1 && read(g_stopPipe[0], &sig, 1) != 1)
-                    sig = wire::kEngineStopSignal;
+                const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wire::kStopLingerSeconds);
+                for (auto left = deadline - std::chrono::steady_clock::now(); left.count() > 0;
+                     left = deadline - std::chrono::steady_clock::now()) {
+                    const int ready =
+                        poll(&next, 1, int(std::chrono::duration_cast<std::chrono::milliseconds>(left).count()) + 1);
+                    if (ready == 1 && read(g_stopPipe[0], &sig, 1) == 1)
+                        break;
+                    if (ready == 0)
+                        break;
+                }
             }
+            std::fflush(stdout);
             _exit(128 + sig);
         }).detach();
     }
@@ -395,6 +416,10 @@ int main(int argc, char** argv)
         error = std::string("checkpoint: ") + e.what();
     } catch (const agent::DataError& e) {
         error = std::string("data: ") + e.what();
+    } catch (const agent::CommError& e) {
+        // Most often the consequence of a peer that ended first; the engine weighs it so.
+        error = std::string("communication: ") + e.what();
+        status = wire::kCommunicationFailedStatus;
     } catch (const std::exception& e) {
         error = e.what();
     }

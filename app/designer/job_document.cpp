@@ -1,5 +1,7 @@
 #include "job_document.h"
 
+#include "wire/text.h"
+
 #include <QElapsedTimer>
 #include <QFile>
 #include <QSaveFile>
@@ -29,15 +31,21 @@ bool JobDocument::loadFile(const QString& path, QString* error)
             *error = file.errorString();
         return false;
     }
-    // Allow the engine's own limits on the text; a parse failure must not throw into Qt.
-    nlohmann::json document = nlohmann::json::parse(file.readAll().toStdString(), nullptr, false);
-    if (document.is_discarded() || !document.is_object()) {
+    // The engine's own reading of the text: a duplicated key or a syntax error is refused with where it is.
+    std::vector<wire::JsonProblem> problems;
+    std::optional<nlohmann::json> document = wire::parseStrictJson(file.readAll().toStdString(), problems);
+    if (!document || !document->is_object()) {
         if (error)
-            *error = QStringLiteral("%1 is not a JSON object").arg(path);
+            *error = !document ? QStringLiteral("%1: %2%3")
+                                     .arg(path, QString::fromStdString(problems.front().path.empty()
+                                                                           ? std::string()
+                                                                           : problems.front().path + ": "),
+                                          QString::fromStdString(problems.front().message))
+                               : QStringLiteral("%1 is not a JSON object").arg(path);
         return false;
     }
     m_fileName = path;
-    setJson(std::move(document));
+    setJson(std::move(*document));
     return true;
 }
 
@@ -54,7 +62,7 @@ bool JobDocument::saveFile(const QString& path, QString* error) const
 
 QByteArray JobDocument::toJsonText() const
 {
-    return QByteArray::fromStdString(m_json.dump(2) + "\n");
+    return QByteArray::fromStdString(wire::jsonText(m_json, 2) + "\n");
 }
 
 void JobDocument::setJson(nlohmann::json document)

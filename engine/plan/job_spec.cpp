@@ -448,16 +448,18 @@ void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError
 }
 
 // The settings of one data source; those of the other are named as such, so that the fix is clear.
-void readData(ObjectReader& parent, const json& object, DataSpec& data, std::vector<SpecError>& errors)
+// The Markov chain's bounds come from the model: order up to seq_len, branching up to vocab.
+void readData(ObjectReader& parent, const json& object, DataSpec& data, const ModelSpec& model,
+              std::vector<SpecError>& errors)
 {
     ObjectReader r(object, parent.pathOf("data"), errors);
     if (!r.readEnum("source", data.source, kDataSources) && r.present("source"))
         return;   // the other settings depend on the source
     const bool markov = data.source == DataSource::Markov;
     if (markov) {
-        r.readInt("order", data.order, 1, 100'000'000);
+        r.readInt("order", data.order, 1, model.seqLen > 0 ? model.seqLen : 100'000'000);
         int branching = 0;
-        if (r.readInt("branching", branching, 2, 100'000'000))
+        if (r.readInt("branching", branching, 2, model.vocab >= 2 ? model.vocab : 100'000'000))
             data.branching = branching;
     } else {
         if (r.readString("path", data.path, true) && data.path.empty())
@@ -475,7 +477,7 @@ void readData(ObjectReader& parent, const json& object, DataSpec& data, std::vec
     r.rejectUnknownKeys();
 }
 
-void readTrain(const json& object, TrainSpec& train, std::vector<SpecError>& errors)
+void readTrain(const json& object, TrainSpec& train, const ModelSpec& model, std::vector<SpecError>& errors)
 {
     ObjectReader r(object, "train", errors);
     r.readInt("steps", train.steps, 0, 1'000'000'000);
@@ -490,28 +492,17 @@ void readTrain(const json& object, TrainSpec& train, std::vector<SpecError>& err
     r.readDouble("grad_clip", train.gradClip, 0.0, 1e9);
     r.readInt("seed", train.seed, 0, std::int64_t(1) << 62);
     if (const json* data = r.object("data"))
-        readData(r, *data, train.data, errors);
+        readData(r, *data, train.data, model, errors);
     r.rejectUnknownKeys();
 }
 
-// Settings of train.data that depend on the model.
+// The Markov source (the default) draws from at least two tokens.
 void validateData(const JobSpec& spec, std::vector<SpecError>& errors)
 {
-    const DataSpec& data = spec.train.data;
-    if (data.source != DataSource::Markov)
-        return;
-    const std::int64_t vocab = spec.model.vocab;
-    if (vocab < 2)
-        errors.push_back({"train.data.source", "the markov source needs model.vocab >= 2, not " + std::to_string(vocab) +
-                                                   "; raise model.vocab or use a token file"});
-    if (data.order > spec.model.seqLen)
-        errors.push_back({"train.data.order", "order " + std::to_string(data.order) + " exceeds model.seq_len " +
-                                                  std::to_string(spec.model.seqLen) + "; use 1 to " +
-                                                  std::to_string(spec.model.seqLen)});
-    if (data.branching && vocab >= 2 && *data.branching > vocab)
-        errors.push_back({"train.data.branching", "branching " + std::to_string(*data.branching) +
-                                                      " exceeds model.vocab " + std::to_string(vocab) + "; use 2 to " +
-                                                      std::to_string(vocab)});
+    if (spec.train.data.source == DataSource::Markov && spec.model.vocab < 2)
+        errors.push_back({"model.vocab", "vocab=" + std::to_string(spec.model.vocab) +
+                                             " is too small for the markov data source, which needs 2 tokens or "
+                                             "more; raise model.vocab or set train.data to a token file"});
 }
 
 
@@ -528,9 +519,9 @@ std::string listValues(const std::vector<std::int64_t>& values, std::string_view
     return "use " + std::string(name) + " " + joinOr(text);
 }
 
-constexpr int kMaxDepth = 64;
 
-// The JSON path of a value nested deeper than kMaxDepth, if there is one. Walked without recursion:
+
+// The JSON path of a value nested deeper than wire::kMaxJsonDepth, if there is one. Walked without recursion:
 // copying or printing a deeply nested document recurses once per level, so depth is checked before
 // anything else touches it.
 std::optional<std::string> tooDeepAt(const json& document)
@@ -546,7 +537,7 @@ std::optional<std::string> tooDeepAt(const json& document)
     while (!pending.empty()) {
         const std::size_t at = pending.back();
         pending.pop_back();
-        if (nodes[at].depth > kMaxDepth) {
+        if (nodes[at].depth > wire::kMaxJsonDepth) {
             std::string path;
             for (std::size_t n = at; n != 0; n = nodes[n].parent)
                 path.insert(0, nodes[n].label);
@@ -557,154 +548,13 @@ std::optional<std::string> tooDeepAt(const json& document)
         for (auto it = value.begin(); it != value.end(); ++it, ++index)
             if (it->is_structured()) {
                 nodes.push_back({&*it, nodes[at].depth + 1, at,
-                                 value.is_object() ? "." + it.key() : "[" + std::to_string(index) + "]"});
+                                 value.is_object() ? "." + wire::printableText(it.key())
+                                                   : "[" + std::to_string(index) + "]"});
                 pending.push_back(nodes.size() - 1);
             }
     }
     return std::nullopt;
 }
-
-// Bytes that are not printable UTF-8 written as \xNN, so that a message quoting the input stays text.
-std::string printable(std::string_view bytes)
-{
-    const auto* at = reinterpret_cast<const std::uint8_t*>(bytes.data());
-    std::string out;
-    for (std::size_t i = 0; i < bytes.size();) {
-        const bool control = at[i] < 0x20 || at[i] == 0x7F;
-        const std::size_t length = control ? 0 : wire::wellFormedUtf8Length(at + i, bytes.size() - i);
-        if (length > 0) {
-            out.append(bytes.substr(i, length));
-            i += length;
-        } else {
-            char escaped[8];
-            std::snprintf(escaped, sizeof escaped, "\\x%02X", unsigned(at[i]));
-            out += escaped;
-            ++i;
-        }
-    }
-    return out;
-}
-
-// Parses a spec's text, refusing what the JSON standard leaves open but a spec cannot mean: a key
-// given twice in one object (nlohmann-json would keep the last silently), and nesting deeper than
-// kMaxDepth. Every error says where: the JSON path being read, and for syntax errors the line and
-// column.
-class DocumentReader {
-public:
-    explicit DocumentReader(std::string_view text) : m_text(text) {}
-
-    std::optional<json> parse(std::vector<SpecError>& errors)
-    {
-        try {
-            json document = json::parse(m_text.begin(), m_text.end(),
-                                         [this](int depth, json::parse_event_t event, json& parsed) {
-                                             return visit(depth, event, parsed);
-                                         });
-            if (!m_duplicates.empty()) {
-                errors.insert(errors.end(), m_duplicates.begin(), m_duplicates.end());
-                return std::nullopt;
-            }
-            return document;
-        } catch (const TooDeep&) {
-            errors.push_back({path(), "JSON nested deeper than " + std::to_string(kMaxDepth) +
-                                          " levels; a job spec needs only a few"});
-        } catch (const json::parse_error& e) {
-            errors.push_back({path(), position(e.byte) + ": not valid JSON: " + reason(e)});
-        } catch (const json::exception& e) {
-            // Numbers beyond double's range (1e400) surface as out_of_range, without a position.
-            errors.push_back({path(), "not valid JSON: " + reason(e) +
-                                          " (a number must lie within +-1.8e308, and an integer within 64 bits)"});
-        }
-        return std::nullopt;
-    }
-
-private:
-    struct TooDeep {};
-    struct Frame {
-        bool object = true;
-        std::vector<std::string> keys;   // seen so far; a spec's objects are small
-        std::size_t index = 0;           // arrays: the element being read
-    };
-
-    bool visit(int depth, json::parse_event_t event, json& parsed)
-    {
-        using Event = json::parse_event_t;
-        switch (event) {
-        case Event::object_start:
-        case Event::array_start:
-            if (depth >= kMaxDepth)
-                throw TooDeep{};
-            m_frames.push_back({event == Event::object_start, {}, 0});
-            break;
-        case Event::key: {
-            Frame& frame = m_frames.back();
-            std::string key = parsed.get<std::string>();
-            if (std::find(frame.keys.begin(), frame.keys.end(), key) != frame.keys.end()) {
-                frame.keys.push_back(std::move(key));
-                m_duplicates.push_back({path(), "this key appears more than once in the same object; keep one"});
-            } else {
-                frame.keys.push_back(std::move(key));
-            }
-            break;
-        }
-        case Event::object_end:
-        case Event::array_end:
-            m_frames.pop_back();
-            elementDone();
-            break;
-        case Event::value:
-            elementDone();
-            break;
-        }
-        return true;
-    }
-
-    void elementDone()
-    {
-        if (!m_frames.empty() && !m_frames.back().object)
-            ++m_frames.back().index;
-    }
-
-    // "parallel.dp", "a.b[2].c": where the parser is.
-    std::string path() const
-    {
-        std::string out;
-        for (const Frame& frame : m_frames) {
-            if (!frame.object)
-                out += "[" + std::to_string(frame.index) + "]";
-            else if (!frame.keys.empty())
-                out += (out.empty() ? "" : ".") + printable(frame.keys.back());
-        }
-        return out;
-    }
-
-    // Line and column of a byte offset, which editors understand.
-    std::string position(std::size_t byte) const
-    {
-        const std::size_t offset = std::min<std::size_t>(byte == 0 ? 0 : byte - 1, m_text.size());
-        const auto begin = m_text.begin();
-        const std::size_t line = std::size_t(std::count(begin, begin + std::ptrdiff_t(offset), '\n')) + 1;
-        const std::size_t lineStart = m_text.rfind('\n', offset == 0 ? 0 : offset - 1);
-        const std::size_t column = offset - (lineStart == std::string_view::npos ? 0 : lineStart + 1) + 1;
-        return "line " + std::to_string(line) + ", column " + std::to_string(column);
-    }
-
-    // nlohmann-json's message without its "[json.exception.x.N] " prefix (and a parse error's own
-    // "parse error at line L, column C: ", which position() gives), quoting the input printably.
-    static std::string reason(const json::exception& e)
-    {
-        std::string what = e.what();
-        if (const std::size_t bracket = what.find("] "); bracket != std::string::npos)
-            what = what.substr(bracket + 2);
-        if (const std::size_t colon = what.find(": "); e.id >= 100 && e.id < 200 && colon != std::string::npos)
-            what = what.substr(colon + 2);
-        return printable(what);
-    }
-
-    std::string_view m_text;
-    std::vector<Frame> m_frames;
-    std::vector<SpecError> m_duplicates;
-};
 
 }  // namespace
 
@@ -852,8 +702,7 @@ LoadResult loadJobSpec(const json& document)
 {
     LoadResult result;
     if (const std::optional<std::string> deep = tooDeepAt(document)) {
-        result.errors.push_back({*deep, "JSON nested deeper than " + std::to_string(kMaxDepth) +
-                                            " levels; a job spec needs only a few"});
+        result.errors.push_back({*deep, wire::jsonTooDeepMessage()});
         return result;
     }
     if (!document.is_object()) {
@@ -873,7 +722,7 @@ LoadResult loadJobSpec(const json& document)
     if (const json* cluster = top.object("cluster", true))
         readCluster(*cluster, spec.cluster, result.errors);
     if (const json* train = top.object("train"))
-        readTrain(*train, spec.train, result.errors);
+        readTrain(*train, spec.train, spec.model, result.errors);
     top.readEnum("backend", spec.backend, kBackends);
     top.rejectUnknownKeys();
     if (!result.errors.empty())
@@ -888,11 +737,14 @@ LoadResult loadJobSpec(const json& document)
 
 LoadResult parseJobSpec(std::string_view text)
 {
-    DocumentReader reader(text);
-    LoadResult result;
-    std::optional<json> document = reader.parse(result.errors);
-    if (!document)
+    std::vector<wire::JsonProblem> problems;
+    std::optional<json> document = wire::parseStrictJson(text, problems);
+    if (!document) {
+        LoadResult result;
+        for (wire::JsonProblem& problem : problems)
+            result.errors.push_back({std::move(problem.path), std::move(problem.message)});
         return result;
+    }
     return loadJobSpec(*document);
 }
 

@@ -58,9 +58,7 @@ Ingest::Accepted Ingest::accept(std::span<const std::uint8_t> frame, std::int64_
     live.lastHeardNs = nowNs;
     for (const wire::Record& record : batch.records)
         if (const auto* h = std::get_if<wire::HeartbeatRecord>(&record)) {
-            const bool final = h->state == wire::RankState::Finished || h->state == wire::RankState::Failed ||
-                               h->state == wire::RankState::Terminated;
-            if (final && live.endedNs == 0)
+            if (wire::isFinal(h->state) && live.endedNs == 0)
                 live.endedNs = nowNs;
             live.state = h->state;
             live.detail = h->detail;

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <ctime>
 #include <filesystem>
 #include <regex>
@@ -31,12 +33,17 @@ constexpr std::chrono::milliseconds kDrainTime{2000};
 // SIGKILL.
 constexpr std::chrono::milliseconds kSettleLimit{10000};
 constexpr std::chrono::milliseconds kTerminateGrace{3000};
-bool isFinal(wire::RankState state)
+
+
+store::SessionOutcome failedRank(std::uint32_t rank, std::string cause)
 {
-    return state == wire::RankState::Finished || state == wire::RankState::Failed ||
-           state == wire::RankState::Terminated;
+    return {store::Outcome::Failed, std::move(cause), std::int32_t(rank), 0};
 }
 
+bool communicationFailed(const RankLiveness& live)
+{
+    return live.state == wire::RankState::Failed && live.detail == wire::kCommunicationFailedStatus;
+}
 
 std::string layoutWords(const plan::ParallelSpec& p)
 {
@@ -182,11 +189,15 @@ private:
     std::string failedRankCause(std::uint32_t rank) const;
     void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
     std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched) const;
-    store::SessionOutcome launcherVerdict(const ExitStatus& exit) const;
-    // The rank whose last heartbeat said `state` first (by the engine's clock), before any teardown.
-    std::optional<std::uint32_t> firstEnded(wire::RankState state) const;
+    // The cause once the launcher has ended (or, without `exit`, while it goes on regardless).
+    store::SessionOutcome launcherVerdict(const std::optional<ExitStatus>& exit) const;
+    // A cause a rank gave of itself: it failed by itself, or finished before the last step.
+    std::optional<store::SessionOutcome> ownVerdict() const;
+    // The rank whose last heartbeat, sent before any teardown, came first (by the engine's clock)
+    // among those `said` picks.
+    std::optional<std::uint32_t> firstEnded(const std::function<bool(const RankLiveness&)>& said) const;
+    bool endedBeforeTeardown(const RankLiveness& live) const;
     std::string terminatedRankCause(std::uint32_t rank) const;
-    std::string finishedEarlyCause(std::uint32_t rank) const;
     // What a silent rank's process is doing, when it runs on this host; empty otherwise.
     std::string silentRankState(std::uint32_t rank) const;
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
@@ -208,7 +219,7 @@ private:
     LauncherReport m_launcherReport;
     int m_lastStep = 0;               // the step every rank's last heartbeat says when the job completes
     std::int64_t m_teardownNs = 0;    // when the engine began stopping the job, 0 before
-    bool m_stoppedLauncher = false;   // the engine signalled the launcher (a verdict, a stop)
+    bool m_leftRanksStopped = false;  // the launcher ended and left ranks running, which the engine stopped
 };
 
 store::SessionHeader Run::header() const
@@ -278,14 +289,15 @@ std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched
 {
     const std::int64_t now = wire::wallAlignedNowNs();
     const auto timeoutNs = std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
+    if (std::optional<store::SessionOutcome> own = ownVerdict())
+        return own;
+    // A rank whose collective failed points at a peer that ended first, and asked mpirun to end the
+    // job, whose report will say who: only if the job goes on regardless does the engine decide.
+    if (const auto rank = firstEnded(communicationFailed); rank && now - liveness(*rank).endedNs > timeoutNs)
+        return launcherVerdict(std::nullopt);
     for (std::uint32_t r = 0; r < m_world; ++r) {
         const RankLiveness& live = liveness(r);
-        if (live.everHeard && live.state == wire::RankState::Failed)
-            return store::SessionOutcome{store::Outcome::Failed, failedRankCause(r), std::int32_t(r), 0};
-        // Its peers would wait for it in their next collective for ever, heartbeats and all.
-        if (live.state == wire::RankState::Finished && live.completedSteps < m_lastStep)
-            return store::SessionOutcome{store::Outcome::Failed, finishedEarlyCause(r), std::int32_t(r), 0};
-        if (live.everHeard && !isFinal(live.state) && now - live.lastHeardNs > timeoutNs) {
+        if (live.everHeard && !wire::isFinal(live.state) && now - live.lastHeardNs > timeoutNs) {
             char silence[32];
             std::snprintf(silence, sizeof silence, "%.1f", double(now - live.lastHeardNs) * 1e-9);
             const std::string state = silentRankState(r);
@@ -303,24 +315,40 @@ std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched
     return std::nullopt;
 }
 
-std::optional<std::uint32_t> Run::firstEnded(wire::RankState state) const
+std::optional<std::uint32_t> Run::firstEnded(const std::function<bool(const RankLiveness&)>& said) const
 {
     std::optional<std::uint32_t> first;
     for (std::uint32_t r = 0; r < m_world; ++r) {
         const RankLiveness& live = liveness(r);
-        // A rank the engine's own teardown ended says nothing about the cause.
-        const bool beforeTeardown = m_teardownNs == 0 || live.endedNs < m_teardownNs;
-        if (live.state == state && live.endedNs > 0 && beforeTeardown &&
+        if (live.endedNs > 0 && endedBeforeTeardown(live) && said(live) &&
             (!first || live.endedNs < liveness(*first).endedNs))
             first = r;
     }
     return first;
 }
 
-std::string Run::finishedEarlyCause(std::uint32_t rank) const
+bool Run::endedBeforeTeardown(const RankLiveness& live) const
 {
-    return rankWords(rank) + " finished after step " + std::to_string(liveness(rank).completedSteps) + " of " +
-           std::to_string(m_lastStep) + " while the others went on";
+    // What a rank said once the engine began tearing the job down is a consequence, not a cause.
+    return live.endedNs > 0 && (m_teardownNs == 0 || live.endedNs < m_teardownNs);
+}
+
+std::optional<store::SessionOutcome> Run::ownVerdict() const
+{
+    const auto failedByItself = [](const RankLiveness& live) {
+        return live.state == wire::RankState::Failed && live.detail != wire::kCommunicationFailedStatus;
+    };
+    if (const auto rank = firstEnded(failedByItself))
+        return failedRank(*rank, failedRankCause(*rank));
+    // Its peers would wait for it in their next collective for ever, heartbeats and all.
+    const auto finishedEarly = [this](const RankLiveness& live) {
+        return live.state == wire::RankState::Finished && live.completedSteps < m_lastStep;
+    };
+    if (const auto rank = firstEnded(finishedEarly))
+        return failedRank(*rank, rankWords(*rank) + " finished after step " +
+                                     std::to_string(liveness(*rank).completedSteps) + " of " +
+                                     std::to_string(m_lastStep) + " while the others went on");
+    return std::nullopt;
 }
 
 std::string Run::terminatedRankCause(std::uint32_t rank) const
@@ -353,44 +381,63 @@ std::string Run::silentRankState(std::uint32_t rank) const
     }
 }
 
-store::SessionOutcome Run::launcherVerdict(const ExitStatus& exit) const
+store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit) const
 {
     const std::string launcher = m_request.oneDevice ? "the agent" : "mpirun";
-    const auto failed = [](std::uint32_t rank, std::string cause) {
-        return store::SessionOutcome{store::Outcome::Failed, std::move(cause), std::int32_t(rank), 0};
-    };
-    // Evidence in order of trust: what a rank said last about itself; then whom mpirun saw end the
-    // job first; then how the launcher itself ended. What the ranks said after the engine began
-    // tearing the job down is a consequence, not a cause.
-    if (const auto rank = firstEnded(wire::RankState::Failed))
-        return failed(*rank, failedRankCause(*rank));
-    for (std::uint32_t r = 0; r < m_world; ++r)
-        if (const RankLiveness& live = liveness(r);
-            live.state == wire::RankState::Finished && live.completedSteps < m_lastStep)
-            return failed(r, finishedEarlyCause(r));
+    // Evidence in order of trust: what a rank said of itself; whom mpirun saw end the job first; how
+    // mpirun itself ended; then what the ranks' last heartbeats leave to infer.
+    if (std::optional<store::SessionOutcome> own = ownVerdict())
+        return *own;
     if (m_launcherReport.rank >= 0 && std::uint32_t(m_launcherReport.rank) < m_world) {
         const auto rank = std::uint32_t(m_launcherReport.rank);
         if (liveness(rank).state == wire::RankState::Terminated)
-            return failed(rank, terminatedRankCause(rank));
+            return failedRank(rank, terminatedRankCause(rank));
         std::string cause = rankWords(rank) + " " + m_launcherReport.describe();
         if (m_launcherReport.improper)
             cause += " (its last heartbeat said step " + std::to_string(liveness(rank).completedSteps) + " of " +
                      std::to_string(m_lastStep) + ")";
-        return failed(rank, cause);
+        return failedRank(rank, cause);
     }
-    if (const auto rank = firstEnded(wire::RankState::Terminated))
-        return failed(*rank, terminatedRankCause(*rank));
-    if (exit.signal != 0 && !m_stoppedLauncher)
+    // The engine never signals a launcher before it has a verdict, so this signal came from elsewhere.
+    if (exit && exit->signal != 0) {
+        if (m_request.oneDevice)   // the agent is rank 0 itself
+            return failedRank(0, rankWords(0) + " " + exit->describe());
         return {store::Outcome::Failed,
-                launcher + " was " + exit.describe() + ", a signal the engine did not send; the ranks it left were stopped",
+                launcher + " was killed by signal " + std::to_string(exit->signal) + " (" + strsignal(exit->signal) +
+                    "), which the engine did not send" +
+                    (m_leftRanksStopped ? "; the ranks it left running were stopped" : ""),
                 -1, 0};
-    for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = liveness(r);
-        if (live.everHeard && !isFinal(live.state))
-            return failed(r, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory); " +
-                                 launcher + " " + exit.describe());
     }
-    return {store::Outcome::Failed, launcher + " " + exit.describe() + " (its output is in the session's log)" + rootHint(), -1, 0};
+    std::vector<std::uint32_t> heard, terminated;
+    for (std::uint32_t r = 0; r < m_world; ++r)
+        if (liveness(r).everHeard) {
+            heard.push_back(r);
+            if (liveness(r).state == wire::RankState::Terminated && endedBeforeTeardown(liveness(r)))
+                terminated.push_back(r);
+        }
+    if (heard.size() > 1 && terminated.size() == heard.size()) {
+        const int signal = liveness(terminated.front()).detail;
+        return {store::Outcome::Failed,
+                "every rank was terminated by signal " + std::to_string(signal) + " (" + strsignal(signal) +
+                    "), which the engine did not send: the job was ended from outside (" + launcher +
+                    " signalled, or the whole job: kill, scancel, a time limit)",
+                -1, 0};
+    }
+    // Without the launcher's end, a rank counts as gone only once it has been silent for the timeout.
+    const std::string ended = exit ? "; " + launcher + " " + exit->describe() : std::string();
+    const auto timeoutNs = std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
+    const std::int64_t now = wire::wallAlignedNowNs();
+    for (std::uint32_t r : heard)
+        if (!endedBeforeTeardown(liveness(r)) && (exit || now - liveness(r).lastHeardNs > timeoutNs))
+            return failedRank(r, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory)" + ended);
+    if (const auto rank = firstEnded([](const RankLiveness& live) { return live.state == wire::RankState::Terminated; }))
+        return failedRank(*rank, terminatedRankCause(*rank));
+    if (const auto rank = firstEnded(communicationFailed))
+        return failedRank(*rank, failedRankCause(*rank) + " (a peer may have ended first; see the session's log)");
+    return {store::Outcome::Failed,
+            launcher + (exit ? " " + exit->describe() : std::string(" did not end the job")) +
+                " (its output is in the session's log)" + rootHint(),
+            -1, 0};
 }
 
 std::string Run::rootHint() const
@@ -459,13 +506,12 @@ RunResult Run::execute()
                     verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info : wire::LogLevel::Error,
                     verdict->cause + "; stopping the job");
                 m_teardownNs = wire::wallAlignedNowNs();
-                m_stoppedLauncher = true;
                 // Every rank is asked to say it stops; the one at fault may be past answering.
                 const std::int32_t culprit = verdict->failedRank;
                 job->stop(wire::kEngineStopSignal, kSettleLimit, [this, culprit] {
                     m_collector.receive();
                     for (std::uint32_t r = 0; r < m_world; ++r)
-                        if (std::int32_t(r) != culprit && liveness(r).everHeard && !isFinal(liveness(r).state))
+                        if (std::int32_t(r) != culprit && liveness(r).everHeard && !wire::isFinal(liveness(r).state))
                             return false;
                     return true;
                 }, kTerminateGrace);
@@ -476,7 +522,7 @@ RunResult Run::execute()
         if (exit) {
             bool allFinal = true;
             for (std::uint32_t r = 0; r < m_world; ++r)
-                allFinal = allFinal && isFinal(liveness(r).state);
+                allFinal = allFinal && wire::isFinal(liveness(r).state);
             if (allFinal || Clock::now() >= drainUntil)
                 break;
         }
@@ -491,6 +537,7 @@ RunResult Run::execute()
     if (job->descendantsAlive()) {
         if (m_teardownNs == 0)
             m_teardownNs = wire::wallAlignedNowNs();
+        m_leftRanksStopped = true;
         m_collector.engineLog(wire::LogLevel::Warning, "the launcher ended and left ranks running; stopping them");
         job->terminate(kTerminateGrace);
         m_collector.receive();

@@ -20,6 +20,8 @@ namespace meshbench::service {
 
 std::string ExitStatus::describe() const
 {
+    if (signal == SIGKILL)   // nothing but the kernel or another process sends it
+        return "killed by signal 9 (Killed): by hand, or by the out-of-memory killer (see dmesg)";
     if (signal != 0)
         return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
     return "exited with status " + std::to_string(code);
@@ -161,10 +163,10 @@ std::optional<ExitStatus> LaunchedProcess::poll()
 
 void LaunchedProcess::noteTree()
 {
-    // A /proc scan costs a millisecond or two; a rank started in the last moments before the launcher
-    // died is the one that can be missed.
+    // Once a second (a scan of /proc where the kernel lists no children); a rank started in the last
+    // second before the launcher died is the one that can be missed.
     const auto now = std::chrono::steady_clock::now();
-    if (now - m_treeNoted < std::chrono::milliseconds(200))
+    if (now - m_treeNoted < std::chrono::seconds(1))
         return;
     m_treeNoted = now;
     for (pid_t pid : descendantsOf(m_pid))
@@ -173,13 +175,17 @@ void LaunchedProcess::noteTree()
             m_tree.push_back(*id);
 }
 
-std::vector<pid_t> LaunchedProcess::liveTree()
+std::vector<ProcessId> LaunchedProcess::liveTree()
 {
-    std::vector<pid_t> pids = m_exit ? std::vector<pid_t>{} : descendantsOf(m_pid);
+    std::vector<ProcessId> tree;
+    if (!m_exit)
+        for (pid_t pid : descendantsOf(m_pid))
+            if (const std::optional<ProcessId> id = processId(pid))
+                tree.push_back(*id);
     for (const ProcessId& id : m_tree)
-        if (processId(id.pid) == id && std::find(pids.begin(), pids.end(), id.pid) == pids.end())
-            pids.push_back(id.pid);
-    return pids;
+        if (processId(id.pid) == id && std::find(tree.begin(), tree.end(), id) == tree.end())
+            tree.push_back(id);
+    return tree;
 }
 
 bool LaunchedProcess::descendantsAlive() const
@@ -206,34 +212,41 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
     poll();
     // The ranks are asked first, so that each can send its last heartbeat before a launcher that
     // is being stopped kills them outright; then the launcher; then whatever is left is killed.
-    // The tree is taken before signalling: once mpirun is gone its children are reparented.
-    const std::vector<pid_t> children = liveTree();
+    // The tree is taken before signalling: once mpirun is gone its children are reparented. Each
+    // process is signalled only while its pid still names it (a pid is reused once reaped).
+    const std::vector<ProcessId> children = liveTree();
     if (m_exit && children.empty())
         return;
-    auto waitUntilGone = [&](const std::vector<pid_t>& pids, bool withLauncher, std::chrono::milliseconds limit) {
+    const auto signalTree = [&children](int signal) {
+        for (const ProcessId& id : children)
+            if (processId(id.pid) == id)
+                kill(id.pid, signal);
+    };
+    auto waitUntilGone = [&](bool withLauncher, std::chrono::milliseconds limit) {
         const auto deadline = std::chrono::steady_clock::now() + limit;
         auto anyAlive = [&] {
             poll();
-            return (withLauncher && !m_exit) || std::any_of(pids.begin(), pids.end(), processAlive);
+            return (withLauncher && !m_exit) || std::any_of(children.begin(), children.end(), [](const ProcessId& id) {
+                       return processId(id.pid) == id;
+                   });
         };
         while (anyAlive() && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         return !anyAlive();
     };
-    for (pid_t p : children)
-        kill(p, SIGTERM);
-    waitUntilGone(children, false, grace / 2);
+    signalTree(SIGTERM);
+    waitUntilGone(false, grace / 2);
     if (!poll()) {
         killpg(m_pid, SIGTERM);
         kill(m_pid, SIGTERM);
     }
-    if (!waitUntilGone(children, true, grace / 2)) {
-        if (!m_exit) {
-            killpg(m_pid, SIGKILL);
+    if (!waitUntilGone(true, grace / 2)) {
+        // The process group outlives its leader while members are left; its id cannot be reused until
+        // they are gone, so it is safe to signal even after the launcher was reaped.
+        killpg(m_pid, SIGKILL);
+        if (!m_exit)
             kill(m_pid, SIGKILL);
-        }
-        for (pid_t p : children)
-            kill(p, SIGKILL);
+        signalTree(SIGKILL);
     }
     if (!m_exit) {
         int status = 0;
@@ -273,9 +286,24 @@ std::optional<Stat> readStat(pid_t pid)
     return fields ? std::optional<Stat>(out) : std::nullopt;
 }
 
-}  // namespace
+// The children of one process, from /proc/PID/task/TID/children (Linux 3.5+ with CONFIG_PROC_CHILDREN).
+std::vector<pid_t> childrenListed(pid_t pid)
+{
+    std::vector<pid_t> children;
+    const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+    if (DIR* dir = opendir(tasks.c_str())) {
+        while (dirent* entry = readdir(dir)) {
+            std::ifstream list(tasks + "/" + entry->d_name + "/children");
+            for (long child = 0; entry->d_name[0] != '.' && list >> child;)
+                children.push_back(pid_t(child));
+        }
+        closedir(dir);
+    }
+    return children;
+}
 
-std::vector<pid_t> descendantsOf(pid_t root)
+// Every process's parent, from a scan of all of /proc: where the kernel has no children lists.
+std::multimap<pid_t, pid_t> childrenByParent()
 {
     std::multimap<pid_t, pid_t> children;
     if (DIR* proc = opendir("/proc")) {
@@ -289,16 +317,36 @@ std::vector<pid_t> descendantsOf(pid_t root)
         }
         closedir(proc);
     }
+    return children;
+}
+
+}  // namespace
+
+std::vector<pid_t> descendantsOf(pid_t root)
+{
+    // The children lists cost the job's own tree; without them, one scan of the host's processes.
+    static const bool listed = std::ifstream("/proc/self/task/" + std::to_string(gettid()) + "/children").good();
+    std::multimap<pid_t, pid_t> byParent;
+    if (!listed)
+        byParent = childrenByParent();
     std::vector<pid_t> found;
     std::vector<pid_t> frontier{root};
     while (!frontier.empty()) {
         const pid_t p = frontier.back();
         frontier.pop_back();
-        auto [begin, end] = children.equal_range(p);
-        for (auto it = begin; it != end; ++it) {
-            found.push_back(it->second);
-            frontier.push_back(it->second);
+        std::vector<pid_t> children;
+        if (listed) {
+            children = childrenListed(p);
+        } else {
+            auto [begin, end] = byParent.equal_range(p);
+            for (auto it = begin; it != end; ++it)
+                children.push_back(it->second);
         }
+        for (pid_t child : children)
+            if (child > 0 && std::find(found.begin(), found.end(), child) == found.end()) {
+                found.push_back(child);
+                frontier.push_back(child);
+            }
     }
     return found;
 }

@@ -83,7 +83,7 @@ private:
     std::vector<ProcessId> m_tree;
     std::chrono::steady_clock::time_point m_treeNoted;
     void noteTree();
-    std::vector<pid_t> liveTree();
+    std::vector<ProcessId> liveTree();
 };
 
 // Every live descendant of `pid`, from /proc (Linux).

@@ -31,8 +31,9 @@ constexpr const char* kUsage =
     "  replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT]\n"
     "         re-publish a stored session on the live feed, as if it were running\n"
     "\n"
-    "exit status: 0 done, 1 the job spec is wrong, 2 the command line is wrong;\n"
-    "run: 3 the job failed, 4 it was stopped, 5 it could not be started\n";
+    "exit status: 0 done, 1 the job spec is wrong or a session cannot be read, 2 the command line is wrong;\n"
+    "run: 3 the job failed, 4 it was stopped, 5 it could not be started;\n"
+    "export: 5 an output cannot be written; serve, replay: 5 an endpoint cannot be bound\n";
 
 }  // namespace
 

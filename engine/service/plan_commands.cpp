@@ -100,7 +100,10 @@ int runPlanCommand(const std::vector<std::string>& args)
     const Plan plan = makePlan(file->spec, unitCosts);
     if (!plan.simulation.completed) {
         // The schedules are built to be deadlock-free; reaching this is a bug in the planner.
-        std::cerr << "meshbench-engine: internal error: the schedule did not complete: " << plan.simulation.error << "\n";
+        const std::string error = "internal error: the schedule did not complete: " + plan.simulation.error;
+        std::cerr << "meshbench-engine: " << error << "\n";
+        if (json)
+            std::cout << wire::jsonText(nlohmann::json{{"valid", false}, {"internal_error", error}}, 2) << "\n";
         return 3;
     }
     std::cout << (json ? wire::jsonText(planToJson(plan), 2) + "\n" : planToText(plan));

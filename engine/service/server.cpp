@@ -157,6 +157,8 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                    const std::string& session, bool endWhenDone)
 {
     LivePublisher publisher(context, worker.source);
+    // Every page is read once before anything plays (on this thread: a large session takes a while).
+    reader->checkStructure();
     const plan::JobSpec spec = sessionSpec(*reader, session);
     const plan::Plan plan = plan::makePlan(spec);
     const std::int64_t endedNs = reader->outcome().endedNs;
@@ -269,9 +271,12 @@ std::string withPortPlusOne(const std::string& endpoint)
     return endpoint.substr(0, colon + 1) + (port == "*" ? port : std::to_string(std::stoi(port) + 1));
 }
 
-}  // namespace
-
-namespace {
+// The "source" a request names ("job-N", "replay-N"); empty when absent or not a string.
+std::string sourceArgument(const nlohmann::json& args)
+{
+    const auto it = args.find("source");
+    return it != args.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
 
 // The host of tcp://HOST:PORT ("[::1]" keeps its brackets).
 std::string tcpHost(const std::string& endpoint)
@@ -294,6 +299,10 @@ bool isLoopbackEndpoint(const std::string& endpoint, std::string& why)
     const std::string host = tcpHost(endpoint);
     if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "lo")
         return true;
+    if (host.find(':') != std::string::npos && host.front() != '[') {
+        why = "'" + endpoint + "': write an IPv6 address in brackets, e.g. tcp://[::1]:5570";
+        return false;
+    }
     why = "refusing to serve on '" + endpoint +
           "': it is reachable from other machines and this engine has no authentication yet (CURVE keys are "
           "still to come); bind to tcp://127.0.0.1:PORT and reach it through an SSH tunnel "
@@ -316,7 +325,11 @@ struct Server::Impl {
         std::vector<zmq::message_t> envelope;
         std::string body;
     };
-    std::map<std::string, std::deque<PendingReply>> pending;
+    struct ClientQueue {
+        std::deque<PendingReply> replies;
+        std::size_t bytes = 0;
+    };
+    std::map<std::string, ClientQueue> pending;
     std::uint64_t droppedReplies = 0;
 
     void answer(std::vector<zmq::message_t> envelope, const std::string& body);
@@ -359,8 +372,9 @@ void bindOrThrow(zmq::socket_t& socket, const std::string& endpoint, const char*
     }
 }
 
-// Replies held for one client whose queue is full; beyond this it is not reading them.
+// Replies held for one client whose queue is full; beyond either bound it is not reading them.
 constexpr std::size_t kMaxPendingReplies = 100'000;
+constexpr std::size_t kMaxPendingBytes = std::size_t(256) << 20;
 
 std::optional<double> speedArgument(const nlohmann::json& args, std::string& error)
 {
@@ -422,7 +436,6 @@ std::string Server::Impl::openReplay(const std::string& session, double speed)
 {
     // Opened here, so that an unreadable session is an error reply rather than a silent worker.
     auto reader = std::make_shared<store::SessionReader>(session);
-    reader->checkStructure();
     sessionSpec(*reader, session);
     auto worker = std::make_unique<Worker>();
     worker->source = "replay-" + std::to_string(nextReplay++);
@@ -494,17 +507,6 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
     workers[w.source] = std::move(worker);
     return reply;
 }
-
-namespace {
-
-// The "source" a request names ("job-N", "replay-N"); empty when absent or not a string.
-std::string sourceArgument(const nlohmann::json& args)
-{
-    const auto it = args.find("source");
-    return it != args.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-}  // namespace
 
 Worker* Server::Impl::replay(const nlohmann::json& args, std::string& error)
 {
@@ -663,26 +665,29 @@ bool Server::Impl::trySend(PendingReply& reply)
 
 void Server::Impl::queueReply(PendingReply reply)
 {
-    std::deque<PendingReply>& queue = pending[reply.envelope.front().to_string()];
-    if (queue.size() >= kMaxPendingReplies) {
+    ClientQueue& queue = pending[reply.envelope.front().to_string()];
+    if (queue.replies.size() >= kMaxPendingReplies || queue.bytes + reply.body.size() > kMaxPendingBytes) {
         // A client that sends without reading its replies cannot hold the engine's memory.
         ++droppedReplies;
         if (droppedReplies == 1 || droppedReplies % 1000 == 0)
             std::fprintf(stderr, "meshbench-engine: %llu control replies dropped: a client sends requests without "
-                                 "reading the replies (%zu are waiting for it)\n",
-                         static_cast<unsigned long long>(droppedReplies), queue.size());
+                                 "reading the replies (%zu, %zu bytes, are waiting for it)\n",
+                         static_cast<unsigned long long>(droppedReplies), queue.replies.size(), queue.bytes);
         return;
     }
-    queue.push_back(std::move(reply));
+    queue.bytes += reply.body.size();
+    queue.replies.push_back(std::move(reply));
 }
 
 void Server::Impl::sendPending()
 {
     for (auto it = pending.begin(); it != pending.end();) {
-        std::deque<PendingReply>& queue = it->second;
-        while (!queue.empty() && trySend(queue.front()))
-            queue.pop_front();
-        it = queue.empty() ? pending.erase(it) : std::next(it);
+        ClientQueue& queue = it->second;
+        while (!queue.replies.empty() && trySend(queue.replies.front())) {
+            queue.bytes -= queue.replies.front().body.size();
+            queue.replies.pop_front();
+        }
+        it = queue.replies.empty() ? pending.erase(it) : std::next(it);
     }
 }
 
@@ -707,12 +712,13 @@ std::string Server::Impl::replyText(const std::optional<wire::ControlRequest>& r
         const std::string op = request ? std::string(wire::controlOpName(request->op)) : "request";
         text = wire::jsonText(wire::controlError(
             request ? request->id : parsed.id,
-            "the " + op + " reply would be " + std::to_string(text.size() >> 20) + " MiB, over the " +
-                std::to_string(wire::kMaxControlBytes >> 20) +
-                " MiB a reply may hold" +
+            "the " + op + " reply would be " + std::to_string(text.size()) + " bytes, over the " +
+                std::to_string(wire::kMaxControlBytes >> 20) + " MiB a reply may hold" +
                 (request && request->op == wire::ControlOp::Plan
                      ? "; the schedule's op list is what grows: lower parallel.microbatches (with a larger "
                        "micro_batch_size) or parallel.pp"
+                 : request && request->op == wire::ControlOp::Sessions
+                     ? "; list a folder with fewer sessions (\"dir\")"
                      : "")));
     }
     return text;

@@ -74,6 +74,8 @@ int runSessionsCommand(const std::vector<std::string>& args)
         listing = store::listSessions(dir);
     } catch (const store::StoreError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
+        if (json)
+            std::cout << wire::jsonText(nlohmann::json{{"directory", dir}, {"error", e.what()}}, 2) << "\n";
         return 1;
     }
     if (json) {

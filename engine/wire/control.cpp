@@ -1,5 +1,7 @@
 #include "control.h"
 
+#include "text.h"
+
 #include <array>
 
 namespace meshbench::wire {
@@ -47,11 +49,15 @@ ParsedControl parseControlRequest(std::string_view frame)
                        std::to_string(kMaxControlBytes) + " are accepted";
         return parsed;
     }
-    nlohmann::json doc = nlohmann::json::parse(frame, nullptr, false);
-    if (doc.is_discarded()) {
-        parsed.error = "the request is not JSON; send one JSON object such as {\"v\": 1, \"op\": \"hello\"}";
+    std::vector<JsonProblem> problems;
+    std::optional<nlohmann::json> strict = parseStrictJson(frame, problems);
+    if (!strict) {
+        const JsonProblem& first = problems.front();
+        parsed.error = "the request is not one JSON object such as {\"v\": 1, \"op\": \"hello\"}: " +
+                       (first.path.empty() ? "" : first.path + ": ") + first.message;
         return parsed;
     }
+    nlohmann::json doc = std::move(*strict);
     if (!doc.is_object()) {
         parsed.error = "the request must be a JSON object such as {\"v\": 1, \"op\": \"hello\"}";
         return parsed;

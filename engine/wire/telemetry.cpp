@@ -757,6 +757,11 @@ std::string_view logLevelName(LogLevel level)
     return nameAt(kLogLevelNames, underlying(level));
 }
 
+bool isFinal(RankState state)
+{
+    return state == RankState::Finished || state == RankState::Failed || state == RankState::Terminated;
+}
+
 std::string_view rankStateName(RankState state)
 {
     return nameAt(kRankStateNames, underlying(state));

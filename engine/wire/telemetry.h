@@ -34,6 +34,7 @@
 // most kMaxExpertsPerLayer entries, strings of at most kMaxTextBytes bytes of valid UTF-8 (so the
 // store, the CSV and the JSON export never meet invalid text).
 
+#include <csignal>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -166,10 +167,16 @@ struct LogRecord {
 // connections still open, to be ended (SIGTERM, or kStopLingerSeconds at most): a rank that exited at
 // once would make its peers' MPI abort them before they had said so. Any other stop signal
 // (SIGTERM, SIGINT, SIGHUP) ends the rank right after its last heartbeat.
-constexpr int kEngineStopSignal = 12;   // SIGUSR2 on Linux
+// (The agent has the handler whenever it sends telemetry, as every agent the engine starts does.)
+constexpr int kEngineStopSignal = SIGUSR2;
 constexpr int kStopLingerSeconds = 30;
+// The exit status, and the Failed heartbeat's detail, of a rank whose collective failed: a peer
+// ended or the network broke. The engine weighs it below any evidence about that peer.
+constexpr int kCommunicationFailedStatus = 3;
 enum class RankState : std::uint8_t { Starting = 0, Running = 1, Finished = 2, Failed = 3, Terminated = 4 };
 std::string_view rankStateName(RankState state);
+// Finished, Failed or Terminated: a rank's last word.
+bool isFinal(RankState state);
 
 struct HeartbeatRecord {
     std::int64_t timeNs = 0;

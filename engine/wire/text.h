@@ -1,5 +1,6 @@
 #pragma once
-// Text that leaves the engine: UTF-8 checked and repaired, and JSON that cannot fail on bad bytes.
+// Text that enters and leaves the engine: UTF-8 checked and repaired, JSON parsed strictly, and JSON
+// written so that it cannot fail on bad bytes.
 // Text from outside — SQLite's messages about a corrupt file, a path, a launcher's output, a damaged
 // session's columns — may hold bytes that are not UTF-8. nlohmann-json refuses to serialise those
 // (type_error 316) and CSV readers choke on them; here each becomes U+FFFD, so one bad byte costs a
@@ -8,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace meshbench::wire {
 
@@ -21,6 +24,27 @@ std::size_t wellFormedUtf8Length(const std::uint8_t* at, std::size_t left);
 std::size_t firstInvalidUtf8(std::span<const std::uint8_t> text);
 // `text` with each byte that does not start a well-formed sequence replaced by U+FFFD.
 std::string validUtf8(std::string_view text);
+
+// Bytes that are not printable UTF-8 (ill-formed sequences, control characters) written as \xNN, so
+// that a message quoting input stays readable text.
+std::string printableText(std::string_view bytes);
+
+// How deep a document of ours may nest: a job spec or a control request needs a few levels, and
+// copying or printing a deeper one recurses once per level.
+constexpr int kMaxJsonDepth = 64;
+std::string jsonTooDeepMessage();
+
+// A problem in a JSON text: where (a JSON path such as "parallel.dp" or "cluster.x[2].a", where the
+// parser was; empty for the document) and what.
+struct JsonProblem {
+    std::string path;
+    std::string message;
+};
+// The way JSON enters the engine. Refuses what the standard leaves open but a document of ours cannot
+// mean: a key given twice in one object (nlohmann-json would keep the last, silently), and nesting
+// deeper than kMaxJsonDepth. A syntax error gives its line and column; every message quotes the input
+// printably. Never throws: nothing, and the problems, when the text is refused.
+std::optional<nlohmann::json> parseStrictJson(std::string_view text, std::vector<JsonProblem>& problems);
 
 // The one way JSON leaves the engine (command output, control replies, the live feed, exports).
 // `indent` as for nlohmann::json::dump: -1 for one line.

@@ -30,6 +30,8 @@ private slots:
     void badSpecs_data();
     void badSpecs();
     void badSpecJsonReport();
+    void invalidUtf8IsReportedAsJson();
+    void aHugeScheduleIsPlannedWithoutItsOpList();
     void badCommandLines_data();
     void badCommandLines();
 
@@ -140,6 +142,45 @@ void TestEngineCli::badSpecJsonReport()
     QCOMPARE(j["valid"].get<bool>(), false);
     QCOMPARE(j["errors"][0]["path"].get<std::string>(), std::string("parallel.pp"));
     QVERIFY(j["errors"][0]["message"].get<std::string>().find("use pp 2, 3, 5, 6, 10 or 15") != std::string::npos);
+}
+
+void TestEngineCli::invalidUtf8IsReportedAsJson()
+{
+    // Issue 11: a stray byte made plan --json exit 3 with nothing on stdout (nlohmann-json refused to
+    // serialise the parser's message, which quoted the byte).
+    const QString path = write("{\"name\": \"\xff\"}");
+    for (const char* command : {"plan", "search"}) {
+        const Run r = engine({command, path, "--json"});
+        QCOMPARE(r.exitCode, 1);
+        const json j = json::parse(r.out.toStdString());
+        QCOMPARE(j["errors"][0]["path"].get<std::string>(), std::string("name"));
+        const std::string message = j["errors"][0]["message"];
+        QVERIFY2(message.find("line 1, column 11") != std::string::npos && message.find("\\xFF") != std::string::npos,
+                 message.c_str());
+    }
+    const Run text = engine({"plan", path});
+    QCOMPARE(text.exitCode, 1);
+    QVERIFY2(text.err.contains("name: line 1, column 11") && text.err.contains("\\xFF"), qPrintable(text.err));
+}
+
+void TestEngineCli::aHugeScheduleIsPlannedWithoutItsOpList()
+{
+    // Issue 11: 249,999 micro-batches on Llama-3-70B (pp 4: about a million pipeline slots) made plan
+    // --json take 7.5 GB and print 892 MB. The plan still comes, its op list left out.
+    QFile file(job("llama3-70b.json"));
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    json spec = json::parse(file.readAll().toStdString());
+    spec["parallel"]["microbatches"] = 249999;
+    const Run r = engine({"plan", write(QByteArray::fromStdString(spec.dump())), "--json"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.size() < 100000, qPrintable(QString::number(r.out.size())));
+    const json plan = json::parse(r.out.toStdString());
+    QCOMPARE(plan["schedule"].size(), 4u);
+    for (const json& stage : plan["schedule"]) {
+        QVERIFY(stage["ops"].empty());
+        QVERIFY(stage["bubble_ratio"].get<double>() >= 0);
+    }
+    QVERIFY(plan["warnings"].back().get<std::string>().find("lower parallel.microbatches") != std::string::npos);
 }
 
 void TestEngineCli::badCommandLines_data()

@@ -595,13 +595,16 @@ void TestJobSpec::trainDataRules_data()
     // The base model: vocab 32000, seq_len 2048. The first three are issue 11's: each planned as valid.
     row("unknown source", R"({"train": {"data": {"source": "zb-h2"}}})", "train.data.source",
         {"'zb-h2' is not allowed", "use markov or file"});
+    // The Markov chain's bounds are the model's: order up to seq_len, branching up to vocab.
     row("branching below int64", R"({"train": {"data": {"branching": -9223372036854775809}}})",
-        "train.data.branching", {"out of range", "use 2 to 100,000,000"});
-    row("order 0", R"({"train": {"data": {"order": 0}}})", "train.data.order", {"0 is out of range", "use 1 to"});
+        "train.data.branching", {"out of range", "use 2 to 32,000"});
+    row("order 0", R"({"train": {"data": {"order": 0}}})", "train.data.order", {"0 is out of range", "use 1 to 2,048"});
     row("order above seq_len", R"({"train": {"data": {"order": 2049}}})", "train.data.order",
-        {"order 2049 exceeds model.seq_len 2048", "use 1 to 2048"});
+        {"2049 is out of range; use 1 to 2,048"});
     row("branching above vocab", R"({"train": {"data": {"branching": 32001}}})", "train.data.branching",
-        {"branching 32001 exceeds model.vocab 32000", "use 2 to 32000"});
+        {"32001 is out of range; use 2 to 32,000"});
+    row("vocab too small for markov", R"({"model": {"vocab": 1}})", "model.vocab",
+        {"too small for the markov data source"});
     row("branching 1", R"({"train": {"data": {"branching": 1}}})", "train.data.branching", {"1 is out of range"});
     row("order as text", R"({"train": {"data": {"order": "2"}}})", "train.data.order", {"expected an integer"});
     row("data not an object", R"({"train": {"data": 5}})", "train.data", {"expected an object, got number 5"});

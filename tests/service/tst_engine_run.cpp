@@ -211,7 +211,7 @@ struct Ended {
     QString said;   // the engine's output
 };
 
-// Waits for the engine to end on its own, then checks that nothing of the job is left.
+// Waits for the engine to end on its own; what it said and stored.
 Ended waitForTheEnd(RunningDemo& demo, const QString& session)
 {
     Ended ended;
@@ -238,36 +238,42 @@ private slots:
 
     void aRankEndsEarly_data()
     {
-        QTest::addColumn<int>("signal");   // sent to rank 3; 0: the rank exits 0 by itself
+        QTest::addColumn<int>("signal");   // sent to rank 3; 0: the agent's test hook ends it
+        QTest::addColumn<QString>("hook");  // MESHBENCH_TEST_END_AFTER_STEP's value
         QTest::addColumn<QStringList>("cause");
-        QTest::newRow("SIGKILL") << int(SIGKILL) << QStringList{"rank 3 (", "killed by signal 9 (Killed)"};
+        QTest::newRow("SIGKILL") << int(SIGKILL) << QString() << QStringList{"rank 3 (", "killed by signal 9 (Killed)"};
         // It says so itself, and mpirun names it as the first to exit (status 143 = 128 + 15).
-        QTest::newRow("SIGTERM") << int(SIGTERM)
+        QTest::newRow("SIGTERM") << int(SIGTERM) << QString()
                                  << QStringList{"rank 3 (", "was terminated by signal 15 (Terminated), which the engine "
                                                             "did not send"};
-        QTest::newRow("SIGSEGV") << int(SIGSEGV) << QStringList{"rank 3 (", "killed by signal 11 (Segmentation fault)"};
+        QTest::newRow("SIGSEGV") << int(SIGSEGV) << QString()
+                                 << QStringList{"rank 3 (", "killed by signal 11 (Segmentation fault)"};
         // Issue 11: this was described as a kill. mpirun reports an exit without MPI_Finalize.
-        QTest::newRow("exit 0") << 0
+        QTest::newRow("exit 0") << 0 << "3:2:exit0"
                                 << QStringList{"rank 3 (", "exited with status 0 before the job ended",
                                                "its last heartbeat said step"};
+        // A rank that is done early says so; its peers would otherwise wait for it for ever.
+        QTest::newRow("finished early") << 0 << "3:2:finish"
+                                        << QStringList{"rank 3 (", "finished after step 2 of 2000 while the others went on"};
     }
 
     void aRankEndsEarly()
     {
         QFETCH(int, signal);
+        QFETCH(QString, hook);
         QFETCH(QStringList, cause);
         QTemporaryDir dir;
         const QString session = dir.filePath("rank-ends.meshbench");
         RunningDemo demo;
         demo.engine.setProcessChannelMode(QProcess::MergedChannels);
-        if (signal == 0) {
-            // The agent's fault hook: rank 3 ends with _exit(0) right after step 2.
+        if (!hook.isEmpty()) {
             QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-            env.insert("MESHBENCH_TEST_EXIT_AFTER_STEP", "3:2");
+            env.insert("MESHBENCH_TEST_END_AFTER_STEP", hook);
             demo.engine.setProcessEnvironment(env);
         }
         QVERIFY(demo.start(dir, session, 1));
         QCOMPARE(int(demo.pids.size()), 8);
+        const int stepsBefore = storedSteps(session);
         if (signal != 0)
             ::kill(demo.pids.at(3), signal);
         const Ended ended = waitForTheEnd(demo, session);
@@ -279,6 +285,29 @@ private slots:
         // The engine said it too, naming the rank as it stored it.
         QVERIFY2(ended.said.contains(QString::fromStdString(ended.outcome.cause)), qPrintable(ended.said));
         QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
+        QCOMPARE(integrityCheck(session), std::string("ok"));
+        // Nothing stored before is lost.
+        QVERIFY(storedSteps(session) >= stepsBefore);
+    }
+
+    void aKilledOneDeviceAgentIsRankZero()
+    {
+        // Without mpirun the agent is both the launcher and rank 0: a kill is rank 0's.
+        QTemporaryDir dir;
+        const QString session = dir.filePath("one-device-killed.meshbench");
+        RunningDemo demo;
+        demo.engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--one-device", "--session", session});
+        QVERIFY(waitForSteps(session, 1));
+        demo.pids = agentPids(session);
+        QCOMPARE(int(demo.pids.size()), 1);
+        ::kill(demo.pids.at(0), SIGKILL);
+        const Ended ended = waitForTheEnd(demo, session);
+        QCOMPARE(ended.exitCode, 3);
+        QCOMPARE(ended.outcome.outcome, store::Outcome::Failed);
+        QVERIFY2(ended.outcome.failedRank == 0, ended.outcome.cause.c_str());
+        QVERIFY2(QString::fromStdString(ended.outcome.cause).contains("rank 0 (") &&
+                     QString::fromStdString(ended.outcome.cause).contains("killed by signal 9 (Killed)"),
+                 ended.outcome.cause.c_str());
         QCOMPARE(integrityCheck(session), std::string("ok"));
     }
 
@@ -318,7 +347,7 @@ private slots:
         // Issue 11: this was blamed on rank 0 ("killed, e.g. SIGKILL or out of memory").
         QVERIFY2(ended.outcome.failedRank == -1, ended.outcome.cause.c_str());
         QVERIFY2(QString::fromStdString(ended.outcome.cause)
-                     .contains("mpirun was killed by signal 9 (Killed), a signal the engine did not send"),
+                     .contains("mpirun was killed by signal 9 (Killed), which the engine did not send"),
                  ended.outcome.cause.c_str());
         // The ranks it left behind were found and stopped.
         QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});

@@ -107,6 +107,31 @@ void damage(const QString& session, const char* sql)
     sqlite3_close(db);
 }
 
+// A DEALER that has sent `count` hello requests (ids 0, 1, ...) without reading a reply yet.
+zmq::socket_t sendHellos(zmq::context_t& context, const std::string& endpoint, int count, int receiveHighWater = 1000)
+{
+    zmq::socket_t dealer(context, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::sndhwm, 0);
+    dealer.set(zmq::sockopt::rcvhwm, receiveHighWater);
+    dealer.set(zmq::sockopt::rcvtimeo, 30000);
+    dealer.connect(endpoint);
+    for (int i = 0; i < count; ++i)
+        dealer.send(zmq::buffer(nlohmann::json{{"v", 1}, {"id", i}, {"op", "hello"}}.dump()));
+    return dealer;
+}
+
+// Every reply to sendHellos' requests, in order.
+void expectHelloReplies(zmq::socket_t& dealer, int count)
+{
+    for (int i = 0; i < count; ++i) {
+        zmq::message_t reply;
+        QVERIFY2(dealer.recv(reply), qPrintable(QStringLiteral("reply %1 of %2 never came").arg(i).arg(count)));
+        const nlohmann::json body = nlohmann::json::parse(reply.to_string_view());
+        QCOMPARE(body["ok"], true);
+        QCOMPARE(body["id"].get<int>(), i);
+    }
+}
+
 struct Served {
     QTemporaryDir sessions;
     QProcess process;
@@ -151,7 +176,8 @@ private slots:
         // Garbage, the wrong version, an unknown op: an error reply each, and the server lives on.
         nlohmann::json reply = client.requestRaw("not json at all");
         QCOMPARE(reply["ok"], false);
-        QVERIFY(reply["error"].get<std::string>().find("not JSON") != std::string::npos);
+        QVERIFY2(reply["error"].get<std::string>().find("line 1, column 2: not valid JSON") != std::string::npos,
+                 reply.dump().c_str());
         reply = client.requestRaw(R"({"v": 7, "id": 3, "op": "hello"})");
         QCOMPARE(reply["ok"], false);
         QCOMPARE(reply["id"], 3);
@@ -239,22 +265,21 @@ private slots:
         // high-water mark (1,000 by default), silently.
         Served served;
         zmq::context_t context;
-        zmq::socket_t dealer(context, zmq::socket_type::dealer);
-        dealer.set(zmq::sockopt::rcvtimeo, 30000);
-        dealer.set(zmq::sockopt::sndhwm, 0);
-        dealer.connect(served.control);
-        constexpr int kRequests = 10000;
-        for (int i = 0; i < kRequests; ++i)
-            dealer.send(zmq::buffer(nlohmann::json{{"v", 1}, {"id", i}, {"op", "hello"}}.dump()));
-        std::vector<bool> answered(kRequests, false);
-        for (int i = 0; i < kRequests; ++i) {
-            zmq::message_t reply;
-            QVERIFY2(dealer.recv(reply), qPrintable(QStringLiteral("reply %1 of %2 never came").arg(i).arg(kRequests)));
-            const nlohmann::json body = nlohmann::json::parse(reply.to_string_view());
-            QCOMPARE(body["ok"], true);
-            answered[body["id"].get<std::size_t>()] = true;
-        }
-        QCOMPARE(std::count(answered.begin(), answered.end(), true), kRequests);
+        zmq::socket_t client = sendHellos(context, served.control, 10000);
+        expectHelloReplies(client, 10000);
+    }
+
+    void aClientThatDoesNotReadHoldsUpNobodyElse()
+    {
+        // Replies wait per client: one whose queue is full does not stall another's answers.
+        Served served;
+        zmq::context_t context;
+        zmq::socket_t silent = sendHellos(context, served.control, 5000, 1);
+        Client client(served.control, served.live);
+        for (int i = 0; i < 20; ++i)
+            QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+        // And the silent one still gets every reply, in order, once it reads.
+        expectHelloReplies(silent, 5000);
     }
 
     void aHugePlanIsAnsweredWithoutItsOpList()
@@ -442,6 +467,13 @@ private slots:
         QCOMPARE(late.exitCode, 1);
         QVERIFY2(late.err.contains(ahead + " is damaged") && late.err.contains("58.0 h after the session ended"),
                  qPrintable(late.err));
+        const QString before = dir.filePath("before.meshbench");
+        QVERIFY(QFile::copy(session, before));
+        damage(before, "UPDATE logs SET time_ns = -1 WHERE rowid = (SELECT MIN(rowid) FROM logs)");
+        const ProcessRun early = replay(before);
+        QCOMPARE(early.exitCode, 1);
+        QVERIFY2(early.err.contains(before + " is damaged") && early.err.contains("before the session began"),
+                 qPrintable(early.err));
 
         const QString badKind = dir.filePath("bad-kind.meshbench");
         QVERIFY(QFile::copy(session, badKind));
