@@ -1,10 +1,13 @@
 #pragma once
 // What the process-level fuzzers (spec_mutator, session_corruptor) share: a random source that
 // gives the same cases on every machine, a strict UTF-8 check, printable excerpts of arbitrary
-// bytes, and a tally of failures by class.
+// bytes, one case's verdict, the check of a --json output, and a tally of failures by class.
 
 #include <QByteArray>
+#include <QDir>
 #include <QThread>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -13,6 +16,7 @@
 #include <map>
 #include <string>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -140,5 +144,44 @@ private:
     };
     std::map<std::string, Entry> m_classes;
 };
+
+// What was wrong with one case: a failure class (with the command) and the details, per problem.
+struct Verdict {
+    std::vector<std::pair<std::string, std::string>> problems;
+    void add(std::string failureClass, std::string detail) { problems.emplace_back(std::move(failureClass), std::move(detail)); }
+};
+
+// A --json output: one JSON document in valid UTF-8, or nothing with the problem added to `verdict`
+// under `prefix` (e.g. "sessions --json: ").
+inline std::optional<nlohmann::json> jsonOutput(const QByteArray& stdoutBytes, const std::string& prefix, Verdict& verdict)
+{
+    const std::string out = stdoutBytes.toStdString();
+    if (!isValidUtf8(out)) {
+        verdict.add(prefix + "stdout is not valid UTF-8", excerpt(stdoutBytes));
+        return std::nullopt;
+    }
+    try {
+        return nlohmann::json::parse(out);
+    } catch (const nlohmann::json::exception& e) {
+        verdict.add(prefix + "stdout is not one JSON document", std::string(e.what()) + "; stdout: " + excerpt(stdoutBytes));
+        return std::nullopt;
+    }
+}
+
+// The folder failing inputs are saved in, from the command line (its only argument), emptied for this
+// run; nothing (after saying why) when it is not given or cannot be made.
+inline std::optional<QDir> artifactFolder(int argc, char** argv, const char* program)
+{
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: %s ARTIFACT_DIR\n", program);
+        return std::nullopt;
+    }
+    QDir artifacts(QString::fromLocal8Bit(argv[1]));
+    if ((artifacts.exists() && !artifacts.removeRecursively()) || !artifacts.mkpath(".")) {
+        std::fprintf(stderr, "%s: cannot prepare %s\n", program, argv[1]);
+        return std::nullopt;
+    }
+    return artifacts;
+}
 
 }  // namespace fuzz

@@ -440,10 +440,7 @@ bool quickCheckFails(const QString& path)
     return damaged;
 }
 
-struct Verdict {
-    std::vector<std::pair<std::string, std::string>> problems;   // class (with the command), details
-    void add(std::string failureClass, std::string detail) { problems.emplace_back(std::move(failureClass), std::move(detail)); }
-};
+using fuzz::Verdict;
 
 // The contract every command keeps: in time, 0 or 1, and a 1 that names the file.
 bool judgeExit(const char* command, const ProcessBytes& run, const std::string& fileName, Verdict& verdict)
@@ -470,20 +467,13 @@ bool judgeExit(const char* command, const ProcessBytes& run, const std::string& 
 // sessions --json: one document listing the healthy session, and the copy either as a session or
 // under "unreadable" with a reason.
 void judgeSessions(const ProcessBytes& run, const std::string& copyPath, const std::string& healthyPath,
-                                  Verdict& verdict)
+                   Verdict& verdict)
 {
     const std::string out = run.out.toStdString();
-    if (!fuzz::isValidUtf8(out)) {
-        verdict.add("sessions --json: stdout is not valid UTF-8", fuzz::excerpt(run.out));
+    std::optional<nlohmann::json> document = fuzz::jsonOutput(run.out, "sessions --json: ", verdict);
+    if (!document)
         return;
-    }
-    nlohmann::json listing;
-    try {
-        listing = nlohmann::json::parse(out);
-    } catch (const nlohmann::json::exception& e) {
-        verdict.add("sessions --json: stdout is not one JSON document", std::string(e.what()) + "; " + fuzz::excerpt(run.out));
-        return;
-    }
+    nlohmann::json listing = std::move(*document);
     if (!listing.is_object() || !listing.contains("sessions") || !listing["sessions"].is_array() ||
         !listing.contains("unreadable") || !listing["unreadable"].is_array()) {
         verdict.add("sessions --json: no sessions and unreadable lists", fuzz::excerpt(out));
@@ -589,15 +579,10 @@ bool makeHealthySession(const QString& path)
 int main(int argc, char** argv)
 {
     QCoreApplication app(argc, argv);
-    if (argc != 2) {
-        std::fprintf(stderr, "usage: session_corruptor ARTIFACT_DIR\n");
+    const std::optional<QDir> artifactDir = fuzz::artifactFolder(argc, argv, "session_corruptor");
+    if (!artifactDir)
         return 2;
-    }
-    QDir artifacts(QString::fromLocal8Bit(argv[1]));
-    if ((artifacts.exists() && !artifacts.removeRecursively()) || !artifacts.mkpath(".")) {
-        std::fprintf(stderr, "session_corruptor: cannot prepare %s\n", argv[1]);
-        return 2;
-    }
+    const QDir& artifacts = *artifactDir;
     // Under /tmp, short: ipc endpoint paths must fit in a socket address (108 bytes).
     QTemporaryDir work(QStringLiteral("/tmp/corruptor-XXXXXX"));
     if (!work.isValid()) {

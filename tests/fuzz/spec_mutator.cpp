@@ -616,25 +616,15 @@ bool namesPath(const std::string& errorPath, const std::string& path)
             (errorPath[path.size()] == '.' || errorPath[path.size()] == '['));
 }
 
-struct Verdict {
-    std::vector<std::pair<std::string, std::string>> problems;   // class, details
-    void add(std::string failureClass, std::string detail) { problems.emplace_back(std::move(failureClass), std::move(detail)); }
-};
+using fuzz::Verdict;
 
 void judgeJson(const Case& c, const ProcessBytes& run, Verdict& verdict)
 {
     const std::string out = run.out.toStdString();
-    if (!fuzz::isValidUtf8(out)) {
-        verdict.add("stdout is not valid UTF-8", fuzz::excerpt(run.out));
+    std::optional<nlohmann::json> document = fuzz::jsonOutput(run.out, "", verdict);
+    if (!document)
         return;
-    }
-    nlohmann::json report;
-    try {
-        report = nlohmann::json::parse(out);
-    } catch (const nlohmann::json::exception& e) {
-        verdict.add("stdout is not one JSON document", std::string(e.what()) + "; stdout: " + fuzz::excerpt(run.out));
-        return;
-    }
+    nlohmann::json report = std::move(*document);
     if (!report.is_object() || !report.contains("valid") || !report["valid"].is_boolean() ||
         !report.contains("errors") || !report["errors"].is_array()) {
         verdict.add("report lacks valid/errors", fuzz::excerpt(out));
@@ -751,15 +741,10 @@ std::vector<Seed> loadSeeds()
 int main(int argc, char** argv)
 {
     QCoreApplication app(argc, argv);
-    if (argc != 2) {
-        std::fprintf(stderr, "usage: spec_mutator ARTIFACT_DIR\n");
+    const std::optional<QDir> artifactDir = fuzz::artifactFolder(argc, argv, "spec_mutator");
+    if (!artifactDir)
         return 2;
-    }
-    QDir artifacts(QString::fromLocal8Bit(argv[1]));
-    if ((artifacts.exists() && !artifacts.removeRecursively()) || !artifacts.mkpath(".")) {
-        std::fprintf(stderr, "spec_mutator: cannot prepare %s\n", argv[1]);
-        return 2;
-    }
+    const QDir& artifacts = *artifactDir;
     QTemporaryDir work;
     if (!work.isValid()) {
         std::fprintf(stderr, "spec_mutator: no temporary folder\n");
