@@ -3,12 +3,14 @@
 // starts the agents (under mpirun, one per rank), stores every record that arrives, feeds the live
 // aggregates, watches for failure, and tears the job down when it fails or is stopped.
 //
-// Failure detection: a rank whose final heartbeat says it failed; a rank silent for longer than
-// the heartbeat timeout (hung, stopped or killed without mpirun noticing); mpirun ending with an
-// error, with the rank that caused it named from the ranks' last heartbeats (the rank that died
-// without a word, when its peers reported being terminated) and from mpirun's own report.
-// Teardown signals the whole process tree, then kills what is left; every record received before
-// stays in the session, which is marked failed (or stopped) with the cause.
+// Failure detection: a rank whose last heartbeat says it failed by itself or finished early; a rank
+// silent for longer than the heartbeat timeout (hung, stopped or killed without mpirun noticing);
+// mpirun ending with an error. The culprit and cause come from the evidence in order of trust: the
+// ranks' own last words, the rank mpirun's report names, how mpirun itself ended, then what the
+// last heartbeats leave to infer (see launcherVerdict). Teardown asks every rank to stop
+// (wire::kEngineStopSignal through mpirun), waits for their last heartbeats, then signals the
+// whole process tree and kills what is left; every record received before stays in the session,
+// which is marked failed (or stopped) with the cause.
 
 #include "live/aggregator.h"
 #include "live/findings.h"
