@@ -154,7 +154,7 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
       m_shardSize(zeroStage() > 0 ? m_model.bufferElements() / std::size_t(dataParallelSize())
                                   : m_model.layout().totalSize()),
       m_shardBegin(zeroStage() > 0 ? m_shardSize * std::size_t(m_groups->data->rank()) : 0),
-      m_adamM(backend, m_shardSize, MemoryCategory::Optimizer), m_adamV(backend, m_shardSize, MemoryCategory::Optimizer),
+      m_optimizer(backend, m_model.layout(), m_shardBegin, m_shardSize),
       m_measurements(groups ? groups->worldRank : 0)
 {
     if (zeroStage() > 0)
@@ -186,8 +186,7 @@ void Trainer::initialize()
     std::vector<float> host(m_model.layout().totalSize(), 0.0f);
     initializeParameters(m_model.layout(), m_spec.model, m_spec.train.seed, host.data());
     uploadParameters(std::move(host));
-    m_backend.fill(m_adamM.ptr(), 0.0f, m_adamM.size());
-    m_backend.fill(m_adamV.ptr(), 0.0f, m_adamV.size());
+    m_optimizer.reset();
     m_step = 0;
 }
 
@@ -363,29 +362,19 @@ StepMetrics Trainer::step()
     if (pipelineSize() > 1)
         m_groups->pipeline->allReduceSum(&sumSquares, 1);
     metrics.gradNorm = std::sqrt(sumSquares);
-    const double clip = m_spec.train.gradClip;
-    const float gradScale = clip > 0 ? float(std::min(1.0, clip / (metrics.gradNorm + 1e-6))) : 1.0f;
+    const float gradScale = clipScale(metrics.gradNorm, m_spec.train.gradClip);
 
     const std::int64_t optimizerBegin = Measurements::nowNs();
     ++m_step;
     metrics.learningRate = learningRate(m_step);
     const plan::TrainSpec& t = m_spec.train;
-    const std::size_t shardEnd = m_shardBegin + m_shardSize;
-    auto at = [](kernels::DevPtr base, std::size_t offset) {
-        return kernels::DevPtr{static_cast<float*>(base.data) + offset, base.dtype};
-    };
-    for (const TensorView& v : m_model.layout().views()) {
-        // The part of this tensor inside this rank's shard.
-        const std::size_t begin = std::max(v.offset, m_shardBegin);
-        const std::size_t end = std::min(v.offset + v.size, shardEnd);
-        if (begin >= end)
-            continue;
-        const std::size_t local = begin - m_shardBegin;
-        const kernels::DevPtr params = zeroStage() >= 3 ? at(m_paramShard.ptr(), local) : at(m_model.parameters(), begin);
-        m_backend.adamw(params, at(grads, local), at(m_adamM.ptr(), local),
-                        at(m_adamV.ptr(), local), end - begin, float(metrics.learningRate), float(t.beta1),
-                        float(t.beta2), float(t.eps), v.decay ? float(t.weightDecay) : 0.0f, m_step, gradScale);
-    }
+    const kernels::DevPtr shardParams =
+        zeroStage() >= 3 ? m_paramShard.ptr()
+                         : kernels::DevPtr{static_cast<float*>(m_model.parameters().data) + m_shardBegin,
+                                           m_model.parameters().dtype};
+    m_optimizer.step(shardParams, grads,
+                     {float(metrics.learningRate), float(t.beta1), float(t.beta2), float(t.eps), float(t.weightDecay)},
+                     m_step, gradScale);
     if (zeroStage() == 1 || zeroStage() == 2) {
         float* params = static_cast<float*>(m_model.parameters().data);
         m_groups->data->allGather(params + m_shardBegin, params, m_shardSize);
@@ -406,7 +395,8 @@ void Trainer::save(const std::string& path) const
         ParameterLayout layout;
         std::vector<float> params, m, v;
     };
-    std::vector<float> params = downloadParameters(), m = gatherShards(m_adamM), v = gatherShards(m_adamV);
+    std::vector<float> params = downloadParameters(), m = gatherShards(m_optimizer.firstMoment()),
+                       v = gatherShards(m_optimizer.secondMoment());
     // In the layout of this pipeline slice with whole tensors: TP parts are gathered over the
     // tensor group and put in place, then expert blocks gathered over the EP group.
     ModelSlice whole = m_slice;
@@ -539,8 +529,8 @@ void Trainer::load(const std::string& path)
     // This rank's share of the moments (beyond the last tensor a shard holds zero padding).
     m.resize(std::max(total, m_shardBegin + m_shardSize), 0.0f);
     v.resize(m.size(), 0.0f);
-    m_backend.upload(m_adamM.ptr(), m.data() + m_shardBegin, m_shardSize);
-    m_backend.upload(m_adamV.ptr(), v.data() + m_shardBegin, m_shardSize);
+    m_backend.upload(m_optimizer.firstMoment().ptr(), m.data() + m_shardBegin, m_shardSize);
+    m_backend.upload(m_optimizer.secondMoment().ptr(), v.data() + m_shardBegin, m_shardSize);
     m_step = step;
 }
 

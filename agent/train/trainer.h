@@ -12,6 +12,7 @@
 
 #include "agent/data/token_source.h"
 #include "agent/model/gpt_model.h"
+#include "agent/optimizer/adamw.h"
 #include "agent/runtime/communicator.h"
 #include "measurements.h"
 
@@ -94,8 +95,7 @@ private:
     std::unique_ptr<TokenSource> m_data;
     std::size_t m_shardSize;    // elements of the flat buffers this rank updates (all of them without ZeRO)
     std::size_t m_shardBegin;
-    DeviceBuffer m_adamM;       // [m_shardSize]
-    DeviceBuffer m_adamV;
+    ShardedAdamW m_optimizer;   // over [m_shardBegin, m_shardBegin + m_shardSize)
     DeviceBuffer m_gradShard;   // ZeRO: this rank's summed share of the gradients
     DeviceBuffer m_scatterOut;  // ZeRO-2: one micro-batch's reduce-scattered share
     DeviceBuffer m_paramShard;  // ZeRO-3: this rank's share of the parameters
