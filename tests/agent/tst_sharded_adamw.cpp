@@ -1,9 +1,11 @@
 // agent/optimizer: AdamW over a shard of the flat parameter buffer equals AdamW over the whole buffer
-// (ZeRO's promise: each rank updating its own shard gives the same model), both equal a scalar
-// AdamW written here from Loshchilov & Hutter's update, weight decay reaches only the tensors the
-// layout marks, and clipping's scale is torch.nn.utils.clip_grad_norm_'s.
+// (ZeRO's promise: each rank updating its own shard gives the same model), also with the shards'
+// gradients reduce-scattered and the parameters all-gathered over a data group of threads; both
+// equal a scalar AdamW written here from Loshchilov & Hutter's update, weight decay reaches only
+// the tensors the layout marks, and clipping's scale is torch.nn.utils.clip_grad_norm_'s.
 
 #include "agent/optimizer/adamw.h"
+#include "agent/runtime/in_process_communicator.h"
 
 #include "kernels/cpu/cpu_backend.h"
 
@@ -11,6 +13,7 @@
 
 #include <cmath>
 #include <random>
+#include <thread>
 
 using namespace meshbench;
 using namespace meshbench::agent;
@@ -89,6 +92,61 @@ private slots:
                 QCOMPARE(gotM[i], expectedM[begin + i]);
             }
         }
+    }
+
+    void zeroOverADataGroupEqualsTheWholeUpdate()
+    {
+        // ZeRO-1 over a data group of two threads: each member's gradients are reduce-scattered, it
+        // updates its shard, and the shards are gathered back. The whole update of the summed
+        // gradients on one rank must come out bit for bit (the same sums, in member order).
+        constexpr int kMembers = 2;
+        kernels::CpuBackend backend;
+        const ParameterLayout layout(smallModel());
+        const std::size_t shard = (layout.totalSize() + kMembers - 1) / kMembers;
+        const std::size_t padded = shard * kMembers;   // the flat buffer, padded to whole shards
+        std::vector<float> start = randomValues(layout.totalSize(), 4, 0.02f);
+        start.resize(padded, 0.0f);
+        std::vector<std::vector<float>> grads;
+        for (int r = 0; r < kMembers; ++r) {
+            grads.push_back(randomValues(layout.totalSize(), 20 + std::uint32_t(r), 1.0f));
+            grads.back().resize(padded, 0.0f);
+        }
+
+        std::vector<float> summed(padded), dense(start);
+        for (std::size_t i = 0; i < padded; ++i)
+            summed[i] = grads[0][i] + grads[1][i];
+        {
+            DeviceBuffer params(backend, padded), g(backend, padded);
+            backend.upload(params.ptr(), dense.data(), padded);
+            backend.upload(g.ptr(), summed.data(), padded);
+            ShardedAdamW whole(backend, layout, 0, padded);
+            whole.step(params.ptr(), g.ptr(), kSettings, 1, 1.0f);
+            backend.download(dense.data(), params.ptr(), padded);
+        }
+
+        InProcessGroup group(kMembers);
+        std::vector<std::vector<float>> gathered(kMembers, std::vector<float>(padded));
+        std::vector<std::thread> members;
+        for (int r = 0; r < kMembers; ++r)
+            members.emplace_back([&, r, comm = group.member(r)] {
+                kernels::CpuBackend own;
+                std::vector<float> mine(shard);
+                comm->reduceScatterSum(grads[std::size_t(r)].data(), mine.data(), shard);
+                const std::size_t begin = shard * std::size_t(r);
+                DeviceBuffer params(own, shard), g(own, shard);
+                own.upload(params.ptr(), start.data() + begin, shard);
+                own.upload(g.ptr(), mine.data(), shard);
+                ShardedAdamW optimizer(own, layout, begin, shard);
+                optimizer.step(params.ptr(), g.ptr(), kSettings, 1, 1.0f);
+                std::vector<float>& out = gathered[std::size_t(r)];
+                own.download(out.data() + begin, params.ptr(), shard);
+                comm->allGather(out.data() + begin, out.data(), shard);
+            });
+        for (std::thread& t : members)
+            t.join();
+        for (int r = 0; r < kMembers; ++r)
+            for (std::size_t i = 0; i < layout.totalSize(); ++i)
+                QCOMPARE(gathered[std::size_t(r)][i], dense[i]);
     }
 
     void theUpdateIsAdamWWithDecayOnMarkedTensors()
