@@ -344,24 +344,16 @@ StepMetrics Trainer::step()
     // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
     // Squares by how the tensors are split: a ZeRO shard's add up over the data group, TP parts
     // over the tensor group, expert blocks over the EP group; replicated tensors count once.
-    std::array<double, 4> squares = gradientSumSquares(grads);
+    GradientNormGroups normGroups;
     if (zeroStage() > 0)
-        m_groups->data->allReduceSum(squares.data(), squares.size());
-    // Index bit 1: TP-split, bit 2: expert block (see gradientSumSquares).
-    auto reduceOver = [&squares](Communicator& group, std::size_t bit) {
-        double parts[2] = {squares[bit], squares[3]};
-        group.allReduceSum(parts, 2);
-        squares[bit] = parts[0];
-        squares[3] = parts[1];
-    };
+        normGroups.zeroShards = m_groups->data.get();
     if (m_groups && m_groups->tensor->size() > 1)
-        reduceOver(*m_groups->tensor, 1);
+        normGroups.tensor = m_groups->tensor.get();
     if (expertParallelSize() > 1)
-        reduceOver(*m_groups->expert, 2);
-    double sumSquares = squares[0] + squares[1] + squares[2] + squares[3];
+        normGroups.expert = m_groups->expert.get();
     if (pipelineSize() > 1)
-        m_groups->pipeline->allReduceSum(&sumSquares, 1);
-    metrics.gradNorm = std::sqrt(sumSquares);
+        normGroups.pipeline = m_groups->pipeline.get();
+    metrics.gradNorm = globalGradientNorm(gradientSumSquares(grads), normGroups);
     const float gradScale = clipScale(metrics.gradNorm, m_spec.train.gradClip);
 
     const std::int64_t optimizerBegin = Measurements::nowNs();
@@ -572,16 +564,16 @@ void Trainer::shareTiedEmbeddingGradient()
         mine[i] = stage == 0 ? mine[i] + theirs[i] : theirs[i] + mine[i];
 }
 
-std::array<double, 4> Trainer::gradientSumSquares(kernels::DevPtr grads) const
+GradientSquares Trainer::gradientSumSquares(kernels::DevPtr grads) const
 {
     // Over this rank's shard, tensor by tensor; a tied embedding's second copy is counted once.
     const std::size_t shardEnd = m_shardBegin + m_shardSize;
-    std::array<double, 4> sums{};
+    GradientSquares sums{};
     for (int i = 0; i < int(m_model.layout().views().size()); ++i) {
         const TensorView& v = m_model.layout().at(i);
         if (holdsTiedCopy() && i == m_model.layout().embedding())
             continue;
-        double& sum = sums[std::size_t((v.tensorCount > 1 ? 1 : 0) + (v.shardCount > 1 ? 2 : 0))];
+        double& sum = sums[(v.tensorCount > 1 ? kTensorSplit : 0) | (v.shardCount > 1 ? kExpertBlock : 0)];
         const std::size_t begin = std::max(v.offset, m_shardBegin);
         const std::size_t end = std::min(v.offset + v.size, shardEnd);
         if (begin < end)

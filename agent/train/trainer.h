@@ -13,6 +13,7 @@
 #include "agent/data/token_source.h"
 #include "agent/model/gpt_model.h"
 #include "agent/optimizer/adamw.h"
+#include "agent/parallel/gradient_norm.h"
 #include "agent/runtime/communicator.h"
 #include "measurements.h"
 
@@ -78,7 +79,7 @@ private:
     void sumSequenceParallelNormGradients();
     // Sums of squares of this rank's gradients (its shard under ZeRO), each parameter counted
     // once, by split: [0] replicated, [1] TP-split, [2] expert blocks, [3] TP-split expert blocks.
-    std::array<double, 4> gradientSumSquares(kernels::DevPtr grads) const;
+    GradientSquares gradientSumSquares(kernels::DevPtr grads) const;
     // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
     int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
     // A full-size host copy of a flat buffer (Adam's moments, ZeRO-3's parameters), gathered from
