@@ -203,6 +203,10 @@ private:
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
     std::string rootHint() const;
     const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
+    std::int64_t heartbeatTimeoutNs() const
+    {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
+    }
 
     const RunRequest& m_request;
     const std::atomic<bool>& m_stop;
@@ -288,7 +292,7 @@ std::string Run::failedRankCause(std::uint32_t rank) const
 std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched) const
 {
     const std::int64_t now = wire::wallAlignedNowNs();
-    const auto timeoutNs = std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
+    const std::int64_t timeoutNs = heartbeatTimeoutNs();
     if (std::optional<store::SessionOutcome> own = ownVerdict())
         return own;
     // A rank whose collective failed points at a peer that ended first, and asked mpirun to end the
@@ -320,7 +324,7 @@ std::optional<std::uint32_t> Run::firstEnded(const std::function<bool(const Rank
     std::optional<std::uint32_t> first;
     for (std::uint32_t r = 0; r < m_world; ++r) {
         const RankLiveness& live = liveness(r);
-        if (live.endedNs > 0 && endedBeforeTeardown(live) && said(live) &&
+        if (endedBeforeTeardown(live) && said(live) &&
             (!first || live.endedNs < liveness(*first).endedNs))
             first = r;
     }
@@ -425,10 +429,9 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
     }
     // Without the launcher's end, a rank counts as gone only once it has been silent for the timeout.
     const std::string ended = exit ? "; " + launcher + " " + exit->describe() : std::string();
-    const auto timeoutNs = std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
     const std::int64_t now = wire::wallAlignedNowNs();
     for (std::uint32_t r : heard)
-        if (!endedBeforeTeardown(liveness(r)) && (exit || now - liveness(r).lastHeardNs > timeoutNs))
+        if (!endedBeforeTeardown(liveness(r)) && (exit || now - liveness(r).lastHeardNs > heartbeatTimeoutNs()))
             return failedRank(r, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory)" + ended);
     if (const auto rank = firstEnded([](const RankLiveness& live) { return live.state == wire::RankState::Terminated; }))
         return failedRank(*rank, terminatedRankCause(*rank));

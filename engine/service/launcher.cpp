@@ -49,6 +49,12 @@ std::optional<std::string> LineBuffer::rest()
 
 namespace {
 
+// Whether the process is still there under its pid (not a zombie, nor a later process reusing it).
+bool stillRunning(const ProcessId& id)
+{
+    return processId(id.pid) == id;
+}
+
 ExitStatus fromWaitStatus(int status)
 {
     ExitStatus e;
@@ -183,14 +189,14 @@ std::vector<ProcessId> LaunchedProcess::liveTree()
             if (const std::optional<ProcessId> id = processId(pid))
                 tree.push_back(*id);
     for (const ProcessId& id : m_tree)
-        if (processId(id.pid) == id && std::find(tree.begin(), tree.end(), id) == tree.end())
+        if (stillRunning(id) && std::find(tree.begin(), tree.end(), id) == tree.end())
             tree.push_back(id);
     return tree;
 }
 
 bool LaunchedProcess::descendantsAlive() const
 {
-    return std::any_of(m_tree.begin(), m_tree.end(), [](const ProcessId& id) { return processId(id.pid) == id; });
+    return std::any_of(m_tree.begin(), m_tree.end(), stillRunning);
 }
 
 void LaunchedProcess::stop(int signal, std::chrono::milliseconds settleLimit, const std::function<bool()>& settled,
@@ -219,16 +225,14 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
         return;
     const auto signalTree = [&children](int signal) {
         for (const ProcessId& id : children)
-            if (processId(id.pid) == id)
+            if (stillRunning(id))
                 kill(id.pid, signal);
     };
     auto waitUntilGone = [&](bool withLauncher, std::chrono::milliseconds limit) {
         const auto deadline = std::chrono::steady_clock::now() + limit;
         auto anyAlive = [&] {
             poll();
-            return (withLauncher && !m_exit) || std::any_of(children.begin(), children.end(), [](const ProcessId& id) {
-                       return processId(id.pid) == id;
-                   });
+            return (withLauncher && !m_exit) || std::any_of(children.begin(), children.end(), stillRunning);
         };
         while (anyAlive() && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -349,12 +353,6 @@ std::vector<pid_t> descendantsOf(pid_t root)
             }
     }
     return found;
-}
-
-bool processAlive(pid_t pid)
-{
-    const std::optional<char> state = processState(pid);
-    return state && *state != 'Z' && *state != 'X';
 }
 
 std::optional<char> processState(pid_t pid)

@@ -88,8 +88,6 @@ private:
 
 // Every live descendant of `pid`, from /proc (Linux).
 std::vector<pid_t> descendantsOf(pid_t pid);
-// Whether a process with this pid still exists (and is not a zombie).
-bool processAlive(pid_t pid);
 // The state letter of /proc/PID/stat (R running, S sleeping, D disk wait, T stopped, t traced, Z
 // zombie), or nothing when there is no such process.
 std::optional<char> processState(pid_t pid);

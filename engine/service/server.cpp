@@ -134,11 +134,21 @@ plan::JobSpec sessionSpec(const store::SessionReader& reader, const std::string&
 // make the replay sleep for as long as the damage says.
 constexpr std::int64_t kClockMarginNs = 60'000'000'000;
 
-void checkRecordTime(const store::SessionReader& reader, const std::string& session, std::uint32_t rank,
-                     std::int64_t time, std::int64_t endedNs)
+struct RunWindow {
+    std::int64_t begin = 0;
+    std::int64_t end = 0;
+};
+
+RunWindow runWindow(const store::SessionReader& reader)
 {
-    const std::int64_t begin = reader.header().createdNs - kClockMarginNs;
-    const std::int64_t end = (endedNs > 0 ? endedNs : wire::wallAlignedNowNs()) + kClockMarginNs;
+    const std::int64_t endedNs = reader.outcome().endedNs;
+    return {reader.header().createdNs - kClockMarginNs,
+            (endedNs > 0 ? endedNs : wire::wallAlignedNowNs()) + kClockMarginNs};
+}
+
+void checkRecordTime(const RunWindow& window, const std::string& session, std::uint32_t rank, std::int64_t time)
+{
+    const std::int64_t begin = window.begin, end = window.end;
     if (time >= begin && time <= end)
         return;
     const double hours = double(time < begin ? begin - time : time - end) / 3.6e12;
@@ -161,7 +171,6 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     reader->checkStructure();
     const plan::JobSpec spec = sessionSpec(*reader, session);
     const plan::Plan plan = plan::makePlan(spec);
-    const std::int64_t endedNs = reader->outcome().endedNs;
     // What the run lost on the way, as a live run reports it when it ends.
     std::uint64_t lost = 0;
     for (const store::RankTraffic& traffic : reader->traffic())
@@ -172,6 +181,8 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     int fromStep = 0;
     for (;;) {
         live::LiveAggregator aggregator(spec, &plan);
+        // Per pass: a session still being written may have grown since the last one.
+        const RunWindow window = runWindow(*reader);
         const std::int64_t from = stepBegins.count(fromStep) ? stepBegins[fromStep] : INT64_MIN;
         // The replay clock: session time advanced by wall time x speed while playing.
         std::optional<std::int64_t> position;
@@ -214,7 +225,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                 if (recordOfStep ? *recordOfStep < fromStep : time && *time < from)
                     return;
                 if (time) {
-                    checkRecordTime(*reader, session, rank, *time, endedNs);
+                    checkRecordTime(window, session, rank, *time);
                     if (!position)
                         position = *time;
                     // Wait until the replay clock reaches the record, in short naps so that a

@@ -133,9 +133,9 @@ struct RunningDemo {
     QProcess engine;
     std::map<std::uint32_t, int> pids;
 
-    bool start(const QTemporaryDir& dir, const QString& session, int steps)
+    bool start(const QTemporaryDir& dir, const QString& session, int steps, const QStringList& options = {})
     {
-        engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--session", session});
+        engine.start(kEngine, QStringList{"run", longDemo(dir.path(), 2000), "--session", session} + options);
         if (!waitForSteps(session, steps))
             return false;
         pids = agentPids(session);
@@ -296,9 +296,7 @@ private slots:
         QTemporaryDir dir;
         const QString session = dir.filePath("one-device-killed.meshbench");
         RunningDemo demo;
-        demo.engine.start(kEngine, {"run", longDemo(dir.path(), 2000), "--one-device", "--session", session});
-        QVERIFY(waitForSteps(session, 1));
-        demo.pids = agentPids(session);
+        QVERIFY(demo.start(dir, session, 1, {"--one-device"}));
         QCOMPARE(int(demo.pids.size()), 1);
         ::kill(demo.pids.at(0), SIGKILL);
         const Ended ended = waitForTheEnd(demo, session);

@@ -97,14 +97,17 @@ QString shortSession(const QString& dir, const QString& name, int steps = 3)
     return session;
 }
 
-// Runs SQL on a session file as a damaging tool would.
-void damage(const QString& session, const char* sql)
+// A copy of a session, damaged by SQL as a damaging tool would; its path.
+QString damagedCopy(const QString& session, const QString& copy, const char* sql)
 {
+    if (!QFile::copy(session, copy))
+        qFatal("cannot copy %s to %s", qPrintable(session), qPrintable(copy));
     sqlite3* db = nullptr;
-    if (sqlite3_open(session.toUtf8().constData(), &db) != SQLITE_OK ||
+    if (sqlite3_open(copy.toUtf8().constData(), &db) != SQLITE_OK ||
         sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK)
-        qFatal("cannot damage %s: %s", qPrintable(session), sqlite3_errmsg(db));
+        qFatal("cannot damage %s: %s", qPrintable(copy), sqlite3_errmsg(db));
     sqlite3_close(db);
+    return copy;
 }
 
 // A DEALER that has sent `count` hello requests (ids 0, 1, ...) without reading a reply yet.
@@ -459,25 +462,22 @@ private slots:
         const ProcessRun good = replay(session);
         QCOMPARE(good.exitCode, 0);
 
-        const QString ahead = dir.filePath("ahead.meshbench");
-        QVERIFY(QFile::copy(session, ahead));
-        damage(ahead, "UPDATE spans SET begin_ns = begin_ns + 58 * 3600000000000, end_ns = end_ns + 58 * 3600000000000 "
-                      "WHERE seq = (SELECT MIN(seq) FROM spans)");
+        const QString ahead = damagedCopy(session, dir.filePath("ahead.meshbench"),
+                                          "UPDATE spans SET begin_ns = begin_ns + 58 * 3600000000000, "
+                                          "end_ns = end_ns + 58 * 3600000000000 WHERE seq = (SELECT MIN(seq) FROM spans)");
         const ProcessRun late = replay(ahead);
         QCOMPARE(late.exitCode, 1);
         QVERIFY2(late.err.contains(ahead + " is damaged") && late.err.contains("58.0 h after the session ended"),
                  qPrintable(late.err));
-        const QString before = dir.filePath("before.meshbench");
-        QVERIFY(QFile::copy(session, before));
-        damage(before, "UPDATE logs SET time_ns = -1 WHERE rowid = (SELECT MIN(rowid) FROM logs)");
+        const QString before = damagedCopy(session, dir.filePath("before.meshbench"),
+                                           "UPDATE logs SET time_ns = -1 WHERE rowid = (SELECT MIN(rowid) FROM logs)");
         const ProcessRun early = replay(before);
         QCOMPARE(early.exitCode, 1);
         QVERIFY2(early.err.contains(before + " is damaged") && early.err.contains("before the session began"),
                  qPrintable(early.err));
 
-        const QString badKind = dir.filePath("bad-kind.meshbench");
-        QVERIFY(QFile::copy(session, badKind));
-        damage(badKind, "UPDATE spans SET kind = 77 WHERE seq = (SELECT MIN(seq) FROM spans)");
+        const QString badKind = damagedCopy(session, dir.filePath("bad-kind.meshbench"),
+                                            "UPDATE spans SET kind = 77 WHERE seq = (SELECT MIN(seq) FROM spans)");
         const ProcessRun exported = runProcess(kEngine, {"export", badKind, "--csv", dir.filePath("csv")});
         QCOMPARE(exported.exitCode, 1);   // it was 5, where the README promises 1
         QVERIFY2(exported.err.contains(badKind), qPrintable(exported.err));
