@@ -44,7 +44,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
         switch (op.kind) {
         case plan::OpKind::RecvActivation:
             slot.input = DeviceBuffer(m_backend, elements);
-            m_pipeline.recv(static_cast<float*>(slot.input.ptr().data), elements, op.peerStage,
+            m_pipeline.recv(slot.input.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage, false));
             break;
         case plan::OpKind::Forward:
@@ -54,13 +54,13 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             slot.input = DeviceBuffer();
             break;
         case plan::OpKind::SendActivation:
-            m_pipeline.send(static_cast<const float*>(slot.output.ptr().data), elements, op.peerStage,
+            m_pipeline.send(slot.output.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage + 1, false));
             sent.push_back(std::move(slot.output));
             break;
         case plan::OpKind::RecvGradient:
             slot.outputGrad = DeviceBuffer(m_backend, elements);
-            m_pipeline.recv(static_cast<float*>(slot.outputGrad.ptr().data), elements, op.peerStage,
+            m_pipeline.recv(slot.outputGrad.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage, true));
             break;
         case plan::OpKind::Backward:
@@ -71,7 +71,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             slot.outputGrad = DeviceBuffer();
             break;
         case plan::OpKind::SendGradient:
-            m_pipeline.send(static_cast<const float*>(slot.inputGrad.ptr().data), elements, op.peerStage,
+            m_pipeline.send(slot.inputGrad.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage - 1, true));
             sent.push_back(std::move(slot.inputGrad));
             break;

@@ -79,7 +79,7 @@ public:
                 float* piece = static_cast<float*>(buffer.ptr().data) + (begin - v.offset);
                 if (owner == m_data.rank())
                     m_backend.copy({piece, kernels::DType::F32}, at(m_params, begin), end - begin);
-                m_data.broadcast(piece, end - begin, owner);
+                m_data.broadcast(kernels::f32(piece), end - begin, owner);
             });
             if (withGradients)
                 m_gradients[std::size_t(view)] = DeviceBuffer(m_backend, v.size, MemoryCategory::Grads);
@@ -95,8 +95,8 @@ public:
                 float* data = static_cast<float*>(g.ptr().data);
                 // Norm weights under sequence parallelism saw this TP rank's tokens only.
                 if (m_sequenceGroup && v.shape.size() == 1)
-                    m_sequenceGroup->allReduceSum(data, v.size);
-                m_data.allReduceSum(data, v.size);
+                    m_sequenceGroup->allReduceSum(g.ptr(), v.size);
+                m_data.allReduceSum(g.ptr(), v.size);
                 forEachOwner(v, [&](int owner, std::size_t begin, std::size_t end) {
                     if (owner == m_data.rank())
                         m_backend.add({data + (begin - v.offset), kernels::DType::F32}, at(m_grads, begin),
@@ -269,8 +269,7 @@ StepMetrics Trainer::step()
             m_measurements.addSpan(
                 {metrics.step, 0, 0, mb, wire::SpanKind::Backward, -1, backwardBegin, Measurements::nowNs(), 0});
             if (zeroStage() == 2) {
-                m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
-                                                 static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
+                m_groups->data->reduceScatterSum(m_model.gradients(), m_scatterOut.ptr(), m_shardSize);
                 m_backend.add(m_scatterOut.ptr(), m_gradShard.ptr(), m_shardSize);
             }
         }
@@ -309,14 +308,13 @@ StepMetrics Trainer::step()
             for (const TensorView& v : m_model.layout().views()) {
                 Communicator& group = v.shardCount > 1 ? *m_groups->expertData : *m_groups->data;
                 if (group.size() > 1)
-                    group.allReduceSum(grads + v.offset, v.size);
+                    group.allReduceSum(kernels::f32(grads + v.offset), v.size);
             }
         } else if (zeroStage() == 0) {
-            m_groups->data->allReduceSum(static_cast<float*>(m_model.gradients().data), m_shardSize);
+            m_groups->data->allReduceSum(m_model.gradients(), m_shardSize);
         }
         else if (zeroStage() == 1)
-            m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
-                                             static_cast<float*>(m_gradShard.ptr().data), m_shardSize);
+            m_groups->data->reduceScatterSum(m_model.gradients(), m_gradShard.ptr(), m_shardSize);
         double sums[2] = {lossSum, auxSum};
         m_groups->data->allReduceSum(sums, 2);
         lossSum = sums[0];
@@ -369,7 +367,7 @@ StepMetrics Trainer::step()
                      m_step, gradScale);
     if (zeroStage() == 1 || zeroStage() == 2) {
         float* params = static_cast<float*>(m_model.parameters().data);
-        m_groups->data->allGather(params + m_shardBegin, params, m_shardSize);
+        m_groups->data->allGather(kernels::f32(params + m_shardBegin), kernels::f32(params), m_shardSize);
     }
     m_measurements.addSpan(
         {metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::Optimizer, -1, optimizerBegin, Measurements::nowNs(), 0});
@@ -405,7 +403,7 @@ void Trainer::save(const std::string& path) const
             std::vector<float> tpWhole;
             if (local.tensorCount > 1) {
                 std::vector<float> parts(local.size * std::size_t(local.tensorCount));
-                m_groups->tensor->allGather(part, parts.data(), local.size);
+                m_groups->tensor->allGather(kernels::f32(part), kernels::f32(parts.data()), local.size);
                 tpWhole.resize(parts.size());
                 TensorView piece = local;
                 piece.shardIndex = 0;   // place within this EP block only
@@ -417,7 +415,7 @@ void Trainer::save(const std::string& path) const
             }
             const std::size_t blockSize = local.size * std::size_t(local.tensorCount);
             if (local.shardCount > 1)
-                m_groups->expert->allGather(part, to->data() + target.offset, blockSize);
+                m_groups->expert->allGather(kernels::f32(part), kernels::f32(to->data() + target.offset), blockSize);
             else
                 std::copy_n(part, blockSize, to->data() + target.offset);
         }
@@ -431,7 +429,7 @@ void Trainer::save(const std::string& path) const
     const int stage = m_groups ? m_groups->coord.pp : 0;
     if (stage != 0) {
         for (const std::vector<float>* buffer : {&mine.params, &mine.m, &mine.v})
-            m_groups->pipeline->send(buffer->data(), buffer->size(), 0, 1);
+            m_groups->pipeline->send(kernels::f32(buffer->data()), buffer->size(), 0, 1);
         m_groups->pipeline->waitSends();
         return;
     }
@@ -443,7 +441,7 @@ void Trainer::save(const std::string& path) const
         const std::size_t size = layout.totalSize();
         Part part{std::move(layout), std::vector<float>(size), std::vector<float>(size), std::vector<float>(size)};
         for (std::vector<float>* buffer : {&part.params, &part.m, &part.v})
-            m_groups->pipeline->recv(buffer->data(), size, s, 1);
+            m_groups->pipeline->recv(kernels::f32(buffer->data()), size, s, 1);
         parts.push_back(std::move(part));
     }
 
@@ -535,7 +533,7 @@ void Trainer::sumSequenceParallelNormGradients()
     float* grads = static_cast<float*>(m_model.gradients().data);
     for (const TensorView& v : m_model.layout().views())
         if (v.shape.size() == 1)
-            m_groups->tensor->allReduceSum(grads + v.offset, v.size);
+            m_groups->tensor->allReduceSum(kernels::f32(grads + v.offset), v.size);
 }
 
 bool Trainer::holdsTiedCopy() const
@@ -556,8 +554,8 @@ void Trainer::shareTiedEmbeddingGradient()
     const TensorView& embedding = m_model.layout().at(m_model.layout().embedding());
     float* mine = static_cast<float*>(m_model.gradients().data) + embedding.offset;
     std::vector<float> theirs(embedding.size);
-    m_groups->pipeline->send(mine, embedding.size, stage == 0 ? last : 0, 0);
-    m_groups->pipeline->recv(theirs.data(), embedding.size, stage == 0 ? last : 0, 0);
+    m_groups->pipeline->send(kernels::f32(mine), embedding.size, stage == 0 ? last : 0, 0);
+    m_groups->pipeline->recv(kernels::f32(theirs.data()), embedding.size, stage == 0 ? last : 0, 0);
     m_groups->pipeline->waitSends();
     // Both add in the same order (first stage's part + last stage's), so the copies stay identical.
     for (std::size_t i = 0; i < embedding.size; ++i)
@@ -609,7 +607,7 @@ std::vector<float> Trainer::gatherShards(const DeviceBuffer& shard) const
     if (zeroStage() == 0)
         return mine;
     std::vector<float> full(m_shardSize * std::size_t(dataParallelSize()));
-    m_groups->data->allGather(mine.data(), full.data(), m_shardSize);
+    m_groups->data->allGather(kernels::f32(mine.data()), kernels::f32(full.data()), m_shardSize);
     full.resize(m_model.layout().totalSize());
     return full;
 }
