@@ -119,15 +119,6 @@ int g_stopPipe[2] = {-1, -1};
 // Launched by Open MPI's mpirun (or another PMIx launcher)?
 bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK"); }
 
-// What this build can split across ranks; empty when the layout is supported.
-std::string unsupportedLayout(const plan::ParallelSpec& p)
-{
-    if (p.ep > 1 && p.zero > 0)
-        return "parallel.zero = " + std::to_string(p.zero) + " with ep = " + std::to_string(p.ep) +
-               ": ZeRO over expert parallelism is not in this build yet";
-    return "";
-}
-
 // For the engine's failure tests, MESHBENCH_TEST_END_AFTER_STEP=RANK:STEP:HOW ends that rank early,
 // after step STEP: HOW "exit0" with _exit(0), without a last heartbeat and without MPI_Finalize, as a
 // process ends that a library (or a stray exit) ends; "finish" as if its last step were done.
@@ -198,10 +189,6 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
 
     std::optional<agent::ProcessGroups> groups;
     if (mpi && mpi->worldSize() > 1) {
-        if (const std::string why = unsupportedLayout(spec.parallel); !why.empty()) {
-            std::cerr << "meshbench-agent: " << why << "; change the layout, or run without mpirun on one device\n";
-            return 1;
-        }
         groups.emplace(mpi->createGroups(plan::Mesh(spec.parallel)));
     }
     // Rank 0 speaks for the job and writes its checkpoints.

@@ -57,11 +57,11 @@ public:
 };
 
 GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
-                   std::size_t bufferElements, const ModelSlice* slice)
+                   const ModelSlice* slice)
     : m_model(model), m_recompute(recompute), m_backend(backend),
       m_layout(model, slice ? *slice : ModelSlice::whole(model)),
-      m_params(backend, std::max(bufferElements, m_layout.totalSize()), MemoryCategory::Params),
-      m_grads(backend, std::max(bufferElements, m_layout.totalSize()), MemoryCategory::Grads),
+      m_params(backend, m_layout.totalSize(), MemoryCategory::Params),
+      m_grads(backend, m_layout.totalSize(), MemoryCategory::Grads),
       m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1),
       m_tensor(backend), m_experts(backend, nullptr)
 {
@@ -539,9 +539,27 @@ void GptModel::applyWeightGradients(std::vector<DeferredWeightGrad>& deferred)
     deferred.clear();
 }
 
-void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad,
-                        std::vector<DeferredWeightGrad>* deferred)
+std::vector<int> GptModel::chunkViews(int chunk) const
 {
+    const ModelSlice& slice = m_layout.slice();
+    const ModelSlice::Chunk& range = slice.chunks[std::size_t(chunk)];
+    std::vector<int> views;
+    if (slice.embedding && chunk == 0)
+        views.push_back(m_layout.embedding());
+    for (int layer = range.firstLayer; layer < range.firstLayer + range.layers; ++layer)
+        for (int v : layerViews(layer))
+            views.push_back(v);
+    if (slice.head && chunk == int(slice.chunks.size()) - 1)
+        for (int v : headViews())
+            views.push_back(v);
+    return views;
+}
+
+void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad,
+                        std::vector<DeferredWeightGrad>* deferred, GradientListener* finished)
+{
+    if (deferred)
+        finished = nullptr;
     m_deferred = deferred;
     struct Reset {
         std::vector<DeferredWeightGrad>*& pointer;
@@ -565,12 +583,21 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), m_tensor.sequenceParallel() ? dNormLocal.ptr() : dNorm.ptr(),
                      acts.xFinal.ptr(), acts.meanF.ptr(), acts.rstdF.ptr(), localTokens, dx.ptr());
         release(headViews(), true);
+        if (finished) {
+            // A tied embedding that this rank also embeds with gets more gradient at the end.
+            std::vector<int> views = headViews();
+            if (m_layout.slice().embedding)
+                views.erase(std::remove(views.begin(), views.end(), m_layout.embedding()), views.end());
+            finished->gradientsReady(views);
+        }
     } else {
         m_backend.copy(dx.ptr(), outputGrad, stream);
     }
     for (int i = int(acts.layers.size()) - 1; i >= 0; --i) {
         backwardLayer(acts.firstLayer + i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
         acts.layers[std::size_t(i)] = LayerActivations();
+        if (finished)
+            finished->gradientsReady(layerViews(acts.firstLayer + i));
     }
     if (acts.embeds)
         acquire({m_layout.embedding()}, true);
@@ -580,6 +607,8 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         m_backend.copy(inputGrad, dx.ptr(), stream);
     if (acts.embeds)
         release({m_layout.embedding()}, true);
+    if (acts.embeds && finished)
+        finished->gradientsReady({m_layout.embedding()});
 }
 
 }  // namespace meshbench::agent

@@ -9,8 +9,10 @@
 #include "agent/runtime/device_buffer.h"
 #include "parameters.h"
 
+#include "agent/parallel/data_parallel.h"
 #include "agent/parallel/expert_dispatcher.h"
 #include "agent/parallel/tensor_parallel.h"
+#include "agent/parallel/zero_shards.h"
 #include "agent/runtime/communicator.h"
 
 #include "kernels/backend.h"
@@ -53,29 +55,13 @@ struct ForwardResult {
     std::vector<ExpertLoad> expertLoads;
 };
 
-// ZeRO-3 (Rajbhandari et al. 2020): the parameters live sharded elsewhere and are gathered for
-// the tensors in use, just before use, and freed after; their gradients are reduced into the
-// shards when the tensors are released.
-class ParameterGatherer {
-public:
-    virtual ~ParameterGatherer() = default;
-    // Makes the tensors' parameters available, and zeroed gradient buffers when withGradients.
-    virtual void acquire(const std::vector<int>& views, bool withGradients) = 0;
-    // Frees them; with gradients, first adds those gradients into the shards.
-    virtual void release(const std::vector<int>& views, bool withGradients) = 0;
-    virtual kernels::DevPtr param(int view) = 0;
-    virtual kernels::DevPtr grad(int view) = 0;
-};
-
 class GptModel {
 public:
     static constexpr float kNormEps = 1e-5f;
     static constexpr float kRopeBase = 10000.0f;
 
-    // bufferElements: size of the parameter and gradient buffers, at least layout().totalSize();
-    // more leaves zero padding that lets ZeRO cut the flat buffers into equal shards.
     GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
-             std::size_t bufferElements = 0, const ModelSlice* slice = nullptr);
+             const ModelSlice* slice = nullptr);
     // ZeRO-3: parameters and gradients come from the gatherer, and the model's own flat buffers
     // are released.
     void setParameterGatherer(ParameterGatherer* gatherer);
@@ -85,7 +71,6 @@ public:
     const ParameterLayout& layout() const { return m_layout; }
     kernels::DevPtr parameters() const { return m_params.ptr(); }
     kernels::DevPtr gradients() const { return m_grads.ptr(); }
-    std::size_t bufferElements() const { return m_params.size(); }
     void zeroGradients();
     // Expert parallelism: the group over which this slice's experts are sharded (its EP group).
     void setExpertGroup(Communicator* group);
@@ -120,9 +105,16 @@ public:
     // input (not for the chunk that starts it). The activations are spent.
     // With `deferred`, the backward computes input gradients only (zero-bubble's B; Qi et al.
     // 2024) and queues the linear layers' weight-gradient GEMMs there for applyWeightGradients (W).
+    // `finished`, for the step's last backward of the chunk, is told each layer's tensors as their
+    // gradients become final (not with `deferred`: then the W op finishes them).
     void backward(Activations& activations, kernels::ConstDevPtr outputGrad, kernels::DevPtr inputGrad,
-                  std::vector<DeferredWeightGrad>* deferred = nullptr);
-    void backward(Activations& activations) { backward(activations, {}, {}); }
+                  std::vector<DeferredWeightGrad>* deferred = nullptr, GradientListener* finished = nullptr);
+    void backward(Activations& activations, GradientListener* finished = nullptr)
+    {
+        backward(activations, {}, {}, nullptr, finished);
+    }
+    // The tensors of a chunk of this slice: its layers', and the embedding or the head's at the ends.
+    std::vector<int> chunkViews(int chunk) const;
     void applyWeightGradients(std::vector<DeferredWeightGrad>& deferred);
 
 private:

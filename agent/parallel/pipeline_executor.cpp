@@ -1,4 +1,4 @@
-#include "pipeline_executor.h"
+#include "agent/parallel/pipeline_executor.h"
 
 #include <map>
 
@@ -24,7 +24,8 @@ int PipelineExecutor::tagOf(int microbatch, int virtualStage, bool gradient) con
 }
 
 void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& tokensOf, int batch, float lossScale,
-                               float auxScale, ForwardResult& result, int step, Measurements& measurements)
+                               float auxScale, ForwardResult& result, int step, Measurements& measurements,
+                               GradientListener* finished)
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
     const std::size_t elements = m_model.streamElements(batch);
@@ -38,6 +39,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
     std::vector<DeviceBuffer> sent;   // kept until the sends complete
 
     for (const plan::Op& op : m_schedule.stages[std::size_t(m_stage)]) {
+        GradientListener* last = op.microbatch == shape.microbatches - 1 ? finished : nullptr;
         Slot& slot = slots[{op.microbatch, op.chunk}];
         const int virtualStage = op.chunk * shape.stages + m_stage;
         const std::int64_t begin = Measurements::nowNs();
@@ -66,7 +68,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
         case plan::OpKind::Backward:
             slot.inputGrad = DeviceBuffer(m_backend, elements);
             m_model.backward(*slot.activations, slot.outputGrad.ptr(), slot.inputGrad.ptr(),
-                             m_schedule.splitBackward() ? &slot.weightGrads : nullptr);
+                             m_schedule.splitBackward() ? &slot.weightGrads : nullptr, last);
             slot.activations.reset();
             slot.outputGrad = DeviceBuffer();
             break;
@@ -77,6 +79,8 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             break;
         case plan::OpKind::WeightGrad:
             m_model.applyWeightGradients(slot.weightGrads);
+            if (last)
+                last->gradientsReady(m_model.chunkViews(op.chunk));
             break;
         }
         // Spans carry the op's own name (one source of truth for planned and measured ops).
