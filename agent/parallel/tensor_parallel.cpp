@@ -21,6 +21,12 @@ void TensorParallel::allReduce(kernels::DevPtr x, std::size_t elements)
 
 void TensorParallel::gatherSequence(kernels::ConstDevPtr local, kernels::DevPtr full, std::size_t fullElements)
 {
+    if (m_size == 1) {
+        // No group (or a group of one): this rank's rows are all the rows.
+        if (local.data != full.data)
+            m_backend->copy(full, local, fullElements);
+        return;
+    }
     m_group->allGather(local, full, fullElements / std::size_t(m_size));
 }
 
