@@ -121,7 +121,7 @@ private slots:
         QFETCH(bool, tied);
         const plan::ModelSpec spec = tinyModel(tied);
         const auto batches = tokensOf(spec);
-        const float lossScale = float(1.0 / (kMicrobatches * kBatch * spec.seqLen)), auxScale = 0.25f;
+        const float lossScale = float(1.0 / double(kMicrobatches * kBatch * spec.seqLen)), auxScale = 0.25f;
 
         // The whole model, micro-batch after micro-batch.
         kernels::CpuBackend wholeBackend;
