@@ -14,6 +14,8 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "parallel_test_support.h"
+
 #include <QtTest>
 
 #include <algorithm>
@@ -24,82 +26,12 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
+using namespace meshbench::agent::testing;
 
 namespace {
 
 constexpr double kBucketMb = 1.0 / 1024.0;
 constexpr std::size_t kCapElements = 256;
-
-plan::ModelSpec moeModel()
-{
-    plan::ModelSpec m;
-    m.layers = 2;
-    m.hidden = 8;
-    m.heads = 2;
-    m.kvHeads = 2;
-    m.ffnHidden = 24;
-    m.vocab = 20;
-    m.seqLen = 4;
-    m.moe.experts = 4;
-    m.moe.topK = 2;
-    m.moe.ffnHidden = 12;
-    m.moe.everyNLayers = 2;
-    return m;
-}
-
-ModelSlice sliceOf(const plan::ModelSpec& model, int ep, int rank)
-{
-    ModelSlice slice = ModelSlice::whole(model);
-    slice.expertShards = ep;
-    slice.expertShard = rank % ep;
-    return slice;
-}
-
-struct Mesh {
-    int dp, ep;
-};
-
-// World ranks of r's group for the dense range (all) or the experts' (same EP rank).
-std::vector<int> groupOf(const Mesh& mesh, bool experts, int r)
-{
-    std::vector<int> ranks;
-    for (int q = experts ? r % mesh.ep : 0; q < mesh.dp; q += experts ? mesh.ep : 1)
-        ranks.push_back(q);
-    return ranks;
-}
-
-void onEveryRank(const Mesh& mesh,
-                 const std::function<void(int rank, Communicator* data, Communicator* expertData)>& body)
-{
-    InProcessGroup data(mesh.dp);
-    const int expertGroupSize = mesh.dp / mesh.ep;
-    std::vector<std::unique_ptr<InProcessGroup>> expertGroups;
-    if (expertGroupSize > 1)
-        for (int e = 0; e < mesh.ep; ++e)
-            expertGroups.push_back(std::make_unique<InProcessGroup>(expertGroupSize));
-    std::vector<std::unique_ptr<Communicator>> dataMembers, expertMembers;
-    for (int r = 0; r < mesh.dp; ++r) {
-        dataMembers.push_back(data.member(r));
-        expertMembers.push_back(expertGroupSize > 1 ? expertGroups[std::size_t(r % mesh.ep)]->member(r / mesh.ep)
-                                                    : nullptr);
-    }
-    std::vector<std::thread> threads;
-    for (int r = 0; r < mesh.dp; ++r)
-        threads.emplace_back(
-            [&, r] { body(r, dataMembers[std::size_t(r)].get(), expertMembers[std::size_t(r)].get()); });
-    for (std::thread& t : threads)
-        t.join();
-}
-
-std::vector<float> randomValues(std::size_t n, std::uint32_t seed)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
-}
 
 struct RankResult {
     std::vector<float> grads, shard, startShard;
@@ -135,17 +67,20 @@ private slots:
         QFETCH(int, ep);
         QFETCH(int, stage);
         QFETCH(bool, overlap);
-        const Mesh mesh{dp, ep};
-        const plan::ModelSpec model = moeModel();
+        const DataMesh mesh{dp, ep};
+        const plan::ModelSpec model = tinyMoeModel();
         constexpr int kStep = 3, kPipelineStage = 1;
         std::vector<std::vector<float>> inputs;
         for (int r = 0; r < dp; ++r)
-            inputs.push_back(randomValues(ParameterLayout(model, sliceOf(model, ep, r)).totalSize(), 30 + std::uint32_t(r)));
+            inputs.push_back(randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(), 30 + std::uint32_t(r)));
         std::vector<RankResult> results(static_cast<std::size_t>(dp));
-        onEveryRank(mesh, [&](int r, Communicator* data, Communicator* expertData) {
+        onDataMesh(mesh, [&](const DataRank& self) {
+            const int r = self.rank;
+            Communicator* data = self.data;
+            Communicator* expertData = self.expertData;
             RankResult& out = results[std::size_t(r)];
             kernels::CpuBackend backend;
-            const ParameterLayout layout(model, sliceOf(model, ep, r));
+            const ParameterLayout layout(model, expertSlice(model, mesh, r));
             const ZeroShards shards(layout, stage, data, expertData);
             DeviceBuffer grads(backend, layout.totalSize()), shard(backend, std::max<std::size_t>(shards.shardElements(), 1));
             backend.upload(grads.ptr(), inputs[std::size_t(r)].data(), layout.totalSize());
@@ -183,10 +118,10 @@ private slots:
 
         for (int r = 0; r < dp; ++r) {
             const RankResult& got = results[std::size_t(r)];
-            const ParameterLayout layout(model, sliceOf(model, ep, r));
+            const ParameterLayout layout(model, expertSlice(model, mesh, r));
             auto summed = [&](std::size_t i) {
                 float sum = 0.0f;
-                for (int q : groupOf(mesh, i >= layout.expertBegin(), r))
+                for (int q : groupRanks(mesh, i >= layout.expertBegin(), r))
                     sum += inputs[std::size_t(q)][i];
                 return sum;
             };
@@ -256,7 +191,7 @@ private slots:
             std::vector<std::size_t> expectedBytes, gotBytes;
             std::size_t heldBytes = 0;
             for (const GradientBuckets::Bucket& bucket : got.buckets) {
-                const bool reduced = groupOf(mesh, bucket.region == 1, r).size() > 1;
+                const bool reduced = groupRanks(mesh, bucket.region == 1, r).size() > 1;
                 if (reduced)
                     expectedBytes.push_back((bucket.end - bucket.begin) * sizeof(float));
                 if (std::find(bucket.views.begin(), bucket.views.end(), layout.embedding()) != bucket.views.end())
@@ -295,7 +230,7 @@ private slots:
     void withoutMeasurementsOrAGroupOfOne()
     {
         // One member: no group, nothing reduced, no spans; at stage 0 the buffer is untouched.
-        const plan::ModelSpec model = moeModel();
+        const plan::ModelSpec model = tinyMoeModel();
         kernels::CpuBackend backend;
         const ParameterLayout layout(model);
         const ZeroShards shards(layout, 0, nullptr, nullptr);

@@ -14,6 +14,8 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "parallel_test_support.h"
+
 #include <QtTest>
 
 #include <cmath>
@@ -24,46 +26,7 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
-
-namespace {
-
-plan::ModelSpec moeModel()
-{
-    plan::ModelSpec m;
-    m.layers = 2;
-    m.hidden = 8;
-    m.heads = 2;
-    m.kvHeads = 2;
-    m.ffnHidden = 24;
-    m.vocab = 20;
-    m.seqLen = 4;
-    m.moe.experts = 4;
-    m.moe.topK = 2;
-    m.moe.ffnHidden = 12;
-    m.moe.everyNLayers = 2;
-    return m;
-}
-
-std::vector<float> randomValues(std::size_t n, std::uint32_t seed)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
-}
-
-void onThreads(int count, const std::function<void(int)>& body)
-{
-    std::vector<std::thread> threads;
-    for (int r = 0; r < count; ++r)
-        threads.emplace_back([&, r] { body(r); });
-    for (std::thread& t : threads)
-        t.join();
-}
-
-}  // namespace
+using namespace meshbench::agent::testing;
 
 class TestFinalizeGradients : public QObject {
     Q_OBJECT
@@ -96,7 +59,7 @@ private slots:
     void sequenceParallelNormsSumOverTheTensorGroup()
     {
         // Rank r = (tp r % 2, dp r / 2). Tensor groups {0, 1}, {2, 3}; data groups {0, 2}, {1, 3}.
-        const plan::ModelSpec model = moeModel();
+        const plan::ModelSpec model = tinyMoeModel();
         InProcessGroup tensor0(2), tensor1(2), data0(2), data1(2);
         std::vector<std::unique_ptr<Communicator>> tensors, datas;
         for (int r = 0; r < 4; ++r) {
@@ -161,7 +124,7 @@ private slots:
         // tp2 x ep2 slices, ZeRO-1 over a data group of 2 (rank r = tp r % 2 ... here just dp 2 with
         // the slice of tp rank 0, ep rank r): the dense range over the data group, the experts' held
         // by each rank alone (an expert-data group of one).
-        const plan::ModelSpec model = moeModel();
+        const plan::ModelSpec model = tinyMoeModel();
         for (int stage : {0, 1}) {
             InProcessGroup data(2);
             std::vector<std::unique_ptr<Communicator>> members;

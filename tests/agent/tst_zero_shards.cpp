@@ -14,6 +14,8 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "parallel_test_support.h"
+
 #include <QtTest>
 
 #include <functional>
@@ -23,87 +25,11 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
+using namespace meshbench::agent::testing;
 
 namespace {
 
 constexpr std::size_t kAlign = 16;
-
-plan::ModelSpec moeModel()
-{
-    plan::ModelSpec m;
-    m.layers = 2;
-    m.hidden = 8;
-    m.heads = 2;
-    m.kvHeads = 2;
-    m.ffnHidden = 24;
-    m.vocab = 20;
-    m.seqLen = 4;
-    m.moe.experts = 4;
-    m.moe.topK = 2;
-    m.moe.ffnHidden = 12;
-    m.moe.everyNLayers = 2;   // layer 0 MoE, layer 1 dense
-    return m;
-}
-
-ModelSlice sliceOf(const plan::ModelSpec& model, int ep, int rank)
-{
-    ModelSlice slice = ModelSlice::whole(model);
-    slice.expertShards = ep;
-    slice.expertShard = rank % ep;
-    return slice;
-}
-
-// A data group of dp threads, EP carved out of it: rank r is EP rank r % ep, and the ranks with the
-// same EP rank form an expert-data group (of dp / ep members; none when that is 1). With ep 1 the
-// expert-data group holds every member, as a group of its own (its own queue).
-struct Mesh {
-    int dp, ep;
-};
-
-struct RankContext {
-    int rank;
-    Communicator* data;
-    Communicator* expertData;   // null when the experts' range is held by one member
-    int expertDataMember;       // this rank's index in its expert-data group
-};
-
-void onEveryRank(const Mesh& mesh, const std::function<void(const RankContext&)>& body)
-{
-    InProcessGroup data(mesh.dp);
-    const int expertGroupSize = mesh.dp / mesh.ep;
-    std::vector<std::unique_ptr<InProcessGroup>> expertGroups;
-    if (expertGroupSize > 1)
-        for (int e = 0; e < mesh.ep; ++e)
-            expertGroups.push_back(std::make_unique<InProcessGroup>(expertGroupSize));
-    std::vector<std::unique_ptr<Communicator>> dataMembers, expertMembers;
-    for (int r = 0; r < mesh.dp; ++r) {
-        dataMembers.push_back(data.member(r));
-        expertMembers.push_back(expertGroupSize > 1 ? expertGroups[std::size_t(r % mesh.ep)]->member(r / mesh.ep)
-                                                    : nullptr);
-    }
-    std::vector<std::thread> threads;
-    for (int r = 0; r < mesh.dp; ++r)
-        threads.emplace_back([&, r] {
-            body({r, dataMembers[std::size_t(r)].get(), expertMembers[std::size_t(r)].get(), r / mesh.ep});
-        });
-    for (std::thread& t : threads)
-        t.join();
-}
-
-// The world ranks of the members of rank r's group for the region (dense: the data group; experts:
-// r's expert-data group, or r alone).
-std::vector<int> groupOf(const Mesh& mesh, bool experts, int r)
-{
-    std::vector<int> ranks;
-    if (!experts) {
-        for (int q = 0; q < mesh.dp; ++q)
-            ranks.push_back(q);
-    } else {
-        for (int q = r % mesh.ep; q < mesh.dp; q += mesh.ep)
-            ranks.push_back(q);
-    }
-    return ranks;
-}
 
 // The rule of the header, written again: member m of g owns [m P, min(S, (m + 1) P)) of a range of
 // S elements, P = ceil(ceil(S / g) / 16) x 16.
@@ -127,19 +53,9 @@ std::vector<float> wholeBufferOf(const ParameterLayout& layout, int epRank)
     return whole;
 }
 
-std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale = 1.0f)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
-}
+const std::vector<DataMesh> kMeshes{{2, 1}, {3, 1}, {2, 2}, {4, 2}};
 
-const std::vector<Mesh> kMeshes{{2, 1}, {3, 1}, {2, 2}, {4, 2}};
-
-QString meshName(const Mesh& m) { return QStringLiteral("dp%1 ep%2").arg(m.dp).arg(m.ep); }
+QString meshName(const DataMesh& m) { return QStringLiteral("dp%1 ep%2").arg(m.dp).arg(m.ep); }
 
 const AdamWSettings kSettings{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
 
@@ -151,15 +67,15 @@ class TestZeroShards : public QObject {
 private slots:
     void regionsAndPiecesFollowTheRule()
     {
-        const plan::ModelSpec model = moeModel();
-        for (const Mesh& mesh : kMeshes)
+        const plan::ModelSpec model = tinyMoeModel();
+        for (const DataMesh& mesh : kMeshes)
             for (int stage = 0; stage <= 3; ++stage) {
                 std::vector<std::vector<ShardRegion>> regions(std::size_t(mesh.dp));
                 std::vector<std::size_t> shardElements(std::size_t(mesh.dp));
                 std::vector<std::size_t> totals(std::size_t(mesh.dp)), expertBegins(std::size_t(mesh.dp));
                 std::vector<char> regionOfRight(std::size_t(mesh.dp), 0);
-                onEveryRank(mesh, [&](const RankContext& c) {
-                    const ParameterLayout layout(model, sliceOf(model, mesh.ep, c.rank));
+                onDataMesh(mesh, [&](const DataRank& c) {
+                    const ParameterLayout layout(model, expertSlice(model, mesh, c.rank));
                     const ZeroShards shards(layout, stage, c.data, c.expertData);
                     regions[std::size_t(c.rank)] = shards.regions();
                     shardElements[std::size_t(c.rank)] = shards.shardElements();
@@ -184,7 +100,7 @@ private slots:
                     std::size_t shardOffset = 0;
                     for (std::size_t k = 0; k < 2; ++k) {
                         const ShardRegion& region = rs[k];
-                        const std::vector<int> group = groupOf(mesh, k == 1, r);
+                        const std::vector<int> group = groupRanks(mesh, k == 1, r);
                         const int g = int(group.size());
                         const std::size_t size = region.end - region.begin;
                         QCOMPARE(region.group != nullptr, g > 1);
@@ -228,11 +144,11 @@ private slots:
 
     void ownedCountsCountEachMembersElements()
     {
-        const plan::ModelSpec model = moeModel();
-        for (const Mesh& mesh : {Mesh{3, 1}, Mesh{4, 2}}) {
+        const plan::ModelSpec model = tinyMoeModel();
+        for (const DataMesh& mesh : {DataMesh{3, 1}, DataMesh{4, 2}}) {
             std::vector<int> wrong(std::size_t(mesh.dp), 0), tried(std::size_t(mesh.dp), 0);
-            onEveryRank(mesh, [&](const RankContext& c) {
-                const ParameterLayout layout(model, sliceOf(model, mesh.ep, c.rank));
+            onDataMesh(mesh, [&](const DataRank& c) {
+                const ParameterLayout layout(model, expertSlice(model, mesh, c.rank));
                 const ZeroShards shards(layout, 1, c.data, c.expertData);
                 std::mt19937 engine(std::uint32_t(7 + c.rank));
                 for (const ShardRegion& region : shards.regions()) {
@@ -261,13 +177,13 @@ private slots:
 
     void extractThenGatherGivesTheWholeBuffer()
     {
-        const plan::ModelSpec model = moeModel();
-        for (const Mesh& mesh : kMeshes)
+        const plan::ModelSpec model = tinyMoeModel();
+        for (const DataMesh& mesh : kMeshes)
             for (int stage = 0; stage <= 3; ++stage) {
                 std::vector<std::vector<float>> gathered(std::size_t(mesh.dp)), expected(std::size_t(mesh.dp));
-                onEveryRank(mesh, [&](const RankContext& c) {
+                onDataMesh(mesh, [&](const DataRank& c) {
                     kernels::CpuBackend backend;
-                    const ParameterLayout layout(model, sliceOf(model, mesh.ep, c.rank));
+                    const ParameterLayout layout(model, expertSlice(model, mesh, c.rank));
                     const ZeroShards shards(layout, stage, c.data, c.expertData);
                     const std::vector<float> whole = wholeBufferOf(layout, c.rank % mesh.ep);
                     std::vector<float> shard(shards.shardElements(), -7.0f);
@@ -286,17 +202,17 @@ private slots:
 
     void allGatherParametersSpreadsEachOwnersPieces()
     {
-        const plan::ModelSpec model = moeModel();
+        const plan::ModelSpec model = tinyMoeModel();
         // Member r rewrites only the elements it owns, to a value naming r; afterwards every member
         // holds, at each element, its owner's value.
         auto newValue = [](int rank, std::size_t i) { return 10.0f * float(rank + 1) + 0.001f * float(i % 991); };
-        for (const Mesh& mesh : kMeshes)
+        for (const DataMesh& mesh : kMeshes)
             for (int stage = 1; stage <= 2; ++stage) {
                 std::vector<std::vector<float>> after(std::size_t(mesh.dp));
                 std::vector<std::size_t> expertBegins(std::size_t(mesh.dp));
-                onEveryRank(mesh, [&](const RankContext& c) {
+                onDataMesh(mesh, [&](const DataRank& c) {
                     kernels::CpuBackend backend;
-                    const ParameterLayout layout(model, sliceOf(model, mesh.ep, c.rank));
+                    const ParameterLayout layout(model, expertSlice(model, mesh, c.rank));
                     const ZeroShards shards(layout, stage, c.data, c.expertData);
                     std::vector<float> whole = wholeBufferOf(layout, c.rank % mesh.ep);
                     for (const ShardRegion& region : shards.regions())
@@ -314,7 +230,7 @@ private slots:
                     const std::size_t expertBegin = expertBegins[std::size_t(r)];
                     for (std::size_t i = 0; i < got.size(); ++i) {
                         const bool experts = i >= expertBegin;
-                        const std::vector<int> group = groupOf(mesh, experts, r);
+                        const std::vector<int> group = groupRanks(mesh, experts, r);
                         const std::size_t begin = experts ? expertBegin : 0, end = experts ? got.size() : expertBegin;
                         const int owner = group[std::size_t(ownerOf(begin, end - begin, int(group.size()), i))];
                         QVERIFY2(got[i] == newValue(owner, i),
@@ -327,19 +243,19 @@ private slots:
 
     void shardedParametersGatherAndReduceScatter()
     {
-        const plan::ModelSpec model = moeModel();
-        for (const Mesh& mesh : kMeshes) {
+        const plan::ModelSpec model = tinyMoeModel();
+        for (const DataMesh& mesh : kMeshes) {
             const int dp = mesh.dp;
             // Rank r's gradient of every flat element (as if its backward wrote them).
             std::vector<std::vector<float>> grads;
             for (int r = 0; r < dp; ++r)
-                grads.push_back(randomValues(ParameterLayout(model, sliceOf(model, mesh.ep, r)).totalSize(),
+                grads.push_back(randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(),
                                              100 + std::uint32_t(r)));
             std::vector<std::vector<float>> gotShard(static_cast<std::size_t>(dp)), startShard(static_cast<std::size_t>(dp));
             std::vector<int> paramMismatches(std::size_t(dp), 0);
-            onEveryRank(mesh, [&](const RankContext& c) {
+            onDataMesh(mesh, [&](const DataRank& c) {
                 kernels::CpuBackend backend;
-                const ParameterLayout layout(model, sliceOf(model, mesh.ep, c.rank));
+                const ParameterLayout layout(model, expertSlice(model, mesh, c.rank));
                 const ZeroShards shards(layout, 3, c.data, c.expertData);
                 const std::vector<float> whole = wholeBufferOf(layout, c.rank % mesh.ep);
                 std::vector<float> shard(shards.shardElements());
@@ -372,12 +288,12 @@ private slots:
             });
             for (int r = 0; r < dp; ++r) {
                 QCOMPARE(paramMismatches[std::size_t(r)], 0);
-                const ParameterLayout layout(model, sliceOf(model, mesh.ep, r));
+                const ParameterLayout layout(model, expertSlice(model, mesh, r));
                 // The shard's element at flat position i: its start plus the member-order sum of the
                 // group's gradients, for every element of a view (padding is nobody's tensor).
                 for (const TensorView& view : layout.views()) {
                     const bool experts = view.offset >= layout.expertBegin();
-                    const std::vector<int> group = groupOf(mesh, experts, r);
+                    const std::vector<int> group = groupRanks(mesh, experts, r);
                     const int g = int(group.size());
                     const std::size_t begin = experts ? layout.expertBegin() : 0;
                     const std::size_t size = (experts ? layout.totalSize() : layout.expertBegin()) - begin;
@@ -406,15 +322,15 @@ private slots:
 
     void aShardUpdateEqualsTheWholeUpdate()
     {
-        const plan::ModelSpec model = moeModel();
+        const plan::ModelSpec model = tinyMoeModel();
         constexpr int kSteps = 2;
-        for (const Mesh& mesh : kMeshes) {
+        for (const DataMesh& mesh : kMeshes) {
             const int dp = mesh.dp;
             std::vector<std::vector<std::vector<float>>> grads(static_cast<std::size_t>(dp));   // [rank][step]
             for (int r = 0; r < dp; ++r)
                 for (int s = 0; s < kSteps; ++s)
                     grads[std::size_t(r)].push_back(randomValues(
-                        ParameterLayout(model, sliceOf(model, mesh.ep, r)).totalSize(), 200 + std::uint32_t(10 * r + s)));
+                        ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(), 200 + std::uint32_t(10 * r + s)));
             auto startOf = [&](const ParameterLayout& layout, int epRank) {
                 std::vector<float> start = wholeBufferOf(layout, epRank);
                 for (float& v : start)
@@ -422,9 +338,9 @@ private slots:
                 return start;
             };
             std::vector<std::vector<float>> got(static_cast<std::size_t>(dp)), expected(static_cast<std::size_t>(dp));
-            onEveryRank(mesh, [&](const RankContext& c) {
+            onDataMesh(mesh, [&](const DataRank& c) {
                 kernels::CpuBackend backend;
-                const ParameterLayout layout(model, sliceOf(model, mesh.ep, c.rank));
+                const ParameterLayout layout(model, expertSlice(model, mesh, c.rank));
                 const ZeroShards shards(layout, 1, c.data, c.expertData);
                 const std::size_t total = layout.totalSize();
                 DeviceBuffer params(backend, total), grad(backend, total), shard(backend, shards.shardElements());
@@ -453,7 +369,7 @@ private slots:
             // The whole buffer on one rank with the groups' member-order sums.
             for (int r = 0; r < dp; ++r) {
                 kernels::CpuBackend backend;
-                const ParameterLayout layout(model, sliceOf(model, mesh.ep, r));
+                const ParameterLayout layout(model, expertSlice(model, mesh, r));
                 const std::size_t total = layout.totalSize();
                 DeviceBuffer params(backend, total), grad(backend, total);
                 const std::vector<float> start = startOf(layout, r % mesh.ep);
@@ -463,7 +379,7 @@ private slots:
                     std::vector<float> summed(total);
                     for (std::size_t i = 0; i < total; ++i) {
                         float sum = 0.0f;
-                        for (int q : groupOf(mesh, i >= layout.expertBegin(), r))
+                        for (int q : groupRanks(mesh, i >= layout.expertBegin(), r))
                             sum += grads[std::size_t(q)][std::size_t(s)][i];
                         summed[i] = sum;
                     }
