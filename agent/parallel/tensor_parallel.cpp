@@ -96,6 +96,21 @@ void TensorParallel::localIds(const std::vector<std::int32_t>& ids, std::int64_t
     }
 }
 
+std::vector<char> TensorParallel::blockIds(const std::vector<std::int32_t>& ids, std::int64_t vocab,
+                                           std::vector<std::int32_t>& local) const
+{
+    std::vector<char> inside;
+    localIds(ids, vocab, local, inside);
+    return inside;
+}
+
+void TensorParallel::zeroOutside(const std::vector<char>& inside, kernels::DevPtr rows, int width)
+{
+    for (std::size_t t = 0; t < inside.size(); ++t)
+        if (!inside[t])
+            m_backend->fill(kernels::offset(rows, t * std::size_t(width)), 0.0f, std::size_t(width));
+}
+
 void TensorParallel::embeddingForward(const std::vector<std::int32_t>& ids, std::int64_t vocab,
                                       kernels::ConstDevPtr table, int h, kernels::DevPtr stream)
 {
@@ -105,13 +120,10 @@ void TensorParallel::embeddingForward(const std::vector<std::int32_t>& ids, std:
         return;
     }
     std::vector<std::int32_t> local;
-    std::vector<char> inside;
-    localIds(ids, vocab, local, inside);
     DeviceBuffer full(*m_backend, std::size_t(T) * std::size_t(h));
+    const std::vector<char> inside = blockIds(ids, vocab, local);
     m_backend->embeddingForward(local.data(), T, table, h, full.ptr());
-    for (int t = 0; t < T; ++t)
-        if (!inside[std::size_t(t)])
-            m_backend->fill(full.at(std::size_t(t) * std::size_t(h)), 0.0f, std::size_t(h));
+    zeroOutside(inside, full.ptr(), h);
     completePartial(full.ptr(), stream, full.size());
     if (!m_sp)
         m_backend->copy(stream, full.ptr(), full.size());
@@ -126,16 +138,13 @@ void TensorParallel::embeddingBackward(const std::vector<std::int32_t>& ids, std
         return;
     }
     std::vector<std::int32_t> local;
-    std::vector<char> inside;
-    localIds(ids, vocab, local, inside);
     DeviceBuffer full(*m_backend, std::size_t(T) * std::size_t(h));
+    const std::vector<char> inside = blockIds(ids, vocab, local);
     if (m_sp)
         gatherSequence(dStream, full.ptr(), full.size());
     else
         m_backend->copy(full.ptr(), dStream, full.size());
-    for (int t = 0; t < T; ++t)
-        if (!inside[std::size_t(t)])
-            m_backend->fill(full.at(std::size_t(t) * std::size_t(h)), 0.0f, std::size_t(h));
+    zeroOutside(inside, full.ptr(), h);
     m_backend->embeddingBackward(local.data(), T, full.ptr(), h, tableGrad);
 }
 

@@ -82,6 +82,12 @@ public:
                         float lossScale);
 
 private:
+    // localIds' two results, the membership returned.
+    std::vector<char> blockIds(const std::vector<std::int32_t>& ids, std::int64_t vocab,
+                               std::vector<std::int32_t>& local) const;
+    // Zeroes the rows [T, width] of tokens outside this rank's vocabulary block.
+    void zeroOutside(const std::vector<char>& inside, kernels::DevPtr rows, int width);
+
     kernels::Backend* m_backend;
     Communicator* m_group = nullptr;
     int m_size = 1;
