@@ -7,8 +7,8 @@ namespace meshbench::agent {
 GradientBuckets::GradientBuckets(kernels::Backend& backend, const ParameterLayout& layout, const ZeroShards& shards,
                                  kernels::DevPtr grads, kernels::DevPtr gradShard, const BucketSettings& settings,
                                  Measurements* measurements, int stage)
-    : m_backend(backend), m_layout(layout), m_shards(shards), m_grads(grads), m_gradShard(gradShard),
-      m_settings(settings), m_measurements(measurements), m_stage(stage), m_bucketOf(layout.views().size(), -1),
+    : m_backend(backend), m_shards(shards), m_grads(grads), m_gradShard(gradShard),
+      m_settings(settings), m_queue(measurements, stage), m_bucketOf(layout.views().size(), -1),
       m_held(layout.views().size(), false), m_ready(layout.views().size(), false)
 {
     // Per range, views from the last to the first (the backward's order): consecutive in the flat
@@ -37,7 +37,7 @@ GradientBuckets::GradientBuckets(kernels::Backend& backend, const ParameterLayou
 
 void GradientBuckets::begin(int step)
 {
-    m_step = step;
+    m_queue.setStep(step);
     std::fill(m_ready.begin(), m_ready.end(), false);
     m_inFlight.clear();
     m_inFlight.resize(m_buckets.size());
@@ -50,7 +50,10 @@ void GradientBuckets::gradientsReady(const std::vector<int>& views)
     for (int v : views)
         if (!m_held[std::size_t(v)])
             release(v);
-    poll();
+    m_queue.poll();
+    for (const ShardRegion& region : m_shards.regions())
+        if (region.group)
+            region.group->progress();
 }
 
 void GradientBuckets::release(int view)
@@ -69,29 +72,23 @@ void GradientBuckets::start(std::size_t b)
     const ShardRegion& region = m_shards.regions()[std::size_t(bucket.region)];
     InFlight& flight = m_inFlight[b];
     flight.started = true;
-    flight.beginNs = Measurements::nowNs();
-    if (!region.group)
-        return;   // one member: nothing to reduce
-    m_started.push_back(b);
     const kernels::DevPtr range = kernels::offset(m_grads, bucket.begin);
+    const std::size_t bytes = (bucket.end - bucket.begin) * kernels::dtypeSize(m_grads.dtype);
+    if (!region.group) {
+        // One member: nothing to reduce; with ZeRO its gradients are its share.
+        if (m_shards.stage() > 0)
+            addShare(b, range);
+        return;
+    }
     if (m_shards.stage() == 0) {
-        flight.pending = region.group->startAllReduce(range, bucket.end - bucket.begin);
+        m_queue.push(region.group->startAllReduce(range, bucket.end - bucket.begin), bytes);
         return;
     }
     const std::vector<std::size_t> counts = region.ownedCounts(bucket.begin, bucket.end);
     flight.share = DeviceBuffer(m_backend, std::max<std::size_t>(counts[std::size_t(region.member)], 1),
                                 MemoryCategory::Grads);
-    flight.pending = region.group->startReduceScatter(range, flight.share.ptr(), counts);
-}
-
-void GradientBuckets::poll()
-{
-    // In the order started: the reductions run one after another on the rank's queue.
-    while (m_recorded < m_started.size() && m_inFlight[m_started[m_recorded]].pending.done())
-        recordSpan(m_started[m_recorded++]);
-    for (const ShardRegion& region : m_shards.regions())
-        if (region.group)
-            region.group->progress();
+    m_queue.push(region.group->startReduceScatter(range, flight.share.ptr(), counts), bytes,
+                 [this, b] { addShare(b, m_inFlight[b].share.ptr()); });
 }
 
 void GradientBuckets::finish()
@@ -99,41 +96,21 @@ void GradientBuckets::finish()
     for (std::size_t b = 0; b < m_buckets.size(); ++b)
         if (!m_inFlight[b].started)
             start(b);
-    for (; m_recorded < m_started.size(); ++m_recorded) {
-        m_inFlight[m_started[m_recorded]].pending.wait();
-        recordSpan(m_started[m_recorded]);
-    }
-    if (m_shards.stage() > 0)
-        for (std::size_t b = 0; b < m_buckets.size(); ++b)
-            addShare(b);
+    m_queue.waitAll();
     m_inFlight.clear();
-    m_started.clear();
-    m_recorded = 0;
 }
 
-void GradientBuckets::addShare(std::size_t b)
+void GradientBuckets::addShare(std::size_t b, kernels::ConstDevPtr share)
 {
-    // This rank's part of the bucket, into its place in the shard buffer: the reduce-scatter's
-    // share, or for a range one rank holds alone (an expert-data group of one) the gradients.
+    // This rank's part of the bucket (`share` begins at its first owned element), into its place
+    // in the shard buffer.
     const Bucket& bucket = m_buckets[b];
     const ShardRegion& region = m_shards.regions()[std::size_t(bucket.region)];
     const std::size_t first = std::max(bucket.begin, region.ownedBegin());
     const std::size_t last = std::min(bucket.end, region.ownedEnd());
     if (first < last)
-        m_backend.add(region.group ? kernels::ConstDevPtr(m_inFlight[b].share.ptr()) : kernels::offset(m_grads, first),
+        m_backend.add(region.group ? share : kernels::offset(share, first - bucket.begin),
                       kernels::offset(m_gradShard, region.shardOffset + (first - region.ownedBegin())), last - first);
-}
-
-void GradientBuckets::recordSpan(std::size_t b)
-{
-    // A reduction runs once it is started and the one before it on the queue is done.
-    const std::int64_t begin = std::max(m_inFlight[b].beginNs, m_queueFreeNs);
-    m_queueFreeNs = Measurements::nowNs();
-    if (!m_measurements)
-        return;
-    const Bucket& bucket = m_buckets[b];
-    m_measurements->addSpan({m_step, std::int16_t(m_stage), 0, -1, wire::SpanKind::DataParallelReduce, -1, begin,
-                             m_queueFreeNs, (bucket.end - bucket.begin) * kernels::dtypeSize(m_grads.dtype)});
 }
 
 }  // namespace meshbench::agent

@@ -7,10 +7,10 @@
 // starts - an all-reduce without ZeRO, a reduce-scatter into the owners' shards with it - over
 // the bucket's range's group (dense: data, experts: expert-data). finish() waits for them all.
 // Without overlap every bucket starts in finish(): the plain reduction, bucketed. Each reduction
-// is a dp-reduce span with its bytes, from when it could run (started, and the one before it done:
-// one queue per rank, as NCCL's communication stream) to when it was seen complete.
+// is a dp-reduce span with its bytes (see ReductionQueue).
 
 #include "agent/model/parameters.h"
+#include "agent/parallel/reduction_queue.h"
 #include "agent/parallel/zero_shards.h"
 #include "agent/runtime/communicator.h"
 #include "agent/runtime/device_buffer.h"
@@ -63,36 +63,25 @@ public:
 
 private:
     void start(std::size_t bucket);
-    // Records the spans of the reductions that are done, and lets the others advance.
-    void poll();
-    void recordSpan(std::size_t bucket);
-    void addShare(std::size_t bucket);
+    void addShare(std::size_t bucket, kernels::ConstDevPtr share);
 
     struct InFlight {
         bool started = false;
-        int waiting = 0;   // views not yet ready
-        PendingComm pending;
+        int waiting = 0;      // views not yet ready
         DeviceBuffer share;   // ZeRO: this rank's reduce-scattered part
-        std::int64_t beginNs = 0;
     };
 
     kernels::Backend& m_backend;
-    const ParameterLayout& m_layout;
     const ZeroShards& m_shards;
     kernels::DevPtr m_grads;
     kernels::DevPtr m_gradShard;
     BucketSettings m_settings;
-    Measurements* m_measurements;
-    int m_stage;
-    int m_step = 0;
+    ReductionQueue m_queue;
     std::vector<Bucket> m_buckets;
     std::vector<int> m_bucketOf;   // per view
     std::vector<bool> m_held;
     std::vector<bool> m_ready;     // per view, this pass
     std::vector<InFlight> m_inFlight;
-    std::vector<std::size_t> m_started;   // buckets with a reduction, in the order started
-    std::size_t m_recorded = 0;           // of m_started, those whose span is recorded
-    std::int64_t m_queueFreeNs = 0;       // when the last recorded reduction ended
 };
 
 }  // namespace meshbench::agent

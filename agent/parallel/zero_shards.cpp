@@ -1,6 +1,7 @@
 #include "agent/parallel/zero_shards.h"
 
 #include <algorithm>
+#include <memory>
 
 namespace meshbench::agent {
 namespace {
@@ -92,8 +93,10 @@ void ZeroShards::allGatherParameters(kernels::DevPtr params) const
 }
 
 ShardedParameters::ShardedParameters(kernels::Backend& backend, const ParameterLayout& layout,
-                                     const ZeroShards& shards, kernels::DevPtr paramShard, kernels::DevPtr gradShard)
+                                     const ZeroShards& shards, kernels::DevPtr paramShard, kernels::DevPtr gradShard,
+                                     std::size_t bucketBytes, bool overlap, Measurements* measurements, int stage)
     : m_backend(backend), m_layout(layout), m_shards(shards), m_paramShard(paramShard), m_gradShard(gradShard),
+      m_bucketBytes(bucketBytes), m_overlap(overlap), m_queue(measurements, stage),
       m_gathered(layout.views().size()), m_gradients(layout.views().size())
 {
 }
@@ -128,26 +131,36 @@ void ShardedParameters::acquire(const std::vector<int>& views, bool withGradient
 void ShardedParameters::release(const std::vector<int>& views, bool withGradients)
 {
     for (int view : views) {
-        if (withGradients) {
-            const TensorView& v = m_layout.at(view);
-            const ShardRegion& region = m_shards.regionOf(v.offset);
-            DeviceBuffer& g = m_gradients[std::size_t(view)];
-            const std::vector<std::size_t> pieces = region.ownedCounts(v.offset, v.offset + v.size);
-            const std::size_t mine = pieces[std::size_t(region.member)];
-            DeviceBuffer summed(m_backend, std::max<std::size_t>(mine, 1), MemoryCategory::Grads);
-            if (region.group)
-                region.group->startReduceScatter(g.ptr(), summed.ptr(), pieces).wait();
-            else
-                m_backend.copy(summed.ptr(), g.ptr(), mine);
-            if (mine > 0) {
-                const std::size_t first = std::max(v.offset, region.ownedBegin());
-                m_backend.add(summed.ptr(), kernels::offset(m_gradShard, region.shardOffset + (first - region.ownedBegin())),
-                              mine);
-            }
-            g = DeviceBuffer();
-        }
+        if (withGradients)
+            reduceIntoShard(view);
         m_gathered[std::size_t(view)] = DeviceBuffer();
     }
+}
+
+void ShardedParameters::reduceIntoShard(int view)
+{
+    const TensorView& v = m_layout.at(view);
+    const ShardRegion& region = m_shards.regionOf(v.offset);
+    const std::vector<std::size_t> pieces = region.ownedCounts(v.offset, v.offset + v.size);
+    const std::size_t mine = pieces[std::size_t(region.member)];
+    const std::size_t at = region.shardOffset + (std::max(v.offset, region.ownedBegin()) - region.ownedBegin());
+    DeviceBuffer gradient = std::move(m_gradients[std::size_t(view)]);
+    if (!region.group) {
+        if (mine > 0)
+            m_backend.add(gradient.ptr(), kernels::offset(m_gradShard, at), mine);
+        return;
+    }
+    // The gradient and this rank's summed piece live until the reduction is done.
+    auto buffers = std::make_shared<std::pair<DeviceBuffer, DeviceBuffer>>(
+        std::move(gradient), DeviceBuffer(m_backend, std::max<std::size_t>(mine, 1), MemoryCategory::Grads));
+    m_queue.push(region.group->startReduceScatter(buffers->first.ptr(), buffers->second.ptr(), pieces),
+                 v.size * kernels::dtypeSize(m_gradShard.dtype), [this, buffers, mine, at] {
+                     if (mine > 0)
+                         m_backend.add(buffers->second.ptr(), kernels::offset(m_gradShard, at), mine);
+                 });
+    m_queue.waitUntilAtMost(m_overlap ? m_bucketBytes : 0);
+    m_queue.poll();
+    region.group->progress();
 }
 
 }  // namespace meshbench::agent

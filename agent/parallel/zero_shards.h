@@ -12,6 +12,7 @@
 // stage) is its owned pieces laid end to end: the dense piece, then the experts'.
 
 #include "agent/model/parameters.h"
+#include "agent/parallel/reduction_queue.h"
 #include "agent/runtime/communicator.h"
 #include "agent/runtime/device_buffer.h"
 
@@ -74,7 +75,8 @@ private:
 
 // ZeRO-3: the parameters live in the shard buffers and are gathered for the tensors in use, just
 // before use, and freed after; their gradients are reduce-scattered into the shards when the
-// tensors are released.
+// tensors are released. With overlap, those reductions run under the rest of the backward, with
+// at most a bucket's bytes of gradients kept in flight (DeepSpeed's reduce_bucket_size).
 class ParameterGatherer {
 public:
     virtual ~ParameterGatherer() = default;
@@ -88,8 +90,14 @@ public:
 
 class ShardedParameters final : public ParameterGatherer {
 public:
+    // bucketBytes: the most gradient bytes reduced at once; overlap off waits for each at release.
     ShardedParameters(kernels::Backend& backend, const ParameterLayout& layout, const ZeroShards& shards,
-                      kernels::DevPtr paramShard, kernels::DevPtr gradShard);
+                      kernels::DevPtr paramShard, kernels::DevPtr gradShard, std::size_t bucketBytes, bool overlap,
+                      Measurements* measurements, int stage);
+
+    // A step's reductions begin, and end (all of them added into the shards) before the optimizer.
+    void begin(int step) { m_queue.setStep(step); }
+    void finish() { m_queue.waitAll(); }
 
     void acquire(const std::vector<int>& views, bool withGradients) override;
     void release(const std::vector<int>& views, bool withGradients) override;
@@ -97,11 +105,16 @@ public:
     kernels::DevPtr grad(int view) override { return m_gradients[std::size_t(view)].ptr(); }
 
 private:
+    void reduceIntoShard(int view);
+
     kernels::Backend& m_backend;
     const ParameterLayout& m_layout;
     const ZeroShards& m_shards;
     kernels::DevPtr m_paramShard;
     kernels::DevPtr m_gradShard;
+    std::size_t m_bucketBytes;
+    bool m_overlap;
+    ReductionQueue m_queue;
     std::vector<DeviceBuffer> m_gathered;
     std::vector<DeviceBuffer> m_gradients;
 };

@@ -70,8 +70,10 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
         m_model.setTensorGroup(groups->tensor.get(), spec.parallel.sequenceParallel);
     if (zeroStage() >= 3) {
         m_paramShard = DeviceBuffer(backend, m_shards.shardElements(), MemoryCategory::Params);
-        m_gatherer = std::make_unique<ShardedParameters>(backend, m_model.layout(), m_shards, m_paramShard.ptr(),
-                                                         m_gradShard.ptr());
+        m_gatherer = std::make_unique<ShardedParameters>(
+            backend, m_model.layout(), m_shards, m_paramShard.ptr(), m_gradShard.ptr(),
+            std::size_t(spec.parallel.gradBucketMb * 1024 * 1024), spec.parallel.overlapGradReduce, &m_measurements,
+            groups->coord.pp);
         m_model.setParameterGatherer(m_gatherer.get());
     } else if (dataParallelSize() > 1) {
         m_buckets = std::make_unique<GradientBuckets>(
@@ -180,6 +182,8 @@ ForwardResult Trainer::runMicrobatches(const StepBatch& batch, int step)
         m_backend.fill(m_gradShard.ptr(), 0.0f, m_gradShard.size());
     ForwardResult result;
     const auto tokensOf = [&batch](int local) { return batch.tokens[std::size_t(local)].data(); };
+    if (m_gatherer)
+        m_gatherer->begin(step);
     if (m_pipeline) {
         if (m_buckets)
             m_buckets->begin(step);
@@ -233,6 +237,8 @@ void Trainer::finalizeGradients()
     }
     if (m_buckets && zeroStage() != 2)
         m_buckets->finish();
+    if (m_gatherer)
+        m_gatherer->finish();
     if (m_spec.parallel.sequenceParallel && m_groups && m_groups->tensor->size() > 1)
         sumSequenceParallelNormGradients(*m_groups->tensor, m_model.layout(), m_shards, shardGradients());
 }

@@ -116,7 +116,7 @@ private:
     std::vector<ShardedAdamW> m_optimizers;   // one per range of ZeRO's shards, over the owned piece
     DeviceBuffer m_gradShard;    // ZeRO: this rank's summed share of the gradients
     DeviceBuffer m_paramShard;   // ZeRO-3: this rank's share of the parameters
-    std::unique_ptr<ParameterGatherer> m_gatherer;
+    std::unique_ptr<ShardedParameters> m_gatherer;   // ZeRO-3
     std::unique_ptr<GradientBuckets> m_buckets;    // data parallelism below ZeRO-3
     std::unique_ptr<PipelineExecutor> m_pipeline;  // with pipeline stages
     Measurements m_measurements;

@@ -265,7 +265,10 @@ private slots:
                 // Gradients already in the shard (an earlier micro-batch's): release adds to them.
                 startShard[std::size_t(c.rank)] = randomValues(shard.size(), 50 + std::uint32_t(c.rank));
                 backend.upload(gradShard.ptr(), startShard[std::size_t(c.rank)].data(), shard.size());
-                ShardedParameters gatherer(backend, layout, shards, paramShard.ptr(), gradShard.ptr());
+                // Overlapped, with at most 256 bytes in flight: several reductions wait for room.
+                ShardedParameters gatherer(backend, layout, shards, paramShard.ptr(), gradShard.ptr(), 256, true,
+                                           nullptr, 0);
+                gatherer.begin(1);
                 std::vector<int> all;
                 for (int v = 0; v < int(layout.views().size()); ++v)
                     all.push_back(v);
@@ -283,6 +286,7 @@ private slots:
                 const std::vector<int> secondHalf(all.begin() + std::ptrdiff_t(all.size() / 2), all.end());
                 gatherer.release(secondHalf, true);
                 gatherer.release(firstHalf, true);
+                gatherer.finish();
                 gotShard[std::size_t(c.rank)].resize(shard.size());
                 backend.download(gotShard[std::size_t(c.rank)].data(), gradShard.ptr(), shard.size());
             });
