@@ -1,6 +1,8 @@
 // JobDocument: JSON paths, validation and re-planning on every change, files, and the re-plan time.
 #include "designer/job_document.h"
 
+#include "plan/capability.h"
+
 #include <QElapsedTimer>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -31,6 +33,24 @@ private slots:
         QCOMPARE(doc.value("parallel.tp").get<int>(), 2);
         QCOMPARE(doc.value("model.moe.experts").get<int>(), 4);
         QVERIFY(doc.value("model.nothing.here").is_null());
+    }
+
+    void theAgentsRefusalIsAnErrorOnItsKeyAndTheLayoutStillPlans()
+    {
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "demo.json"));
+        QVERIFY(doc.launchable());
+        doc.set("parallel.zero", 1);   // ep 2 with ZeRO: valid, priced, refused by the agent
+        QCOMPARE(doc.errors().size(), 1);
+        const QStringList zero = doc.errorsAt("parallel.zero");
+        QCOMPARE(zero.size(), 1);
+        QCOMPARE(zero.first(), QString::fromStdString(meshbench::plan::agentRefusals(*doc.spec()).front().message));
+        QVERIFY2(zero.first().contains("ZeRO over expert parallelism is not in this build yet"), qPrintable(zero.first()));
+        QVERIFY(doc.plan());
+        QVERIFY(!doc.launchable());
+        doc.set("parallel.ep", 1);
+        QVERIFY(doc.errors().isEmpty());
+        QVERIFY(doc.launchable());
     }
 
     void everyChangeRevalidatesAndReplans()

@@ -132,6 +132,30 @@ private slots:
         QVERIFY(m_view->form()->generalErrorText().isEmpty());
     }
 
+    void aLayoutTheAgentRefusesIsShownInvalidNextToItsKey()
+    {
+        // The demo has ep 2: ZeRO-1 on it is planned (its costs can be read) but refused by
+        // plan::agentCanRun, so the form shows why beside "ZeRO stage" and nothing launches.
+        auto* zero = qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.zero"));
+        QSignalSpy launchable(m_view.get(), &DesignerView::launchableChanged);
+        QSignalSpy launches(m_view.get(), &DesignerView::launchRequested);
+        type(zero, "1");
+        const QString message = m_view->form()->errorText("parallel.zero");
+        QVERIFY2(message.contains("zero=1 with ep=2: ZeRO over expert parallelism is not in this build yet"),
+                 qPrintable(message));
+        QVERIFY(m_view->document()->plan());
+        QCOMPARE(launchable.count(), 1);
+        QCOMPARE(launchable.last().at(0).toBool(), false);
+        m_view->requestLaunch();
+        QCOMPARE(launches.count(), 0);
+
+        type(zero, "0");
+        QVERIFY(m_view->form()->errorText("parallel.zero").isEmpty());
+        QCOMPARE(launchable.last().at(0).toBool(), true);
+        m_view->requestLaunch();
+        QCOMPARE(launches.count(), 1);
+    }
+
     void badInputInEveryNumericFieldIsReportedInline()
     {
         JobForm* form = m_view->form();

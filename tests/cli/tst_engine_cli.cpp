@@ -2,6 +2,8 @@
 
 #include "common/process_run.h"
 
+#include "plan/capability.h"
+
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -27,6 +29,8 @@ private slots:
     void planDemoJson();
     void planUnitCosts();
     void searchJson();
+    void searchRanksOnlyWhatTheAgentRuns();
+    void runRefusesWhatTheAgentRefusesBeforeLaunching();
     void badSpecs_data();
     void badSpecs();
     void badSpecJsonReport();
@@ -91,6 +95,84 @@ void TestEngineCli::searchJson()
     QCOMPARE(j["valid"].get<bool>(), true);
     QCOMPARE(int(j["best"].size()), 3);
     QVERIFY(j["evaluated"].get<std::uint64_t>() >= 3);
+}
+
+void TestEngineCli::searchRanksOnlyWhatTheAgentRuns()
+{
+    // Issue 12: search on the demo cluster never ranks a layout that meshbench-agent refuses. Each
+    // ranked layout is asked of the agent's own rule, plan::agentRefusals (agent/main.cpp calls it).
+    namespace plan = meshbench::plan;
+    QFile demoFile(job("demo.json"));
+    QVERIFY(demoFile.open(QIODevice::ReadOnly));
+    const plan::LoadResult loaded = plan::parseJobSpec(demoFile.readAll().toStdString());
+    QVERIFY(loaded.runnable());
+    const plan::JobSpec demo = *loaded.spec;
+
+    const Run r = engine({"search", job("demo.json"), "--top", "1000", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    const json j = json::parse(r.out.toStdString());
+    const json& best = j["best"];
+    // Every layout priced fits the demo's devices and is ranked: what the enumeration produced and
+    // the rule let through is all listed, so a refused layout would show here.
+    QCOMPARE(best.size(), j["evaluated"].get<std::size_t>());
+    QVERIFY(j["refused"].get<std::uint64_t>() > 0);
+
+    bool expertParallel = false, zero = false, demoLayout = false;
+    for (const json& c : best) {
+        plan::JobSpec spec = demo;
+        plan::ParallelSpec& p = spec.parallel;
+        p.dp = c["dp"];
+        p.pp = c["pp"];
+        p.tp = c["tp"];
+        p.ep = c["ep"];
+        p.zero = c["zero"];
+        p.sequenceParallel = c["sequence_parallel"];
+        QVERIFY(plan::parseScheduleName(c["schedule"].get<std::string>(), p.schedule));
+        const std::string recompute = c["recompute"];
+        p.recompute = recompute == "none" ? plan::Recompute::None
+                                          : recompute == "full" ? plan::Recompute::Full : plan::Recompute::Selective;
+        p.virtualStages = c["virtual_stages"];
+        p.microbatches = c["microbatches"];
+        p.microBatchSize = c["micro_batch_size"];
+        QVERIFY2(plan::validateLayout(spec).empty(), c.dump().c_str());
+        const std::vector<plan::SpecError> refusals = plan::agentRefusals(spec);
+        QVERIFY2(refusals.empty(), (c.dump() + ": " + (refusals.empty() ? "" : refusals.front().message)).c_str());
+        expertParallel = expertParallel || p.ep > 1;
+        zero = zero || p.zero > 0;
+        const plan::ParallelSpec& d = demo.parallel;
+        demoLayout = demoLayout || (p.dp == d.dp && p.pp == d.pp && p.tp == d.tp && p.ep == d.ep && p.zero == 0 &&
+                                    p.microBatchSize == d.microBatchSize && p.recompute == d.recompute &&
+                                    p.schedule == d.schedule && !p.sequenceParallel && p.virtualStages == 1);
+    }
+    // Expert parallelism and ZeRO are both ranked, never together ...
+    QVERIFY(expertParallel);
+    QVERIFY(zero);
+    // ... though the enumeration reaches them: the demo's own layout is ranked, and the same layout
+    // with ZeRO-1 (valid, and lighter on memory) is what the rule refuses.
+    QVERIFY(demoLayout);
+    plan::JobSpec zeroOne = demo;
+    zeroOne.parallel.zero = 1;
+    QVERIFY(plan::validateLayout(zeroOne).empty());
+    QVERIFY(!plan::agentCanRun(zeroOne));
+}
+
+void TestEngineCli::runRefusesWhatTheAgentRefusesBeforeLaunching()
+{
+    // The demo with ZeRO-1 plans (the planner prices it), but run refuses it on parallel.zero before
+    // anything launches: no session file is written.
+    QFile demoFile(job("demo.json"));
+    QVERIFY(demoFile.open(QIODevice::ReadOnly));
+    json doc = json::parse(demoFile.readAll().toStdString());
+    doc["parallel"]["zero"] = 1;
+    const QString path = write(QByteArray::fromStdString(doc.dump()));
+    QCOMPARE(engine({"plan", path}).exitCode, 0);
+    const QString session = m_dir.filePath("refused.meshbench");
+    const Run r = engine({"run", path, "--session", session});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("meshbench-agent of this build does not run this job") && r.err.contains("parallel.zero") &&
+                 r.err.contains("ZeRO over expert parallelism is not in this build yet"),
+             qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(session));
 }
 
 void TestEngineCli::badSpecs_data()

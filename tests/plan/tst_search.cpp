@@ -1,6 +1,7 @@
-// The layout search against an independent enumeration (validateLayout over the whole space) and
-// against the planner.
+// The layout search against an independent enumeration (validateLayout over the whole space,
+// split by the agent's capability rule) and against the planner.
 
+#include "plan/capability.h"
 #include "plan/planner.h"
 #include "plan/search.h"
 
@@ -37,16 +38,18 @@ private slots:
     void resultsAreValidFitAndSorted();
     void findsAtLeastTheHandPickedLayout();
     void reportsWhenNothingFits();
+    void reportsWhenTheAgentRunsNoLayout();
 };
 
 void TestSearch::enumeratesExactlyTheValidLayouts()
 {
     // Count every layout validateLayout accepts, over the same axes the search walks: micro-batch
     // sizes are powers of two, and layouts that differ only in a knob without effect are listed
-    // once (the schedule when pp = 1, sequence parallelism when tp = 1).
+    // once (the schedule when pp = 1, sequence parallelism when tp = 1). Those the agent refuses
+    // (ZeRO with ep > 1 here) are counted apart and never priced.
     const JobSpec base = specFrom(smallMoeJson());
     const std::int64_t globalBatch = base.parallel.globalBatch();   // 8 x 2 x 2 = 32
-    std::uint64_t valid = 0;
+    std::uint64_t valid = 0, refused = 0;
     JobSpec spec = base;
     ParallelSpec& p = spec.parallel;
     for (int tp = 1; tp <= 8; ++tp)
@@ -70,15 +73,17 @@ void TestSearch::enumeratesExactlyTheValidLayouts()
                                             continue;
                                         p = {dp, pp, tp, ep, zero, sp, r, k, v, int(globalBatch / dp / mbs), mbs};
                                         if (validateLayout(spec).empty())
-                                            ++valid;
+                                            ++(agentCanRun(spec) ? valid : refused);
                                     }
                     }
         }
     QVERIFY(valid > 100);
+    QVERIFY(refused > 100);
     const SearchResult result = searchLayouts(base, {});
     QVERIFY(result.errors.empty());
     QCOMPARE(result.globalBatch, globalBatch);
     QCOMPARE(result.evaluated, valid);
+    QCOMPARE(result.refused, refused);
 }
 
 void TestSearch::resultsAreValidFitAndSorted()
@@ -90,6 +95,7 @@ void TestSearch::resultsAreValidFitAndSorted()
         const SearchCandidate& c = result.best[i];
         spec.parallel = c.parallel;
         QVERIFY(validateLayout(spec).empty());
+        QVERIFY(agentCanRun(spec));
         QCOMPARE(c.parallel.globalBatch(), result.globalBatch);
         // The row's figures are the full plan's.
         const Plan plan = makePlan(spec);
@@ -129,6 +135,18 @@ void TestSearch::reportsWhenNothingFits()
     QVERIFY(result.errors.empty());
     QVERIFY(result.evaluated > 0);
     QCOMPARE(result.fitting, std::uint64_t(0));
+    QVERIFY(result.best.empty());
+}
+
+void TestSearch::reportsWhenTheAgentRunsNoLayout()
+{
+    // The backend is no layout's: the search says why it ranks nothing, on the key to change.
+    json doc = smallMoeJson();
+    doc["backend"] = "cuda";
+    const SearchResult result = searchLayouts(specFrom(doc), {});
+    QCOMPARE(result.errors.size(), std::size_t(1));
+    QCOMPARE(QString::fromStdString(result.errors.front().path), QString("backend"));
+    QCOMPARE(result.evaluated, std::uint64_t(0));
     QVERIFY(result.best.empty());
 }
 
