@@ -36,6 +36,16 @@ struct ConstDevPtr {
 inline DevPtr f32(float* p) { return {p, DType::F32}; }
 inline ConstDevPtr f32(const float* p) { return {p, DType::F32}; }
 
+// The same buffer `elements` elements further on.
+inline DevPtr offset(DevPtr p, std::size_t elements)
+{
+    return {static_cast<char*>(p.data) + elements * dtypeSize(p.dtype), p.dtype};
+}
+inline ConstDevPtr offset(ConstDevPtr p, std::size_t elements)
+{
+    return {static_cast<const char*>(p.data) + elements * dtypeSize(p.dtype), p.dtype};
+}
+
 // Thrown when a backend is handed a dtype or shape it does not support.
 class KernelError : public std::runtime_error {
 public:

@@ -26,8 +26,7 @@ struct GptModel::LayerActivations {
     // block of rows for each local expert: [E x C] rows in all, as the source's permuted buffer.
     DeviceBuffer expertIn, eu, eg;   // [E C, h], [E C, gated f], [E C, f]
     DeviceBuffer eout;               // expert outputs back at the source, [E C, h]
-    std::vector<int> ownerCounts;    // kept rows per (source, local expert)
-    int capacity = 0;
+    ExpertRoute route;               // the rows of each block, both sides
 
     kernels::Routing routing()
     {
@@ -58,12 +57,13 @@ public:
 };
 
 GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
-                   std::size_t bufferElements, const ModelSlice* slice)
+                   const ModelSlice* slice)
     : m_model(model), m_recompute(recompute), m_backend(backend),
       m_layout(model, slice ? *slice : ModelSlice::whole(model)),
-      m_params(backend, std::max(bufferElements, m_layout.totalSize()), MemoryCategory::Params),
-      m_grads(backend, std::max(bufferElements, m_layout.totalSize()), MemoryCategory::Grads),
-      m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1)
+      m_params(backend, m_layout.totalSize(), MemoryCategory::Params),
+      m_grads(backend, m_layout.totalSize(), MemoryCategory::Grads),
+      m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1),
+      m_tensor(backend), m_experts(backend, nullptr)
 {
 }
 
@@ -187,10 +187,10 @@ void GptModel::normThenGather(int weight, int bias, ConstDevPtr x, int batch, De
     mean = activation(std::size_t(localTokens));
     rstd = activation(std::size_t(localTokens));
     normForward(weight, bias, x, localTokens, out.ptr(), mean.ptr(), rstd.ptr());
-    if (m_sp) {
+    if (m_tensor.sequenceParallel()) {
         const std::size_t full = std::size_t(batch) * std::size_t(m_model.seqLen) * h;
         gathered = activation(full);
-        gatherSequence(out.ptr(), gathered.ptr(), full);
+        m_tensor.gatherSequence(out.ptr(), gathered.ptr(), full);
     }
 }
 
@@ -217,7 +217,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         acquire(layerViews(layer), false);
     const LayerViews& w = m_layout.layer(layer);
     const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
-    const int H = m_model.heads / m_tp, Hkv = m_model.kvHeads / m_tp;   // this rank's heads
+    const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();   // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
     const int localTokens = int(streamElements(batch) / std::size_t(h));   // the stream's rows here
@@ -251,9 +251,9 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         // Every TP rank routes all T tokens alike; its rows of the (complete) output join its stream.
         DeviceBuffer y(m_backend, rows * h);
         forwardMoe(layer, a, T, auxScale, y.ptr(), result);
-        m_backend.add(y.at(m_sp ? localRows * h * std::size_t(m_tpRank) : 0), xOut, localRows * h);
+        m_backend.add(y.at(m_tensor.sequenceParallel() ? localRows * h * std::size_t(m_tensor.rank()) : 0), xOut, localRows * h);
     } else {
-        const int f = int(m_model.ffnHidden) / m_tp;
+        const int f = int(m_model.ffnHidden) / m_tensor.size();
         a.u = activation(rows * m_gated * f);
         a.g = activation(rows * f);
         linear(a.mlpInput(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
@@ -276,10 +276,10 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
 {
     const LayerViews& w = m_layout.layer(layer);
     const plan::MoeSpec& moe = m_model.moe;
-    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tp;
-    a.capacity = kernels::routerCapacity(T, E, k, moe.capacityFactor);
-    const kernels::RouterShape shape{T, E, k, a.capacity};
-    const std::size_t rows = std::size_t(E) * a.capacity;
+    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tensor.size();
+    a.route.capacity = kernels::routerCapacity(T, E, k, moe.capacityFactor);
+    const kernels::RouterShape shape{T, E, k, a.route.capacity};
+    const std::size_t rows = std::size_t(E) * a.route.capacity;
 
     DeviceBuffer logits(m_backend, std::size_t(T) * E);
     linear(a.mlpInput(), T, w.router, 0, E, h, logits.ptr());
@@ -304,199 +304,77 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
     }
 
     // Dispatch: each EP rank receives, from every rank, the rows routed to its experts.
-    const int ep = m_expertGroup ? m_expertGroup->size() : 1;
-    const int localExperts = E / ep;
-    {
-        DeviceBuffer permuted(m_backend, rows * h);
-        m_backend.permute(shape, routing, a.mlpInput(), h, permuted.ptr());
-        a.expertIn = activation(rows * h);
-        exchangeExpertRows(permuted.ptr(), a.expertIn.ptr(), rows * h);
-    }
-    std::vector<float> counts(a.countOf.begin(), a.countOf.end()), ownerCounts(counts.size());
-    if (ep > 1)
-        m_expertGroup->allToAll(counts.data(), ownerCounts.data(), std::size_t(localExperts));
-    else
-        ownerCounts = counts;
-    a.ownerCounts.assign(ownerCounts.begin(), ownerCounts.end());
+    const int localExperts = m_experts.localExperts(E);
+    a.expertIn = activation(rows * h);
+    a.route = m_experts.dispatch(shape, routing, a.mlpInput(), h, a.expertIn.ptr());
 
     a.eu = activation(rows * m_gated * f);
     a.eg = activation(rows * f);
     DeviceBuffer ownerOut(m_backend, rows * h);
     for (int block = 0; block < E; ++block) {   // block = source x localExperts + local expert
-        const int n = a.ownerCounts[std::size_t(block)];
+        const int n = a.route.received[std::size_t(block)];
         if (n == 0)
             continue;
         const std::size_t expert = std::size_t(block % localExperts);
-        const std::size_t row0 = std::size_t(block) * a.capacity;
+        const std::size_t row0 = std::size_t(block) * a.route.capacity;
         linear(a.expertIn.at(row0 * h), n, w.expertFc1, expert * m_gated * f * h, m_gated * f, h,
                a.eu.at(row0 * m_gated * f));
         activationForward(a.eu.at(row0 * m_gated * f), n, f, a.eg.at(row0 * f));
         linear(a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f, ownerOut.at(row0 * h));
     }
-    reduceTensorParallel(ownerOut.ptr(), rows * h);   // each TP rank computed part of every expert
+    m_tensor.allReduce(ownerOut.ptr(), rows * h);   // each TP rank computed part of every expert
     a.eout = activation(rows * h);
-    exchangeExpertRows(ownerOut.ptr(), a.eout.ptr(), rows * h);
-    m_backend.combine(shape, routing, a.eout.ptr(), h, y);
+    m_experts.combine(shape, routing, a.route, ownerOut.ptr(), h, a.eout.ptr(), y);
 }
 
 void GptModel::setTensorGroup(Communicator* group, bool sequenceParallel)
 {
-    m_tensorGroup = group;
-    m_tp = group ? group->size() : 1;
-    m_tpRank = group ? group->rank() : 0;
-    m_sp = sequenceParallel && m_tp > 1;
+    m_tensor = TensorParallel(m_backend, group, sequenceParallel);
 }
+
+void GptModel::setExpertGroup(Communicator* group) { m_experts = ExpertDispatcher(m_backend, group); }
 
 std::size_t GptModel::streamElements(int batch) const
 {
-    return std::size_t(batch) * std::size_t(m_model.seqLen) * std::size_t(m_model.hidden) / std::size_t(m_sp ? m_tp : 1);
-}
-
-void GptModel::reduceTensorParallel(DevPtr x, std::size_t elements)
-{
-    if (m_tp > 1)
-        m_tensorGroup->allReduceSum(static_cast<float*>(x.data), elements);   // host memory on the CPU backend
-}
-
-void GptModel::gatherSequence(ConstDevPtr local, DevPtr full, std::size_t fullElements)
-{
-    m_tensorGroup->allGather(static_cast<const float*>(local.data), static_cast<float*>(full.data),
-                             fullElements / std::size_t(m_tp));
-}
-
-void GptModel::scatterSequence(ConstDevPtr full, DevPtr local, std::size_t fullElements)
-{
-    m_tensorGroup->reduceScatterSum(static_cast<const float*>(full.data), static_cast<float*>(local.data),
-                                    fullElements / std::size_t(m_tp));
-}
-
-void GptModel::completePartial(DevPtr full, DevPtr local, std::size_t fullElements)
-{
-    if (m_sp)
-        scatterSequence(full, local, fullElements);
-    else
-        reduceTensorParallel(full, fullElements);
+    return std::size_t(m_tensor.localTokens(batch * int(m_model.seqLen))) * std::size_t(m_model.hidden);
 }
 
 void GptModel::linearInto(ConstDevPtr x, int tokens, int view, int out, int in, DevPtr dst)
 {
-    if (m_tp == 1) {
-        linear(x, tokens, view, 0, out, in, dst, 1.0f);
-        return;
-    }
-    DeviceBuffer partial(m_backend, std::size_t(tokens) * out);
-    linear(x, tokens, view, 0, out, in, partial.ptr());
-    if (m_sp) {
-        DeviceBuffer mine(m_backend, partial.size() / std::size_t(m_tp));
-        scatterSequence(partial.ptr(), mine.ptr(), partial.size());
-        m_backend.add(mine.ptr(), dst, mine.size());
-        return;
-    }
-    reduceTensorParallel(partial.ptr(), partial.size());
-    m_backend.add(partial.ptr(), dst, partial.size());
-}
-
-void GptModel::localIds(const std::vector<std::int32_t>& ids, std::vector<std::int32_t>& local,
-                        std::vector<char>& inside) const
-{
-    const std::int32_t block = std::int32_t(m_model.vocab / m_tp), first = block * m_tpRank;
-    local.resize(ids.size());
-    inside.resize(ids.size());
-    for (std::size_t t = 0; t < ids.size(); ++t) {
-        inside[t] = ids[t] >= first && ids[t] < first + block;
-        local[t] = inside[t] ? ids[t] - first : 0;
-    }
-}
-
-double GptModel::vocabParallelCrossEntropy(DevPtr logits, const std::vector<std::int32_t>& targets, int T,
-                                           float lossScale)
-{
-    // Megatron's vocab-parallel cross-entropy: the row maximum, the sum of exponentials and the
-    // target's logit are each reduced over the tensor group, so no rank ever holds all logits.
-    const int V = int(m_model.vocab) / m_tp;
-    std::vector<float> host(std::size_t(T) * V);
-    m_backend.download(host.data(), logits, host.size());
-    std::vector<std::int32_t> local;
-    std::vector<char> inside;
-    localIds(targets, local, inside);
-    // Per token: the row maximum; then the sum of exponentials and the target logit.
-    std::vector<double> maxima(static_cast<std::size_t>(T)), sums(static_cast<std::size_t>(2 * T), 0.0);
-    for (int t = 0; t < T; ++t) {
-        const float* row = host.data() + std::size_t(t) * V;
-        maxima[std::size_t(t)] = *std::max_element(row, row + V);
-    }
-    m_tensorGroup->allReduceMax(maxima.data(), maxima.size());
-    for (int t = 0; t < T; ++t) {
-        const float* row = host.data() + std::size_t(t) * V;
-        for (int j = 0; j < V; ++j)
-            sums[std::size_t(t)] += std::exp(double(row[j]) - maxima[std::size_t(t)]);
-        if (inside[std::size_t(t)])
-            sums[std::size_t(T + t)] = row[local[std::size_t(t)]];
-    }
-    m_tensorGroup->allReduceSum(sums.data(), sums.size());
-    double loss = 0;
-    for (int t = 0; t < T; ++t) {
-        const double sum = sums[std::size_t(t)], max = maxima[std::size_t(t)];
-        loss += std::log(sum) + max - sums[std::size_t(T + t)];
-        float* row = host.data() + std::size_t(t) * V;
-        for (int j = 0; j < V; ++j)
-            row[j] = float(lossScale * std::exp(double(row[j]) - max) / sum);
-        if (inside[std::size_t(t)])
-            row[local[std::size_t(t)]] -= lossScale;
-    }
-    m_backend.upload(logits, host.data(), host.size());
-    return loss;
-}
-
-void GptModel::exchangeExpertRows(ConstDevPtr in, DevPtr out, std::size_t elements)
-{
-    if (!m_expertGroup || m_expertGroup->size() == 1) {
-        m_backend.copy(out, in, elements);
-        return;
-    }
-    // The CPU backend's memory is host memory, which MPI reads directly.
-    m_expertGroup->allToAll(static_cast<const float*>(in.data), static_cast<float*>(out.data),
-                            elements / std::size_t(m_expertGroup->size()));
+    m_tensor.rowParallelLinear(x, tokens, param(view), out, in, dst);
 }
 
 void GptModel::backwardMoe(int layer, LayerActivations& a, int T, ConstDevPtr dy, DevPtr dc)
 {
     const LayerViews& w = m_layout.layer(layer);
     const plan::MoeSpec& moe = m_model.moe;
-    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tp;
-    const kernels::RouterShape shape{T, E, k, a.capacity};
+    const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tensor.size();
+    const kernels::RouterShape shape{T, E, k, a.route.capacity};
     const kernels::Routing routing = a.routing();
-    const std::size_t rows = std::size_t(E) * a.capacity;
-
-    DeviceBuffer dEout(m_backend, rows * h);
-    std::vector<float> dWeight(std::size_t(T) * k, 0.0f);
-    m_backend.combineBackward(shape, routing, dy, a.eout.ptr(), h, dEout.ptr(), dWeight.data());
+    const std::size_t rows = std::size_t(E) * a.route.capacity;
 
     // The gradients travel the dispatcher's path backwards: to the experts' owners and back.
-    const int ep = m_expertGroup ? m_expertGroup->size() : 1;
-    const int localExperts = E / ep;
+    std::vector<float> dWeight(std::size_t(T) * k, 0.0f);
+    const int localExperts = m_experts.localExperts(E);
     DeviceBuffer dOwnerOut(m_backend, rows * h);
-    exchangeExpertRows(dEout.ptr(), dOwnerOut.ptr(), rows * h);
+    m_experts.combineBackward(shape, routing, a.route, dy, a.eout.ptr(), h, dOwnerOut.ptr(), dWeight.data());
     DeviceBuffer dEg(m_backend, rows * f);
     DeviceBuffer dEu(m_backend, rows * m_gated * f);
     DeviceBuffer dExpertIn(m_backend, rows * h);
     for (int block = 0; block < E; ++block) {
-        const int n = a.ownerCounts[std::size_t(block)];
+        const int n = a.route.received[std::size_t(block)];
         if (n == 0)
             continue;
         const std::size_t expert = std::size_t(block % localExperts);
-        const std::size_t row0 = std::size_t(block) * a.capacity;
+        const std::size_t row0 = std::size_t(block) * a.route.capacity;
         linearBackward(dOwnerOut.at(row0 * h), a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f,
                        dEg.at(row0 * f), 0.0f);
         activationBackward(dEg.at(row0 * f), a.eu.at(row0 * m_gated * f), n, f, dEu.at(row0 * m_gated * f));
         linearBackward(dEu.at(row0 * m_gated * f), a.expertIn.at(row0 * h), n, w.expertFc1,
                        expert * m_gated * f * h, m_gated * f, h, dExpertIn.at(row0 * h), 0.0f);
     }
-    reduceTensorParallel(dExpertIn.ptr(), rows * h);
-    DeviceBuffer dPermuted(m_backend, rows * h);
-    exchangeExpertRows(dExpertIn.ptr(), dPermuted.ptr(), rows * h);
-    m_backend.fill(dc, 0.0f, std::size_t(T) * h);
-    m_backend.permuteBackward(shape, routing, dPermuted.ptr(), h, dc);
+    m_tensor.allReduce(dExpertIn.ptr(), rows * h);
+    m_experts.dispatchBackward(shape, routing, a.route, dExpertIn.ptr(), h, dc);
 
     // Router: the combine weights' gradient through the softmax, plus the load-balancing loss's.
     std::vector<float> dLogits = a.dRouterLogits;
@@ -510,7 +388,7 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
 {
     const LayerViews& w = m_layout.layer(layer);
     const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
-    const int H = m_model.heads / m_tp, Hkv = m_model.kvHeads / m_tp;   // this rank's heads
+    const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();   // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
     const int localTokens = int(streamElements(batch) / std::size_t(h));
@@ -535,31 +413,31 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     // With sequence parallelism dx holds this rank's rows; the TP regions need all of them.
     DeviceBuffer dxFull;
     auto wholeGradient = [&]() -> kernels::ConstDevPtr {
-        if (!m_sp)
+        if (!m_tensor.sequenceParallel())
             return dx;
         dxFull = DeviceBuffer(m_backend, rows * h);
-        gatherSequence(dx, dxFull.ptr(), rows * h);
+        m_tensor.gatherSequence(dx, dxFull.ptr(), rows * h);
         return dxFull.ptr();
     };
 
     // MLP branch: dx is d(loss)/d(xOut), which is also the gradient of its residual input xMid.
     const kernels::ConstDevPtr dy = wholeGradient();
     DeviceBuffer dc(m_backend, rows * h);
-    DeviceBuffer dcLocal = m_sp ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
-    kernels::DevPtr dcMine = m_sp ? dcLocal.ptr() : dc.ptr();
+    DeviceBuffer dcLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
+    kernels::DevPtr dcMine = m_tensor.sequenceParallel() ? dcLocal.ptr() : dc.ptr();
     if (w.router >= 0) {
         // Complete on every TP rank already: keep this rank's rows.
         backwardMoe(layer, a, T, dy, dc.ptr());
-        if (m_sp)
-            m_backend.copy(dcMine, dc.at(localRows * h * std::size_t(m_tpRank)), localRows * h);
+        if (m_tensor.sequenceParallel())
+            m_backend.copy(dcMine, dc.at(localRows * h * std::size_t(m_tensor.rank())), localRows * h);
     } else {
-        const int f = int(m_model.ffnHidden) / m_tp;
+        const int f = int(m_model.ffnHidden) / m_tensor.size();
         DeviceBuffer dg(m_backend, rows * f);
         DeviceBuffer du(m_backend, rows * m_gated * f);
         linearBackward(dy, a.g.ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
         activationBackward(dg.ptr(), a.u.ptr(), T, f, du.ptr());
         linearBackward(du.ptr(), a.mlpInput(), T, w.fc1, 0, m_gated * f, h, dc.ptr(), 0.0f);
-        completePartial(dc.ptr(), dcMine, rows * h);
+        m_tensor.completePartial(dc.ptr(), dcMine, rows * h);
     }
     normBackward(w.mlpNormWeight, w.mlpNormBias, dcMine, a.xMid.ptr(), a.mean2.ptr(), a.rstd2.ptr(), localTokens, dx);
 
@@ -579,9 +457,9 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     linearBackward(dk.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
     linearBackward(dv.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(),
                    1.0f);
-    DeviceBuffer daLocal = m_sp ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
-    completePartial(da.ptr(), m_sp ? daLocal.ptr() : da.ptr(), rows * h);
-    normBackward(w.attnNormWeight, w.attnNormBias, m_sp ? daLocal.ptr() : da.ptr(), a.xIn.ptr(), a.mean1.ptr(),
+    DeviceBuffer daLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
+    m_tensor.completePartial(da.ptr(), m_tensor.sequenceParallel() ? daLocal.ptr() : da.ptr(), rows * h);
+    normBackward(w.attnNormWeight, w.attnNormBias, m_tensor.sequenceParallel() ? daLocal.ptr() : da.ptr(), a.xIn.ptr(), a.mean1.ptr(),
                  a.rstd1.ptr(), localTokens, dx);
     release(layerViews(layer), true);
 }
@@ -593,7 +471,7 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
 {
     const ModelSlice& slice = m_layout.slice();
     const ModelSlice::Chunk& range = slice.chunks[std::size_t(chunk)];
-    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab) / m_tp;
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab) / m_tensor.size();
     const int T = batch.batch * s;
     const std::size_t rows = std::size_t(T);
     ActivationsPtr acts(new Activations);
@@ -618,21 +496,8 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     DeviceBuffer x = activation(stream);
     if (acts->embeds)
         acquire({m_layout.embedding()}, false);
-    if (acts->embeds && m_tp > 1) {
-        // Vocabulary-parallel embedding: each rank looks up the ids in its block, the rest are zero.
-        std::vector<std::int32_t> local;
-        std::vector<char> inside;
-        localIds(acts->ids, local, inside);
-        DeviceBuffer full(m_backend, rows * h);
-        m_backend.embeddingForward(local.data(), T, param(m_layout.embedding()), h, full.ptr());
-        for (int t = 0; t < T; ++t)
-            if (!inside[std::size_t(t)])
-                m_backend.fill(full.at(std::size_t(t) * h), 0.0f, std::size_t(h));
-        completePartial(full.ptr(), x.ptr(), rows * h);
-        if (!m_sp)
-            m_backend.copy(x.ptr(), full.ptr(), rows * h);
-    } else if (acts->embeds)
-        m_backend.embeddingForward(acts->ids.data(), T, param(m_layout.embedding()), h, x.ptr());
+    if (acts->embeds)
+        m_tensor.embeddingForward(acts->ids, m_model.vocab, param(m_layout.embedding()), h, x.ptr());
     else
         m_backend.copy(x.ptr(), input, stream);
     if (acts->embeds)
@@ -654,16 +519,14 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     acts->meanF = activation(std::size_t(localTokens));
     acts->rstdF = activation(std::size_t(localTokens));
     acts->normOut = activation(rows * h);   // the output layer sees every token
-    DeviceBuffer normLocal = m_sp ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
+    DeviceBuffer normLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
     normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), localTokens,
-                m_sp ? normLocal.ptr() : acts->normOut.ptr(), acts->meanF.ptr(), acts->rstdF.ptr());
-    if (m_sp)
-        gatherSequence(normLocal.ptr(), acts->normOut.ptr(), rows * h);
+                m_tensor.sequenceParallel() ? normLocal.ptr() : acts->normOut.ptr(), acts->meanF.ptr(), acts->rstdF.ptr());
+    if (m_tensor.sequenceParallel())
+        m_tensor.gatherSequence(normLocal.ptr(), acts->normOut.ptr(), rows * h);
     acts->dLogits = activation(rows * V);
     linear(acts->normOut.ptr(), T, m_layout.head(), 0, V, h, acts->dLogits.ptr());
-    result.lossSum += m_tp > 1 ? vocabParallelCrossEntropy(acts->dLogits.ptr(), targets, T, lossScale)
-                               : m_backend.crossEntropy(acts->dLogits.ptr(), targets.data(), T, V, lossScale,
-                                                        acts->dLogits.ptr());
+    result.lossSum += m_tensor.crossEntropy(acts->dLogits.ptr(), targets, m_model.vocab, lossScale);
     release(headViews(), false);
     return acts;
 }
@@ -676,15 +539,33 @@ void GptModel::applyWeightGradients(std::vector<DeferredWeightGrad>& deferred)
     deferred.clear();
 }
 
-void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad,
-                        std::vector<DeferredWeightGrad>* deferred)
+std::vector<int> GptModel::chunkViews(int chunk) const
 {
+    const ModelSlice& slice = m_layout.slice();
+    const ModelSlice::Chunk& range = slice.chunks[std::size_t(chunk)];
+    std::vector<int> views;
+    if (slice.embedding && chunk == 0)
+        views.push_back(m_layout.embedding());
+    for (int layer = range.firstLayer; layer < range.firstLayer + range.layers; ++layer)
+        for (int v : layerViews(layer))
+            views.push_back(v);
+    if (slice.head && chunk == int(slice.chunks.size()) - 1)
+        for (int v : headViews())
+            views.push_back(v);
+    return views;
+}
+
+void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad,
+                        std::vector<DeferredWeightGrad>* deferred, GradientListener* finished)
+{
+    if (deferred)
+        finished = nullptr;
     m_deferred = deferred;
     struct Reset {
         std::vector<DeferredWeightGrad>*& pointer;
         ~Reset() { pointer = nullptr; }
     } reset{m_deferred};
-    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab) / m_tp;
+    const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab) / m_tensor.size();
     const int T = acts.batch * s;
     const std::size_t rows = std::size_t(T);
 
@@ -697,39 +578,37 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
         acts.dLogits = DeviceBuffer();
         // Each rank saw a block of the vocabulary: complete the gradient (this rank's rows under SP).
-        DeviceBuffer dNormLocal = m_sp ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
-        completePartial(dNorm.ptr(), m_sp ? dNormLocal.ptr() : dNorm.ptr(), rows * h);
-        normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), m_sp ? dNormLocal.ptr() : dNorm.ptr(),
+        DeviceBuffer dNormLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
+        m_tensor.completePartial(dNorm.ptr(), m_tensor.sequenceParallel() ? dNormLocal.ptr() : dNorm.ptr(), rows * h);
+        normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), m_tensor.sequenceParallel() ? dNormLocal.ptr() : dNorm.ptr(),
                      acts.xFinal.ptr(), acts.meanF.ptr(), acts.rstdF.ptr(), localTokens, dx.ptr());
         release(headViews(), true);
+        if (finished) {
+            // A tied embedding that this rank also embeds with gets more gradient at the end.
+            std::vector<int> views = headViews();
+            if (m_layout.slice().embedding)
+                views.erase(std::remove(views.begin(), views.end(), m_layout.embedding()), views.end());
+            finished->gradientsReady(views);
+        }
     } else {
         m_backend.copy(dx.ptr(), outputGrad, stream);
     }
     for (int i = int(acts.layers.size()) - 1; i >= 0; --i) {
         backwardLayer(acts.firstLayer + i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
         acts.layers[std::size_t(i)] = LayerActivations();
+        if (finished)
+            finished->gradientsReady(layerViews(acts.firstLayer + i));
     }
     if (acts.embeds)
         acquire({m_layout.embedding()}, true);
-    if (acts.embeds && m_tp > 1) {
-        std::vector<std::int32_t> local;
-        std::vector<char> inside;
-        localIds(acts.ids, local, inside);
-        DeviceBuffer full(m_backend, rows * h);
-        if (m_sp)
-            gatherSequence(dx.ptr(), full.ptr(), rows * h);
-        else
-            m_backend.copy(full.ptr(), dx.ptr(), rows * h);
-        for (int t = 0; t < T; ++t)
-            if (!inside[std::size_t(t)])
-                m_backend.fill(full.at(std::size_t(t) * h), 0.0f, std::size_t(h));
-        m_backend.embeddingBackward(local.data(), T, full.ptr(), h, grad(m_layout.embedding()));
-    } else if (acts.embeds)
-        m_backend.embeddingBackward(acts.ids.data(), T, dx.ptr(), h, grad(m_layout.embedding()));
+    if (acts.embeds)
+        m_tensor.embeddingBackward(acts.ids, m_model.vocab, dx.ptr(), h, grad(m_layout.embedding()));
     else
         m_backend.copy(inputGrad, dx.ptr(), stream);
     if (acts.embeds)
         release({m_layout.embedding()}, true);
+    if (acts.embeds && finished)
+        finished->gradientsReady({m_layout.embedding()});
 }
 
 }  // namespace meshbench::agent

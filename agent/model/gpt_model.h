@@ -6,9 +6,13 @@
 // embedding unless the spec unties it). Activations live per micro-batch in an Activations
 // object, so a pipeline schedule can keep several micro-batches in flight.
 
-#include "device_buffer.h"
+#include "agent/runtime/device_buffer.h"
 #include "parameters.h"
 
+#include "agent/parallel/data_parallel.h"
+#include "agent/parallel/expert_dispatcher.h"
+#include "agent/parallel/tensor_parallel.h"
+#include "agent/parallel/zero_shards.h"
 #include "agent/runtime/communicator.h"
 
 #include "kernels/backend.h"
@@ -51,29 +55,13 @@ struct ForwardResult {
     std::vector<ExpertLoad> expertLoads;
 };
 
-// ZeRO-3 (Rajbhandari et al. 2020): the parameters live sharded elsewhere and are gathered for
-// the tensors in use, just before use, and freed after; their gradients are reduced into the
-// shards when the tensors are released.
-class ParameterGatherer {
-public:
-    virtual ~ParameterGatherer() = default;
-    // Makes the tensors' parameters available, and zeroed gradient buffers when withGradients.
-    virtual void acquire(const std::vector<int>& views, bool withGradients) = 0;
-    // Frees them; with gradients, first adds those gradients into the shards.
-    virtual void release(const std::vector<int>& views, bool withGradients) = 0;
-    virtual kernels::DevPtr param(int view) = 0;
-    virtual kernels::DevPtr grad(int view) = 0;
-};
-
 class GptModel {
 public:
     static constexpr float kNormEps = 1e-5f;
     static constexpr float kRopeBase = 10000.0f;
 
-    // bufferElements: size of the parameter and gradient buffers, at least layout().totalSize();
-    // more leaves zero padding that lets ZeRO cut the flat buffers into equal shards.
     GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kernels::Backend& backend,
-             std::size_t bufferElements = 0, const ModelSlice* slice = nullptr);
+             const ModelSlice* slice = nullptr);
     // ZeRO-3: parameters and gradients come from the gatherer, and the model's own flat buffers
     // are released.
     void setParameterGatherer(ParameterGatherer* gatherer);
@@ -83,10 +71,9 @@ public:
     const ParameterLayout& layout() const { return m_layout; }
     kernels::DevPtr parameters() const { return m_params.ptr(); }
     kernels::DevPtr gradients() const { return m_grads.ptr(); }
-    std::size_t bufferElements() const { return m_params.size(); }
     void zeroGradients();
     // Expert parallelism: the group over which this slice's experts are sharded (its EP group).
-    void setExpertGroup(Communicator* group) { m_expertGroup = group; }
+    void setExpertGroup(Communicator* group);
     // Tensor parallelism (Megatron): the group that splits every linear layer and the vocabulary;
     // with sequence parallelism the residual stream, norms and the hand-over between pipeline
     // stages hold T / tp tokens each, gathered before and reduce-scattered after each TP region
@@ -118,9 +105,16 @@ public:
     // input (not for the chunk that starts it). The activations are spent.
     // With `deferred`, the backward computes input gradients only (zero-bubble's B; Qi et al.
     // 2024) and queues the linear layers' weight-gradient GEMMs there for applyWeightGradients (W).
+    // `finished`, for the step's last backward of the chunk, is told each layer's tensors as their
+    // gradients become final (not with `deferred`: then the W op finishes them).
     void backward(Activations& activations, kernels::ConstDevPtr outputGrad, kernels::DevPtr inputGrad,
-                  std::vector<DeferredWeightGrad>* deferred = nullptr);
-    void backward(Activations& activations) { backward(activations, {}, {}); }
+                  std::vector<DeferredWeightGrad>* deferred = nullptr, GradientListener* finished = nullptr);
+    void backward(Activations& activations, GradientListener* finished = nullptr)
+    {
+        backward(activations, {}, {}, nullptr, finished);
+    }
+    // The tensors of a chunk of this slice: its layers', and the embedding or the head's at the ends.
+    std::vector<int> chunkViews(int chunk) const;
     void applyWeightGradients(std::vector<DeferredWeightGrad>& deferred);
 
 private:
@@ -169,35 +163,11 @@ private:
     int m_headDim;
     int m_gated;   // 2 for SwiGLU (gate and up), 1 otherwise
     std::vector<DeferredWeightGrad>* m_deferred = nullptr;   // set during a split backward
-    Communicator* m_expertGroup = nullptr;
-    Communicator* m_tensorGroup = nullptr;
     ParameterGatherer* m_gatherer = nullptr;
-    int m_tp = 1;        // TP degree; heads, kv heads, both MLP widths and the vocabulary are split by it
-    int m_tpRank = 0;
-    bool m_sp = false;   // sequence parallelism: the stream holds rows [rank T / tp, (rank + 1) T / tp)
-    // Sequence parallelism's two moves: all-gather this rank's rows into the whole [T, h], and
-    // sum a partial [T, width] over the tensor group keeping this rank's rows.
-    void gatherSequence(kernels::ConstDevPtr local, kernels::DevPtr full, std::size_t fullElements);
-    void scatterSequence(kernels::ConstDevPtr full, kernels::DevPtr local, std::size_t fullElements);
-    // Sums a partial result over the tensor group in place (Megatron's g in the forward, f in the
-    // backward); nothing without TP.
-    void reduceTensorParallel(kernels::DevPtr x, std::size_t elements);
-    // dst += x W^T for a row-parallel layer: partial products summed over the tensor group (and,
-    // with sequence parallelism, reduce-scattered: dst holds this rank's rows).
+    TensorParallel m_tensor;      // heads, kv heads, both MLP widths and the vocabulary are split over it
+    ExpertDispatcher m_experts;   // the MoE layers' experts are split over its EP group
+    // dst += x W^T for a row-parallel layer (TensorParallel::rowParallelLinear with the view's weight).
     void linearInto(kernels::ConstDevPtr x, int tokens, int view, int out, int in, kernels::DevPtr dst);
-    // A partial [T, h] gradient completed over the tensor group: all-reduced in place, or with
-    // sequence parallelism reduce-scattered into this rank's rows of `local`.
-    void completePartial(kernels::DevPtr full, kernels::DevPtr local, std::size_t fullElements);
-    // Vocabulary-parallel cross-entropy over logits [T, V / tp] (Megatron's): returns the summed
-    // loss and overwrites the logits with the loss gradient.
-    double vocabParallelCrossEntropy(kernels::DevPtr logits, const std::vector<std::int32_t>& targets, int tokens,
-                                     float lossScale);
-    // Token ids as rows of this rank's block of the vocabulary (0 for ids outside it), and whether
-    // each id is inside.
-    void localIds(const std::vector<std::int32_t>& ids, std::vector<std::int32_t>& local, std::vector<char>& inside) const;
-    // Moves blocks of an [E x capacity, width] buffer between the EP ranks: block j (the rows of
-    // rank j's experts) goes to rank j. Without EP it is a copy.
-    void exchangeExpertRows(kernels::ConstDevPtr in, kernels::DevPtr out, std::size_t elements);
 };
 
 }  // namespace meshbench::agent

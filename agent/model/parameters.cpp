@@ -89,6 +89,7 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
     m_head = m.tiedEmbeddings ? (slice.head ? m_embedding : -1)
                               : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head, false,
                                     TensorView::Split::Rows);
+    placeViews();
 }
 
 int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts,
@@ -117,13 +118,27 @@ int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, Init
     for (std::int64_t dim : shape)
         v.size *= std::size_t(dim);
     v.shape = std::move(shape);
-    v.offset = m_total;
     v.init = init;
     v.decay = v.shape.size() >= 2;
     v.globalIndex = globalIndex;
-    m_total += (v.size + kAlignElements - 1) / kAlignElements * kAlignElements;
+    v.experts = experts;
     m_views.push_back(std::move(v));
     return int(m_views.size()) - 1;
+}
+
+void ParameterLayout::placeViews()
+{
+    // Dense tensors first, then the experts': each kind in one range of the flat buffer.
+    auto aligned = [](std::size_t n) { return (n + kAlignElements - 1) / kAlignElements * kAlignElements; };
+    for (bool experts : {false, true}) {
+        if (experts)
+            m_expertBegin = m_total;
+        for (TensorView& v : m_views)
+            if (v.experts == experts) {
+                v.offset = m_total;
+                m_total += aligned(v.size);
+            }
+    }
 }
 
 void copyTensorShard(const TensorView& v, float* whole, float* shard, bool toShard, int heads, int kvHeads)

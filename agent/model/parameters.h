@@ -1,6 +1,8 @@
 #pragma once
 // The model's parameters as one flat buffer with an index of named views. Gradients and the
-// optimizer's moments use the same layout, so ZeRO can shard all of them by offset ranges.
+// optimizer's moments use the same layout, so ZeRO can shard all of them by offset ranges. The
+// dense tensors come first and the MoE experts' after them, so that each kind is one range: the
+// experts' are reduced and sharded over the expert-data-parallel group, the rest over the data group.
 //
 // Names, shapes (row-major, PyTorch's Linear convention: weight [out, in], y = x W^T):
 //   embed.weight                    [V, h]
@@ -57,6 +59,7 @@ struct TensorView {
     InitKind init = InitKind::Normal;
     bool decay = false;       // weight decay applies (matrices, as nanoGPT: every tensor of 2+ dims)
     int globalIndex = 0;      // position in the whole model's list (checkpoint order, init seed)
+    bool experts = false;     // a MoE layer's stacked expert weights (in the experts' range)
     // Expert tensors under EP hold block shardIndex of shardCount along dimension 0 of the whole
     // tensor.
     int shardIndex = 0;
@@ -103,11 +106,14 @@ public:
     int finalNormBias() const { return m_finalNormBias; }
     int head() const { return m_head; }           // the embedding when tied
     std::size_t totalSize() const { return m_total; }
+    // The experts' range is [expertBegin(), totalSize()); the dense tensors' ends there.
+    std::size_t expertBegin() const { return m_expertBegin; }
     std::size_t parameterCount() const;          // without alignment padding
 
 private:
     int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts = false,
             TensorView::Split split = TensorView::Split::None);
+    void placeViews();
 
     ModelSlice m_slice;
     int m_globalCount = 0;
@@ -115,6 +121,7 @@ private:
     std::vector<LayerViews> m_layers;
     int m_embedding = -1, m_finalNormWeight = -1, m_finalNormBias = -1, m_head = -1;
     std::size_t m_total = 0;
+    std::size_t m_expertBegin = 0;
 };
 
 // Deterministic initialisation from the seed, into host memory of totalSize() floats:

@@ -6,8 +6,17 @@ namespace meshbench::agent {
 
 double globalGradientNorm(GradientSquares squares, const GradientNormGroups& groups)
 {
-    if (groups.zeroShards)
-        groups.zeroShards->allReduceSum(squares.data(), squares.size());
+    // ZeRO shards: dense tensors' over the data group, expert blocks' over the expert-data group.
+    const auto sumShards = [&squares](Communicator* group, std::size_t first) {
+        if (!group)
+            return;
+        double parts[2] = {squares[first], squares[first + 1]};
+        group->allReduceSum(parts, 2);
+        squares[first] = parts[0];
+        squares[first + 1] = parts[1];
+    };
+    sumShards(groups.zeroShards, 0);
+    sumShards(groups.expertZeroShards, kExpertBlock);
     // Only the squares of tensors split over a group are summed over it; both kinds of split
     // ([3]) over both groups.
     const auto sumSplit = [&squares](Communicator& group, std::size_t split) {

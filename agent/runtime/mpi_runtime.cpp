@@ -26,6 +26,48 @@ int count(std::size_t n)
     return int(n);
 }
 
+// bf16 travels as 16-bit words; only its sums wait for NCCL.
+MPI_Datatype typeOf(kernels::DType dtype) { return dtype == kernels::DType::F32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+MPI_Datatype summableTypeOf(kernels::DType dtype, const char* operation)
+{
+    if (dtype != kernels::DType::F32)
+        throw CommError(std::string(operation) + " of " + std::string(kernels::dtypeName(dtype)) +
+                        " is not in the MPI layer: bf16 sums run on NCCL (the CUDA backend)");
+    return MPI_FLOAT;
+}
+
+// A non-blocking MPI operation and the count arrays MPI reads until it completes.
+class MpiOperation final : public PendingComm::Operation {
+public:
+    explicit MpiOperation(const char* name) : m_name(name) {}
+    MPI_Request* request() { return &m_request; }
+    std::vector<int> counts, displacements, recvCounts, recvDisplacements;
+
+    void wait() override { check(MPI_Wait(&m_request, MPI_STATUS_IGNORE), m_name); }
+    bool test() override
+    {
+        int flag = 0;
+        check(MPI_Test(&m_request, &flag, MPI_STATUS_IGNORE), m_name);
+        return flag != 0;
+    }
+
+private:
+    const char* m_name;
+    MPI_Request m_request = MPI_REQUEST_NULL;
+};
+
+// Counts and offsets of blocks laid end to end.
+void layOut(const std::vector<std::size_t>& sizes, std::vector<int>& counts, std::vector<int>& displacements)
+{
+    std::size_t offset = 0;
+    for (std::size_t size : sizes) {
+        counts.push_back(count(size));
+        displacements.push_back(count(offset));
+        offset += size;
+    }
+}
+
 class MpiCommunicator final : public Communicator {
 public:
     explicit MpiCommunicator(MPI_Comm comm) : m_comm(comm)
@@ -44,10 +86,67 @@ public:
     int rank() const override { return m_rank; }
     int size() const override { return m_size; }
 
-    void allReduceSum(float* data, std::size_t n) override
+    PendingComm startAllReduce(kernels::DevPtr data, std::size_t n) override
     {
-        check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, m_comm), "MPI_Allreduce");
+        auto op = std::make_unique<MpiOperation>("MPI_Iallreduce");
+        check(MPI_Iallreduce(MPI_IN_PLACE, data.data, count(n), summableTypeOf(data.dtype, "MPI_Iallreduce"), MPI_SUM,
+                             m_comm, op->request()),
+              "MPI_Iallreduce");
+        return PendingComm(std::move(op));
     }
+    PendingComm startReduceScatter(kernels::ConstDevPtr in, kernels::DevPtr out,
+                                   const std::vector<std::size_t>& counts) override
+    {
+        auto op = std::make_unique<MpiOperation>("MPI_Ireduce_scatter");
+        layOut(counts, op->counts, op->displacements);
+        check(MPI_Ireduce_scatter(in.data, out.data, op->counts.data(), summableTypeOf(in.dtype, "MPI_Ireduce_scatter"),
+                                  MPI_SUM, m_comm, op->request()),
+              "MPI_Ireduce_scatter");
+        return PendingComm(std::move(op));
+    }
+    PendingComm startAllGather(kernels::ConstDevPtr in, kernels::DevPtr out,
+                               const std::vector<std::size_t>& counts) override
+    {
+        auto op = std::make_unique<MpiOperation>("MPI_Iallgatherv");
+        layOut(counts, op->counts, op->displacements);
+        // A member whose block already sits in place in the output gathers in place.
+        const std::size_t elementSize = kernels::dtypeSize(out.dtype);
+        const void* mine = static_cast<const char*>(out.data) + std::size_t(op->displacements[std::size_t(m_rank)]) * elementSize;
+        const void* send = in.data == mine ? MPI_IN_PLACE : in.data;
+        check(MPI_Iallgatherv(send, op->counts[std::size_t(m_rank)], typeOf(in.dtype), out.data, op->counts.data(),
+                              op->displacements.data(), typeOf(out.dtype), m_comm, op->request()),
+              "MPI_Iallgatherv");
+        return PendingComm(std::move(op));
+    }
+    PendingComm startBroadcast(kernels::DevPtr data, std::size_t n, int root) override
+    {
+        auto op = std::make_unique<MpiOperation>("MPI_Ibcast");
+        check(MPI_Ibcast(data.data, count(n), typeOf(data.dtype), root, m_comm, op->request()), "MPI_Ibcast");
+        return PendingComm(std::move(op));
+    }
+    PendingComm startAllToAll(kernels::ConstDevPtr in, const std::vector<std::size_t>& sendCounts, kernels::DevPtr out,
+                              const std::vector<std::size_t>& recvCounts) override
+    {
+        auto op = std::make_unique<MpiOperation>("MPI_Ialltoallv");
+        layOut(sendCounts, op->counts, op->displacements);
+        layOut(recvCounts, op->recvCounts, op->recvDisplacements);
+        check(MPI_Ialltoallv(in.data, op->counts.data(), op->displacements.data(), typeOf(in.dtype), out.data,
+                             op->recvCounts.data(), op->recvDisplacements.data(), typeOf(out.dtype), m_comm,
+                             op->request()),
+              "MPI_Ialltoallv");
+        return PendingComm(std::move(op));
+    }
+    PendingComm startSend(kernels::ConstDevPtr data, std::size_t n, int peer, int tag) override
+    {
+        auto op = std::make_unique<MpiOperation>("MPI_Isend");
+        check(MPI_Isend(data.data, count(n), typeOf(data.dtype), peer, tag, m_comm, op->request()), "MPI_Isend");
+        return PendingComm(std::move(op));
+    }
+    void recv(kernels::DevPtr data, std::size_t n, int peer, int tag) override
+    {
+        check(MPI_Recv(data.data, count(n), typeOf(data.dtype), peer, tag, m_comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    }
+
     void allReduceSum(double* data, std::size_t n) override
     {
         check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, m_comm), "MPI_Allreduce");
@@ -56,45 +155,24 @@ public:
     {
         check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_MAX, m_comm), "MPI_Allreduce");
     }
-    void reduceScatterSum(const float* in, float* out, std::size_t perRank) override
+    void exchangeCounts(const std::int64_t* in, std::int64_t* out, std::size_t perMember) override
     {
-        check(MPI_Reduce_scatter_block(in, out, count(perRank), MPI_FLOAT, MPI_SUM, m_comm), "MPI_Reduce_scatter_block");
+        check(MPI_Alltoall(in, count(perMember), MPI_INT64_T, out, count(perMember), MPI_INT64_T, m_comm),
+              "MPI_Alltoall");
     }
-    void allGather(const float* in, float* out, std::size_t perRank) override
+
+    // Open MPI's non-blocking collectives advance only inside MPI calls; a probe is the cheapest
+    // such call, and it receives nothing.
+    void progress() override
     {
-        // A member whose block already sits in place in the output gathers in place.
-        const void* send = in == out + std::size_t(m_rank) * perRank ? MPI_IN_PLACE : in;
-        check(MPI_Allgather(send, count(perRank), MPI_FLOAT, out, count(perRank), MPI_FLOAT, m_comm), "MPI_Allgather");
-    }
-    void broadcast(float* data, std::size_t n, int root) override
-    {
-        check(MPI_Bcast(data, count(n), MPI_FLOAT, root, m_comm), "MPI_Bcast");
-    }
-    void allToAll(const float* in, float* out, std::size_t perRank) override
-    {
-        check(MPI_Alltoall(in, count(perRank), MPI_FLOAT, out, count(perRank), MPI_FLOAT, m_comm), "MPI_Alltoall");
-    }
-    void send(const float* data, std::size_t n, int peer, int tag) override
-    {
-        MPI_Request request;
-        check(MPI_Isend(data, count(n), MPI_FLOAT, peer, tag, m_comm, &request), "MPI_Isend");
-        m_sends.push_back(request);
-    }
-    void recv(float* data, std::size_t n, int peer, int tag) override
-    {
-        check(MPI_Recv(data, count(n), MPI_FLOAT, peer, tag, m_comm, MPI_STATUS_IGNORE), "MPI_Recv");
-    }
-    void waitSends() override
-    {
-        check(MPI_Waitall(int(m_sends.size()), m_sends.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-        m_sends.clear();
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m_comm, &flag, MPI_STATUS_IGNORE);
     }
 
 private:
     MPI_Comm m_comm;
     int m_rank = 0;
     int m_size = 1;
-    std::vector<MPI_Request> m_sends;
 };
 
 std::unique_ptr<Communicator> split(const plan::Mesh& mesh, plan::GroupKind kind, int worldRank)

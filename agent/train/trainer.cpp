@@ -1,7 +1,8 @@
 #include "trainer.h"
 
 #include "agent/checkpoint/safetensors.h"
-#include "pipeline_executor.h"
+#include "agent/parallel/finalize_gradients.h"
+#include "agent/parallel/pipeline_executor.h"
 
 #include <array>
 #include <chrono>
@@ -13,14 +14,6 @@ namespace {
 constexpr const char* kFormat = "meshbench-checkpoint-1";
 const std::string kMomentPrefix = "optimizer.exp_avg.";
 const std::string kSecondMomentPrefix = "optimizer.exp_avg_sq.";
-
-constexpr std::size_t kShardAlign = 16;   // elements: shards start 64-byte aligned
-
-std::size_t shardSizeFor(std::size_t total, int ranks)
-{
-    const std::size_t share = (total + std::size_t(ranks) - 1) / std::size_t(ranks);
-    return (share + kShardAlign - 1) / kShardAlign * kShardAlign;
-}
 
 // The slice of the model this rank holds: all of it unless the layout has pipeline stages.
 ModelSlice sliceOf(const plan::JobSpec& spec, const ProcessGroups* groups)
@@ -57,121 +50,36 @@ std::vector<ExpertLoad> mergeByLayer(const std::vector<ExpertLoad>& loads)
     return merged;
 }
 
-// ZeRO-3's parameter gathering over the data group: the flat buffers are cut into equal shards,
-// rank r owning [r S, (r + 1) S). A tensor is gathered by broadcasting each owner's piece of it;
-// its gradient is summed over the group and each rank keeps the piece it owns.
-class ShardedParameters final : public ParameterGatherer {
-public:
-    ShardedParameters(kernels::Backend& backend, Communicator& data, Communicator* sequenceGroup,
-                      const ParameterLayout& layout, std::size_t shardSize, DeviceBuffer& params, DeviceBuffer& grads)
-        : m_backend(backend), m_data(data), m_sequenceGroup(sequenceGroup), m_layout(layout), m_shardSize(shardSize),
-          m_params(params), m_grads(grads), m_gathered(layout.views().size()), m_gradients(layout.views().size())
-    {
-    }
-
-    void acquire(const std::vector<int>& views, bool withGradients) override
-    {
-        for (int view : views) {
-            const TensorView& v = m_layout.at(view);
-            DeviceBuffer& buffer = m_gathered[std::size_t(view)];
-            buffer = DeviceBuffer(m_backend, v.size, MemoryCategory::Params);
-            forEachOwner(v, [&](int owner, std::size_t begin, std::size_t end) {
-                float* piece = static_cast<float*>(buffer.ptr().data) + (begin - v.offset);
-                if (owner == m_data.rank())
-                    m_backend.copy({piece, kernels::DType::F32}, at(m_params, begin), end - begin);
-                m_data.broadcast(piece, end - begin, owner);
-            });
-            if (withGradients)
-                m_gradients[std::size_t(view)] = DeviceBuffer(m_backend, v.size, MemoryCategory::Grads);
-        }
-    }
-
-    void release(const std::vector<int>& views, bool withGradients) override
-    {
-        for (int view : views) {
-            const TensorView& v = m_layout.at(view);
-            if (withGradients) {
-                DeviceBuffer& g = m_gradients[std::size_t(view)];
-                float* data = static_cast<float*>(g.ptr().data);
-                // Norm weights under sequence parallelism saw this TP rank's tokens only.
-                if (m_sequenceGroup && v.shape.size() == 1)
-                    m_sequenceGroup->allReduceSum(data, v.size);
-                m_data.allReduceSum(data, v.size);
-                forEachOwner(v, [&](int owner, std::size_t begin, std::size_t end) {
-                    if (owner == m_data.rank())
-                        m_backend.add({data + (begin - v.offset), kernels::DType::F32}, at(m_grads, begin),
-                                      end - begin);
-                });
-                g = DeviceBuffer();
-            }
-            m_gathered[std::size_t(view)] = DeviceBuffer();
-        }
-    }
-
-    kernels::DevPtr param(int view) override { return m_gathered[std::size_t(view)].ptr(); }
-    kernels::DevPtr grad(int view) override { return m_gradients[std::size_t(view)].ptr(); }
-
-private:
-    // Calls f(owner, begin, end) for each shard the tensor's flat range meets.
-    template <typename F>
-    void forEachOwner(const TensorView& v, F f) const
-    {
-        for (std::size_t begin = v.offset; begin < v.offset + v.size;) {
-            const std::size_t owner = begin / m_shardSize;
-            const std::size_t end = std::min(v.offset + v.size, (owner + 1) * m_shardSize);
-            f(int(owner), begin, end);
-            begin = end;
-        }
-    }
-    // An element of the flat buffer inside this rank's shard buffer.
-    kernels::DevPtr at(DeviceBuffer& shard, std::size_t flat) const
-    {
-        return shard.at(flat - m_shardSize * std::size_t(m_data.rank()));
-    }
-
-    kernels::Backend& m_backend;
-    Communicator& m_data;
-    Communicator* m_sequenceGroup;
-    const ParameterLayout& m_layout;
-    std::size_t m_shardSize;
-    DeviceBuffer& m_params;
-    DeviceBuffer& m_grads;
-    std::vector<DeviceBuffer> m_gathered;
-    std::vector<DeviceBuffer> m_gradients;
-};
-
 }  // namespace
 
 Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups)
-    : m_spec(spec), m_backend(backend), m_groups(groups),
-      m_slice(sliceOf(spec, groups)),
-      m_model(spec.model, spec.parallel.recompute, backend,
-              zeroStage() > 0 ? shardSizeFor(ParameterLayout(spec.model, m_slice).totalSize(), dataParallelSize()) *
-                                    std::size_t(dataParallelSize())
-                              : 0,
-              &m_slice),
+    : m_spec(spec), m_backend(backend), m_groups(groups), m_slice(sliceOf(spec, groups)),
+      m_model(spec.model, spec.parallel.recompute, backend, &m_slice),
       m_data(makeTokenSource(spec.train.data, int(spec.model.vocab), int(spec.model.seqLen), spec.train.seed)),
-      m_shardSize(zeroStage() > 0 ? m_model.bufferElements() / std::size_t(dataParallelSize())
-                                  : m_model.layout().totalSize()),
-      m_shardBegin(zeroStage() > 0 ? m_shardSize * std::size_t(m_groups->data->rank()) : 0),
-      m_optimizer(backend, m_model.layout(), m_shardBegin, m_shardSize),
+      m_shards(m_model.layout(), zeroStage(), groups ? groups->data.get() : nullptr,
+               groups ? groups->expertData.get() : nullptr),
       m_measurements(groups ? groups->worldRank : 0)
 {
+    for (const ShardRegion& region : m_shards.regions())
+        m_optimizers.emplace_back(backend, m_model.layout(), region.ownedBegin(), region.ownedSize());
     if (zeroStage() > 0)
-        m_gradShard = DeviceBuffer(backend, m_shardSize, MemoryCategory::Grads);
-    if (zeroStage() >= 2)
-        m_scatterOut = DeviceBuffer(backend, m_shardSize);
+        m_gradShard = DeviceBuffer(backend, m_shards.shardElements(), MemoryCategory::Grads);
     if (expertParallelSize() > 1)
         m_model.setExpertGroup(groups->expert.get());
     if (groups && groups->tensor->size() > 1)
         m_model.setTensorGroup(groups->tensor.get(), spec.parallel.sequenceParallel);
     if (zeroStage() >= 3) {
-        m_paramShard = DeviceBuffer(backend, m_shardSize, MemoryCategory::Params);
-        Communicator* sequenceGroup =
-            spec.parallel.sequenceParallel && groups->tensor->size() > 1 ? groups->tensor.get() : nullptr;
-        m_gatherer = std::make_unique<ShardedParameters>(backend, *groups->data, sequenceGroup, m_model.layout(),
-                                                         m_shardSize, m_paramShard, m_gradShard);
+        m_paramShard = DeviceBuffer(backend, m_shards.shardElements(), MemoryCategory::Params);
+        m_gatherer = std::make_unique<ShardedParameters>(backend, m_model.layout(), m_shards, m_paramShard.ptr(),
+                                                         m_gradShard.ptr());
         m_model.setParameterGatherer(m_gatherer.get());
+    } else if (dataParallelSize() > 1) {
+        m_buckets = std::make_unique<GradientBuckets>(
+            backend, m_model.layout(), m_shards, m_model.gradients(), m_gradShard.ptr(),
+            BucketSettings{spec.parallel.gradBucketMb, spec.parallel.overlapGradReduce}, &m_measurements,
+            groups->coord.pp);
+        if (pipelineSize() > 1 && spec.model.tiedEmbeddings && (m_slice.embedding || m_slice.head))
+            m_buckets->holdUntilReleased(m_model.layout().embedding());
     }
     if (pipelineSize() > 1)
         m_pipeline = std::make_unique<PipelineExecutor>(
@@ -186,7 +94,8 @@ void Trainer::initialize()
     std::vector<float> host(m_model.layout().totalSize(), 0.0f);
     initializeParameters(m_model.layout(), m_spec.model, m_spec.train.seed, host.data());
     uploadParameters(std::move(host));
-    m_optimizer.reset();
+    for (ShardedAdamW& optimizer : m_optimizers)
+        optimizer.reset();
     m_step = 0;
 }
 
@@ -214,113 +123,129 @@ double Trainer::learningRate(int step) const
 
 StepMetrics Trainer::step()
 {
-    const plan::ParallelSpec& p = m_spec.parallel;
-    const int seqPlusOne = int(m_spec.model.seqLen) + 1;
-    const std::int64_t globalBatch = p.globalBatch();
-    const int microBatchSize = p.microBatchSize;
-    const int microbatches = int(globalBatch / microBatchSize);
-    // Loss = mean cross-entropy over every token of the step + mean load-balancing loss over
-    // micro-batches; each micro-batch's gradients are scaled so that their sum is that loss's.
-    const float lossScale = float(1.0 / (double(globalBatch) * double(m_spec.model.seqLen)));
-    const float auxScale = float(1.0 / microbatches);
-
     StepMetrics metrics;
     metrics.beginNs = Measurements::nowNs();
     metrics.step = m_step + 1;
+    MemoryLedger::instance().resetPeaks();
+    const StepBatch batch = stepBatch();
+
+    const std::int64_t pipelineBegin = Measurements::nowNs();
+    const ForwardResult result = runMicrobatches(batch, metrics.step);
+    metrics.bubbleRatio = measuredBubble(metrics.step, pipelineBegin, Measurements::nowNs());
+
+    finalizeGradients();
+    sumResults(batch, result, metrics);
+    metrics.gradNorm = gradientNorm();
+    optimizerStep(metrics);
+
+    m_measurements.addMemorySample({metrics.step, Measurements::nowNs(), MemoryLedger::instance().usage()});
+    metrics.endNs = Measurements::nowNs();
+    metrics.seconds = double(metrics.endNs - metrics.beginNs) * 1e-9;
+    metrics.tokensPerSecond = double(tokensPerStep()) / metrics.seconds;
+    return metrics;
+}
+
+Trainer::StepBatch Trainer::stepBatch() const
+{
+    const plan::ParallelSpec& p = m_spec.parallel;
+    const std::int64_t globalBatch = p.globalBatch();
+    const int microbatches = int(globalBatch / p.microBatchSize);
+    StepBatch batch;
+    batch.microbatchSize = p.microBatchSize;
+    batch.localMicrobatches = microbatches / dataParallelSize();
+    // Loss = mean cross-entropy over every token of the step + mean load-balancing loss over
+    // micro-batches; each micro-batch's gradients are scaled so that their sum is that loss's.
+    batch.lossScale = float(1.0 / (double(globalBatch) * double(m_spec.model.seqLen)));
+    batch.auxScale = float(1.0 / microbatches);
+    // Data-parallel rank r runs micro-batches [r M / dp, (r + 1) M / dp) of the step's M; every
+    // pipeline stage of a replica sees the same micro-batches. Sample k of step i is global
+    // sample i x globalBatch + k.
+    const int seqPlusOne = int(m_spec.model.seqLen) + 1;
+    const int firstMicrobatch = m_groups ? m_groups->data->rank() * batch.localMicrobatches : 0;
+    for (int local = 0; local < batch.localMicrobatches; ++local) {
+        std::vector<std::int32_t> tokens(std::size_t(p.microBatchSize) * std::size_t(seqPlusOne));
+        for (int row = 0; row < p.microBatchSize; ++row)
+            sampleTokens(std::int64_t(m_step) * globalBatch + std::int64_t(firstMicrobatch + local) * p.microBatchSize +
+                             row,
+                         tokens.data() + std::size_t(row) * std::size_t(seqPlusOne));
+        batch.tokens.push_back(std::move(tokens));
+    }
+    return batch;
+}
+
+ForwardResult Trainer::runMicrobatches(const StepBatch& batch, int step)
+{
     m_model.zeroGradients();
     if (zeroStage() > 0)
-        m_backend.fill(m_gradShard.ptr(), 0.0f, m_shardSize);
-    // Data-parallel rank r runs micro-batches [r M / dp, (r + 1) M / dp) of the step's M; every
-    // pipeline stage of a replica sees the same micro-batches.
-    const int dp = dataParallelSize();
-    const int localMicrobatches = microbatches / dp;
-    const int firstMicrobatch = m_groups ? m_groups->data->rank() * localMicrobatches : 0;
-    std::vector<std::vector<std::int32_t>> batches(static_cast<std::size_t>(localMicrobatches));
-    auto tokensOf = [&](int local) -> const std::int32_t* {
-        std::vector<std::int32_t>& tokens = batches[std::size_t(local)];
-        if (tokens.empty()) {
-            tokens.resize(std::size_t(microBatchSize) * seqPlusOne);
-            // Sample k of step i is global sample i x globalBatch + k.
-            for (int row = 0; row < microBatchSize; ++row)
-                sampleTokens(std::int64_t(m_step) * globalBatch +
-                                 std::int64_t(firstMicrobatch + local) * microBatchSize + row,
-                             tokens.data() + std::size_t(row) * seqPlusOne);
-        }
-        return tokens.data();
-    };
-
+        m_backend.fill(m_gradShard.ptr(), 0.0f, m_gradShard.size());
     ForwardResult result;
-    MemoryLedger::instance().resetPeaks();
-    const int stage = m_groups ? m_groups->coord.pp : 0;
-    const std::int64_t pipelineBegin = Measurements::nowNs();
+    const auto tokensOf = [&batch](int local) { return batch.tokens[std::size_t(local)].data(); };
     if (m_pipeline) {
-        m_pipeline->runStep(tokensOf, microBatchSize, lossScale, auxScale, result, metrics.step, m_measurements);
-    } else {
-        for (int mb = 0; mb < localMicrobatches; ++mb) {
-            if (zeroStage() == 2)
-                m_model.zeroGradients();   // the full buffer only carries this micro-batch
-            const std::int64_t forwardBegin = Measurements::nowNs();
-            auto activations = m_model.forward({tokensOf(mb), microBatchSize}, lossScale, auxScale, result);
-            const std::int64_t backwardBegin = Measurements::nowNs();
-            m_model.backward(*activations);
-            if (zeroStage() == 2)
-                sumSequenceParallelNormGradients();   // before this micro-batch's gradients are scattered
-            m_measurements.addSpan({metrics.step, 0, 0, mb, wire::SpanKind::Forward, -1, forwardBegin, backwardBegin, 0});
-            m_measurements.addSpan(
-                {metrics.step, 0, 0, mb, wire::SpanKind::Backward, -1, backwardBegin, Measurements::nowNs(), 0});
-            if (zeroStage() == 2) {
-                m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
-                                                 static_cast<float*>(m_scatterOut.ptr().data), m_shardSize);
-                m_backend.add(m_scatterOut.ptr(), m_gradShard.ptr(), m_shardSize);
-            }
-        }
+        if (m_buckets)
+            m_buckets->begin(step);
+        m_pipeline->runStep(tokensOf, batch.microbatchSize, batch.lossScale, batch.auxScale, result, step,
+                            m_measurements, m_buckets.get());
+        return result;
     }
-    const std::int64_t pipelineEnd = Measurements::nowNs();
-    // Measured bubble: the share of the pipeline phase this stage spent outside F, B and W, summed
-    // over the stages (the simulator's definition, idle / (p x makespan)).
+    // ZeRO-2 reduce-scatters every micro-batch's gradients, so only a shard of them accumulates;
+    // otherwise the step's last backward finishes the gradients.
+    const bool everyMicrobatch = zeroStage() == 2;
+    for (int mb = 0; mb < batch.localMicrobatches; ++mb) {
+        const bool reduces = m_buckets && (everyMicrobatch || mb == batch.localMicrobatches - 1);
+        if (everyMicrobatch && mb > 0)
+            m_model.zeroGradients();
+        if (reduces)
+            m_buckets->begin(step);
+        const std::int64_t forwardBegin = Measurements::nowNs();
+        auto activations = m_model.forward({tokensOf(mb), batch.microbatchSize}, batch.lossScale, batch.auxScale, result);
+        const std::int64_t backwardBegin = Measurements::nowNs();
+        m_model.backward(*activations, reduces ? m_buckets.get() : nullptr);
+        m_measurements.addSpan({step, 0, 0, mb, wire::SpanKind::Forward, -1, forwardBegin, backwardBegin, 0});
+        m_measurements.addSpan({step, 0, 0, mb, wire::SpanKind::Backward, -1, backwardBegin, Measurements::nowNs(), 0});
+        if (everyMicrobatch)
+            m_buckets->finish();
+    }
+    return result;
+}
+
+double Trainer::measuredBubble(int step, std::int64_t pipelineBegin, std::int64_t pipelineEnd) const
+{
+    // The share of the pipeline phase this stage spent outside F, B and W, summed over the stages
+    // (the simulator's definition, idle / (p x makespan)).
     double phase[2] = {double(pipelineEnd - pipelineBegin), 0.0};
-    for (auto it = m_measurements.spans().rbegin(); it != m_measurements.spans().rend() && it->step == metrics.step; ++it)
+    for (auto it = m_measurements.spans().rbegin(); it != m_measurements.spans().rend() && it->step == step; ++it)
         if (wire::isComputeKind(it->kind))
             phase[1] += double(it->endNs - it->beginNs);
     if (pipelineSize() > 1)
         m_groups->pipeline->allReduceSum(phase, 2);
-    metrics.bubbleRatio = phase[0] > 0 ? 1.0 - phase[1] / phase[0] : 0.0;
-    metrics.expertLoads = mergeByLayer(result.expertLoads);
-    if (zeroStage() < 2)
-        sumSequenceParallelNormGradients();
-    double lossSum = result.lossSum;
-    double auxSum = result.auxLoss;
-    if (pipelineSize() > 1) {
-        shareTiedEmbeddingGradient();
-        // The loss lives on the last stage, load-balancing losses on every stage with MoE layers.
-        double sums[2] = {lossSum, auxSum};
-        m_groups->pipeline->allReduceSum(sums, 2);
-        lossSum = sums[0];
-        auxSum = sums[1];
+    return phase[0] > 0 ? 1.0 - phase[1] / phase[0] : 0.0;
+}
+
+void Trainer::finalizeGradients()
+{
+    const int stage = m_groups ? m_groups->coord.pp : 0, last = pipelineSize() - 1;
+    if (pipelineSize() > 1 && m_spec.model.tiedEmbeddings && (stage == 0 || stage == last)) {
+        const TensorView& embedding = m_model.layout().at(m_model.layout().embedding());
+        sumTiedEmbeddingCopies(m_backend, *m_groups->pipeline, stage == 0 ? last : 0,
+                               kernels::offset(m_model.gradients(), embedding.offset), embedding.size);
+        if (m_buckets)
+            m_buckets->release(m_model.layout().embedding());
     }
-    const std::int64_t reduceBegin = Measurements::nowNs();
-    if (dp > 1) {
-        // The step's gradient is the sum over all micro-batches, wherever they ran. The CPU
-        // backend's memory is host memory, which MPI reads directly.
-        if (zeroStage() == 0 && expertParallelSize() > 1) {
-            // Dense weights are replicated over the data group, each expert over its
-            // expert-data-parallel group only (the ranks that hold the same experts).
-            float* grads = static_cast<float*>(m_model.gradients().data);
-            for (const TensorView& v : m_model.layout().views()) {
-                Communicator& group = v.shardCount > 1 ? *m_groups->expertData : *m_groups->data;
-                if (group.size() > 1)
-                    group.allReduceSum(grads + v.offset, v.size);
-            }
-        } else if (zeroStage() == 0) {
-            m_groups->data->allReduceSum(static_cast<float*>(m_model.gradients().data), m_shardSize);
-        }
-        else if (zeroStage() == 1)
-            m_groups->data->reduceScatterSum(static_cast<const float*>(m_model.gradients().data),
-                                             static_cast<float*>(m_gradShard.ptr().data), m_shardSize);
-        double sums[2] = {lossSum, auxSum};
+    if (m_buckets && zeroStage() != 2)
+        m_buckets->finish();
+    if (m_spec.parallel.sequenceParallel && m_groups && m_groups->tensor->size() > 1)
+        sumSequenceParallelNormGradients(*m_groups->tensor, m_model.layout(), m_shards, shardGradients());
+}
+
+void Trainer::sumResults(const StepBatch& batch, const ForwardResult& result, StepMetrics& metrics) const
+{
+    // The loss lives on the last stage, load-balancing losses on every stage with MoE layers.
+    double sums[2] = {result.lossSum, result.auxLoss};
+    if (pipelineSize() > 1)
+        m_groups->pipeline->allReduceSum(sums, 2);
+    metrics.expertLoads = mergeByLayer(result.expertLoads);
+    if (dataParallelSize() > 1) {
         m_groups->data->allReduceSum(sums, 2);
-        lossSum = sums[0];
-        auxSum = sums[1];
         for (ExpertLoad& load : metrics.expertLoads) {
             std::vector<double> counts(load.routed.begin(), load.routed.end());
             counts.insert(counts.end(), load.kept.begin(), load.kept.end());
@@ -331,54 +256,56 @@ StepMetrics Trainer::step()
             }
         }
     }
-    metrics.loss = lossSum * lossScale;
-    metrics.auxLoss = auxSum * auxScale;
+    metrics.loss = sums[0] * batch.lossScale;
+    metrics.auxLoss = sums[1] * batch.auxScale;
+}
 
-    if (dp > 1)
-        m_measurements.addSpan({metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::DataParallelReduce, -1,
-                                reduceBegin, Measurements::nowNs(), m_shardSize * sizeof(float) * std::size_t(dp)});
-
-    // This rank's gradients for its shard of the flat buffers (all of them without ZeRO).
-    const kernels::DevPtr grads = zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients();
-
-    // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
-    // Squares by how the tensors are split: a ZeRO shard's add up over the data group, TP parts
-    // over the tensor group, expert blocks over the EP group; replicated tensors count once.
-    GradientNormGroups normGroups;
-    if (zeroStage() > 0)
-        normGroups.zeroShards = m_groups->data.get();
+double Trainer::gradientNorm() const
+{
+    // Squares by how the tensors are split: ZeRO shards add up over their groups, TP parts over
+    // the tensor group, expert blocks over the EP group; replicated tensors count once.
+    GradientNormGroups groups;
+    if (zeroStage() > 0) {
+        groups.zeroShards = m_groups->data.get();
+        if (expertParallelSize() > 1 && m_groups->expertData->size() > 1)
+            groups.expertZeroShards = m_groups->expertData.get();
+    }
     if (m_groups && m_groups->tensor->size() > 1)
-        normGroups.tensor = m_groups->tensor.get();
+        groups.tensor = m_groups->tensor.get();
     if (expertParallelSize() > 1)
-        normGroups.expert = m_groups->expert.get();
+        groups.expert = m_groups->expert.get();
     if (pipelineSize() > 1)
-        normGroups.pipeline = m_groups->pipeline.get();
-    metrics.gradNorm = globalGradientNorm(gradientSumSquares(grads), normGroups);
-    const float gradScale = clipScale(metrics.gradNorm, m_spec.train.gradClip);
+        groups.pipeline = m_groups->pipeline.get();
+    const int skip = holdsTiedCopy() ? m_model.layout().embedding() : -1;
+    return globalGradientNorm(shardGradientSquares(m_backend, m_model.layout(), m_shards, shardGradients(), skip),
+                              groups);
+}
 
-    const std::int64_t optimizerBegin = Measurements::nowNs();
+void Trainer::optimizerStep(StepMetrics& metrics)
+{
+    const std::int64_t begin = Measurements::nowNs();
     ++m_step;
     metrics.learningRate = learningRate(m_step);
     const plan::TrainSpec& t = m_spec.train;
-    const kernels::DevPtr shardParams =
-        zeroStage() >= 3 ? m_paramShard.ptr()
-                         : kernels::DevPtr{static_cast<float*>(m_model.parameters().data) + m_shardBegin,
-                                           m_model.parameters().dtype};
-    m_optimizer.step(shardParams, grads,
-                     {float(metrics.learningRate), float(t.beta1), float(t.beta2), float(t.eps), float(t.weightDecay)},
-                     m_step, gradScale);
-    if (zeroStage() == 1 || zeroStage() == 2) {
-        float* params = static_cast<float*>(m_model.parameters().data);
-        m_groups->data->allGather(params + m_shardBegin, params, m_shardSize);
+    const AdamWSettings settings{float(metrics.learningRate), float(t.beta1), float(t.beta2), float(t.eps),
+                                 float(t.weightDecay)};
+    // Global norm clipping as torch.nn.utils.clip_grad_norm_: scale by min(1, clip / (norm + 1e-6)).
+    const float gradScale = clipScale(metrics.gradNorm, t.gradClip);
+    for (std::size_t r = 0; r < m_shards.regions().size(); ++r) {
+        const ShardRegion& region = m_shards.regions()[r];
+        const kernels::DevPtr params = zeroStage() >= 3 ? kernels::offset(m_paramShard.ptr(), region.shardOffset)
+                                                        : kernels::offset(m_model.parameters(), region.ownedBegin());
+        const kernels::DevPtr grads = kernels::offset(shardGradients(), zeroStage() > 0 ? region.shardOffset : region.ownedBegin());
+        m_optimizers[r].step(params, grads, settings, m_step, gradScale);
     }
+    if (zeroStage() == 1 || zeroStage() == 2)
+        m_shards.allGatherParameters(m_model.parameters());
+    const int stage = m_groups ? m_groups->coord.pp : 0;
     m_measurements.addSpan(
-        {metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::Optimizer, -1, optimizerBegin, Measurements::nowNs(), 0});
-    m_measurements.addMemorySample({metrics.step, Measurements::nowNs(), MemoryLedger::instance().usage()});
-    metrics.endNs = Measurements::nowNs();
-    metrics.seconds = double(metrics.endNs - metrics.beginNs) * 1e-9;
-    metrics.tokensPerSecond = double(tokensPerStep()) / metrics.seconds;
-    return metrics;
+        {metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::Optimizer, -1, begin, Measurements::nowNs(), 0});
 }
+
+kernels::DevPtr Trainer::shardGradients() const { return zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients(); }
 
 void Trainer::save(const std::string& path) const
 {
@@ -387,8 +314,7 @@ void Trainer::save(const std::string& path) const
         ParameterLayout layout;
         std::vector<float> params, m, v;
     };
-    std::vector<float> params = downloadParameters(), m = gatherShards(m_optimizer.firstMoment()),
-                       v = gatherShards(m_optimizer.secondMoment());
+    std::vector<float> params = downloadParameters(), m = gatherMoments(false), v = gatherMoments(true);
     // In the layout of this pipeline slice with whole tensors: TP parts are gathered over the
     // tensor group and put in place, then expert blocks gathered over the EP group.
     ModelSlice whole = m_slice;
@@ -405,7 +331,7 @@ void Trainer::save(const std::string& path) const
             std::vector<float> tpWhole;
             if (local.tensorCount > 1) {
                 std::vector<float> parts(local.size * std::size_t(local.tensorCount));
-                m_groups->tensor->allGather(part, parts.data(), local.size);
+                m_groups->tensor->allGather(kernels::f32(part), kernels::f32(parts.data()), local.size);
                 tpWhole.resize(parts.size());
                 TensorView piece = local;
                 piece.shardIndex = 0;   // place within this EP block only
@@ -417,7 +343,7 @@ void Trainer::save(const std::string& path) const
             }
             const std::size_t blockSize = local.size * std::size_t(local.tensorCount);
             if (local.shardCount > 1)
-                m_groups->expert->allGather(part, to->data() + target.offset, blockSize);
+                m_groups->expert->allGather(kernels::f32(part), kernels::f32(to->data() + target.offset), blockSize);
             else
                 std::copy_n(part, blockSize, to->data() + target.offset);
         }
@@ -431,7 +357,7 @@ void Trainer::save(const std::string& path) const
     const int stage = m_groups ? m_groups->coord.pp : 0;
     if (stage != 0) {
         for (const std::vector<float>* buffer : {&mine.params, &mine.m, &mine.v})
-            m_groups->pipeline->send(buffer->data(), buffer->size(), 0, 1);
+            m_groups->pipeline->send(kernels::f32(buffer->data()), buffer->size(), 0, 1);
         m_groups->pipeline->waitSends();
         return;
     }
@@ -443,7 +369,7 @@ void Trainer::save(const std::string& path) const
         const std::size_t size = layout.totalSize();
         Part part{std::move(layout), std::vector<float>(size), std::vector<float>(size), std::vector<float>(size)};
         for (std::vector<float>* buffer : {&part.params, &part.m, &part.v})
-            m_groups->pipeline->recv(buffer->data(), size, s, 1);
+            m_groups->pipeline->recv(kernels::f32(buffer->data()), size, s, 1);
         parts.push_back(std::move(part));
     }
 
@@ -518,69 +444,17 @@ void Trainer::load(const std::string& path)
         }
     }
     uploadParameters(std::move(params));
-    // This rank's share of the moments (beyond the last tensor a shard holds zero padding).
-    m.resize(std::max(total, m_shardBegin + m_shardSize), 0.0f);
-    v.resize(m.size(), 0.0f);
-    m_backend.upload(m_optimizer.firstMoment().ptr(), m.data() + m_shardBegin, m_shardSize);
-    m_backend.upload(m_optimizer.secondMoment().ptr(), v.data() + m_shardBegin, m_shardSize);
+    // This rank's share of the moments.
+    for (ShardedAdamW& optimizer : m_optimizers) {
+        m_backend.upload(optimizer.firstMoment().ptr(), m.data() + optimizer.begin(), optimizer.size());
+        m_backend.upload(optimizer.secondMoment().ptr(), v.data() + optimizer.begin(), optimizer.size());
+    }
     m_step = step;
-}
-
-void Trainer::sumSequenceParallelNormGradients()
-{
-    // Under sequence parallelism each TP rank's norms saw its own tokens: their weights'
-    // gradients are sums over the tensor group (Megatron all-reduces them likewise).
-    if (!m_spec.parallel.sequenceParallel || !m_groups || m_groups->tensor->size() == 1)
-        return;
-    float* grads = static_cast<float*>(m_model.gradients().data);
-    for (const TensorView& v : m_model.layout().views())
-        if (v.shape.size() == 1)
-            m_groups->tensor->allReduceSum(grads + v.offset, v.size);
 }
 
 bool Trainer::holdsTiedCopy() const
 {
     return pipelineSize() > 1 && m_spec.model.tiedEmbeddings && m_slice.head;
-}
-
-void Trainer::shareTiedEmbeddingGradient()
-{
-    // With tied embeddings the first and the last stage each hold the embedding (input and output
-    // layer); both need the sum of their gradients, as Megatron's embedding group all-reduce does.
-    if (!m_spec.model.tiedEmbeddings)
-        return;
-    const int last = pipelineSize() - 1;
-    const int stage = m_groups->coord.pp;
-    if (stage != 0 && stage != last)
-        return;
-    const TensorView& embedding = m_model.layout().at(m_model.layout().embedding());
-    float* mine = static_cast<float*>(m_model.gradients().data) + embedding.offset;
-    std::vector<float> theirs(embedding.size);
-    m_groups->pipeline->send(mine, embedding.size, stage == 0 ? last : 0, 0);
-    m_groups->pipeline->recv(theirs.data(), embedding.size, stage == 0 ? last : 0, 0);
-    m_groups->pipeline->waitSends();
-    // Both add in the same order (first stage's part + last stage's), so the copies stay identical.
-    for (std::size_t i = 0; i < embedding.size; ++i)
-        mine[i] = stage == 0 ? mine[i] + theirs[i] : theirs[i] + mine[i];
-}
-
-GradientSquares Trainer::gradientSumSquares(kernels::DevPtr grads) const
-{
-    // Over this rank's shard, tensor by tensor; a tied embedding's second copy is counted once.
-    const std::size_t shardEnd = m_shardBegin + m_shardSize;
-    GradientSquares sums{};
-    for (int i = 0; i < int(m_model.layout().views().size()); ++i) {
-        const TensorView& v = m_model.layout().at(i);
-        if (holdsTiedCopy() && i == m_model.layout().embedding())
-            continue;
-        double& sum = sums[(v.tensorCount > 1 ? kTensorSplit : 0) | (v.shardCount > 1 ? kExpertBlock : 0)];
-        const std::size_t begin = std::max(v.offset, m_shardBegin);
-        const std::size_t end = std::min(v.offset + v.size, shardEnd);
-        if (begin < end)
-            sum += m_backend.sumSquares({static_cast<float*>(grads.data) + (begin - m_shardBegin), grads.dtype},
-                                        end - begin);
-    }
-    return sums;
 }
 
 void Trainer::uploadParameters(std::vector<float> params)
@@ -589,29 +463,30 @@ void Trainer::uploadParameters(std::vector<float> params)
         m_backend.upload(m_model.parameters(), params.data(), params.size());
         return;
     }
-    params.resize(std::max(params.size(), m_shardBegin + m_shardSize), 0.0f);   // the last shard's padding
-    m_backend.upload(m_paramShard.ptr(), params.data() + m_shardBegin, m_shardSize);
+    std::vector<float> mine(m_shards.shardElements());
+    m_shards.extract(params.data(), mine.data());
+    m_backend.upload(m_paramShard.ptr(), mine.data(), mine.size());
 }
 
 std::vector<float> Trainer::downloadParameters() const
 {
     if (zeroStage() >= 3)
-        return gatherShards(m_paramShard);
+        return m_shards.gather(m_backend, m_paramShard.ptr());
     std::vector<float> params(m_model.layout().totalSize());
     m_backend.download(params.data(), m_model.parameters(), params.size());
     return params;
 }
 
-std::vector<float> Trainer::gatherShards(const DeviceBuffer& shard) const
+std::vector<float> Trainer::gatherMoments(bool second) const
 {
-    std::vector<float> mine(m_shardSize);
-    m_backend.download(mine.data(), shard.ptr(), m_shardSize);
-    if (zeroStage() == 0)
-        return mine;
-    std::vector<float> full(m_shardSize * std::size_t(dataParallelSize()));
-    m_groups->data->allGather(mine.data(), full.data(), m_shardSize);
-    full.resize(m_model.layout().totalSize());
-    return full;
+    // The optimizers' moment buffers laid end to end are this rank's shard buffer.
+    DeviceBuffer shard(m_backend, m_shards.shardElements(), MemoryCategory::Workspace);
+    for (std::size_t r = 0; r < m_optimizers.size(); ++r) {
+        const ShardedAdamW& optimizer = m_optimizers[r];
+        m_backend.copy(kernels::offset(shard.ptr(), m_shards.regions()[r].shardOffset),
+                       (second ? optimizer.secondMoment() : optimizer.firstMoment()).ptr(), optimizer.size());
+    }
+    return m_shards.gather(m_backend, shard.ptr());
 }
 
 }  // namespace meshbench::agent

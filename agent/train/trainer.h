@@ -2,20 +2,21 @@
 // Training: the job's global batch per step (dp x micro_batch_size x microbatches sequences),
 // mean cross-entropy plus the MoE load-balancing loss, global gradient-norm clipping and AdamW.
 // On one device every micro-batch runs here; with process groups, data-parallel rank r runs the
-// r-th contiguous share of the global batch and gradients are summed over the data group, which
-// computes the same step as one device. ZeRO (Rajbhandari et al. 2020) cuts the flat buffers into
-// dp equal shards: stage 1 reduce-scatters the step's gradients and keeps only this rank's share
-// of Adam's moments, updates its share of the parameters and all-gathers them; stage 2 also
-// reduce-scatters after every micro-batch, so only a shard of gradients accumulates.
+// r-th contiguous share of the global batch and gradients are summed over the data group (the
+// experts' over the expert-data group), which computes the same step as one device. The
+// dimensions live in agent/parallel: tensor and expert parallelism inside the model, the pipeline
+// executor, the data-parallel buckets, ZeRO's shards and the gradients' finalisation; the step
+// here is their outline.
 // Checkpoints hold the parameters, both Adam moments (gathered) and the step, so a resumed run
 // continues bit for bit.
 
 #include "agent/data/token_source.h"
 #include "agent/model/gpt_model.h"
 #include "agent/optimizer/adamw.h"
-#include "agent/parallel/gradient_norm.h"
+#include "agent/parallel/data_parallel.h"
+#include "agent/parallel/zero_shards.h"
 #include "agent/runtime/communicator.h"
-#include "measurements.h"
+#include "agent/telemetry/measurements.h"
 
 #include "kernels/backend.h"
 #include "plan/job_spec.h"
@@ -69,22 +70,39 @@ public:
     Measurements takeMeasurements() { return m_measurements.take(); }
 
 private:
+    // The micro-batches of one step on this rank and how their losses are scaled.
+    struct StepBatch {
+        int microbatchSize = 1;
+        int localMicrobatches = 1;
+        float lossScale = 1;   // 1 / the step's tokens
+        float auxScale = 1;    // 1 / the step's micro-batches
+        std::vector<std::vector<std::int32_t>> tokens;   // per local micro-batch
+    };
+    StepBatch stepBatch() const;
+    // Forward and backward of every micro-batch (through the pipeline with stages), the
+    // data-parallel buckets reducing as the gradients become final.
+    ForwardResult runMicrobatches(const StepBatch& batch, int step);
+    double measuredBubble(int step, std::int64_t pipelineBegin, std::int64_t pipelineEnd) const;
+    // The tied embedding's copies summed, the reduction finished, the SP norms summed.
+    void finalizeGradients();
+    // Loss, aux loss and expert loads summed over the stages and replicas.
+    void sumResults(const StepBatch& batch, const ForwardResult& result, StepMetrics& metrics) const;
+    double gradientNorm() const;
+    void optimizerStep(StepMetrics& metrics);
+
     double learningRate(int step) const;
     int dataParallelSize() const { return m_groups ? m_groups->data->size() : 1; }
     int pipelineSize() const { return m_groups ? m_groups->pipeline->size() : 1; }
     int expertParallelSize() const { return m_groups ? m_groups->expert->size() : 1; }
     // Whether this rank's embedding is the last stage's copy of a tied embedding.
     bool holdsTiedCopy() const;
-    void shareTiedEmbeddingGradient();
-    void sumSequenceParallelNormGradients();
-    // Sums of squares of this rank's gradients (its shard under ZeRO), each parameter counted
-    // once, by split: [0] replicated, [1] TP-split, [2] expert blocks, [3] TP-split expert blocks.
-    GradientSquares gradientSumSquares(kernels::DevPtr grads) const;
     // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
     int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
-    // A full-size host copy of a flat buffer (Adam's moments, ZeRO-3's parameters), gathered from
-    // the shards when ZeRO shards it.
-    std::vector<float> gatherShards(const DeviceBuffer& shard) const;
+    // This rank's gradients of what it owns: the shard buffer with ZeRO, the model's without.
+    kernels::DevPtr shardGradients() const;
+    // A whole flat buffer on the host, from the optimizer's moments or ZeRO-3's parameters,
+    // gathered from the shards.
+    std::vector<float> gatherMoments(bool second) const;
     void uploadParameters(std::vector<float> params);   // whole flat buffer; ZeRO-3 keeps its shard
     std::vector<float> downloadParameters() const;
 
@@ -94,14 +112,13 @@ private:
     ModelSlice m_slice;
     GptModel m_model;
     std::unique_ptr<TokenSource> m_data;
-    std::size_t m_shardSize;    // elements of the flat buffers this rank updates (all of them without ZeRO)
-    std::size_t m_shardBegin;
-    ShardedAdamW m_optimizer;   // over [m_shardBegin, m_shardBegin + m_shardSize)
-    DeviceBuffer m_gradShard;   // ZeRO: this rank's summed share of the gradients
-    DeviceBuffer m_scatterOut;  // ZeRO-2: one micro-batch's reduce-scattered share
-    DeviceBuffer m_paramShard;  // ZeRO-3: this rank's share of the parameters
+    ZeroShards m_shards;
+    std::vector<ShardedAdamW> m_optimizers;   // one per range of ZeRO's shards, over the owned piece
+    DeviceBuffer m_gradShard;    // ZeRO: this rank's summed share of the gradients
+    DeviceBuffer m_paramShard;   // ZeRO-3: this rank's share of the parameters
     std::unique_ptr<ParameterGatherer> m_gatherer;
-    std::unique_ptr<PipelineExecutor> m_pipeline;   // with pipeline stages
+    std::unique_ptr<GradientBuckets> m_buckets;    // data parallelism below ZeRO-3
+    std::unique_ptr<PipelineExecutor> m_pipeline;  // with pipeline stages
     Measurements m_measurements;
     int m_step = 0;
 };

@@ -39,14 +39,6 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
                    str(kMaxPipelineMessageTags) + " MPI promises; use fewer microbatches with a larger micro_batch_size";
         });
 
-    // ZeRO over expert parallelism: not in the training stack yet (issue 12, point 4). This clause
-    // alone goes when the agent shards expert state over the expert-data-parallel group.
-    if (p.zero > 0 && p.ep > 1)
-        refuse("parallel.zero", [&] {
-            return "zero=" + str(p.zero) + " with ep=" + str(p.ep) +
-                   ": ZeRO over expert parallelism is not in this build yet; set parallel.zero to 0, or parallel.ep to 1";
-        });
-
     return runs;
 }
 

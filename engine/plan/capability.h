@@ -21,7 +21,7 @@ namespace meshbench::plan {
 constexpr long long kMaxPipelineMessageTags = 32767;
 
 // Whether meshbench-agent of this build runs `spec`. When it does not and `refusals` is given,
-// every reason is appended there, each on the key to change (as SpecError: "parallel.zero", …)
+// every reason is appended there, each on the key to change (as SpecError: "parallel.microbatches", …)
 // with the values and a fix. Without `refusals` it answers without building any message, so the
 // search can ask it for every candidate.
 bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals = nullptr);

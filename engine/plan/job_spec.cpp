@@ -377,6 +377,8 @@ void readParallel(const json& object, ParallelSpec& p, std::vector<SpecError>& e
     r.readInt("microbatches", p.microbatches, 1, kMaxDegree);
     r.readInt("micro_batch_size", p.microBatchSize, 1, 65536);
     r.readEnum("order", p.order, kOrders);
+    r.readDouble("grad_bucket_mb", p.gradBucketMb, 0.0, 1e6, true);
+    r.readBool("overlap_grad_reduce", p.overlapGradReduce);
     r.rejectUnknownKeys();
 }
 
@@ -791,7 +793,8 @@ json toJson(const JobSpec& spec)
                   {"sequence_parallel", p.sequenceParallel}, {"recompute", recomputeName(p.recompute)},
                   {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
                   {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
-                  {"order", rankOrderName(p.order)}}},
+                  {"order", rankOrderName(p.order)}, {"grad_bucket_mb", p.gradBucketMb},
+                  {"overlap_grad_reduce", p.overlapGradReduce}}},
                 {"precision", {{"grads", gradDtypeName(spec.precision.grads)}}},
                 {"cluster", cluster},
                 {"train",

@@ -69,6 +69,11 @@ struct ParallelSpec {
     int microbatches = 1;
     int microBatchSize = 1;
     RankOrder order = RankOrder::TpDpPp;
+    // The data-parallel reduction in buckets of this many MiB (PyTorch DDP's bucket_cap_mb),
+    // each started during the backward as soon as its gradients are final (Megatron's
+    // --overlap-grad-reduce) unless overlap is off.
+    double gradBucketMb = 25.0;
+    bool overlapGradReduce = true;
 
     std::int64_t worldSize() const { return std::int64_t(dp) * pp * tp; }
     std::int64_t globalBatch() const { return std::int64_t(dp) * microBatchSize * microbatches; }

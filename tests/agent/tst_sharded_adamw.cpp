@@ -131,7 +131,7 @@ private slots:
             members.emplace_back([&, r, comm = group.member(r)] {
                 kernels::CpuBackend own;
                 std::vector<float> mine(shard);
-                comm->reduceScatterSum(grads[std::size_t(r)].data(), mine.data(), shard);
+                comm->reduceScatterSum(meshbench::kernels::f32(grads[std::size_t(r)].data()), meshbench::kernels::f32(mine.data()), shard);
                 const std::size_t begin = shard * std::size_t(r);
                 DeviceBuffer params(own, shard), g(own, shard);
                 own.upload(params.ptr(), start.data() + begin, shard);
@@ -140,7 +140,7 @@ private slots:
                 optimizer.step(params.ptr(), g.ptr(), kSettings, 1, 1.0f);
                 std::vector<float>& out = gathered[std::size_t(r)];
                 own.download(out.data() + begin, params.ptr(), shard);
-                comm->allGather(out.data() + begin, out.data(), shard);
+                comm->allGather(meshbench::kernels::f32(out.data() + begin), meshbench::kernels::f32(out.data()), shard);
             });
         for (std::thread& t : members)
             t.join();

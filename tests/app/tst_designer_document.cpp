@@ -40,15 +40,20 @@ private slots:
         JobDocument doc;
         QVERIFY(doc.loadFile(kJobs + "demo.json"));
         QVERIFY(doc.launchable());
-        doc.set("parallel.zero", 1);   // ep 2 with ZeRO: valid, priced, refused by the agent
+        // pp 2 x 8,192 micro-batches: valid, priced, but more pipeline messages than MPI tags.
+        doc.set("parallel.microbatches", 8192);
         QCOMPARE(doc.errors().size(), 1);
-        const QStringList zero = doc.errorsAt("parallel.zero");
-        QCOMPARE(zero.size(), 1);
-        QCOMPARE(zero.first(), QString::fromStdString(meshbench::plan::agentRefusals(*doc.spec()).front().message));
-        QVERIFY2(zero.first().contains("ZeRO over expert parallelism is not in this build yet"), qPrintable(zero.first()));
+        const QStringList tags = doc.errorsAt("parallel.microbatches");
+        QCOMPARE(tags.size(), 1);
+        QCOMPARE(tags.first(), QString::fromStdString(meshbench::plan::agentRefusals(*doc.spec()).front().message));
+        QVERIFY2(tags.first().contains("needs 32768 pipeline message tags"), qPrintable(tags.first()));
         QVERIFY(doc.plan());
         QVERIFY(!doc.launchable());
-        doc.set("parallel.ep", 1);
+        doc.set("parallel.microbatches", 4096);   // 16,384 messages
+        QVERIFY(doc.errors().isEmpty());
+        QVERIFY(doc.launchable());
+        // ZeRO with the demo's ep 2 is run by the agent: no refusal.
+        doc.set("parallel.zero", 1);
         QVERIFY(doc.errors().isEmpty());
         QVERIFY(doc.launchable());
     }

@@ -134,14 +134,15 @@ private slots:
 
     void aLayoutTheAgentRefusesIsShownInvalidNextToItsKey()
     {
-        // The demo has ep 2: ZeRO-1 on it is planned (its costs can be read) but refused by
-        // plan::agentCanRun, so the form shows why beside "ZeRO stage" and nothing launches.
-        auto* zero = qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.zero"));
+        // Hidden 132 over the demo's 4 heads is a head dimension of 33: planned (its costs can be
+        // read) but refused by plan::agentCanRun, as rotary embeddings need pairs, so the form
+        // shows why beside "Hidden" and nothing launches.
+        auto* hidden = qobject_cast<QLineEdit*>(m_view->form()->editor("model.hidden"));
         QSignalSpy launchable(m_view.get(), &DesignerView::launchableChanged);
         QSignalSpy launches(m_view.get(), &DesignerView::launchRequested);
-        type(zero, "1");
-        const QString message = m_view->form()->errorText("parallel.zero");
-        QVERIFY2(message.contains("zero=1 with ep=2: ZeRO over expert parallelism is not in this build yet"),
+        type(hidden, "132");
+        const QString message = m_view->form()->errorText("model.hidden");
+        QVERIFY2(message.contains("head dimension of 33") && message.contains("need an even head dimension"),
                  qPrintable(message));
         QVERIFY(m_view->document()->plan());
         QCOMPARE(launchable.count(), 1);
@@ -149,8 +150,8 @@ private slots:
         m_view->requestLaunch();
         QCOMPARE(launches.count(), 0);
 
-        type(zero, "0");
-        QVERIFY(m_view->form()->errorText("parallel.zero").isEmpty());
+        type(hidden, "128");
+        QVERIFY(m_view->form()->errorText("model.hidden").isEmpty());
         QCOMPARE(launchable.last().at(0).toBool(), true);
         m_view->requestLaunch();
         QCOMPARE(launches.count(), 1);

@@ -1,5 +1,6 @@
 // The agent's capability rule (plan::agentCanRun) on hand-picked specs: each clause refuses on its
-// own key, a supported layout passes, and parseJobSpec reports the refusals of the examples.
+// own key, a supported layout (ZeRO with ep included) passes, and parseJobSpec reports the refusals
+// beside a valid layout.
 
 #include "plan/capability.h"
 
@@ -46,7 +47,7 @@ class TestCapability : public QObject {
     Q_OBJECT
 private slots:
     void theDemoRuns();
-    void zeroWithExpertParallelismIsRefused();
+    void zeroWithExpertParallelismRuns();
     void cudaBackendIsRefused();
     void oddHeadDimensionIsRefused();
     void pipelineTagsAreBounded();
@@ -76,19 +77,23 @@ void TestCapability::theDemoRuns()
     }
 }
 
-void TestCapability::zeroWithExpertParallelismIsRefused()
+void TestCapability::zeroWithExpertParallelismRuns()
 {
+    // The agent shards expert state over the expert-data group (agent/parallel/zero_shards), so
+    // ZeRO 1-3 with ep 2 is run, not refused.
     JobSpec spec = demoSpec();
+    QCOMPARE(spec.parallel.ep, 2);
     for (int zero = 1; zero <= 3; ++zero) {
         spec.parallel.zero = zero;
         spec.parallel.pp = zero >= 2 ? 1 : 2;   // ZeRO-2/3 need pp 1 (validateLayout)
         spec.parallel.dp = zero >= 2 ? 4 : 2;
         QVERIFY(validateLayout(spec).empty());
-        QString message;
-        QCOMPARE(refusedKey(spec, &message), QString("parallel.zero"));
-        QVERIFY2(message.contains(QStringLiteral("zero=%1 with ep=2").arg(zero)), qPrintable(message));
-        QVERIFY2(message.contains("set parallel.zero to 0, or parallel.ep to 1"), qPrintable(message));
+        QVERIFY2(agentCanRun(spec), qPrintable(QStringLiteral("zero %1").arg(zero)));
+        QVERIFY2(agentRefusals(spec).empty(), qPrintable(QStringLiteral("zero %1").arg(zero)));
     }
+    // Still refused there for another reason: the rule keeps its other clauses with ep and ZeRO on.
+    spec.backend = BackendKind::Cuda;
+    QCOMPARE(refusedKey(spec), QString("backend"));
 }
 
 void TestCapability::cudaBackendIsRefused()
@@ -153,24 +158,28 @@ void TestCapability::everyReasonIsReportedAtOnce()
     spec.model.heads = 32;
     spec.model.kvHeads = 32;
     spec.parallel.microbatches = 8192;
-    spec.parallel.zero = 1;
+    spec.parallel.zero = 1;   // with ep 2: no longer a reason
+    QVERIFY(validateLayout(spec).empty());
     QVERIFY(!agentCanRun(spec));
     const std::vector<SpecError> refusals = agentRefusals(spec);
-    QCOMPARE(refusals.size(), std::size_t(4));
+    QCOMPARE(refusals.size(), std::size_t(3));
     QCOMPARE(QString::fromStdString(refusals[0].path), QString("backend"));
     QCOMPARE(QString::fromStdString(refusals[1].path), QString("model.hidden"));
     QCOMPARE(QString::fromStdString(refusals[2].path), QString("parallel.microbatches"));
-    QCOMPARE(QString::fromStdString(refusals[3].path), QString("parallel.zero"));
 }
 
 void TestCapability::oneDeviceRunsWhatTheMeshDoesNot()
 {
     // The agent asks about the layout as it runs: mpirun's ranks, or the one-device collapse.
+    // Pipeline tags only bound a pipeline: the demo's pp 2 with 8192 micro-batches names 32,768
+    // messages across its ranks, and none on one device (pp 1, 16,384 micro-batches of the same size).
     JobSpec spec = demoSpec();
-    spec.parallel.zero = 1;
-    QVERIFY(!agentCanRun(specAsRun(spec, 8)));
+    spec.parallel.microbatches = 8192;
+    QVERIFY(validateLayout(spec).empty());
+    QCOMPARE(refusedKey(specAsRun(spec, 8)), QString("parallel.microbatches"));
     QVERIFY(agentCanRun(specAsRun(spec, 1)));
     QVERIFY(agentCanRun(singleDeviceSpec(spec)));
+    QCOMPARE(singleDeviceSpec(spec).parallel.microbatches, 16384);
     // What no layout changes stays refused on one device.
     spec.backend = BackendKind::Cuda;
     QCOMPARE(refusedKey(singleDeviceSpec(spec)), QString("backend"));
@@ -183,15 +192,26 @@ void TestCapability::loadingReportsTheRefusalsBesideAValidLayout()
     QVERIFY(demo.runnable());
     QVERIFY(demo.refusals.empty());
 
-    // Mixtral and DeepSeek-MoE use ZeRO-1 with ep 8: the planner prices them, the agent refuses.
+    // Mixtral and DeepSeek-MoE use ZeRO-1 with ep 8, which the agent now runs.
     for (const char* name : {"mixtral-8x7b.json", "deepseek-moe.json"}) {
         const LoadResult moe = loadExample(name);
         QVERIFY2(moe.valid(), name);
-        QVERIFY2(!moe.runnable(), name);
-        QCOMPARE(moe.refusals.size(), std::size_t(1));
-        QCOMPARE(QString::fromStdString(moe.refusals.front().path), QString("parallel.zero"));
-        QVERIFY(moe.refusals.front().message.find("zero=1 with ep=8") != std::string::npos);
+        QCOMPARE(moe.spec->parallel.zero, 1);
+        QCOMPARE(moe.spec->parallel.ep, 8);
+        QVERIFY2(moe.runnable(), name);
+        QVERIFY2(moe.refusals.empty(), name);
     }
+
+    // The same example asking for the cuda backend: valid and priced, refused on "backend".
+    QFile mixtral(QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/mixtral-8x7b.json"));
+    QVERIFY(mixtral.open(QIODevice::ReadOnly));
+    json cuda = json::parse(mixtral.readAll().toStdString());
+    cuda["backend"] = "cuda";
+    const LoadResult onCuda = loadJobSpec(cuda);
+    QVERIFY(onCuda.valid());
+    QVERIFY(!onCuda.runnable());
+    QCOMPARE(onCuda.refusals.size(), std::size_t(1));
+    QCOMPARE(QString::fromStdString(onCuda.refusals.front().path), QString("backend"));
 
     // A layout error is reported as such; the refusals wait for a valid layout.
     json document = json::parse(R"({"model": {"layers": 4, "hidden": 96, "heads": 32, "vocab": 128, "seq_len": 16},

@@ -1,4 +1,6 @@
-#include "pipeline_executor.h"
+#include "agent/parallel/pipeline_executor.h"
+
+#include "plan/capability.h"
 
 #include <map>
 
@@ -10,8 +12,9 @@ PipelineExecutor::PipelineExecutor(GptModel& model, kernels::Backend& backend, C
       m_pipelineRanks(std::move(pipelineRanks))
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
-    // MPI promises tags up to 32767 (MPI_TAG_UB may be larger, but not everywhere).
-    if (2LL * shape.microbatches * shape.stages * shape.virtualStages > 32767)
+    // The same limit as the capability rule's (plan::kMaxPipelineMessageTags), which refuses such a
+    // spec before launch; this guards a schedule built some other way.
+    if (2LL * shape.microbatches * shape.stages * shape.virtualStages > plan::kMaxPipelineMessageTags)
         throw CommError("the schedule has " + std::to_string(shape.microbatches) + " micro-batches x " +
                         std::to_string(shape.stages * shape.virtualStages) +
                         " virtual stages, more messages than MPI tags can name; use fewer, larger micro-batches");
@@ -24,7 +27,8 @@ int PipelineExecutor::tagOf(int microbatch, int virtualStage, bool gradient) con
 }
 
 void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& tokensOf, int batch, float lossScale,
-                               float auxScale, ForwardResult& result, int step, Measurements& measurements)
+                               float auxScale, ForwardResult& result, int step, Measurements& measurements,
+                               GradientListener* finished)
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
     const std::size_t elements = m_model.streamElements(batch);
@@ -38,13 +42,14 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
     std::vector<DeviceBuffer> sent;   // kept until the sends complete
 
     for (const plan::Op& op : m_schedule.stages[std::size_t(m_stage)]) {
+        GradientListener* last = op.microbatch == shape.microbatches - 1 ? finished : nullptr;
         Slot& slot = slots[{op.microbatch, op.chunk}];
         const int virtualStage = op.chunk * shape.stages + m_stage;
         const std::int64_t begin = Measurements::nowNs();
         switch (op.kind) {
         case plan::OpKind::RecvActivation:
             slot.input = DeviceBuffer(m_backend, elements);
-            m_pipeline.recv(static_cast<float*>(slot.input.ptr().data), elements, op.peerStage,
+            m_pipeline.recv(slot.input.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage, false));
             break;
         case plan::OpKind::Forward:
@@ -54,29 +59,31 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             slot.input = DeviceBuffer();
             break;
         case plan::OpKind::SendActivation:
-            m_pipeline.send(static_cast<const float*>(slot.output.ptr().data), elements, op.peerStage,
+            m_pipeline.send(slot.output.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage + 1, false));
             sent.push_back(std::move(slot.output));
             break;
         case plan::OpKind::RecvGradient:
             slot.outputGrad = DeviceBuffer(m_backend, elements);
-            m_pipeline.recv(static_cast<float*>(slot.outputGrad.ptr().data), elements, op.peerStage,
+            m_pipeline.recv(slot.outputGrad.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage, true));
             break;
         case plan::OpKind::Backward:
             slot.inputGrad = DeviceBuffer(m_backend, elements);
             m_model.backward(*slot.activations, slot.outputGrad.ptr(), slot.inputGrad.ptr(),
-                             m_schedule.splitBackward() ? &slot.weightGrads : nullptr);
+                             m_schedule.splitBackward() ? &slot.weightGrads : nullptr, last);
             slot.activations.reset();
             slot.outputGrad = DeviceBuffer();
             break;
         case plan::OpKind::SendGradient:
-            m_pipeline.send(static_cast<const float*>(slot.inputGrad.ptr().data), elements, op.peerStage,
+            m_pipeline.send(slot.inputGrad.ptr(), elements, op.peerStage,
                             tagOf(op.microbatch, virtualStage - 1, true));
             sent.push_back(std::move(slot.inputGrad));
             break;
         case plan::OpKind::WeightGrad:
             m_model.applyWeightGradients(slot.weightGrads);
+            if (last)
+                last->gradientsReady(m_model.chunkViews(op.chunk));
             break;
         }
         // Spans carry the op's own name (one source of truth for planned and measured ops).

@@ -1,4 +1,4 @@
-#include "measurements.h"
+#include "agent/telemetry/measurements.h"
 
 #include <nlohmann/json.hpp>
 

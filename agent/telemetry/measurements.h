@@ -3,7 +3,7 @@
 // kept until the agent takes them (to ship them to the engine, or to write them as JSON lines).
 // Spans are the wire's records, timed on the wire's clock, so they travel unconverted.
 
-#include "agent/model/device_buffer.h"
+#include "agent/runtime/device_buffer.h"
 #include "wire/telemetry.h"
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 
 #include "agent/model/gpt_model.h"
 #include "agent/runtime/communicator.h"
-#include "measurements.h"
+#include "agent/telemetry/measurements.h"
 
 #include "plan/schedule.h"
 
@@ -22,9 +22,11 @@ public:
 
     // Runs every op of this stage. tokensOf(mb) gives micro-batch mb's tokens (batch rows of
     // seq_len + 1). Forward results (losses, expert loads) are added into `result`.
-    // Every op becomes a span of step `step` in `measurements`.
+    // Every op becomes a span of step `step` in `measurements`. `finished` hears of each chunk's
+    // tensors as the last micro-batch's backward (or W) finishes their gradients.
     void runStep(const std::function<const std::int32_t*(int microbatch)>& tokensOf, int batch, float lossScale,
-                 float auxScale, ForwardResult& result, int step, Measurements& measurements);
+                 float auxScale, ForwardResult& result, int step, Measurements& measurements,
+                 GradientListener* finished);
 
     const plan::Schedule& schedule() const { return m_schedule; }
 

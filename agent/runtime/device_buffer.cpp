@@ -1,4 +1,4 @@
-#include "device_buffer.h"
+#include "agent/runtime/device_buffer.h"
 
 #include <algorithm>
 
