@@ -187,11 +187,8 @@ void GptModel::normThenGather(int weight, int bias, ConstDevPtr x, int batch, De
     mean = activation(std::size_t(localTokens));
     rstd = activation(std::size_t(localTokens));
     normForward(weight, bias, x, localTokens, out.ptr(), mean.ptr(), rstd.ptr());
-    if (m_tensor.sequenceParallel()) {
-        const std::size_t full = std::size_t(batch) * std::size_t(m_model.seqLen) * h;
-        gathered = activation(full);
-        m_tensor.gatherSequence(out.ptr(), gathered.ptr(), full);
-    }
+    m_tensor.wholeSequence(out.ptr(), std::size_t(batch) * std::size_t(m_model.seqLen) * h, gathered,
+                           MemoryCategory::Activations);
 }
 
 void GptModel::activationForward(ConstDevPtr u, int rows, int ffn, DevPtr out)
@@ -251,7 +248,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         // Every TP rank routes all T tokens alike; its rows of the (complete) output join its stream.
         DeviceBuffer y(m_backend, rows * h);
         forwardMoe(layer, a, T, auxScale, y.ptr(), result);
-        m_backend.add(y.at(m_tensor.sequenceParallel() ? localRows * h * std::size_t(m_tensor.rank()) : 0), xOut, localRows * h);
+        m_backend.add(m_tensor.streamRows(y.ptr(), T, h), xOut, localRows * h);
     } else {
         const int f = int(m_model.ffnHidden) / m_tensor.size();
         a.u = activation(rows * m_gated * f);
@@ -412,24 +409,15 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
 
     // With sequence parallelism dx holds this rank's rows; the TP regions need all of them.
     DeviceBuffer dxFull;
-    auto wholeGradient = [&]() -> kernels::ConstDevPtr {
-        if (!m_tensor.sequenceParallel())
-            return dx;
-        dxFull = DeviceBuffer(m_backend, rows * h);
-        m_tensor.gatherSequence(dx, dxFull.ptr(), rows * h);
-        return dxFull.ptr();
-    };
 
     // MLP branch: dx is d(loss)/d(xOut), which is also the gradient of its residual input xMid.
-    const kernels::ConstDevPtr dy = wholeGradient();
-    DeviceBuffer dc(m_backend, rows * h);
-    DeviceBuffer dcLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
-    kernels::DevPtr dcMine = m_tensor.sequenceParallel() ? dcLocal.ptr() : dc.ptr();
+    const kernels::ConstDevPtr dy = m_tensor.wholeSequence(dx, rows * h, dxFull);
+    DeviceBuffer dc(m_backend, rows * h), dcLocal;
+    kernels::ConstDevPtr dcMine;
     if (w.router >= 0) {
-        // Complete on every TP rank already: keep this rank's rows.
+        // Complete on every TP rank already: this rank's rows of it.
         backwardMoe(layer, a, T, dy, dc.ptr());
-        if (m_tensor.sequenceParallel())
-            m_backend.copy(dcMine, dc.at(localRows * h * std::size_t(m_tensor.rank())), localRows * h);
+        dcMine = m_tensor.streamRows(dc.ptr(), T, h);
     } else {
         const int f = int(m_model.ffnHidden) / m_tensor.size();
         DeviceBuffer dg(m_backend, rows * f);
@@ -437,12 +425,12 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
         linearBackward(dy, a.g.ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
         activationBackward(dg.ptr(), a.u.ptr(), T, f, du.ptr());
         linearBackward(du.ptr(), a.mlpInput(), T, w.fc1, 0, m_gated * f, h, dc.ptr(), 0.0f);
-        m_tensor.completePartial(dc.ptr(), dcMine, rows * h);
+        dcMine = m_tensor.completeToStream(dc.ptr(), rows * h, dcLocal);
     }
     normBackward(w.mlpNormWeight, w.mlpNormBias, dcMine, a.xMid.ptr(), a.mean2.ptr(), a.rstd2.ptr(), localTokens, dx);
 
     // Attention branch: dx is now d(loss)/d(xMid), the gradient of the projection's output too.
-    const kernels::ConstDevPtr dOut = wholeGradient();
+    const kernels::ConstDevPtr dOut = m_tensor.wholeSequence(dx, rows * h, dxFull);
     DeviceBuffer dAtt(m_backend, rows * H * d);
     linearBackward(dOut, a.att.ptr(), T, w.proj, 0, h, H * d, dAtt.ptr(), 0.0f);
     DeviceBuffer dq(m_backend, rows * H * d);
@@ -457,10 +445,9 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     linearBackward(dk.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
     linearBackward(dv.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(),
                    1.0f);
-    DeviceBuffer daLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, localRows * h) : DeviceBuffer();
-    m_tensor.completePartial(da.ptr(), m_tensor.sequenceParallel() ? daLocal.ptr() : da.ptr(), rows * h);
-    normBackward(w.attnNormWeight, w.attnNormBias, m_tensor.sequenceParallel() ? daLocal.ptr() : da.ptr(), a.xIn.ptr(), a.mean1.ptr(),
-                 a.rstd1.ptr(), localTokens, dx);
+    DeviceBuffer daLocal;
+    normBackward(w.attnNormWeight, w.attnNormBias, m_tensor.completeToStream(da.ptr(), rows * h, daLocal), a.xIn.ptr(),
+                 a.mean1.ptr(), a.rstd1.ptr(), localTokens, dx);
     release(layerViews(layer), true);
 }
 
@@ -518,12 +505,12 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     acts->xFinal = std::move(x);
     acts->meanF = activation(std::size_t(localTokens));
     acts->rstdF = activation(std::size_t(localTokens));
-    acts->normOut = activation(rows * h);   // the output layer sees every token
-    DeviceBuffer normLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
-    normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), localTokens,
-                m_tensor.sequenceParallel() ? normLocal.ptr() : acts->normOut.ptr(), acts->meanF.ptr(), acts->rstdF.ptr());
-    if (m_tensor.sequenceParallel())
-        m_tensor.gatherSequence(normLocal.ptr(), acts->normOut.ptr(), rows * h);
+    DeviceBuffer normLocal = activation(stream), gathered;
+    normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), localTokens, normLocal.ptr(),
+                acts->meanF.ptr(), acts->rstdF.ptr());
+    // The output layer sees every token.
+    m_tensor.wholeSequence(normLocal.ptr(), rows * h, gathered, MemoryCategory::Activations);
+    acts->normOut = gathered.empty() ? std::move(normLocal) : std::move(gathered);
     acts->dLogits = activation(rows * V);
     linear(acts->normOut.ptr(), T, m_layout.head(), 0, V, h, acts->dLogits.ptr());
     result.lossSum += m_tensor.crossEntropy(acts->dLogits.ptr(), targets, m_model.vocab, lossScale);
@@ -578,10 +565,10 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
         acts.dLogits = DeviceBuffer();
         // Each rank saw a block of the vocabulary: complete the gradient (this rank's rows under SP).
-        DeviceBuffer dNormLocal = m_tensor.sequenceParallel() ? DeviceBuffer(m_backend, stream) : DeviceBuffer();
-        m_tensor.completePartial(dNorm.ptr(), m_tensor.sequenceParallel() ? dNormLocal.ptr() : dNorm.ptr(), rows * h);
-        normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(), m_tensor.sequenceParallel() ? dNormLocal.ptr() : dNorm.ptr(),
-                     acts.xFinal.ptr(), acts.meanF.ptr(), acts.rstdF.ptr(), localTokens, dx.ptr());
+        DeviceBuffer dNormLocal;
+        normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(),
+                     m_tensor.completeToStream(dNorm.ptr(), rows * h, dNormLocal), acts.xFinal.ptr(), acts.meanF.ptr(),
+                     acts.rstdF.ptr(), localTokens, dx.ptr());
         release(headViews(), true);
         if (finished) {
             // A tied embedding that this rank also embeds with gets more gradient at the end.

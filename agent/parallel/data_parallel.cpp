@@ -70,10 +70,9 @@ void GradientBuckets::start(std::size_t b)
     InFlight& flight = m_inFlight[b];
     flight.started = true;
     flight.beginNs = Measurements::nowNs();
-    if (!region.group) {
-        flight.done = true;   // one member: nothing to reduce
-        return;
-    }
+    if (!region.group)
+        return;   // one member: nothing to reduce
+    m_started.push_back(b);
     const kernels::DevPtr range = kernels::offset(m_grads, bucket.begin);
     if (m_shards.stage() == 0) {
         flight.pending = region.group->startAllReduce(range, bucket.end - bucket.begin);
@@ -87,13 +86,9 @@ void GradientBuckets::start(std::size_t b)
 
 void GradientBuckets::poll()
 {
-    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
-        InFlight& flight = m_inFlight[b];
-        if (flight.started && !flight.done && flight.pending.done()) {
-            flight.done = true;
-            recordSpan(b);
-        }
-    }
+    // In the order started: the reductions run one after another on the rank's queue.
+    while (m_recorded < m_started.size() && m_inFlight[m_started[m_recorded]].pending.done())
+        recordSpan(m_started[m_recorded++]);
     for (const ShardRegion& region : m_shards.regions())
         if (region.group)
             region.group->progress();
@@ -104,37 +99,41 @@ void GradientBuckets::finish()
     for (std::size_t b = 0; b < m_buckets.size(); ++b)
         if (!m_inFlight[b].started)
             start(b);
-    poll();
-    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
-        InFlight& flight = m_inFlight[b];
-        if (!flight.done) {
-            flight.pending.wait();
-            flight.done = true;
-            recordSpan(b);
-        }
-        if (m_shards.stage() == 0)
-            continue;
-        // This rank's part of the bucket, into its place in the shard buffer: the reduce-scatter's
-        // share, or for a range one rank holds alone (an expert-data group of one) the gradients.
-        const Bucket& bucket = m_buckets[b];
-        const ShardRegion& region = m_shards.regions()[std::size_t(bucket.region)];
-        const std::size_t first = std::max(bucket.begin, region.ownedBegin());
-        const std::size_t last = std::min(bucket.end, region.ownedEnd());
-        if (first < last)
-            m_backend.add(region.group ? kernels::ConstDevPtr(flight.share.ptr()) : kernels::offset(m_grads, first),
-                          kernels::offset(m_gradShard, region.shardOffset + (first - region.ownedBegin())), last - first);
+    for (; m_recorded < m_started.size(); ++m_recorded) {
+        m_inFlight[m_started[m_recorded]].pending.wait();
+        recordSpan(m_started[m_recorded]);
     }
+    if (m_shards.stage() > 0)
+        for (std::size_t b = 0; b < m_buckets.size(); ++b)
+            addShare(b);
     m_inFlight.clear();
+    m_started.clear();
+    m_recorded = 0;
+}
+
+void GradientBuckets::addShare(std::size_t b)
+{
+    // This rank's part of the bucket, into its place in the shard buffer: the reduce-scatter's
+    // share, or for a range one rank holds alone (an expert-data group of one) the gradients.
+    const Bucket& bucket = m_buckets[b];
+    const ShardRegion& region = m_shards.regions()[std::size_t(bucket.region)];
+    const std::size_t first = std::max(bucket.begin, region.ownedBegin());
+    const std::size_t last = std::min(bucket.end, region.ownedEnd());
+    if (first < last)
+        m_backend.add(region.group ? kernels::ConstDevPtr(m_inFlight[b].share.ptr()) : kernels::offset(m_grads, first),
+                      kernels::offset(m_gradShard, region.shardOffset + (first - region.ownedBegin())), last - first);
 }
 
 void GradientBuckets::recordSpan(std::size_t b)
 {
-    if (!m_measurements || !m_shards.regions()[std::size_t(m_buckets[b].region)].group)
+    // A reduction runs once it is started and the one before it on the queue is done.
+    const std::int64_t begin = std::max(m_inFlight[b].beginNs, m_queueFreeNs);
+    m_queueFreeNs = Measurements::nowNs();
+    if (!m_measurements)
         return;
     const Bucket& bucket = m_buckets[b];
-    m_measurements->addSpan({m_step, std::int16_t(m_stage), 0, -1, wire::SpanKind::DataParallelReduce, -1,
-                             m_inFlight[b].beginNs, Measurements::nowNs(),
-                             (bucket.end - bucket.begin) * kernels::dtypeSize(m_grads.dtype)});
+    m_measurements->addSpan({m_step, std::int16_t(m_stage), 0, -1, wire::SpanKind::DataParallelReduce, -1, begin,
+                             m_queueFreeNs, (bucket.end - bucket.begin) * kernels::dtypeSize(m_grads.dtype)});
 }
 
 }  // namespace meshbench::agent

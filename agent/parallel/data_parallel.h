@@ -6,7 +6,9 @@
 // backward of a step's last micro-batch has finished every tensor of a bucket, its reduction
 // starts - an all-reduce without ZeRO, a reduce-scatter into the owners' shards with it - over
 // the bucket's range's group (dense: data, experts: expert-data). finish() waits for them all.
-// Without overlap every bucket starts in finish(): the plain reduction, bucketed.
+// Without overlap every bucket starts in finish(): the plain reduction, bucketed. Each reduction
+// is a dp-reduce span with its bytes, from when it could run (started, and the one before it done:
+// one queue per rank, as NCCL's communication stream) to when it was seen complete.
 
 #include "agent/model/parameters.h"
 #include "agent/parallel/zero_shards.h"
@@ -61,12 +63,13 @@ public:
 
 private:
     void start(std::size_t bucket);
+    // Records the spans of the reductions that are done, and lets the others advance.
     void poll();
     void recordSpan(std::size_t bucket);
+    void addShare(std::size_t bucket);
 
     struct InFlight {
         bool started = false;
-        bool done = false;
         int waiting = 0;   // views not yet ready
         PendingComm pending;
         DeviceBuffer share;   // ZeRO: this rank's reduce-scattered part
@@ -87,6 +90,9 @@ private:
     std::vector<bool> m_held;
     std::vector<bool> m_ready;     // per view, this pass
     std::vector<InFlight> m_inFlight;
+    std::vector<std::size_t> m_started;   // buckets with a reduction, in the order started
+    std::size_t m_recorded = 0;           // of m_started, those whose span is recorded
+    std::int64_t m_queueFreeNs = 0;       // when the last recorded reduction ended
 };
 
 }  // namespace meshbench::agent

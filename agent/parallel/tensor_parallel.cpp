@@ -38,6 +38,27 @@ void TensorParallel::completePartial(kernels::DevPtr full, kernels::DevPtr local
         allReduce(full, fullElements);
 }
 
+kernels::ConstDevPtr TensorParallel::wholeSequence(kernels::ConstDevPtr local, std::size_t fullElements,
+                                                  DeviceBuffer& whole, MemoryCategory category)
+{
+    if (!m_sp)
+        return local;
+    whole = DeviceBuffer(*m_backend, fullElements, category);
+    gatherSequence(local, whole.ptr(), fullElements);
+    return whole.ptr();
+}
+
+kernels::ConstDevPtr TensorParallel::completeToStream(kernels::DevPtr full, std::size_t fullElements, DeviceBuffer& mine)
+{
+    if (!m_sp) {
+        allReduce(full, fullElements);
+        return full;
+    }
+    mine = DeviceBuffer(*m_backend, fullElements / std::size_t(m_size));
+    completePartial(full, mine.ptr(), fullElements);
+    return mine.ptr();
+}
+
 void TensorParallel::columnParallelLinear(kernels::ConstDevPtr x, int tokens, kernels::ConstDevPtr weight,
                                           int outLocal, int in, kernels::DevPtr y)
 {

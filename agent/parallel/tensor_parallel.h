@@ -10,6 +10,7 @@
 // vocab_parallel_cross_entropy).
 
 #include "agent/runtime/communicator.h"
+#include "agent/runtime/device_buffer.h"
 
 #include "kernels/backend.h"
 
@@ -38,6 +39,20 @@ public:
     // A partial [T, width] completed over the group: all-reduced in place, or with sequence
     // parallelism reduce-scattered into this rank's rows, `local`.
     void completePartial(kernels::DevPtr full, kernels::DevPtr local, std::size_t fullElements);
+    // A TP region's input from this rank's stream rows: `local` itself, or with sequence
+    // parallelism every rank's rows gathered into `whole` (allocated here), which is returned.
+    kernels::ConstDevPtr wholeSequence(kernels::ConstDevPtr local, std::size_t fullElements, DeviceBuffer& whole,
+                                       MemoryCategory category = MemoryCategory::Workspace);
+    // A region's partial input gradient [T, width] completed for this rank's stream: all-reduced
+    // in place and returned, or with sequence parallelism reduce-scattered into this rank's rows,
+    // `mine` (allocated here), which is returned.
+    kernels::ConstDevPtr completeToStream(kernels::DevPtr full, std::size_t fullElements, DeviceBuffer& mine);
+    // This rank's stream rows of a complete [T, width].
+    kernels::ConstDevPtr streamRows(kernels::ConstDevPtr full, int tokens, int width) const
+    {
+        return kernels::offset(full, std::size_t(firstLocalToken(tokens)) * std::size_t(width));
+    }
+
     // Column-parallel linear: y[T, out/tp] = x[T, in] W^T for this rank's rows W [out/tp, in].
     void columnParallelLinear(kernels::ConstDevPtr x, int tokens, kernels::ConstDevPtr weight, int outLocal, int in,
                               kernels::DevPtr y);

@@ -241,7 +241,7 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
     case wire::SpanKind::RecvGradient:
     case wire::SpanKind::Optimizer:
         break;
-    case wire::SpanKind::DataParallelReduce:   // after the pipeline phase: not part of the bubble
+    case wire::SpanKind::DataParallelReduce:   // communication, overlapping the backward: not part of the bubble
     case wire::SpanKind::Idle:                 // idle is what the window minus busy time measures
         return AddOutcome::Ignored;
     default:

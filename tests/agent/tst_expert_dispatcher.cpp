@@ -17,6 +17,8 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "parallel_test_support.h"
+
 #include <QtTest>
 
 #include <cmath>
@@ -26,6 +28,7 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
+using meshbench::agent::testing::randomValues;
 
 namespace {
 
@@ -33,16 +36,6 @@ constexpr int kTokens = 16;   // per rank
 constexpr int kWidth = 5;
 constexpr int kTopK = 2;
 constexpr double kCapacityFactor = 1.0;
-
-std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale = 1.0f)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
-}
 
 // The host arrays of kernels::Routing, sized as backend.h documents.
 struct RoutingArrays {

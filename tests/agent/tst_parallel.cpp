@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <limits>
 #include <csignal>
 
 using namespace meshbench;
@@ -32,6 +33,7 @@ struct Layout {
     int ep = 1;
     int tp = 1;
     bool sequenceParallel = false;
+    bool overlap = true;   // the data-parallel buckets reduce during the backward
     int ranks() const { return dp * pp * tp; }
 };
 
@@ -50,7 +52,7 @@ json job(const Layout& l)
               {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
               // Buckets of 10 KiB: a dozen or so for this model, so that the reduction overlaps
               // the backward bucket by bucket.
-              {"grad_bucket_mb", 0.01}, {"overlap_grad_reduce", true},
+              {"grad_bucket_mb", 0.01}, {"overlap_grad_reduce", l.overlap},
               {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
             {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
@@ -92,6 +94,7 @@ private slots:
     void demoEqualsOneDevice_data();
     void demoEqualsOneDevice();
     void zero3KeepsAShardOfTheParameters();
+    void bucketsReduceUnderTheBackward();
     void wrongRankCountIsRefused();
     void aDyingRankEndsTheJob();
     void aFailingRankNamesItselfAndTheCause();
@@ -361,6 +364,57 @@ void TestParallel::checkpointMovesBetweenLayouts()
         QCOMPARE(b[i]["step"].get<int>(), a[5 + i]["step"].get<int>());
         QVERIFY2(agrees(b[i]["loss"].get<double>(), a[5 + i]["loss"].get<double>(), 1e-5),
                  qPrintable(QStringLiteral("step %1").arg(b[i]["step"].get<int>())));
+    }
+}
+
+void TestParallel::bucketsReduceUnderTheBackward()
+{
+    // The parameter bytes of this model, from a one-device checkpoint's tensors.
+    const QString jobFile = write("buckets.json", job(Layout{2}));
+    const QString dir = m_dir.filePath("buckets-single");
+    const ProcessRun one = runProcess(QStringLiteral(MESHBENCH_AGENT), {"--job", jobFile, "--steps", "1", "--save", dir});
+    QVERIFY2(one.exitCode == 0, qPrintable(one.err));
+    const agent::SafetensorsFile checkpoint = agent::SafetensorsFile::open((dir + "/step-000001.safetensors").toStdString());
+    std::uint64_t parameterBytes = 0, tensors = 0;
+    for (const std::string& name : checkpoint.names()) {
+        if (name.rfind("optimizer.", 0) == 0)
+            continue;
+        std::uint64_t n = 1;
+        for (std::int64_t d : checkpoint.shape(name))
+            n *= std::uint64_t(d);
+        parameterBytes += 4 * n;
+        ++tensors;
+    }
+
+    for (const bool overlap : {true, false}) {
+        Layout layout{2};
+        layout.overlap = overlap;
+        const auto ranks = spansOfStep(layout, QStringLiteral("buckets-%1").arg(overlap), 2);
+        for (const std::vector<json>& spans : ranks) {
+            std::int64_t lastBackwardEnd = 0, firstReduceBegin = std::numeric_limits<std::int64_t>::max();
+            std::uint64_t bytes = 0;
+            int buckets = 0;
+            for (const json& s : spans) {
+                if (s["kind"] == "B")
+                    lastBackwardEnd = std::max(lastBackwardEnd, s["end_ns"].get<std::int64_t>());
+                if (s["kind"] == "dp-reduce") {
+                    firstReduceBegin = std::min(firstReduceBegin, s["begin_ns"].get<std::int64_t>());
+                    bytes += s["bytes"].get<std::uint64_t>();
+                    ++buckets;
+                }
+            }
+            // 10 KiB buckets over this model's ~150 KB: a dozen or more, each parameter in one,
+            // with at most 15 floats of alignment after each tensor.
+            QVERIFY2(buckets >= 8, qPrintable(QString::number(buckets)));
+            QVERIFY2(bytes >= parameterBytes && bytes <= parameterBytes + 60 * tensors,
+                     qPrintable(QStringLiteral("%1 bytes reduced, %2 of parameters").arg(bytes).arg(parameterBytes)));
+            // With overlap the first bucket starts inside the last backward (the agent starts it
+            // before that backward returns and its span is closed); without, after it.
+            if (overlap)
+                QVERIFY(firstReduceBegin < lastBackwardEnd);
+            else
+                QVERIFY(firstReduceBegin >= lastBackwardEnd);
+        }
     }
 }
 

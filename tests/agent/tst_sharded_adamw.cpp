@@ -9,6 +9,8 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "parallel_test_support.h"
+
 #include <QtTest>
 
 #include <cmath>
@@ -17,6 +19,7 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
+using meshbench::agent::testing::randomValues;
 
 namespace {
 
@@ -31,16 +34,6 @@ plan::ModelSpec smallModel()
     m.vocab = 16;
     m.seqLen = 4;
     return m;
-}
-
-std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
 }
 
 const AdamWSettings kSettings{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};

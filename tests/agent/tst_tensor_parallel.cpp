@@ -16,6 +16,8 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "parallel_test_support.h"
+
 #include <QtTest>
 
 #include <cmath>
@@ -25,6 +27,7 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
+using meshbench::agent::testing::randomValues;
 using kernels::f32;
 
 namespace {
@@ -34,16 +37,6 @@ constexpr int kIn = 16;
 constexpr int kOut = 12;
 constexpr int kHidden = 6;
 constexpr int kVocab = 16;
-
-std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale = 1.0f)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
-}
 
 std::vector<std::int32_t> randomIds(int n, int vocab, std::uint32_t seed)
 {

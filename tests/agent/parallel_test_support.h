@@ -1,0 +1,108 @@
+#pragma once
+// What the unit tests of agent/parallel share: ranks as threads over in-process groups, a tiny MoE
+// model, and reproducible random values.
+
+#include "agent/model/parameters.h"
+#include "agent/runtime/in_process_communicator.h"
+
+#include "plan/job_spec.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace meshbench::agent::testing {
+
+// n draws of N(0, scale^2) from a seeded Mersenne twister.
+inline std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale = 1.0f)
+{
+    std::mt19937 engine(seed);
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> values(n);
+    for (float& v : values)
+        v = normal(engine);
+    return values;
+}
+
+// Runs body(r) on `count` threads at once.
+inline void onThreads(int count, const std::function<void(int)>& body)
+{
+    std::vector<std::thread> threads;
+    for (int r = 0; r < count; ++r)
+        threads.emplace_back([&, r] { body(r); });
+    for (std::thread& t : threads)
+        t.join();
+}
+
+// Two layers, the first MoE (4 experts, top 2), the second dense: both ranges of the flat buffer.
+inline plan::ModelSpec tinyMoeModel()
+{
+    plan::ModelSpec m;
+    m.layers = 2;
+    m.hidden = 8;
+    m.heads = 2;
+    m.kvHeads = 2;
+    m.ffnHidden = 24;
+    m.vocab = 20;
+    m.seqLen = 4;
+    m.moe.experts = 4;
+    m.moe.topK = 2;
+    m.moe.ffnHidden = 12;
+    m.moe.everyNLayers = 2;   // layer 0 MoE, layer 1 dense
+    return m;
+}
+
+// A data group of dp threads with EP carved out of it: rank r is EP rank r % ep, and the ranks with
+// the same EP rank form an expert-data group (of dp / ep members; none when that is 1).
+struct DataMesh {
+    int dp, ep;
+};
+
+inline ModelSlice expertSlice(const plan::ModelSpec& model, const DataMesh& mesh, int rank)
+{
+    ModelSlice slice = ModelSlice::whole(model);
+    slice.expertShards = mesh.ep;
+    slice.expertShard = rank % mesh.ep;
+    return slice;
+}
+
+// The world ranks of rank r's group for the dense range (every rank) or the experts' (same EP rank).
+inline std::vector<int> groupRanks(const DataMesh& mesh, bool experts, int r)
+{
+    std::vector<int> ranks;
+    for (int q = experts ? r % mesh.ep : 0; q < mesh.dp; q += experts ? mesh.ep : 1)
+        ranks.push_back(q);
+    return ranks;
+}
+
+struct DataRank {
+    int rank;
+    Communicator* data;
+    Communicator* expertData;   // null when the experts' range is held by one member
+    int expertDataMember;       // this rank's index in its expert-data group
+};
+
+// Runs body on every rank of the mesh at once, each with its groups.
+inline void onDataMesh(const DataMesh& mesh, const std::function<void(const DataRank&)>& body)
+{
+    InProcessGroup data(mesh.dp);
+    const int expertGroupSize = mesh.dp / mesh.ep;
+    std::vector<std::unique_ptr<InProcessGroup>> expertGroups;
+    if (expertGroupSize > 1)
+        for (int e = 0; e < mesh.ep; ++e)
+            expertGroups.push_back(std::make_unique<InProcessGroup>(expertGroupSize));
+    std::vector<std::unique_ptr<Communicator>> dataMembers, expertMembers;
+    for (int r = 0; r < mesh.dp; ++r) {
+        dataMembers.push_back(data.member(r));
+        expertMembers.push_back(expertGroupSize > 1 ? expertGroups[std::size_t(r % mesh.ep)]->member(r / mesh.ep)
+                                                    : nullptr);
+    }
+    onThreads(mesh.dp, [&](int r) {
+        body({r, dataMembers[std::size_t(r)].get(), expertMembers[std::size_t(r)].get(), r / mesh.ep});
+    });
+}
+
+}  // namespace meshbench::agent::testing
