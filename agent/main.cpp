@@ -1,7 +1,8 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
 // started (one process per device). This build runs data parallelism, pipeline
 // parallelism (gpipe, 1f1b, interleaved, zb-h1), expert and tensor parallelism (with sequence
-// parallelism) and ZeRO 1-3 across ranks.
+// parallelism) and ZeRO 1-3 across ranks; what it does not run yet, plan::agentCanRun says (the rule
+// that validation, the search and the Designer ask too).
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
@@ -12,6 +13,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/openblas_core.h"
+#include "plan/capability.h"
 #include "plan/job_spec.h"
 
 #include <chrono>
@@ -182,15 +184,19 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     plan::DataSpec& data = spec.train.data;
     if (data.source == plan::DataSource::File && std::filesystem::path(data.path).is_relative())
         data.path = (std::filesystem::path(options.job).parent_path() / data.path).string();
-    if (spec.backend == plan::BackendKind::Cuda) {
-        std::cerr << "meshbench-agent: backend \"cuda\" is not in this build; set backend to \"cpu\" or \"auto\"\n";
+    // The layout as this process runs it: the spec's own across mpirun's ranks, one device otherwise.
+    const plan::JobSpec asRun = plan::specAsRun(spec, mpi ? std::size_t(mpi->worldSize()) : 1);
+    if (const std::vector<plan::SpecError> refusals = plan::agentRefusals(asRun); !refusals.empty()) {
+        for (const plan::SpecError& e : refusals)
+            std::cerr << "meshbench-agent: " << e.path << ": " << e.message << "\n";
+        if (plan::agentCanRun(plan::singleDeviceSpec(spec)))
+            std::cerr << "meshbench-agent: change the layout, or run without mpirun on one device\n";
         return 1;
     }
 
     std::optional<agent::ProcessGroups> groups;
-    if (mpi && mpi->worldSize() > 1) {
+    if (mpi && mpi->worldSize() > 1)
         groups.emplace(mpi->createGroups(plan::Mesh(spec.parallel)));
-    }
     // Rank 0 speaks for the job and writes its checkpoints.
     const bool leader = !mpi || mpi->worldRank() == 0;
 

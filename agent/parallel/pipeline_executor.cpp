@@ -1,5 +1,7 @@
 #include "agent/parallel/pipeline_executor.h"
 
+#include "plan/capability.h"
+
 #include <map>
 
 namespace meshbench::agent {
@@ -10,8 +12,9 @@ PipelineExecutor::PipelineExecutor(GptModel& model, kernels::Backend& backend, C
       m_pipelineRanks(std::move(pipelineRanks))
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
-    // MPI promises tags up to 32767 (MPI_TAG_UB may be larger, but not everywhere).
-    if (2LL * shape.microbatches * shape.stages * shape.virtualStages > 32767)
+    // The same limit as the capability rule's (plan::kMaxPipelineMessageTags), which refuses such a
+    // spec before launch; this guards a schedule built some other way.
+    if (2LL * shape.microbatches * shape.stages * shape.virtualStages > plan::kMaxPipelineMessageTags)
         throw CommError("the schedule has " + std::to_string(shape.microbatches) + " micro-batches x " +
                         std::to_string(shape.stages * shape.virtualStages) +
                         " virtual stages, more messages than MPI tags can name; use fewer, larger micro-batches");

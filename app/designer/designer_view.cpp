@@ -88,13 +88,13 @@ bool DesignerView::saveFile(const QString& path, QString* error)
 
 void DesignerView::requestLaunch()
 {
-    if (m_document->plan())
+    if (m_document->launchable())
         emit launchRequested(m_document->toJsonText());
 }
 
 void DesignerView::updateStatus()
 {
-    const bool launchable = m_document->plan() != nullptr;
+    const bool launchable = m_document->launchable();
     const QString name = m_document->fileName().isEmpty() ? tr("untitled job") : QFileInfo(m_document->fileName()).fileName();
     const int errors = int(m_document->errors().size());
     m_status->setText(tr("%1 — %2, planned in %3 ms")

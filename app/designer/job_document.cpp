@@ -124,6 +124,8 @@ void JobDocument::replan()
     QList<FieldError> errors;
     for (const plan::SpecError& e : loaded.errors)
         errors.append({QString::fromStdString(e.path), QString::fromStdString(e.message)});
+    for (const plan::SpecError& e : loaded.refusals)
+        errors.append({QString::fromStdString(e.path), QString::fromStdString(e.message)});
     m_spec = loaded.spec;
     // makePlan's precondition is a valid layout; never call it otherwise.
     m_plan = loaded.valid() ? std::make_unique<plan::Plan>(plan::makePlan(*loaded.spec)) : nullptr;

@@ -1,6 +1,8 @@
 #pragma once
 // The job being designed: its JSON is the one source of truth. Every change re-validates it and,
-// when the layout is valid, re-plans it through engine/plan in-process.
+// when the layout is valid, re-plans it through engine/plan in-process. What this build's
+// meshbench-agent would refuse (plan::agentCanRun) is an error too, on its key: such a layout is
+// still planned, so that its costs can be read, but it is not launchable.
 
 #include "plan/job_spec.h"
 #include "plan/planner.h"
@@ -47,9 +49,12 @@ public:
 
     // The parsed spec: present when the document is structurally sound, even with layout errors.
     const std::optional<plan::JobSpec>& spec() const { return m_spec; }
-    // The plan; null while there are errors.
+    // The plan; null while the spec or its layout has errors (not for the agent's refusals alone).
     const plan::Plan* plan() const { return m_plan.get(); }
+    // Validation errors, then what the agent refuses.
     const QList<FieldError>& errors() const { return m_errors; }
+    // Planned and free of errors: the agents would run it.
+    bool launchable() const { return m_plan && m_errors.isEmpty(); }
     // Errors whose path is `path` exactly.
     QStringList errorsAt(const QString& path) const;
     // Wall time of the last validate + plan, milliseconds.

@@ -1,5 +1,6 @@
 #include "job_spec.h"
 
+#include "capability.h"
 #include "presets.h"
 
 #include "wire/text.h"
@@ -733,6 +734,8 @@ LoadResult loadJobSpec(const json& document)
     if (!result.errors.empty())
         return result;
     result.errors = validateLayout(spec);
+    if (result.errors.empty())
+        result.refusals = agentRefusals(spec);
     result.spec = std::move(spec);
     return result;
 }

@@ -168,12 +168,17 @@ struct SpecError {
 struct LoadResult {
     std::optional<JobSpec> spec;     // set when the document is structurally sound (types, ranges, keys)
     std::vector<SpecError> errors;   // structural errors, then layout errors
+    // For a valid spec: what this build's meshbench-agent refuses to run of it as laid out
+    // (agentCanRun, capability.h). The planner still prices such a spec; run, the Designer and the
+    // agent refuse it.
+    std::vector<SpecError> refusals;
     bool valid() const { return spec.has_value() && errors.empty(); }
+    bool runnable() const { return valid() && refusals.empty(); }
 };
 
 // Parses and checks a job spec. Structural problems (syntax, types, ranges, unknown keys,
 // unknown presets) leave spec empty; layout problems (divisibility, world size) keep the spec
-// so that a designer can still draw it.
+// so that a designer can still draw it; a valid spec also gets the agent's refusals.
 LoadResult parseJobSpec(std::string_view text);
 LoadResult loadJobSpec(const nlohmann::json& document);
 

@@ -290,7 +290,8 @@ json searchToJson(const SearchResult& result)
                         {"memory_bytes", c.memoryBytes}, {"bubble_ratio", c.bubbleRatio}});
     }
     return {{"valid", result.errors.empty()}, {"errors", errorsToJson(result.errors)},
-            {"global_batch", result.globalBatch}, {"evaluated", result.evaluated}, {"fitting", result.fitting},
+            {"global_batch", result.globalBatch}, {"refused", result.refused}, {"evaluated", result.evaluated},
+            {"fitting", result.fitting},
             {"evaluation_s", result.evaluationSeconds}, {"total_s", result.totalSeconds}, {"best", best}};
 }
 
@@ -304,7 +305,10 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
     out << result.evaluated << " layouts priced in " << formatSeconds(result.evaluationSeconds) << " ("
         << printf1("%.2f", result.evaluationSeconds > 0 ? double(result.evaluated) / result.evaluationSeconds / 1e6 : 0.0)
         << " M/s), " << result.fitting << " fit in memory; best " << result.best.size()
-        << " simulated in full, " << formatSeconds(result.totalSeconds) << " in all\n\n";
+        << " simulated in full, " << formatSeconds(result.totalSeconds) << " in all\n";
+    if (result.refused > 0)
+        out << result.refused << " more valid layouts skipped: meshbench-agent of this build does not run them\n";
+    out << "\n";
     if (result.best.empty()) {
         out << "No layout fits in " << formatBytes(c.device.memoryBytes)
             << " per device: add devices, or lower seq_len or the global batch.\n";

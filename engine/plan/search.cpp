@@ -1,5 +1,6 @@
 #include "search.h"
 
+#include "capability.h"
 #include "cost_model.h"
 #include "mesh.h"
 #include "planner.h"
@@ -73,6 +74,13 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
         return result;
     }
 
+    // What the agent refuses whatever the layout (the backend, the model) leaves nothing to rank;
+    // one device is a layout every clause about the layout accepts.
+    if (std::vector<SpecError> refusals = agentRefusals(singleDeviceSpec(spec)); !refusals.empty()) {
+        result.errors = std::move(refusals);
+        return result;
+    }
+
     // The same divisibility rules as validateLayout, used to enumerate only valid layouts.
     const std::int64_t tpCommon = tensorParallelBound(model);
 
@@ -131,6 +139,10 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                     const double makespan = estimatedMakespan(p.scheduleShape(), works, costs.transferTime());
                                     for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
                                         p.zero = zero;
+                                        if (!agentCanRun(candidate)) {
+                                            ++result.refused;
+                                            continue;
+                                        }
                                         ++result.evaluated;
                                         // Stage 0 holds the most activations and the embedding, the last
                                         // stage the output layer; the full plan below checks every stage.

@@ -1,7 +1,7 @@
 #pragma once
 // Layout search: every valid (tp, pp, dp, ep, sequence parallel, virtual stages, micro-batch
-// size, ZeRO stage, recompute, schedule) for a model, cluster and global batch, ranked by
-// predicted step time.
+// size, ZeRO stage, recompute, schedule) for a model, cluster and global batch that this build's
+// meshbench-agent runs (agentCanRun), ranked by predicted step time.
 
 #include "job_spec.h"
 
@@ -27,11 +27,12 @@ struct SearchCandidate {
 struct SearchResult {
     std::vector<SearchCandidate> best;   // fastest first
     std::int64_t globalBatch = 0;
+    std::uint64_t refused = 0;           // valid layouts the agent refuses (agentCanRun), skipped unpriced
     std::uint64_t evaluated = 0;         // candidates priced by the closed-form model
     std::uint64_t fitting = 0;           // of those, the ones that fit in device memory
     double evaluationSeconds = 0;        // time spent pricing candidates
     double totalSeconds = 0;             // including the simulation of the best ones
-    std::vector<SpecError> errors;       // why the search could not run
+    std::vector<SpecError> errors;       // why the search could not run (the agent runs no layout of it, …)
 };
 
 // Only the model, precision and cluster of `spec` matter, plus its global batch when the options

@@ -4,6 +4,8 @@
 #include "job_runner.h"
 #include "plan_commands.h"
 
+#include "plan/capability.h"
+#include "plan/report.h"
 #include "store/session_store.h"
 
 #include <algorithm>
@@ -181,6 +183,14 @@ int runRunCommand(const std::vector<std::string>& args)
     std::optional<SpecFile> file = loadSpecFile(jobPath, false, true);
     if (!file)
         return 1;
+    // So is what the agent of this build would refuse, asked of the layout as it will run.
+    if (const std::vector<plan::SpecError> refusals =
+            plan::agentRefusals(request.oneDevice ? plan::singleDeviceSpec(file->spec) : file->spec);
+        !refusals.empty()) {
+        std::cerr << jobPath << ": meshbench-agent of this build does not run this job"
+                  << (request.oneDevice ? " on one device" : "") << ":\n" << plan::errorsToText(refusals);
+        return 1;
+    }
     request.jobPath = std::filesystem::absolute(jobPath).string();
     request.specText = std::move(file->text);
     request.spec = std::move(file->spec);

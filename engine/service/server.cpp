@@ -5,6 +5,7 @@
 #include "run_command.h"
 #include "session_commands.h"
 
+#include "plan/capability.h"
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "store/session_store.h"
@@ -480,15 +481,24 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
         return reply;
     }
     request.spec = *loaded.spec;
+    if (args.contains("one_device") && !args["one_device"].is_boolean())
+        return controlErrorNoId("\"one_device\" must be true or false");
+    request.oneDevice = args.value("one_device", false);
+    // What the agent of this build would refuse is refused here, before anything launches.
+    if (const std::vector<plan::SpecError> refusals =
+            plan::agentRefusals(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec);
+        !refusals.empty()) {
+        nlohmann::json reply = controlErrorNoId(std::string("meshbench-agent of this build does not run this job") +
+                                                (request.oneDevice ? " on one device" : ""));
+        reply["errors"] = plan::errorsToJson(refusals);
+        return reply;
+    }
     if (args.contains("steps")) {
         if (!args["steps"].is_number_integer() || args["steps"].get<std::int64_t>() < 0 ||
             args["steps"].get<std::int64_t>() > 1'000'000'000)
             return controlErrorNoId("\"steps\" must be a whole number from 0 to 1,000,000,000");
         request.steps = int(args["steps"].get<std::int64_t>());
     }
-    if (args.contains("one_device") && !args["one_device"].is_boolean())
-        return controlErrorNoId("\"one_device\" must be true or false");
-    request.oneDevice = args.value("one_device", false);
     request.agent = agentExecutable();
     std::filesystem::create_directories(options.sessionsDir);
     request.sessionPath = newSessionPath(options.sessionsDir, request.spec.name);

@@ -1,6 +1,8 @@
 // JobDocument: JSON paths, validation and re-planning on every change, files, and the re-plan time.
 #include "designer/job_document.h"
 
+#include "plan/capability.h"
+
 #include <QElapsedTimer>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -31,6 +33,29 @@ private slots:
         QCOMPARE(doc.value("parallel.tp").get<int>(), 2);
         QCOMPARE(doc.value("model.moe.experts").get<int>(), 4);
         QVERIFY(doc.value("model.nothing.here").is_null());
+    }
+
+    void theAgentsRefusalIsAnErrorOnItsKeyAndTheLayoutStillPlans()
+    {
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "demo.json"));
+        QVERIFY(doc.launchable());
+        // pp 2 x 8,192 micro-batches: valid, priced, but more pipeline messages than MPI tags.
+        doc.set("parallel.microbatches", 8192);
+        QCOMPARE(doc.errors().size(), 1);
+        const QStringList tags = doc.errorsAt("parallel.microbatches");
+        QCOMPARE(tags.size(), 1);
+        QCOMPARE(tags.first(), QString::fromStdString(meshbench::plan::agentRefusals(*doc.spec()).front().message));
+        QVERIFY2(tags.first().contains("needs 32768 pipeline message tags"), qPrintable(tags.first()));
+        QVERIFY(doc.plan());
+        QVERIFY(!doc.launchable());
+        doc.set("parallel.microbatches", 4096);   // 16,384 messages
+        QVERIFY(doc.errors().isEmpty());
+        QVERIFY(doc.launchable());
+        // ZeRO with the demo's ep 2 is run by the agent: no refusal.
+        doc.set("parallel.zero", 1);
+        QVERIFY(doc.errors().isEmpty());
+        QVERIFY(doc.launchable());
     }
 
     void everyChangeRevalidatesAndReplans()

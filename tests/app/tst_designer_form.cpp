@@ -132,6 +132,31 @@ private slots:
         QVERIFY(m_view->form()->generalErrorText().isEmpty());
     }
 
+    void aLayoutTheAgentRefusesIsShownInvalidNextToItsKey()
+    {
+        // Hidden 132 over the demo's 4 heads is a head dimension of 33: planned (its costs can be
+        // read) but refused by plan::agentCanRun, as rotary embeddings need pairs, so the form
+        // shows why beside "Hidden" and nothing launches.
+        auto* hidden = qobject_cast<QLineEdit*>(m_view->form()->editor("model.hidden"));
+        QSignalSpy launchable(m_view.get(), &DesignerView::launchableChanged);
+        QSignalSpy launches(m_view.get(), &DesignerView::launchRequested);
+        type(hidden, "132");
+        const QString message = m_view->form()->errorText("model.hidden");
+        QVERIFY2(message.contains("head dimension of 33") && message.contains("need an even head dimension"),
+                 qPrintable(message));
+        QVERIFY(m_view->document()->plan());
+        QCOMPARE(launchable.count(), 1);
+        QCOMPARE(launchable.last().at(0).toBool(), false);
+        m_view->requestLaunch();
+        QCOMPARE(launches.count(), 0);
+
+        type(hidden, "128");
+        QVERIFY(m_view->form()->errorText("model.hidden").isEmpty());
+        QCOMPARE(launchable.last().at(0).toBool(), true);
+        m_view->requestLaunch();
+        QCOMPARE(launches.count(), 1);
+    }
+
     void badInputInEveryNumericFieldIsReportedInline()
     {
         JobForm* form = m_view->form();

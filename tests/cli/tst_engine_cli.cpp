@@ -2,6 +2,10 @@
 
 #include "common/process_run.h"
 
+#include "plan/capability.h"
+
+#include <algorithm>
+
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -27,6 +31,8 @@ private slots:
     void planDemoJson();
     void planUnitCosts();
     void searchJson();
+    void searchRanksOnlyWhatTheAgentRuns();
+    void runRefusesWhatTheAgentRefusesBeforeLaunching();
     void badSpecs_data();
     void badSpecs();
     void badSpecJsonReport();
@@ -91,6 +97,132 @@ void TestEngineCli::searchJson()
     QCOMPARE(j["valid"].get<bool>(), true);
     QCOMPARE(int(j["best"].size()), 3);
     QVERIFY(j["evaluated"].get<std::uint64_t>() >= 3);
+}
+
+namespace {
+
+// A layout as search --json ranks it, on `base`'s model and cluster.
+meshbench::plan::JobSpec rankedSpec(const meshbench::plan::JobSpec& base, const json& c)
+{
+    namespace plan = meshbench::plan;
+    plan::JobSpec spec = base;
+    plan::ParallelSpec& p = spec.parallel;
+    p.dp = c["dp"];
+    p.pp = c["pp"];
+    p.tp = c["tp"];
+    p.ep = c["ep"];
+    p.zero = c["zero"];
+    p.sequenceParallel = c["sequence_parallel"];
+    if (!plan::parseScheduleName(c["schedule"].get<std::string>(), p.schedule))
+        qFatal("unknown schedule %s", c.dump().c_str());
+    const std::string recompute = c["recompute"];
+    p.recompute = recompute == "none" ? plan::Recompute::None
+                                      : recompute == "full" ? plan::Recompute::Full : plan::Recompute::Selective;
+    p.virtualStages = c["virtual_stages"];
+    p.microbatches = c["microbatches"];
+    p.microBatchSize = c["micro_batch_size"];
+    return spec;
+}
+
+}  // namespace
+
+void TestEngineCli::searchRanksOnlyWhatTheAgentRuns()
+{
+    // Issue 12: search never ranks a layout that meshbench-agent refuses. Each ranked layout is
+    // asked of the agent's own rule, plan::agentRefusals (agent/main.cpp calls it).
+    namespace plan = meshbench::plan;
+    QFile demoFile(job("demo.json"));
+    QVERIFY(demoFile.open(QIODevice::ReadOnly));
+    const QByteArray demoText = demoFile.readAll();
+    const plan::LoadResult loaded = plan::parseJobSpec(demoText.toStdString());
+    QVERIFY(loaded.runnable());
+    const plan::JobSpec demo = *loaded.spec;
+
+    // The demo: the agent runs every valid layout of it now, ZeRO 1-3 with ep > 1 included, so
+    // nothing is refused and such layouts are ranked.
+    Run r = engine({"search", job("demo.json"), "--top", "1000", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    json j = json::parse(r.out.toStdString());
+    QCOMPARE(j["refused"].get<std::uint64_t>(), std::uint64_t(0));
+    QCOMPARE(j["best"].size(), std::size_t(1000));   // of more evaluated
+    QVERIFY(j["evaluated"].get<std::uint64_t>() > 1000);
+    bool zeroWithExperts = false, demoLayout = false;
+    for (const json& c : j["best"]) {
+        const plan::JobSpec spec = rankedSpec(demo, c);
+        const plan::ParallelSpec& p = spec.parallel;
+        QVERIFY2(plan::validateLayout(spec).empty(), c.dump().c_str());
+        const std::vector<plan::SpecError> refusals = plan::agentRefusals(spec);
+        QVERIFY2(refusals.empty(), (c.dump() + ": " + (refusals.empty() ? "" : refusals.front().message)).c_str());
+        zeroWithExperts = zeroWithExperts || (p.ep > 1 && p.zero > 0);
+        const plan::ParallelSpec& d = demo.parallel;
+        demoLayout = demoLayout || (p.dp == d.dp && p.pp == d.pp && p.tp == d.tp && p.ep == d.ep && p.zero == 0 &&
+                                    p.microBatchSize == d.microBatchSize && p.recompute == d.recompute &&
+                                    p.schedule == d.schedule && !p.sequenceParallel && p.virtualStages == 1);
+    }
+    QVERIFY(zeroWithExperts);
+    QVERIFY(demoLayout);
+
+    // Where the rule does refuse layouts: the demo's model on 2 devices with a global batch of
+    // 8,192 sequences. A pp 2 pipeline of micro-batch 1 (8,192 micro-batches) names 32,768 messages,
+    // more than MPI's tags, while larger micro-batches and pp 1 stay under the limit. Every layout
+    // priced fits and is ranked (fewer than --top), so a refused one would show among them; and
+    // the search must count some as refused, or it did not ask the rule.
+    json two = json::parse(demoText.toStdString());
+    two["cluster"]["devices_per_node"] = 2;
+    two["parallel"]["dp"] = 2;
+    two["parallel"]["pp"] = 1;
+    two["parallel"]["tp"] = 1;
+    two["parallel"]["ep"] = 1;
+    const plan::LoadResult twoLoaded = plan::loadJobSpec(two);
+    QVERIFY(twoLoaded.runnable());
+    r = engine({"search", write(QByteArray::fromStdString(two.dump())), "--top", "1000", "--global-batch", "8192",
+                "--json"});
+    QCOMPARE(r.exitCode, 0);
+    j = json::parse(r.out.toStdString());
+    QVERIFY(j["refused"].get<std::uint64_t>() > 0);
+    QCOMPARE(j["best"].size(), j["evaluated"].get<std::size_t>());
+    QVERIFY(j["best"].size() < 1000);
+    long long mostTags = 0;
+    for (const json& c : j["best"]) {
+        const plan::JobSpec spec = rankedSpec(*twoLoaded.spec, c);
+        const plan::ParallelSpec& p = spec.parallel;
+        QCOMPARE(p.globalBatch(), std::int64_t(8192));
+        QVERIFY2(plan::validateLayout(spec).empty(), c.dump().c_str());
+        const std::vector<plan::SpecError> refusals = plan::agentRefusals(spec);
+        QVERIFY2(refusals.empty(), (c.dump() + ": " + (refusals.empty() ? "" : refusals.front().message)).c_str());
+        if (p.pp > 1)
+            mostTags = std::max(mostTags, 2LL * p.microbatches * p.pp * p.virtualStages);
+    }
+    // The ranked pipelines come up to the limit (micro-batch 2: 4,096 micro-batches, 16,384 tags) ...
+    QCOMPARE(mostTags, 16384LL);
+    // ... and the next one down, valid and refused, is not among them.
+    plan::JobSpec tooMany = *twoLoaded.spec;
+    tooMany.parallel.dp = 1;
+    tooMany.parallel.pp = 2;
+    tooMany.parallel.microBatchSize = 1;
+    tooMany.parallel.microbatches = 8192;
+    QVERIFY(plan::validateLayout(tooMany).empty());
+    QVERIFY(!plan::agentCanRun(tooMany));
+}
+
+void TestEngineCli::runRefusesWhatTheAgentRefusesBeforeLaunching()
+{
+    // The demo with 8,192 micro-batches plans (the planner prices it), but its pp 2 names
+    // 2 x 8,192 x 2 = 32,768 pipeline messages, more than MPI's tags: run refuses it on
+    // parallel.microbatches before anything launches, and no session file is written.
+    QFile demoFile(job("demo.json"));
+    QVERIFY(demoFile.open(QIODevice::ReadOnly));
+    json doc = json::parse(demoFile.readAll().toStdString());
+    doc["parallel"]["microbatches"] = 8192;
+    const QString path = write(QByteArray::fromStdString(doc.dump()));
+    QCOMPARE(engine({"plan", path}).exitCode, 0);
+    const QString session = m_dir.filePath("refused.meshbench");
+    const Run r = engine({"run", path, "--session", session});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("meshbench-agent of this build does not run this job") &&
+                 r.err.contains("parallel.microbatches") && r.err.contains("needs 32768 pipeline message tags"),
+             qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(session));
 }
 
 void TestEngineCli::badSpecs_data()

@@ -1,6 +1,7 @@
-// The layout search against an independent enumeration (validateLayout over the whole space) and
-// against the planner.
+// The layout search against an independent enumeration (validateLayout over the whole space,
+// split by the agent's capability rule) and against the planner.
 
+#include "plan/capability.h"
 #include "plan/planner.h"
 #include "plan/search.h"
 
@@ -28,37 +29,32 @@ json smallMoeJson()
             {"cluster", {{"nodes", 2}, {"devices_per_node", 4}, {"device", "a100-80gb"}}}};
 }
 
-}  // namespace
-
-class TestSearch : public QObject {
-    Q_OBJECT
-private slots:
-    void enumeratesExactlyTheValidLayouts();
-    void resultsAreValidFitAndSorted();
-    void findsAtLeastTheHandPickedLayout();
-    void reportsWhenNothingFits();
+struct Counts {
+    std::uint64_t valid = 0;     // valid layouts the agent runs
+    std::uint64_t refused = 0;   // valid layouts the agent refuses (agentCanRun)
 };
 
-void TestSearch::enumeratesExactlyTheValidLayouts()
+// Count every layout validateLayout accepts on base's cluster and global batch, over the same
+// axes the search walks: micro-batch sizes are powers of two, and layouts that differ only in a
+// knob without effect are listed once (the schedule when pp = 1, sequence parallelism when
+// tp = 1). Those the agent refuses are counted apart.
+Counts enumerateLayouts(const JobSpec& base)
 {
-    // Count every layout validateLayout accepts, over the same axes the search walks: micro-batch
-    // sizes are powers of two, and layouts that differ only in a knob without effect are listed
-    // once (the schedule when pp = 1, sequence parallelism when tp = 1).
-    const JobSpec base = specFrom(smallMoeJson());
-    const std::int64_t globalBatch = base.parallel.globalBatch();   // 8 x 2 x 2 = 32
-    std::uint64_t valid = 0;
+    const int world = int(base.cluster.devices());
+    const std::int64_t globalBatch = base.parallel.globalBatch();
+    Counts counts;
     JobSpec spec = base;
     ParallelSpec& p = spec.parallel;
-    for (int tp = 1; tp <= 8; ++tp)
-        for (int pp = 1; pp <= 8; ++pp) {
-            if (8 % (tp * pp) != 0)
+    for (int tp = 1; tp <= world; ++tp)
+        for (int pp = 1; pp <= world; ++pp) {
+            if (world % (tp * pp) != 0)
                 continue;
-            const int dp = 8 / (tp * pp);
+            const int dp = world / (tp * pp);
             if (globalBatch % dp != 0)
                 continue;
             for (int ep = 1; ep <= dp; ++ep)
                 for (bool sp : {false, true})
-                    for (int mbs = 1; mbs <= globalBatch / dp; mbs *= 2) {
+                    for (std::int64_t mbs = 1; mbs <= globalBatch / dp; mbs *= 2) {
                         if (globalBatch / dp % mbs != 0)
                             continue;
                         for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
@@ -68,17 +64,66 @@ void TestSearch::enumeratesExactlyTheValidLayouts()
                                     for (int zero = 0; zero <= 3; ++zero) {
                                         if ((pp == 1 && k != ScheduleKind::OneFOneB) || (sp && tp == 1))
                                             continue;
-                                        p = {dp, pp, tp, ep, zero, sp, r, k, v, int(globalBatch / dp / mbs), mbs};
+                                        p = {dp, pp, tp, ep, zero, sp, r, k, v, int(globalBatch / dp / mbs), int(mbs)};
                                         if (validateLayout(spec).empty())
-                                            ++valid;
+                                            ++(agentCanRun(spec) ? counts.valid : counts.refused);
                                     }
                     }
         }
-    QVERIFY(valid > 100);
+    return counts;
+}
+
+}  // namespace
+
+class TestSearch : public QObject {
+    Q_OBJECT
+private slots:
+    void enumeratesExactlyTheValidLayouts();
+    void countsTheLayoutsTheAgentRefuses();
+    void resultsAreValidFitAndSorted();
+    void findsAtLeastTheHandPickedLayout();
+    void reportsWhenNothingFits();
+    void reportsWhenTheAgentRunsNoLayout();
+};
+
+void TestSearch::enumeratesExactlyTheValidLayouts()
+{
+    // On the small MoE (global batch 32) every valid layout is one the agent runs: ZeRO with
+    // ep > 1 included, and no pipeline comes near the MPI tag limit.
+    const JobSpec base = specFrom(smallMoeJson());
+    const Counts counts = enumerateLayouts(base);
+    QVERIFY(counts.valid > 100);
+    QCOMPARE(counts.refused, std::uint64_t(0));
     const SearchResult result = searchLayouts(base, {});
     QVERIFY(result.errors.empty());
-    QCOMPARE(result.globalBatch, globalBatch);
-    QCOMPARE(result.evaluated, valid);
+    QCOMPARE(result.globalBatch, base.parallel.globalBatch());
+    QCOMPARE(result.evaluated, counts.valid);
+    QCOMPARE(result.refused, counts.refused);
+}
+
+void TestSearch::countsTheLayoutsTheAgentRefuses()
+{
+    // Global batch 16,384: long pipelines of small micro-batches name more messages than MPI tags
+    // (2 x m x pp x v > 32,767; pp 4 x m 8,192 at micro-batch 1, pp 2 x v 2 x m 4,096), while
+    // larger micro-batches, shorter pipelines and pp 1 stay under it. The search skips exactly
+    // the layouts the independent enumeration finds refused, and prices the others.
+    json doc = smallMoeJson();
+    doc["parallel"]["microbatches"] = 1024;
+    const JobSpec base = specFrom(doc);
+    QCOMPARE(base.parallel.globalBatch(), std::int64_t(16384));
+    const Counts counts = enumerateLayouts(base);
+    QVERIFY(counts.valid > 100);
+    QVERIFY(counts.refused > 100);
+    const SearchResult result = searchLayouts(base, {5, 0});
+    QVERIFY(result.errors.empty());
+    QCOMPARE(result.evaluated, counts.valid);
+    QCOMPARE(result.refused, counts.refused);
+    QVERIFY(!result.best.empty());
+    JobSpec ranked = base;
+    for (const SearchCandidate& c : result.best) {
+        ranked.parallel = c.parallel;
+        QVERIFY(agentCanRun(ranked));
+    }
 }
 
 void TestSearch::resultsAreValidFitAndSorted()
@@ -90,6 +135,7 @@ void TestSearch::resultsAreValidFitAndSorted()
         const SearchCandidate& c = result.best[i];
         spec.parallel = c.parallel;
         QVERIFY(validateLayout(spec).empty());
+        QVERIFY(agentCanRun(spec));
         QCOMPARE(c.parallel.globalBatch(), result.globalBatch);
         // The row's figures are the full plan's.
         const Plan plan = makePlan(spec);
@@ -129,6 +175,18 @@ void TestSearch::reportsWhenNothingFits()
     QVERIFY(result.errors.empty());
     QVERIFY(result.evaluated > 0);
     QCOMPARE(result.fitting, std::uint64_t(0));
+    QVERIFY(result.best.empty());
+}
+
+void TestSearch::reportsWhenTheAgentRunsNoLayout()
+{
+    // The backend is no layout's: the search says why it ranks nothing, on the key to change.
+    json doc = smallMoeJson();
+    doc["backend"] = "cuda";
+    const SearchResult result = searchLayouts(specFrom(doc), {});
+    QCOMPARE(result.errors.size(), std::size_t(1));
+    QCOMPARE(QString::fromStdString(result.errors.front().path), QString("backend"));
+    QCOMPARE(result.evaluated, std::uint64_t(0));
     QVERIFY(result.best.empty());
 }
 

@@ -206,6 +206,18 @@ private slots:
         QVERIFY(reply["errors"].dump().find("parallel.tp") != std::string::npos);
         reply = client.request({{"op", "submit"}, {"job", bad}});
         QCOMPARE(reply["ok"], false);
+        // A job the planner prices but the agent refuses (the cuda backend, not in this build) is
+        // planned, and refused at submit with the key named, before anything launches.
+        nlohmann::json refused = demoJob();
+        refused["backend"] = "cuda";
+        QCOMPARE(client.request({{"op", "plan"}, {"job", refused}})["ok"], true);
+        reply = client.request({{"op", "submit"}, {"job", refused}});
+        QCOMPARE(reply["ok"], false);
+        QVERIFY2(reply["error"].get<std::string>().find("meshbench-agent of this build does not run this job") !=
+                     std::string::npos,
+                 reply.dump().c_str());
+        QCOMPARE(reply["errors"].size(), 1u);
+        QCOMPARE(reply["errors"][0]["path"].get<std::string>(), std::string("backend"));
         QCOMPARE(client.request({{"op", "jobs"}})["jobs"].size(), 0u);
         QCOMPARE(served.process.state(), QProcess::Running);
     }
