@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace meshbench::agent {
@@ -280,6 +281,60 @@ std::unique_ptr<Communicator> InProcessGroup::member(int rank)
         throw CommError("no member " + std::to_string(rank) + " in an in-process group of " +
                         std::to_string(m_shared->size));
     return std::make_unique<Member>(*m_shared, rank);
+}
+
+InProcessMesh::InProcessMesh(const plan::Mesh& mesh)
+{
+    const int world = mesh.worldSize();
+    m_groups.push_back(std::make_unique<InProcessGroup>(world));
+    InProcessGroup& worldGroup = *m_groups.back();
+    for (int rank = 0; rank < world; ++rank)
+        m_ranks.push_back(ProcessGroups{mesh, rank, mesh.coordOf(rank), worldGroup.member(rank), {}, {}, {}, {}, {}});
+    const std::pair<plan::GroupKind, std::unique_ptr<Communicator> ProcessGroups::*> kinds[] = {
+        {plan::GroupKind::Tensor, &ProcessGroups::tensor},
+        {plan::GroupKind::Pipeline, &ProcessGroups::pipeline},
+        {plan::GroupKind::Data, &ProcessGroups::data},
+        {plan::GroupKind::Expert, &ProcessGroups::expert},
+        {plan::GroupKind::ExpertData, &ProcessGroups::expertData}};
+    for (const auto& [kind, member] : kinds) {
+        // As mpi_runtime.cpp's split: colour = the group's first member, key = the index in it.
+        // MPI_Comm_split ranks a colour's members by key, then by world rank; so does this.
+        std::vector<int> color(static_cast<std::size_t>(world)), key(static_cast<std::size_t>(world));
+        for (int rank = 0; rank < world; ++rank) {
+            key[std::size_t(rank)] = mesh.indexInGroup(kind, rank);
+            color[std::size_t(rank)] = rank - key[std::size_t(rank)] * mesh.groupStride(kind);
+        }
+        std::map<int, InProcessGroup*> byColor;
+        for (int rank = 0; rank < world; ++rank) {
+            const int c = color[std::size_t(rank)];
+            if (byColor.count(c))
+                continue;
+            const int size = int(std::count(color.begin(), color.end(), c));
+            m_groups.push_back(std::make_unique<InProcessGroup>(size));
+            byColor[c] = m_groups.back().get();
+        }
+        for (int rank = 0; rank < world; ++rank) {
+            int position = 0;
+            for (int other = 0; other < world; ++other)
+                if (color[std::size_t(other)] == color[std::size_t(rank)] &&
+                    std::pair{key[std::size_t(other)], other} < std::pair{key[std::size_t(rank)], rank})
+                    ++position;
+            m_ranks[std::size_t(rank)].*member = byColor[color[std::size_t(rank)]]->member(position);
+        }
+    }
+}
+
+InProcessMesh::~InProcessMesh()
+{
+    // The members refer to their groups: they go first.
+    m_ranks.clear();
+}
+
+ProcessGroups& InProcessMesh::groups(int rank)
+{
+    if (rank < 0 || rank >= worldSize())
+        throw CommError("no rank " + std::to_string(rank) + " in an in-process mesh of " + std::to_string(worldSize()));
+    return m_ranks[std::size_t(rank)];
 }
 
 }  // namespace meshbench::agent

@@ -1,0 +1,302 @@
+// agent/train's Trainer on in-process groups (ranks as threads, agent/runtime's InProcessMesh):
+// every layout below runs the same steps as one device - loss, aux loss and gradient norm step by
+// step, and the parameters and Adam moments afterwards - in seconds, without mpirun. The
+// reference is a Trainer without groups on the same job (plan::singleDeviceSpec: the same global
+// batch through one pipeline), never a value copied from the layout's own output.
+//
+// Tolerances, as tst_parallel argues them for mpirun. The layout computes the same fp32 arithmetic
+// as one device except for the order of additions: gradients summed over the data group (member
+// order) instead of accumulated micro-batch after micro-batch, partial sums of TP-split GEMMs,
+// stages' loss sums. That is ~1e-7 relative per step, far inside the 1e-5 asked of the metrics.
+// Parameters get 1e-5 of the tensor's scale plus 1e-3 of Adam's reach (lr x steps), because Adam
+// normalises each update to about lr whatever the gradient's size, so an element with a gradient
+// near zero may move by a visibly different fraction of lr; moments get 1e-3 of their scale. A
+// wrong data shard or a missing reduction moves elements by O(lr) per step and fails both.
+// The MemoryLedger is process-wide and every rank thread allocates from it: no memory here.
+
+#include "agent/checkpoint/safetensors.h"
+#include "agent/runtime/in_process_communicator.h"
+#include "agent/train/trainer.h"
+
+#include "kernels/cpu/cpu_backend.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <exception>
+#include <functional>
+#include <map>
+#include <thread>
+
+using namespace meshbench;
+using namespace meshbench::agent;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kSteps = 3;
+constexpr double kLr = 0.003;
+
+struct Layout {
+    int dp = 1;
+    int pp = 1;
+    int tp = 1;
+    int ep = 1;
+    int zero = 0;
+    bool moe = false;
+    const char* schedule = "1f1b";
+    bool sequenceParallel = false;
+    bool overlap = true;   // the data-parallel buckets reduce during the backward
+    int ranks() const { return dp * pp * tp; }
+};
+
+// tst_parallel's model and batch: 4 layers, hidden 32, tied embeddings (the default), 8 micro-batches
+// of 2 on one device.
+json job(const Layout& l)
+{
+    json model = {{"layers", 4}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16},
+                  {"activation", "swiglu"}, {"norm", "rmsnorm"}};
+    // Every token to every expert, none dropped: top-k selection and capacity are discontinuous,
+    // and a last-bit difference could flip a near-tie and change a loss by far more than rounding.
+    if (l.moe)
+        model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
+    return {{"model", model},
+            {"parallel",
+             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
+              {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
+              // 10 KiB buckets: a dozen or so for this model, so that the reduction goes bucket by bucket.
+              {"grad_bucket_mb", 0.01}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule}}},
+            {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
+            {"train", {{"steps", kSteps}, {"lr", kLr}, {"grad_clip", 0.5}}}};
+}
+
+plan::JobSpec specOf(const json& doc)
+{
+    const plan::LoadResult loaded = plan::loadJobSpec(doc);
+    if (!loaded.valid())
+        qFatal("test job does not load: %s", loaded.errors.front().message.c_str());
+    return *loaded.spec;
+}
+
+// body(rank, groups) on one thread per rank of the mesh. A rank that throws ends the test at once
+// (its peers would wait for it at their next rendezvous forever).
+void onEveryRank(InProcessMesh& mesh, const std::function<void(int, const ProcessGroups&)>& body)
+{
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < mesh.worldSize(); ++rank)
+        threads.emplace_back([&, rank] {
+            try {
+                body(rank, mesh.groups(rank));
+            } catch (const std::exception& e) {
+                qFatal("rank %d: %s", rank, e.what());
+            }
+        });
+    for (std::thread& t : threads)
+        t.join();
+}
+
+bool agrees(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
+
+}  // namespace
+
+Q_DECLARE_METATYPE(Layout)
+
+class TestTrainer : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void meshGroupsFollowThePlan_data();
+    void meshGroupsFollowThePlan();
+    void layoutEqualsOneDevice_data();
+    void layoutEqualsOneDevice();
+
+private:
+    void compareCheckpoints(const QString& single, const QString& parallel, double adamReach);
+    QTemporaryDir m_dir;
+    std::map<QString, std::vector<StepMetrics>> m_singles;   // one-device steps by reference name
+};
+
+void TestTrainer::initTestCase() { QVERIFY(m_dir.isValid()); }
+
+void TestTrainer::meshGroupsFollowThePlan_data()
+{
+    QTest::addColumn<Layout>("layout");
+    QTest::newRow("dp2 ep2") << Layout{2, 1, 1, 2};
+    QTest::newRow("dp2 pp2") << Layout{2, 2};
+    QTest::newRow("dp2 tp2") << Layout{2, 1, 2};
+    QTest::newRow("dp4 pp2 tp2 ep2") << Layout{4, 2, 2, 2};
+}
+
+void TestTrainer::meshGroupsFollowThePlan()
+{
+    // Each rank's communicator of a kind has engine/plan's group for that rank: its size, this
+    // rank's place in it, and members that meet - a sum of world ranks over it is the sum over
+    // Mesh::groupOf's members.
+    QFETCH(Layout, layout);
+    const plan::Mesh mesh(layout.dp, layout.pp, layout.tp, layout.ep);
+    QCOMPARE(mesh.worldSize(), layout.ranks());
+    InProcessMesh groups(mesh);
+    QCOMPARE(groups.worldSize(), layout.ranks());
+    const std::pair<plan::GroupKind, std::unique_ptr<Communicator> ProcessGroups::*> kinds[] = {
+        {plan::GroupKind::Tensor, &ProcessGroups::tensor},   {plan::GroupKind::Pipeline, &ProcessGroups::pipeline},
+        {plan::GroupKind::Data, &ProcessGroups::data},       {plan::GroupKind::Expert, &ProcessGroups::expert},
+        {plan::GroupKind::ExpertData, &ProcessGroups::expertData}};
+    struct Seen {
+        int size = 0, rank = 0;
+        double sum = 0;
+    };
+    std::vector<std::vector<Seen>> seen(std::size_t(layout.ranks()), std::vector<Seen>(std::size(kinds) + 1));
+    onEveryRank(groups, [&](int rank, const ProcessGroups& g) {
+        std::vector<Seen>& mine = seen[std::size_t(rank)];
+        for (std::size_t k = 0; k < std::size(kinds); ++k) {
+            Communicator& comm = *(g.*(kinds[k].second));
+            double value = rank;
+            comm.allReduceSum(&value, 1);
+            mine[k] = {comm.size(), comm.rank(), value};
+        }
+        double value = rank;
+        g.world->allReduceSum(&value, 1);
+        mine.back() = {g.world->size(), g.world->rank(), value};
+    });
+    for (int rank = 0; rank < layout.ranks(); ++rank) {
+        const ProcessGroups& g = groups.groups(rank);
+        QCOMPARE(g.worldRank, rank);
+        QCOMPARE(g.coord.dp, mesh.coordOf(rank).dp);
+        QCOMPARE(g.coord.pp, mesh.coordOf(rank).pp);
+        QCOMPARE(g.coord.tp, mesh.coordOf(rank).tp);
+        QCOMPARE(g.coord.ep, mesh.coordOf(rank).ep);
+        for (std::size_t k = 0; k < std::size(kinds); ++k) {
+            const std::vector<int> members = mesh.groupOf(kinds[k].first, rank);
+            const Seen& s = seen[std::size_t(rank)][k];
+            const QByteArray what = QByteArray("rank ") + QByteArray::number(rank) + " " +
+                                    QByteArray(plan::groupKindName(kinds[k].first).data(),
+                                               qsizetype(plan::groupKindName(kinds[k].first).size()));
+            QVERIFY2(s.size == int(members.size()), what.constData());
+            QVERIFY2(members[std::size_t(s.rank)] == rank, what.constData());
+            double sum = 0;
+            for (int m : members)
+                sum += m;
+            QVERIFY2(s.sum == sum, what.constData());
+        }
+        const Seen& w = seen[std::size_t(rank)].back();
+        QCOMPARE(w.size, layout.ranks());
+        QCOMPARE(w.rank, rank);
+        QCOMPARE(w.sum, double(layout.ranks() * (layout.ranks() - 1) / 2));
+    }
+}
+
+void TestTrainer::layoutEqualsOneDevice_data()
+{
+    QTest::addColumn<Layout>("layout");
+    //                                             dp pp tp ep zero moe  schedule  sp     overlap
+    QTest::newRow("dp2 zero-0") << Layout{2, 1, 1, 1, 0};
+    QTest::newRow("dp2 zero-0 no-overlap") << Layout{2, 1, 1, 1, 0, false, "1f1b", false, false};
+    QTest::newRow("dp2 zero-1") << Layout{2, 1, 1, 1, 1};
+    QTest::newRow("dp2 zero-1 no-overlap") << Layout{2, 1, 1, 1, 1, false, "1f1b", false, false};
+    QTest::newRow("dp2 zero-2") << Layout{2, 1, 1, 1, 2};
+    QTest::newRow("dp2 zero-2 no-overlap") << Layout{2, 1, 1, 1, 2, false, "1f1b", false, false};
+    QTest::newRow("dp2 zero-3") << Layout{2, 1, 1, 1, 3};
+    QTest::newRow("dp2 ep2 moe zero-0") << Layout{2, 1, 1, 2, 0, true};
+    QTest::newRow("dp2 ep2 moe zero-0 no-overlap") << Layout{2, 1, 1, 2, 0, true, "1f1b", false, false};
+    QTest::newRow("dp2 ep2 moe zero-1") << Layout{2, 1, 1, 2, 1, true};
+    QTest::newRow("dp2 ep2 moe zero-3") << Layout{2, 1, 1, 2, 3, true};
+    QTest::newRow("pp2 1f1b") << Layout{1, 2, 1, 1, 0, false, "1f1b"};
+    QTest::newRow("pp2 zb-h1") << Layout{1, 2, 1, 1, 0, false, "zb-h1"};
+    QTest::newRow("dp2 pp2 zero-1") << Layout{2, 2, 1, 1, 1};
+    QTest::newRow("dp2 pp2 zero-1 no-overlap") << Layout{2, 2, 1, 1, 1, false, "1f1b", false, false};
+    QTest::newRow("tp2 sp") << Layout{1, 1, 2, 1, 0, false, "1f1b", true};
+    QTest::newRow("dp2 tp2 zero-1") << Layout{2, 1, 2, 1, 1};
+}
+
+void TestTrainer::layoutEqualsOneDevice()
+{
+    QFETCH(Layout, layout);
+    const QString tag = QString::fromLatin1(QTest::currentDataTag()).replace(' ', '-');
+    const plan::JobSpec spec = specOf(job(layout));
+    QVERIFY(spec.model.tiedEmbeddings);   // so that pp2 sums the embedding's two copies
+
+    // One device, once per model and global batch (all the job's one device runs; the layouts'
+    // other settings - zero, overlap, schedule - do not reach it).
+    const QString reference = QStringLiteral("single-moe%1-batch%2").arg(layout.moe).arg(spec.parallel.globalBatch());
+    const QString single = m_dir.filePath(reference + ".safetensors");
+    if (!m_singles.count(reference)) {
+        kernels::CpuBackend backend;
+        Trainer trainer(plan::singleDeviceSpec(spec), backend);
+        trainer.initialize();
+        std::vector<StepMetrics> steps;
+        for (int s = 0; s < kSteps; ++s)
+            steps.push_back(trainer.step());
+        trainer.save(single.toStdString());
+        m_singles[reference] = std::move(steps);
+    }
+    const std::vector<StepMetrics>& expected = m_singles[reference];
+
+    // The layout, one thread per rank; saving is collective and world rank 0 writes.
+    const QString parallel = m_dir.filePath(tag + "-parallel.safetensors");
+    InProcessMesh mesh{plan::Mesh(spec.parallel)};
+    QCOMPARE(mesh.worldSize(), layout.ranks());
+    std::vector<std::vector<StepMetrics>> got(std::size_t(layout.ranks()));
+    onEveryRank(mesh, [&](int rank, const ProcessGroups& groups) {
+        kernels::CpuBackend backend;
+        Trainer trainer(spec, backend, &groups);
+        trainer.initialize();
+        for (int s = 0; s < kSteps; ++s)
+            got[std::size_t(rank)].push_back(trainer.step());
+        trainer.save(parallel.toStdString());
+    });
+
+    // Every rank reports the job's metrics (they are summed over the stages and replicas).
+    for (int rank = 0; rank < layout.ranks(); ++rank) {
+        QCOMPARE(got[std::size_t(rank)].size(), expected.size());
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            const StepMetrics &a = expected[i], &b = got[std::size_t(rank)][i];
+            QCOMPARE(b.step, a.step);
+            for (auto [key, x, y] : {std::tuple{"loss", a.loss, b.loss}, std::tuple{"aux_loss", a.auxLoss, b.auxLoss},
+                                     std::tuple{"grad_norm", a.gradNorm, b.gradNorm}})
+                QVERIFY2(agrees(y, x, 1e-5), qPrintable(QStringLiteral("rank %1 step %2 %3: one device %4, layout %5")
+                                                            .arg(rank).arg(a.step).arg(key).arg(x, 0, 'g', 10)
+                                                            .arg(y, 0, 'g', 10)));
+        }
+    }
+    if (layout.moe)
+        QVERIFY(expected.back().auxLoss > 0);
+    compareCheckpoints(single, parallel, kLr * kSteps);
+}
+
+void TestTrainer::compareCheckpoints(const QString& single, const QString& parallel, double adamReach)
+{
+    // Every tensor and Adam moment (under ZeRO gathered from the shards: a shard in the wrong place
+    // is off by its whole size), within the bounds argued at the top.
+    const SafetensorsFile x = SafetensorsFile::open(single.toStdString());
+    const SafetensorsFile y = SafetensorsFile::open(parallel.toStdString());
+    QCOMPARE(y.names().size(), x.names().size());
+    int compared = 0;
+    for (const std::string& name : x.names()) {
+        const bool moment = name.rfind("optimizer.", 0) == 0;
+        const std::vector<std::int64_t> shape = x.shape(name);
+        std::size_t n = 1;
+        for (std::int64_t d : shape)
+            n *= std::size_t(d);
+        std::vector<float> p(n), q(n);
+        x.readF32(name, shape, p.data());
+        y.readF32(name, shape, q.data());
+        float scale = 0;
+        for (float v : p)
+            scale = std::max(scale, std::abs(v));
+        const double bound = moment ? 1e-3 * scale : 1e-5 * scale + 1e-3 * adamReach;
+        std::size_t i = 0;
+        while (i < n && std::abs(p[i] - q[i]) <= bound)
+            ++i;
+        QVERIFY2(i == n, qPrintable(QStringLiteral("%1[%2]: one device %3, layout %4 (bound %5)")
+                                        .arg(QString::fromStdString(name)).arg(i).arg(p[std::min(i, n - 1)])
+                                        .arg(q[std::min(i, n - 1)]).arg(bound)));
+        ++compared;
+    }
+    QVERIFY(compared > 10);
+}
+
+QTEST_APPLESS_MAIN(TestTrainer)
+#include "tst_trainer.moc"
