@@ -47,7 +47,7 @@ struct StepMetrics {
 
 class Trainer {
 public:
-    // groups: null on one device; otherwise this rank's process groups (data parallelism only so far).
+    // groups: null on one device; otherwise this rank's process groups (MPI, or in-process for tests).
     Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups = nullptr);
     ~Trainer();
 
