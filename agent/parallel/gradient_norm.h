@@ -21,10 +21,10 @@ constexpr std::size_t kExpertBlock = 2;
 // The groups to reduce over; null where the job is not split that way (or ZeRO is off).
 struct GradientNormGroups {
     Communicator* zeroShards = nullptr;         // the data group, when ZeRO shards the dense gradients
-    Communicator* expertZeroShards = nullptr;   // the expert-data group, when ZeRO shards expert blocks
     Communicator* tensor = nullptr;
     Communicator* expert = nullptr;
     Communicator* pipeline = nullptr;
+    Communicator* expertZeroShards = nullptr;   // the expert-data group, when ZeRO shards expert blocks
 };
 
 // Collective over every group given: each member gets the same norm.

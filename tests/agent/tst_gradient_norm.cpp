@@ -74,6 +74,28 @@ private slots:
         for (double norm : norms)
             QCOMPARE(norm, std::sqrt(15.0));
     }
+
+    void expertShardsAddUpOverTheExpertDataGroup()
+    {
+        // dp4 x ep2 with ZeRO: rank r = (ep r % 2, expert-data index r / 2). Dense shards 1, 2, 4, 8
+        // over the data group {0, 1, 2, 3}; expert blocks sharded over the expert-data groups {0, 2}
+        // and {1, 3}: rank r holds 16 << r of its block. Blocks are summed over the EP groups
+        // {0, 1} and {2, 3} too, so each expert element counts once: 15 + (16 + 32 + 64 + 128) = 255.
+        InProcessGroup data(4), expertData0(2), expertData1(2), expert0(2), expert1(2);
+        const auto norms = normsOf([](int r) { return GradientSquares{double(1 << r), 0, double(16 << r), 0}; },
+                                   [&](int r, std::vector<std::unique_ptr<Communicator>>& owned) {
+                                       owned.push_back(data.member(r));
+                                       owned.push_back((r % 2 == 0 ? expertData0 : expertData1).member(r / 2));
+                                       owned.push_back((r / 2 == 0 ? expert0 : expert1).member(r % 2));
+                                       GradientNormGroups groups;
+                                       groups.zeroShards = owned[0].get();
+                                       groups.expertZeroShards = owned[1].get();
+                                       groups.expert = owned[2].get();
+                                       return groups;
+                                   });
+        for (double norm : norms)
+            QCOMPARE(norm, std::sqrt(255.0));
+    }
 };
 
 QTEST_APPLESS_MAIN(TestGradientNorm)
