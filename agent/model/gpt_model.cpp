@@ -79,8 +79,7 @@ void GptModel::zeroGradients() { m_backend.fill(m_grads.ptr(), 0.0f, m_grads.siz
 DevPtr GptModel::param(int view, std::size_t elementOffset) const
 {
     if (m_gatherer) {
-        const DevPtr p = m_gatherer->param(view);
-        return {static_cast<float*>(p.data) + elementOffset, p.dtype};
+        return kernels::offset(m_gatherer->param(view), elementOffset);
     }
     return m_params.at(m_layout.at(view).offset + elementOffset);
 }
@@ -88,8 +87,7 @@ DevPtr GptModel::param(int view, std::size_t elementOffset) const
 DevPtr GptModel::grad(int view, std::size_t elementOffset) const
 {
     if (m_gatherer) {
-        const DevPtr g = m_gatherer->grad(view);
-        return {static_cast<float*>(g.data) + elementOffset, g.dtype};
+        return kernels::offset(m_gatherer->grad(view), elementOffset);
     }
     return m_grads.at(m_layout.at(view).offset + elementOffset);
 }

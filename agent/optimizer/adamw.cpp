@@ -26,9 +26,6 @@ void ShardedAdamW::reset()
 void ShardedAdamW::step(kernels::DevPtr params, kernels::DevPtr grads, const AdamWSettings& s, int step,
                         float gradScale)
 {
-    const auto at = [](kernels::DevPtr base, std::size_t offset) {
-        return kernels::DevPtr{static_cast<float*>(base.data) + offset, base.dtype};
-    };
     const std::size_t end = m_begin + size();
     // Tensor by tensor, for their own weight decay: the part of each inside the shard.
     for (const TensorView& v : m_layout.views()) {
@@ -37,7 +34,8 @@ void ShardedAdamW::step(kernels::DevPtr params, kernels::DevPtr grads, const Ada
         if (first >= last)
             continue;
         const std::size_t local = first - m_begin;
-        m_backend.adamw(at(params, local), at(grads, local), at(m_m.ptr(), local), at(m_v.ptr(), local), last - first,
+        m_backend.adamw(kernels::offset(params, local), kernels::offset(grads, local), kernels::offset(m_m.ptr(), local),
+                        kernels::offset(m_v.ptr(), local), last - first,
                         s.learningRate, s.beta1, s.beta2, s.eps, v.decay ? s.weightDecay : 0.0f, step, gradScale);
     }
 }

@@ -64,7 +64,7 @@ public:
 
     kernels::DevPtr ptr() const { return m_ptr; }
     // The same buffer at an element offset.
-    kernels::DevPtr at(std::size_t offset) const { return {static_cast<float*>(m_ptr.data) + offset, m_ptr.dtype}; }
+    kernels::DevPtr at(std::size_t offset) const { return kernels::offset(m_ptr, offset); }
     std::size_t size() const { return m_size; }
     bool empty() const { return m_size == 0; }
 

@@ -9,6 +9,8 @@
 #include <QRegularExpression>
 #include <QProcess>
 #include <QTemporaryDir>
+#include "layout_equivalence.h"
+
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +21,7 @@
 
 using namespace meshbench;
 using nlohmann::json;
+using namespace meshbench::agent::testing;
 
 namespace {
 
@@ -39,13 +42,7 @@ struct Layout {
 
 json job(const Layout& l)
 {
-    json model = {{"layers", 4}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16},
-                  {"activation", "swiglu"}, {"norm", "rmsnorm"}};
-    // Every token goes to every expert and none is dropped: top-k selection and capacity are
-    // discontinuous, and the last-bit differences between the runs (below) could flip a near-tie
-    // and change a step's loss by far more than rounding. Data parallelism does not touch routing.
-    if (l.moe)
-        model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
+    const json model = equivalenceModel(l.moe);
     return {{"model", model},
             {"parallel",
              {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
@@ -74,7 +71,6 @@ std::vector<json> readMetrics(const QString& path)
     return lines;
 }
 
-bool agrees(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
 
 }  // namespace
 
@@ -101,8 +97,6 @@ private slots:
 
 private:
     QString write(const QString& name, const json& content);
-    // Every tensor and Adam moment of two checkpoints of the same model, within the argued bound.
-    void compareCheckpoints(const QString& single, const QString& parallel, double adamReach);
     void compareRuns(const QString& single, const QString& parallel, int ranks, double adamReach);
     // Runs the layout under mpirun with --spans and returns every rank's records of step `step`.
     std::vector<std::vector<json>> spansOfStep(const Layout& layout, const QString& tag, int step, QString* out = nullptr);
@@ -206,42 +200,10 @@ void TestParallel::compareRuns(const QString& single, const QString& parallel, i
                      qPrintable(QStringLiteral("step %1 %2: one device %3, %4 ranks %5")
                                     .arg(i + 1).arg(key).arg(a[i][key].get<double>(), 0, 'g', 10).arg(ranks)
                                     .arg(b[i][key].get<double>(), 0, 'g', 10)));
-    compareCheckpoints(single + "/step-000010.safetensors", parallel + "/step-000010.safetensors", adamReach);
+    const QString mismatch = checkpointMismatch(single + "/step-000010.safetensors", parallel + "/step-000010.safetensors", adamReach);
+    QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
 }
 
-void TestParallel::compareCheckpoints(const QString& single, const QString& parallel, double adamReach)
-{
-    // The parameters after the steps, tensor by tensor. Adam normalises every element's update
-    // to about lr whatever the gradient's size, so an element whose gradient is near zero - where
-    // the two summation orders' ~1e-7 relative rounding is a large part of it - may move by a
-    // visibly different fraction of lr. The bound is therefore 1e-5 of the tensor's scale plus
-    // 1e-3 of the most Adam can move an element in these steps (lr x steps); a wrong data shard
-    // or a missing reduction moves elements by O(lr) per step and fails it.
-    const agent::SafetensorsFile x = agent::SafetensorsFile::open(single.toStdString());
-    const agent::SafetensorsFile y = agent::SafetensorsFile::open(parallel.toStdString());
-    int compared = 0;
-    for (const std::string& name : x.names()) {
-        // Adam's moments are compared too: under ZeRO they come from gathered shards, and a shard
-        // in the wrong place is off by its whole size. They follow the gradients, which the
-        // parameters' differences above perturb at the 1e-4 level, so they get 1e-3 of their scale.
-        const bool moment = name.rfind("optimizer.", 0) == 0;
-        const std::vector<std::int64_t> shape = x.shape(name);
-        std::size_t n = 1;
-        for (std::int64_t d : shape)
-            n *= std::size_t(d);
-        std::vector<float> p(n), q(n);
-        x.readF32(name, shape, p.data());
-        y.readF32(name, shape, q.data());
-        float scale = 0;
-        for (float v : p)
-            scale = std::max(scale, std::abs(v));
-        for (std::size_t i = 0; i < n; ++i)
-            QVERIFY2(std::abs(p[i] - q[i]) <= (moment ? 1e-3 * scale : 1e-5 * scale + 1e-3 * adamReach),
-                     qPrintable(QStringLiteral("%1[%2]: %3 vs %4").arg(QString::fromStdString(name)).arg(i).arg(p[i]).arg(q[i])));
-        ++compared;
-    }
-    QVERIFY(compared > 10);
-}
 
 std::vector<std::vector<json>> TestParallel::spansOfStep(const Layout& layout, const QString& tag, int step, QString* out)
 {
@@ -485,7 +447,8 @@ void TestParallel::demoEqualsOneDevice()
             QVERIFY2(agrees(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
                      qPrintable(QStringLiteral("step %1 %2").arg(i + 1).arg(key)));
     // The demo warms its learning rate up over 10 steps: Adam's reach is lr x (1 + ... + 10) / 10.
-    compareCheckpoints(oneDir + "/step-000010.safetensors", eightDir + "/step-000010.safetensors", 0.003 * 5.5);
+    const QString mismatch = checkpointMismatch(oneDir + "/step-000010.safetensors", eightDir + "/step-000010.safetensors", 0.003 * 5.5);
+    QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
 }
 
 void TestParallel::aDyingRankEndsTheJob()

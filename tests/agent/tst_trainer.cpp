@@ -14,13 +14,14 @@
 // wrong data shard or a missing reduction moves elements by O(lr) per step and fails both.
 // The MemoryLedger is process-wide and every rank thread allocates from it: no memory here.
 
-#include "agent/checkpoint/safetensors.h"
 #include "agent/runtime/in_process_communicator.h"
 #include "agent/train/trainer.h"
 
 #include "kernels/cpu/cpu_backend.h"
 
 #include <QTemporaryDir>
+#include "layout_equivalence.h"
+
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,7 @@
 using namespace meshbench;
 using namespace meshbench::agent;
 using nlohmann::json;
+using namespace meshbench::agent::testing;
 
 namespace {
 
@@ -57,12 +59,7 @@ struct Layout {
 // of 2 on one device.
 json job(const Layout& l)
 {
-    json model = {{"layers", 4}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64}, {"seq_len", 16},
-                  {"activation", "swiglu"}, {"norm", "rmsnorm"}};
-    // Every token to every expert, none dropped: top-k selection and capacity are discontinuous,
-    // and a last-bit difference could flip a near-tie and change a loss by far more than rounding.
-    if (l.moe)
-        model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
+    const json model = equivalenceModel(l.moe);
     return {{"model", model},
             {"parallel",
              {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
@@ -98,7 +95,6 @@ void onEveryRank(InProcessMesh& mesh, const std::function<void(int, const Proces
         t.join();
 }
 
-bool agrees(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
 
 }  // namespace
 
@@ -114,7 +110,6 @@ private slots:
     void layoutEqualsOneDevice();
 
 private:
-    void compareCheckpoints(const QString& single, const QString& parallel, double adamReach);
     QTemporaryDir m_dir;
     std::map<QString, std::vector<StepMetrics>> m_singles;   // one-device steps by reference name
 };
@@ -263,40 +258,10 @@ void TestTrainer::layoutEqualsOneDevice()
     }
     if (layout.moe)
         QVERIFY(expected.back().auxLoss > 0);
-    compareCheckpoints(single, parallel, kLr * kSteps);
+    const QString mismatch = checkpointMismatch(single, parallel, kLr * kSteps);
+    QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
 }
 
-void TestTrainer::compareCheckpoints(const QString& single, const QString& parallel, double adamReach)
-{
-    // Every tensor and Adam moment (under ZeRO gathered from the shards: a shard in the wrong place
-    // is off by its whole size), within the bounds argued at the top.
-    const SafetensorsFile x = SafetensorsFile::open(single.toStdString());
-    const SafetensorsFile y = SafetensorsFile::open(parallel.toStdString());
-    QCOMPARE(y.names().size(), x.names().size());
-    int compared = 0;
-    for (const std::string& name : x.names()) {
-        const bool moment = name.rfind("optimizer.", 0) == 0;
-        const std::vector<std::int64_t> shape = x.shape(name);
-        std::size_t n = 1;
-        for (std::int64_t d : shape)
-            n *= std::size_t(d);
-        std::vector<float> p(n), q(n);
-        x.readF32(name, shape, p.data());
-        y.readF32(name, shape, q.data());
-        float scale = 0;
-        for (float v : p)
-            scale = std::max(scale, std::abs(v));
-        const double bound = moment ? 1e-3 * scale : 1e-5 * scale + 1e-3 * adamReach;
-        std::size_t i = 0;
-        while (i < n && std::abs(p[i] - q[i]) <= bound)
-            ++i;
-        QVERIFY2(i == n, qPrintable(QStringLiteral("%1[%2]: one device %3, layout %4 (bound %5)")
-                                        .arg(QString::fromStdString(name)).arg(i).arg(p[std::min(i, n - 1)])
-                                        .arg(q[std::min(i, n - 1)]).arg(bound)));
-        ++compared;
-    }
-    QVERIFY(compared > 10);
-}
 
 QTEST_APPLESS_MAIN(TestTrainer)
 #include "tst_trainer.moc"
