@@ -146,6 +146,8 @@ private:
     // y[T, out] = x[T, in] W^T, W = rows [row0, row0 + out) of view `view` (an [*, in] matrix).
     void linear(kernels::ConstDevPtr x, int tokens, int view, std::size_t elementOffset, int out, int in,
                 kernels::DevPtr y, float beta = 0.0f);
+    // dst += x W^T for a row-parallel layer (TensorParallel::rowParallelLinear with the view's weight).
+    void linearInto(kernels::ConstDevPtr x, int tokens, int view, int out, int in, kernels::DevPtr dst);
     // dx[T, in] (+)= dy W; dW += dy^T x.
     void linearBackward(kernels::ConstDevPtr dy, kernels::ConstDevPtr x, int tokens, int view,
                         std::size_t elementOffset, int out, int in, kernels::DevPtr dx, float dxBeta);
@@ -166,8 +168,6 @@ private:
     ParameterGatherer* m_gatherer = nullptr;
     TensorParallel m_tensor;      // heads, kv heads, both MLP widths and the vocabulary are split over it
     ExpertDispatcher m_experts;   // the MoE layers' experts are split over its EP group
-    // dst += x W^T for a row-parallel layer (TensorParallel::rowParallelLinear with the view's weight).
-    void linearInto(kernels::ConstDevPtr x, int tokens, int view, int out, int in, kernels::DevPtr dst);
 };
 
 }  // namespace meshbench::agent
