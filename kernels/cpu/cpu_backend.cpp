@@ -1,4 +1,5 @@
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/elementwise_math.h"
 
 #include <cblas.h>
 
@@ -61,15 +62,6 @@ inline float rowMax(const float* x, std::size_t n)
         best = best < x[i] ? x[i] : best;
     return best;
 }
-
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-
-// Phi(x), the standard normal CDF, as erfc(-x / sqrt 2) / 2: unlike (1 + erf(x / sqrt 2)) / 2 it
-// keeps full relative precision in the left tail, where 1 + erf cancels.
-inline float normalCdf(float x) { return 0.5f * std::erfc(-x * kInvSqrt2); }
-
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
@@ -350,9 +342,8 @@ void CpuBackend::geluForward(ConstDevPtr xPtr, DevPtr outPtr, std::size_t n)
 {
     const float* x = asF32(xPtr);
     float* out = asF32(outPtr);
-    // gelu(x) = x Phi(x) (Hendrycks & Gimpel 2016, exact form).
     for (std::size_t i = 0; i < n; ++i)
-        out[i] = x[i] * normalCdf(x[i]);
+        out[i] = math::gelu(x[i]);
 }
 
 void CpuBackend::geluBackward(ConstDevPtr dOutPtr, ConstDevPtr xPtr, DevPtr dxPtr, std::size_t n)
@@ -360,11 +351,8 @@ void CpuBackend::geluBackward(ConstDevPtr dOutPtr, ConstDevPtr xPtr, DevPtr dxPt
     const float* dOut = asF32(dOutPtr);
     const float* x = asF32(xPtr);
     float* dx = asF32(dxPtr);
-    // gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
-    for (std::size_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        dx[i] = dOut[i] * (normalCdf(v) + v * kInvSqrt2Pi * std::exp(-0.5f * v * v));
-    }
+    for (std::size_t i = 0; i < n; ++i)
+        dx[i] = math::geluBackward(dOut[i], x[i]);
 }
 
 void CpuBackend::swigluForward(ConstDevPtr xPtr, int T, int f, DevPtr outPtr)
@@ -373,13 +361,12 @@ void CpuBackend::swigluForward(ConstDevPtr xPtr, int T, int f, DevPtr outPtr)
     float* out = asF32(outPtr);
     requireDim("swigluForward", "T", T, 0);
     requireDim("swigluForward", "f", f, 0);
-    // Shazeer 2020: out = silu(gate) * up, silu(a) = a sigmoid(a).
     for (int t = 0; t < T; ++t) {
         const float* gate = x + elements(t, 2 * f);
         const float* up = gate + f;
         float* o = out + elements(t, f);
         for (int j = 0; j < f; ++j)
-            o[j] = gate[j] * sigmoid(gate[j]) * up[j];
+            o[j] = math::swiglu(gate[j], up[j]);
     }
 }
 
@@ -390,7 +377,6 @@ void CpuBackend::swigluBackward(ConstDevPtr dOutPtr, ConstDevPtr xPtr, int T, in
     float* dx = asF32(dxPtr);
     requireDim("swigluBackward", "T", T, 0);
     requireDim("swigluBackward", "f", f, 0);
-    // d out / d gate = up * s (1 + a (1 - s)) with s = sigmoid(a);  d out / d up = a s.
     for (int t = 0; t < T; ++t) {
         const float* gate = x + elements(t, 2 * f);
         const float* up = gate + f;
@@ -398,10 +384,9 @@ void CpuBackend::swigluBackward(ConstDevPtr dOutPtr, ConstDevPtr xPtr, int T, in
         float* dGate = dx + elements(t, 2 * f);
         float* dUp = dGate + f;
         for (int j = 0; j < f; ++j) {
-            const float a = gate[j];
-            const float s = sigmoid(a);
-            dGate[j] = dy[j] * up[j] * s * (1.0f + a * (1.0f - s));
-            dUp[j] = dy[j] * a * s;
+            const math::SwigluGradient g = math::swigluBackward(dy[j], gate[j], up[j]);
+            dGate[j] = g.gate;
+            dUp[j] = g.up;
         }
     }
 }
@@ -481,20 +466,9 @@ void CpuBackend::adamw(DevPtr paramPtr, ConstDevPtr gradPtr, DevPtr mPtr, DevPtr
     if (!(bc1 > 0.0f) || !(bc2 > 0.0f))
         throw KernelError("adamw: beta1 and beta2 must lie in [0, 1), got " + std::to_string(beta1) + " and " +
                           std::to_string(beta2));
-    const float oneMinusBeta1 = 1.0f - beta1;
-    const float oneMinusBeta2 = 1.0f - beta2;
-    // Loshchilov & Hutter 2019, decoupled weight decay:
-    //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-    //   p -= lr (m / bc1 / (sqrt(v / bc2) + eps) + wd p)
-    for (std::size_t i = 0; i < n; ++i) {
-        const float g = grad[i] * gradScale;
-        const float mi = beta1 * m[i] + oneMinusBeta1 * g;
-        const float vi = beta2 * v[i] + oneMinusBeta2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        const float update = (mi / bc1) / (std::sqrt(vi / bc2) + eps);
-        p[i] -= lr * (update + weightDecay * p[i]);
-    }
+    const math::AdamWStep constants{lr, beta1, beta2, eps, weightDecay, gradScale, bc1, bc2};
+    for (std::size_t i = 0; i < n; ++i)
+        math::adamwUpdate(p[i], grad[i], m[i], v[i], constants);
 }
 
 }  // namespace meshbench::kernels
