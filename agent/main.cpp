@@ -11,7 +11,7 @@
 #include "agent/train/trainer.h"
 #include "plan/planner.h"
 
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/backend_choice.h"
 #include "kernels/cpu/openblas_core.h"
 #include "plan/capability.h"
 #include "plan/job_spec.h"
@@ -200,7 +200,11 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     // Rank 0 speaks for the job and writes its checkpoints.
     const bool leader = !mpi || mpi->worldRank() == 0;
 
-    kernels::CpuBackend backend(options.threads);
+    const kernels::BackendRequest request = spec.backend == plan::BackendKind::Cuda ? kernels::BackendRequest::Cuda
+                                            : spec.backend == plan::BackendKind::Cpu ? kernels::BackendRequest::Cpu
+                                                                                     : kernels::BackendRequest::Auto;
+    const kernels::BackendChoice choice = kernels::chooseBackend(request, options.threads);
+    kernels::Backend& backend = *choice.backend;
     agent::Trainer trainer(spec, backend, groups ? &*groups : nullptr);
     if (options.load.empty())
         trainer.initialize();
@@ -212,10 +216,10 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     if (!leader)
         std::fclose(stdout);   // one voice per job: rank 0 reports
     std::printf("meshbench-agent: %s\n", spec.name.empty() ? options.job.c_str() : spec.name.c_str());
-    std::printf("model %zu parameters, %lld tokens per step (global batch %lld x seq %lld), %s backend\n",
+    std::printf("model %zu parameters, %lld tokens per step (global batch %lld x seq %lld), backend %s\n",
                 trainer.model().layout().parameterCount(), static_cast<long long>(trainer.tokensPerStep()),
                 static_cast<long long>(spec.parallel.globalBatch()), static_cast<long long>(spec.model.seqLen),
-                std::string(backend.name()).c_str());
+                choice.reason.c_str());
     std::printf("data %s\n", trainer.data().describe().c_str());
     if (groups)
         std::printf("%d ranks: data parallel %d, pipeline %d (%s), expert parallel %d, tensor parallel %d\n",

@@ -18,9 +18,14 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
             refusals->push_back({key, message()});
     };
 
-    // The kernels are the CPU backend's only (kernels/cuda arrives with the CUDA issue).
+    // kernels/cuda has the memory, elementwise, GEMM and optimizer kernels; the model's other
+    // operations are not on the device yet, so no run may ask for it (auto takes the CPU).
     if (spec.backend == BackendKind::Cuda)
-        refuse("backend", [] { return std::string("backend \"cuda\" is not in this build; set backend to \"cpu\" or \"auto\""); });
+        refuse("backend", [] {
+            return std::string("backend \"cuda\" is not in this build yet: attention, the norms, the embedding, RoPE, "
+                               "the cross-entropy and MoE routing are not on the device; set backend to \"cpu\" or "
+                               "\"auto\"");
+        });
 
     // Rotary position embeddings rotate pairs of a head's dimensions (kernels' rope).
     if (m.heads > 0 && m.hidden % m.heads == 0 && (m.hidden / m.heads) % 2 != 0)

@@ -4,6 +4,8 @@
 #include "common/process_run.h"
 
 #include <QTemporaryDir>
+#include "kernels/backend_choice.h"
+
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +45,7 @@ private slots:
     void initTestCase();
     void trainsAndReportsEveryStep();
     void saveAndResumeGiveTheSameSteps();
+    void autoSaysWhichBackendAndWhy();
     void badInput_data();
     void badInput();
 
@@ -77,6 +80,21 @@ void TestAgentCli::trainsAndReportsEveryStep()
     const json last = json::parse(lines.back().toStdString());
     QCOMPARE(last["step"].get<int>(), 3);
     QVERIFY(last["loss"].get<double>() > 0);
+}
+
+void TestAgentCli::autoSaysWhichBackendAndWhy()
+{
+    // auto takes the CUDA backend only where it can run; here it says the CPU and the reason the
+    // kernels library gives (no device, no driver, or no CUDA in this build).
+    json doc = tinyJob();
+    doc["backend"] = "auto";
+    const Run r = agent({"--job", write("auto.json", QByteArray::fromStdString(doc.dump())), "--steps", "1"});
+    QCOMPARE(r.exitCode, 0);
+    const meshbench::kernels::DeviceStatus device = meshbench::kernels::cudaDeviceStatus();
+    const std::string expected = device.usable ? "backend cpu (auto: the CUDA backend is not complete in this build, " +
+                                                     device.description + " unused)"
+                                               : "backend cpu (auto: " + device.description + ")";
+    QVERIFY2(r.out.contains(QByteArray::fromStdString(expected)), qPrintable(r.out));
 }
 
 void TestAgentCli::saveAndResumeGiveTheSameSteps()

@@ -1,0 +1,433 @@
+// The CUDA backend: device memory, the elementwise kernels over kernels/elementwise_math.h (the
+// same functions the CPU backend runs), AdamW on fp32 master weights, sums of squares, and GEMMs
+// through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
+// them; engine/plan's capability rule keeps such runs from starting.
+
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/elementwise_math.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+namespace meshbench::kernels::cuda {
+namespace {
+
+void check(cudaError_t status, const char* what)
+{
+    if (status != cudaSuccess)
+        throw KernelError(std::string("cuda backend: ") + what + ": " + cudaGetErrorString(status));
+}
+
+void check(cublasStatus_t status, const char* what)
+{
+    if (status != CUBLAS_STATUS_SUCCESS)
+        throw KernelError(std::string("cuda backend: ") + what + ": cuBLASLt status " + std::to_string(int(status)));
+}
+
+constexpr int kThreads = 256;
+
+unsigned blocksFor(std::size_t n)
+{
+    const std::size_t blocks = (n + kThreads - 1) / kThreads;
+    return unsigned(blocks < 65535u * 32u ? blocks : 65535u * 32u);
+}
+
+// Grid-stride loops: any n with the capped grid above.
+#define MESHBENCH_FOR_EACH(i, n) \
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n); i += std::size_t(gridDim.x) * blockDim.x)
+
+__device__ float load(const void* p, DType dtype, std::size_t i)
+{
+    return dtype == DType::F32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+__device__ void store(void* p, DType dtype, std::size_t i, float value)
+{
+    if (dtype == DType::F32)
+        static_cast<float*>(p)[i] = value;
+    else
+        static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(value);
+}
+
+__global__ void convertKernel(const void* src, DType from, void* dst, DType to, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n) store(dst, to, i, load(src, from, i));
+}
+
+__global__ void fillKernel(void* dst, DType dtype, float value, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n) store(dst, dtype, i, value);
+}
+
+__global__ void addKernel(const void* x, DType xType, void* y, DType yType, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n) store(y, yType, i, load(y, yType, i) + load(x, xType, i));
+}
+
+__global__ void scaleKernel(void* x, DType dtype, float alpha, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n) store(x, dtype, i, alpha * load(x, dtype, i));
+}
+
+__global__ void geluKernel(const void* x, DType xType, void* out, DType outType, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n) store(out, outType, i, math::gelu(load(x, xType, i)));
+}
+
+__global__ void geluBackwardKernel(const void* dOut, DType dType, const void* x, DType xType, void* dx, DType dxType,
+                                   std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n) store(dx, dxType, i, math::geluBackward(load(dOut, dType, i), load(x, xType, i)));
+}
+
+// x [T, 2f]: gate columns [0, f), up columns [f, 2f); out [T, f].
+__global__ void swigluKernel(const void* x, DType xType, std::size_t f, void* out, DType outType, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t t = i / f, j = i % f;
+        store(out, outType, i, math::swiglu(load(x, xType, t * 2 * f + j), load(x, xType, t * 2 * f + f + j)));
+    }
+}
+
+__global__ void swigluBackwardKernel(const void* dOut, DType dType, const void* x, DType xType, std::size_t f,
+                                     void* dx, DType dxType, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t t = i / f, j = i % f;
+        const math::SwigluGradient g =
+            math::swigluBackward(load(dOut, dType, i), load(x, xType, t * 2 * f + j), load(x, xType, t * 2 * f + f + j));
+        store(dx, dxType, t * 2 * f + j, g.gate);
+        store(dx, dxType, t * 2 * f + f + j, g.up);
+    }
+}
+
+// Megatron and llm.c keep fp32 master weights and moments: the parameters here are fp32, the
+// gradients fp32 or bf16.
+__global__ void adamwKernel(float* p, const void* grad, DType gradType, float* m, float* v, std::size_t n,
+                            math::AdamWStep step)
+{
+    MESHBENCH_FOR_EACH(i, n) math::adamwUpdate(p[i], load(grad, gradType, i), m[i], v[i], step);
+}
+
+// Per-block partial sums in double, added into one double (atomicAdd on doubles: sm_60 on).
+__global__ void sumSquaresKernel(const void* x, DType dtype, std::size_t n, double* total)
+{
+    __shared__ double partial[kThreads];
+    double sum = 0;
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const double value = load(x, dtype, i);
+        sum += value * value;
+    }
+    partial[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride)
+            partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(total, partial[0]);
+}
+
+cudaDataType_t cudaTypeOf(DType dtype) { return dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend()
+    {
+        check(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        check(cublasLtCreate(&m_lt), "cublasLtCreate");
+        check(cudaMalloc(&m_workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+        check(cudaMalloc(&m_scalar, sizeof(double)), "cudaMalloc");
+    }
+    ~CudaBackend() override
+    {
+        cudaFree(m_scalar);
+        cudaFree(m_workspace);
+        cublasLtDestroy(m_lt);
+        cudaStreamDestroy(m_stream);
+    }
+
+    std::string_view name() const override { return "cuda"; }
+
+    DevPtr allocate(std::size_t elements, DType dtype) override
+    {
+        void* p = nullptr;
+        const std::size_t bytes = elements * dtypeSize(dtype);
+        if (bytes > 0) {
+            check(cudaMalloc(&p, bytes), "cudaMalloc");
+            check(cudaMemsetAsync(p, 0, bytes, m_stream), "cudaMemset");
+        }
+        return {p, dtype};
+    }
+    void release(DevPtr p) override
+    {
+        // Work queued on the buffer finishes first.
+        check(cudaStreamSynchronize(m_stream), "cudaStreamSynchronize");
+        check(cudaFree(p.data), "cudaFree");
+    }
+    void upload(DevPtr dst, const float* src, std::size_t n) override
+    {
+        if (dst.dtype == DType::F32) {
+            check(cudaMemcpyAsync(dst.data, src, n * sizeof(float), cudaMemcpyHostToDevice, m_stream), "upload");
+            check(cudaStreamSynchronize(m_stream), "upload");
+            return;
+        }
+        float* staging = nullptr;
+        check(cudaMalloc(&staging, n * sizeof(float)), "cudaMalloc (staging)");
+        check(cudaMemcpyAsync(staging, src, n * sizeof(float), cudaMemcpyHostToDevice, m_stream), "upload");
+        convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(staging, DType::F32, dst.data, dst.dtype, n);
+        check(cudaStreamSynchronize(m_stream), "upload");
+        check(cudaFree(staging), "cudaFree");
+    }
+    void download(float* dst, ConstDevPtr src, std::size_t n) override
+    {
+        if (src.dtype == DType::F32) {
+            check(cudaMemcpyAsync(dst, src.data, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
+            check(cudaStreamSynchronize(m_stream), "download");
+            return;
+        }
+        float* staging = nullptr;
+        check(cudaMalloc(&staging, n * sizeof(float)), "cudaMalloc (staging)");
+        convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(src.data, src.dtype, staging, DType::F32, n);
+        check(cudaMemcpyAsync(dst, staging, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
+        check(cudaStreamSynchronize(m_stream), "download");
+        check(cudaFree(staging), "cudaFree");
+    }
+    void fill(DevPtr dst, float value, std::size_t n) override
+    {
+        if (n > 0)
+            fillKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(dst.data, dst.dtype, value, n);
+        launched("fill");
+    }
+    void copy(DevPtr dst, ConstDevPtr src, std::size_t n) override
+    {
+        if (n == 0)
+            return;
+        if (dst.dtype == src.dtype)
+            check(cudaMemcpyAsync(dst.data, src.data, n * dtypeSize(dst.dtype), cudaMemcpyDeviceToDevice, m_stream),
+                  "copy");
+        else
+            convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(src.data, src.dtype, dst.data, dst.dtype, n);
+        launched("copy");
+    }
+
+    void gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda, ConstDevPtr B,
+              int ldb, float beta, DevPtr C, int ldc) override
+    {
+        // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt multiplies
+        // B's and A's column-major views, with N and M swapped; fp32 accumulation for every dtype.
+        cublasLtMatmulDesc_t op = nullptr;
+        check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N, opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+        check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)), "TRANSA");
+        check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)), "TRANSB");
+        cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+        // The column-major shapes as stored: B is [N, K] (rows x cols) when transposed, else [K, N].
+        check(cublasLtMatrixLayoutCreate(&first, cudaTypeOf(B.dtype), transB ? uint64_t(K) : uint64_t(N),
+                                         transB ? uint64_t(N) : uint64_t(K), ldb),
+              "layout B");
+        check(cublasLtMatrixLayoutCreate(&second, cudaTypeOf(A.dtype), transA ? uint64_t(M) : uint64_t(K),
+                                         transA ? uint64_t(K) : uint64_t(M), lda),
+              "layout A");
+        check(cublasLtMatrixLayoutCreate(&out, cudaTypeOf(C.dtype), uint64_t(N), uint64_t(M), ldc), "layout C");
+        cublasLtMatmulPreference_t preference = nullptr;
+        check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+        const std::size_t workspace = kWorkspaceBytes;
+        check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                   sizeof(workspace)),
+              "workspace");
+        cublasLtMatmulHeuristicResult_t heuristic{};
+        int found = 0;
+        check(cublasLtMatmulAlgoGetHeuristic(m_lt, op, first, second, out, out, preference, 1, &heuristic, &found),
+              "cublasLtMatmulAlgoGetHeuristic");
+        const cublasStatus_t status =
+            found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED
+                       : cublasLtMatmul(m_lt, op, &alpha, B.data, first, A.data, second, &beta, C.data, out, C.data, out,
+                                        &heuristic.algo, m_workspace, kWorkspaceBytes, m_stream);
+        cublasLtMatmulPreferenceDestroy(preference);
+        cublasLtMatrixLayoutDestroy(out);
+        cublasLtMatrixLayoutDestroy(second);
+        cublasLtMatrixLayoutDestroy(first);
+        cublasLtMatmulDescDestroy(op);
+        check(status, "cublasLtMatmul");
+    }
+
+    void add(ConstDevPtr x, DevPtr y, std::size_t n) override
+    {
+        if (n > 0)
+            addKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, y.data, y.dtype, n);
+        launched("add");
+    }
+    void scale(DevPtr x, float alpha, std::size_t n) override
+    {
+        if (n > 0)
+            scaleKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, alpha, n);
+        launched("scale");
+    }
+
+    void embeddingForward(const int*, int, ConstDevPtr, int, DevPtr) override { notYet("embeddingForward"); }
+    void embeddingBackward(const int*, int, ConstDevPtr, int, DevPtr) override { notYet("embeddingBackward"); }
+    void layerNormForward(ConstDevPtr, ConstDevPtr, ConstDevPtr, int, int, float, DevPtr, DevPtr, DevPtr) override
+    {
+        notYet("layerNormForward");
+    }
+    void layerNormBackward(ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, int, int, DevPtr, DevPtr,
+                           DevPtr) override
+    {
+        notYet("layerNormBackward");
+    }
+    void rmsNormForward(ConstDevPtr, ConstDevPtr, int, int, float, DevPtr, DevPtr) override { notYet("rmsNormForward"); }
+    void rmsNormBackward(ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, int, int, DevPtr, DevPtr) override
+    {
+        notYet("rmsNormBackward");
+    }
+
+    void geluForward(ConstDevPtr x, DevPtr out, std::size_t n) override
+    {
+        if (n > 0)
+            geluKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, out.data, out.dtype, n);
+        launched("geluForward");
+    }
+    void geluBackward(ConstDevPtr dOut, ConstDevPtr x, DevPtr dx, std::size_t n) override
+    {
+        if (n > 0)
+            geluBackwardKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(dOut.data, dOut.dtype, x.data, x.dtype, dx.data,
+                                                                        dx.dtype, n);
+        launched("geluBackward");
+    }
+    void swigluForward(ConstDevPtr x, int T, int f, DevPtr out) override
+    {
+        const std::size_t n = std::size_t(T) * std::size_t(f);
+        if (n > 0)
+            swigluKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, std::size_t(f), out.data, out.dtype, n);
+        launched("swigluForward");
+    }
+    void swigluBackward(ConstDevPtr dOut, ConstDevPtr x, int T, int f, DevPtr dx) override
+    {
+        const std::size_t n = std::size_t(T) * std::size_t(f);
+        if (n > 0)
+            swigluBackwardKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(dOut.data, dOut.dtype, x.data, x.dtype,
+                                                                          std::size_t(f), dx.data, dx.dtype, n);
+        launched("swigluBackward");
+    }
+
+    void rope(DevPtr, int, int, int, int, float, bool) override { notYet("rope"); }
+    void attentionForward(const AttentionShape&, ConstDevPtr, ConstDevPtr, ConstDevPtr, DevPtr, DevPtr) override
+    {
+        notYet("attentionForward");
+    }
+    void attentionBackward(const AttentionShape&, ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr,
+                           ConstDevPtr, DevPtr, DevPtr, DevPtr) override
+    {
+        notYet("attentionBackward");
+    }
+    double crossEntropy(ConstDevPtr, const int*, int, int, float, DevPtr) override
+    {
+        notYet("crossEntropy");
+        return 0;
+    }
+    void route(const RouterShape&, const float*, const Routing&) override { notYet("route"); }
+    double auxLoss(const RouterShape&, const Routing&, float, float*) override
+    {
+        notYet("auxLoss");
+        return 0;
+    }
+    void permute(const RouterShape&, const Routing&, ConstDevPtr, int, DevPtr) override { notYet("permute"); }
+    void combine(const RouterShape&, const Routing&, ConstDevPtr, int, DevPtr) override { notYet("combine"); }
+    void combineBackward(const RouterShape&, const Routing&, ConstDevPtr, ConstDevPtr, int, DevPtr, float*) override
+    {
+        notYet("combineBackward");
+    }
+    void permuteBackward(const RouterShape&, const Routing&, ConstDevPtr, int, DevPtr) override
+    {
+        notYet("permuteBackward");
+    }
+    void routerBackward(const RouterShape&, const Routing&, const float*, float*) override
+    {
+        notYet("routerBackward");
+    }
+
+    double sumSquares(ConstDevPtr x, std::size_t n) override
+    {
+        check(cudaMemsetAsync(m_scalar, 0, sizeof(double), m_stream), "cudaMemset");
+        if (n > 0)
+            sumSquaresKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, n, m_scalar);
+        launched("sumSquares");
+        double total = 0;
+        check(cudaMemcpyAsync(&total, m_scalar, sizeof(double), cudaMemcpyDeviceToHost, m_stream), "sumSquares");
+        check(cudaStreamSynchronize(m_stream), "sumSquares");
+        return total;
+    }
+
+    void adamw(DevPtr param, ConstDevPtr grad, DevPtr m, DevPtr v, std::size_t n, float lr, float beta1, float beta2,
+               float eps, float weightDecay, int step, float gradScale) override
+    {
+        if (param.dtype != DType::F32 || m.dtype != DType::F32 || v.dtype != DType::F32)
+            throw KernelError("cuda backend: adamw keeps fp32 master weights and moments, got " +
+                              std::string(dtypeName(param.dtype)) + " parameters");
+        if (step < 1)
+            throw KernelError("cuda backend: adamw: step must be at least 1, got " + std::to_string(step));
+        const float bc1 = float(1.0 - std::pow(double(beta1), step));
+        const float bc2 = float(1.0 - std::pow(double(beta2), step));
+        if (!(bc1 > 0.0f) || !(bc2 > 0.0f))
+            throw KernelError("cuda backend: adamw: beta1 and beta2 must lie in [0, 1)");
+        const math::AdamWStep constants{lr, beta1, beta2, eps, weightDecay, gradScale, bc1, bc2};
+        if (n > 0)
+            adamwKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(static_cast<float*>(param.data), grad.data, grad.dtype,
+                                                                 static_cast<float*>(m.data), static_cast<float*>(v.data),
+                                                                 n, constants);
+        launched("adamw");
+    }
+
+private:
+    static constexpr std::size_t kWorkspaceBytes = 32u << 20;   // cuBLASLt's, as Hopper's heuristics like
+
+    void launched(const char* what) { check(cudaGetLastError(), what); }
+    [[noreturn]] static void notYet(const char* operation)
+    {
+        throw KernelError(std::string("cuda backend: ") + operation +
+                          " is not on the device yet; run with backend \"cpu\" (or \"auto\")");
+    }
+
+    cudaStream_t m_stream = nullptr;
+    cublasLtHandle_t m_lt = nullptr;
+    void* m_workspace = nullptr;
+    double* m_scalar = nullptr;
+};
+
+}  // namespace
+
+DeviceStatus probeDevice()
+{
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0)
+        return {false, "no CUDA device: no NVIDIA driver is installed"};
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess)
+        return {false, std::string("no CUDA device: ") + cudaGetErrorString(status)};
+    if (count == 0)
+        return {false, "no CUDA device: the driver sees none"};
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, 0) != cudaSuccess)
+        return {false, "no CUDA device: cannot read device 0's properties"};
+    const std::string description = std::string(properties.name) + ", sm_" + std::to_string(properties.major) +
+                                    std::to_string(properties.minor) + ", " +
+                                    std::to_string(properties.totalGlobalMem >> 30) + " GiB";
+    // The kernels are built for sm_90 (with compute_90 PTX for newer chips).
+    if (properties.major < 9)
+        return {false, description + ": this build's kernels need compute capability 9.0 (Hopper) or newer"};
+    return {true, description};
+}
+
+std::unique_ptr<Backend> makeBackend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace meshbench::kernels::cuda

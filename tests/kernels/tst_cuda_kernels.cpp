@@ -1,0 +1,201 @@
+// kernels/cuda against kernels/cpu, operation by operation, on fresh random inputs: fp32 to a few
+// ulp of the CPU's result (the device's expf/erfcf are within 2 ulp of the host's; GEMMs reorder
+// their sums), bf16 against the CPU run on the same bf16-rounded inputs (only the accumulation
+// order and the output's rounding differ). Without a usable CUDA device - every development and
+// CI machine - each test skips, saying why; the device check runs them on a GPU.
+
+#include "kernels/backend_choice.h"
+#include "kernels/cpu/cpu_backend.h"
+#if MESHBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
+
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+using namespace meshbench::kernels;
+
+namespace {
+
+std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale = 1.0f)
+{
+    std::mt19937 engine(seed);
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> values(n);
+    for (float& v : values)
+        v = normal(engine);
+    return values;
+}
+
+// Round to the nearest bf16 (ties to even), as __float2bfloat16 does, kept in a float.
+float roundToBf16(float x)
+{
+    std::uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    bits &= 0xFFFF0000u;
+    std::memcpy(&x, &bits, sizeof bits);
+    return x;
+}
+
+struct Buffer {
+    Backend& backend;
+    DevPtr ptr;
+    Buffer(Backend& b, const std::vector<float>& values, DType dtype = DType::F32)
+        : backend(b), ptr(b.allocate(values.size(), dtype))
+    {
+        b.upload(ptr, values.data(), values.size());
+    }
+    ~Buffer() { backend.release(ptr); }
+    std::vector<float> read(std::size_t n) const
+    {
+        std::vector<float> out(n);
+        backend.download(out.data(), ptr, n);
+        return out;
+    }
+};
+
+// |got - want| <= tolerance x max(1, |want|) everywhere, or the first element that is not.
+QString farFrom(const std::vector<float>& got, const std::vector<float>& want, double tolerance)
+{
+    for (std::size_t i = 0; i < want.size(); ++i)
+        if (!(std::abs(double(got[i]) - double(want[i])) <= tolerance * std::max(1.0, std::abs(double(want[i])))))
+            return QStringLiteral("[%1]: cuda %2, cpu %3").arg(i).arg(got[i], 0, 'g', 9).arg(want[i], 0, 'g', 9);
+    return {};
+}
+
+}  // namespace
+
+class TestCudaKernels : public QObject {
+    Q_OBJECT
+
+private slots:
+    void init()
+    {
+        const DeviceStatus device = cudaDeviceStatus();
+        if (!device.usable)
+            QSKIP(qPrintable(QString::fromStdString(device.description)));
+#if MESHBENCH_HAVE_CUDA
+        m_cuda = cuda::makeBackend();
+#endif
+    }
+
+    void memoryRoundTrips()
+    {
+        const std::vector<float> x = randomValues(1000, 1);
+        QCOMPARE(Buffer(*m_cuda, x).read(x.size()), x);
+        std::vector<float> rounded(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i)
+            rounded[i] = roundToBf16(x[i]);
+        QCOMPARE(Buffer(*m_cuda, x, DType::BF16).read(x.size()), rounded);
+        Buffer filled(*m_cuda, x);
+        m_cuda->fill(filled.ptr, 2.5f, x.size());
+        QCOMPARE(filled.read(x.size()), std::vector<float>(x.size(), 2.5f));
+    }
+
+    void elementwiseMatchesTheCpu_data()
+    {
+        QTest::addColumn<int>("dtype");
+        QTest::newRow("f32") << int(DType::F32);
+        QTest::newRow("bf16") << int(DType::BF16);
+    }
+
+    void elementwiseMatchesTheCpu()
+    {
+        QFETCH(int, dtype);
+        const DType type = DType(dtype);
+        const int T = 37, f = 53;
+        std::vector<float> x = randomValues(std::size_t(T) * 2 * f, 2, 2.0f), dy = randomValues(std::size_t(T) * 2 * f, 3);
+        if (type == DType::BF16)
+            for (std::vector<float>* v : {&x, &dy})
+                for (float& e : *v)
+                    e = roundToBf16(e);
+        // fp32: a few ulp; bf16: the output's own rounding (2^-8) on top.
+        const double tolerance = type == DType::F32 ? 1e-6 : 1.0 / 256;
+        const std::size_t n = x.size(), half = std::size_t(T) * std::size_t(f);
+        const auto compare = [&](const char* what, auto run, std::size_t outSize) {
+            Buffer cx(m_cpu, x), cdy(m_cpu, dy), cout(m_cpu, std::vector<float>(n));
+            Buffer gx(*m_cuda, x, type), gdy(*m_cuda, dy, type), gout(*m_cuda, std::vector<float>(n), type);
+            run(m_cpu, cx.ptr, cdy.ptr, cout.ptr);
+            run(*m_cuda, gx.ptr, gdy.ptr, gout.ptr);
+            const QString problem = farFrom(gout.read(outSize), cout.read(outSize), tolerance);
+            QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
+        };
+        compare("gelu", [&](Backend& b, DevPtr in, DevPtr, DevPtr out) { b.geluForward(in, out, n); }, n);
+        compare("gelu backward", [&](Backend& b, DevPtr in, DevPtr d, DevPtr out) { b.geluBackward(d, in, out, n); }, n);
+        compare("swiglu", [&](Backend& b, DevPtr in, DevPtr, DevPtr out) { b.swigluForward(in, T, f, out); }, half);
+        compare("swiglu backward", [&](Backend& b, DevPtr in, DevPtr d, DevPtr out) { b.swigluBackward(d, in, T, f, out); }, n);
+        compare("add", [&](Backend& b, DevPtr in, DevPtr d, DevPtr) { b.add(in, d, n); }, 0);
+        compare("scale", [&](Backend& b, DevPtr in, DevPtr, DevPtr) { b.scale(in, 0.75f, n); }, 0);
+        Buffer cx(m_cpu, x), gx(*m_cuda, x, type);
+        const double cpu = m_cpu.sumSquares(cx.ptr, n), gpu = m_cuda->sumSquares(gx.ptr, n);
+        QVERIFY2(std::abs(gpu - cpu) <= 1e-12 * cpu, qPrintable(QStringLiteral("sum of squares %1 vs %2").arg(gpu).arg(cpu)));
+    }
+
+    void adamwMatchesTheCpu()
+    {
+        const std::size_t n = 4099;
+        const std::vector<float> p = randomValues(n, 4), g = randomValues(n, 5, 0.1f), m = randomValues(n, 6, 0.01f);
+        std::vector<float> v = randomValues(n, 7, 0.001f);
+        for (float& e : v)
+            e = e * e;
+        Buffer cp(m_cpu, p), cg(m_cpu, g), cm(m_cpu, m), cv(m_cpu, v);
+        Buffer gp(*m_cuda, p), gg(*m_cuda, g), gm(*m_cuda, m), gv(*m_cuda, v);
+        for (int step = 1; step <= 3; ++step) {
+            m_cpu.adamw(cp.ptr, cg.ptr, cm.ptr, cv.ptr, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+            m_cuda->adamw(gp.ptr, gg.ptr, gm.ptr, gv.ptr, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+        }
+        // The same function on both sides (elementwise_math.h); only sqrtf's rounding may differ.
+        for (const auto& [cpu, gpu] : {std::pair{&cp, &gp}, std::pair{&cm, &gm}, std::pair{&cv, &gv}}) {
+            const QString problem = farFrom(gpu->read(n), cpu->read(n), 1e-6);
+            QVERIFY2(problem.isEmpty(), qPrintable(problem));
+        }
+    }
+
+    void gemmMatchesTheCpu_data()
+    {
+        QTest::addColumn<bool>("transA");
+        QTest::addColumn<bool>("transB");
+        QTest::addColumn<int>("dtype");
+        for (int dtype : {int(DType::F32), int(DType::BF16)})
+            for (bool a : {false, true})
+                for (bool b : {false, true})
+                    QTest::addRow("%s %s %s", a ? "At" : "A", b ? "Bt" : "B", dtype == int(DType::F32) ? "f32" : "bf16")
+                        << a << b << dtype;
+    }
+
+    void gemmMatchesTheCpu()
+    {
+        QFETCH(bool, transA);
+        QFETCH(bool, transB);
+        QFETCH(int, dtype);
+        const DType type = DType(dtype);
+        const int M = 67, N = 45, K = 129;
+        std::vector<float> a = randomValues(std::size_t(M) * K, 8), b = randomValues(std::size_t(K) * N, 9),
+                           c = randomValues(std::size_t(M) * N, 10);
+        if (type == DType::BF16)
+            for (std::vector<float>* v : {&a, &b})
+                for (float& e : *v)
+                    e = roundToBf16(e);
+        const int lda = transA ? M : K, ldb = transB ? K : N;
+        Buffer ca(m_cpu, a), cb(m_cpu, b), cc(m_cpu, c);
+        Buffer ga(*m_cuda, a, type), gb(*m_cuda, b, type), gc(*m_cuda, c);   // fp32 output and accumulation
+        m_cpu.gemm(transA, transB, M, N, K, 0.5f, ca.ptr, lda, cb.ptr, ldb, 0.25f, cc.ptr, N);
+        m_cuda->gemm(transA, transB, M, N, K, 0.5f, ga.ptr, lda, gb.ptr, ldb, 0.25f, gc.ptr, N);
+        // Sums of K products of unit normals reordered: K x 2^-24 x sqrt(K) or so; 1e-4 is ample.
+        const QString problem = farFrom(gc.read(std::size_t(M) * N), cc.read(std::size_t(M) * N), 1e-4);
+        QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    }
+
+private:
+    CpuBackend m_cpu;
+    std::unique_ptr<Backend> m_cuda;
+};
+
+QTEST_APPLESS_MAIN(TestCudaKernels)
+#include "tst_cuda_kernels.moc"
