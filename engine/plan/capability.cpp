@@ -18,12 +18,12 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
             refusals->push_back({key, message()});
     };
 
-    // kernels/cuda has the memory, elementwise, GEMM and optimizer kernels; the model's other
+    // kernels/cuda has the memory, elementwise, RMSNorm, embedding, RoPE, GEMM and optimizer kernels; the model's other
     // operations are not on the device yet, so no run may ask for it (auto takes the CPU).
     if (spec.backend == BackendKind::Cuda)
         refuse("backend", [] {
-            return std::string("backend \"cuda\" is not in this build yet: attention, the norms, the embedding, RoPE, "
-                               "the cross-entropy and MoE routing are not on the device; set backend to \"cpu\" or "
+            return std::string("backend \"cuda\" is not in this build yet: attention, LayerNorm, the cross-entropy "
+                               "and MoE routing are not on the device; set backend to \"cpu\" or "
                                "\"auto\"");
         });
 

@@ -1,6 +1,6 @@
 // The CUDA backend: device memory, the elementwise kernels over kernels/elementwise_math.h (the
-// same functions the CPU backend runs), AdamW on fp32 master weights, sums of squares, and GEMMs
-// through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
+// same functions the CPU backend runs), RMSNorm, the embedding, RoPE, AdamW on fp32 master
+// weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
 // them; engine/plan's capability rule keeps such runs from starting.
 
 #include "kernels/cuda/cuda_device.h"
@@ -10,8 +10,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace meshbench::kernels::cuda {
 namespace {
@@ -134,6 +136,97 @@ __global__ void sumSquaresKernel(const void* x, DType dtype, std::size_t n, doub
     }
     if (threadIdx.x == 0)
         atomicAdd(total, partial[0]);
+}
+
+// The sum of one value per thread over the block (blockDim.x == kThreads), on every thread.
+__device__ float blockSum(float value)
+{
+    __shared__ float partial[kThreads];
+    partial[threadIdx.x] = value;
+    __syncthreads();
+    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride)
+            partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    const float total = partial[0];
+    __syncthreads();
+    return total;
+}
+
+// One block per row: out = x rstd gamma, rstd = 1 / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019).
+__global__ void rmsNormForwardKernel(const void* x, DType xType, const void* gamma, DType gType, int h, float eps,
+                                     void* out, DType outType, float* rstd)
+{
+    const std::size_t row = std::size_t(blockIdx.x) * std::size_t(h);
+    float squares = 0;
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x)) {
+        const float v = load(x, xType, row + std::size_t(j));
+        squares += v * v;
+    }
+    const float rs = 1.0f / sqrtf(blockSum(squares) / float(h) + eps);
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x))
+        store(out, outType, row + std::size_t(j), load(x, xType, row + std::size_t(j)) * rs * load(gamma, gType, std::size_t(j)));
+    if (threadIdx.x == 0)
+        rstd[blockIdx.x] = rs;
+}
+
+// With xhat = x rstd and g = dOut gamma: dx = rstd (g - xhat mean(g xhat)); dGamma += dOut xhat.
+__global__ void rmsNormBackwardKernel(const void* dOut, DType dType, const void* x, DType xType, const void* gamma,
+                                      DType gType, const float* rstd, int h, void* dx, DType dxType, float* dGamma)
+{
+    const std::size_t row = std::size_t(blockIdx.x) * std::size_t(h);
+    const float rs = rstd[blockIdx.x];
+    float dot = 0;
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x)) {
+        const std::size_t i = row + std::size_t(j);
+        const float xhat = load(x, xType, i) * rs, dy = load(dOut, dType, i);
+        dot += dy * load(gamma, gType, std::size_t(j)) * xhat;
+        atomicAdd(dGamma + j, dy * xhat);
+    }
+    const float meanGX = blockSum(dot) / float(h);
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x)) {
+        const std::size_t i = row + std::size_t(j);
+        const float xhat = load(x, xType, i) * rs;
+        store(dx, dxType, i, rs * (load(dOut, dType, i) * load(gamma, gType, std::size_t(j)) - xhat * meanGX));
+    }
+}
+
+__global__ void embeddingForwardKernel(const int* ids, const void* table, DType tType, int h, void* out, DType outType,
+                                       std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t t = i / std::size_t(h), j = i % std::size_t(h);
+        store(out, outType, i, load(table, tType, std::size_t(ids[t]) * std::size_t(h) + j));
+    }
+}
+
+// Repeated ids add up in whatever order the atomics land (the CPU adds in token order).
+__global__ void embeddingBackwardKernel(const int* ids, const void* dOut, DType dType, int h, float* dTable, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t t = i / std::size_t(h), j = i % std::size_t(h);
+        atomicAdd(dTable + std::size_t(ids[t]) * std::size_t(h) + j, load(dOut, dType, i));
+    }
+}
+
+// Half-split rotary pairs (i, i + d/2) by the angle table of position t mod seq (cosines and signed
+// sines [positions, d/2], computed on the host in double as the CPU backend does).
+__global__ void ropeKernel(void* x, DType dtype, int seq, int heads, int headDim, const float* cosines,
+                           const float* sines, std::size_t n)
+{
+    const int half = headDim / 2;
+    MESHBENCH_FOR_EACH(k, n)
+    {
+        const std::size_t i = k % std::size_t(half), rowIndex = k / std::size_t(half);
+        const std::size_t t = rowIndex / std::size_t(heads);
+        const std::size_t at = rowIndex * std::size_t(headDim) + i, table = (t % std::size_t(seq)) * std::size_t(half) + i;
+        const float a = load(x, dtype, at), b = load(x, dtype, at + std::size_t(half));
+        store(x, dtype, at, a * cosines[table] - b * sines[table]);
+        store(x, dtype, at + std::size_t(half), b * cosines[table] + a * sines[table]);
+    }
 }
 
 cudaDataType_t cudaTypeOf(DType dtype) { return dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
@@ -273,8 +366,27 @@ public:
         launched("scale");
     }
 
-    void embeddingForward(const int*, int, ConstDevPtr, int, DevPtr) override { notYet("embeddingForward"); }
-    void embeddingBackward(const int*, int, ConstDevPtr, int, DevPtr) override { notYet("embeddingBackward"); }
+    void embeddingForward(const int* ids, int T, ConstDevPtr table, int h, DevPtr out) override
+    {
+        const std::size_t n = std::size_t(T) * std::size_t(h);
+        if (n == 0)
+            return;
+        DeviceScratch<int> deviceIds(*this, ids, std::size_t(T));
+        embeddingForwardKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(deviceIds.data, table.data, table.dtype, h,
+                                                                         out.data, out.dtype, n);
+        launched("embeddingForward");
+    }
+    void embeddingBackward(const int* ids, int T, ConstDevPtr dOut, int h, DevPtr dTable) override
+    {
+        const std::size_t n = std::size_t(T) * std::size_t(h);
+        if (n == 0)
+            return;
+        requireF32(dTable, "embeddingBackward's table gradient");
+        DeviceScratch<int> deviceIds(*this, ids, std::size_t(T));
+        embeddingBackwardKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(deviceIds.data, dOut.data, dOut.dtype, h,
+                                                                          static_cast<float*>(dTable.data), n);
+        launched("embeddingBackward");
+    }
     void layerNormForward(ConstDevPtr, ConstDevPtr, ConstDevPtr, int, int, float, DevPtr, DevPtr, DevPtr) override
     {
         notYet("layerNormForward");
@@ -284,10 +396,23 @@ public:
     {
         notYet("layerNormBackward");
     }
-    void rmsNormForward(ConstDevPtr, ConstDevPtr, int, int, float, DevPtr, DevPtr) override { notYet("rmsNormForward"); }
-    void rmsNormBackward(ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, int, int, DevPtr, DevPtr) override
+    void rmsNormForward(ConstDevPtr x, ConstDevPtr gamma, int T, int h, float eps, DevPtr out, DevPtr rstd) override
     {
-        notYet("rmsNormBackward");
+        requireF32(rstd, "rmsNormForward's rstd");
+        if (T > 0)
+            rmsNormForwardKernel<<<unsigned(T), kThreads, 0, m_stream>>>(x.data, x.dtype, gamma.data, gamma.dtype, h, eps,
+                                                                         out.data, out.dtype, static_cast<float*>(rstd.data));
+        launched("rmsNormForward");
+    }
+    void rmsNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr rstd, int T, int h, DevPtr dx,
+                         DevPtr dGamma) override
+    {
+        requireF32(dGamma, "rmsNormBackward's gamma gradient");
+        if (T > 0)
+            rmsNormBackwardKernel<<<unsigned(T), kThreads, 0, m_stream>>>(
+                dOut.data, dOut.dtype, x.data, x.dtype, gamma.data, gamma.dtype, static_cast<const float*>(rstd.data), h,
+                dx.data, dx.dtype, static_cast<float*>(dGamma.data));
+        launched("rmsNormBackward");
     }
 
     void geluForward(ConstDevPtr x, DevPtr out, std::size_t n) override
@@ -319,7 +444,28 @@ public:
         launched("swigluBackward");
     }
 
-    void rope(DevPtr, int, int, int, int, float, bool) override { notYet("rope"); }
+    void rope(DevPtr x, int tokens, int seq, int heads, int headDim, float base, bool inverse) override
+    {
+        if (headDim % 2 != 0)
+            throw KernelError("cuda backend: rope needs an even head dimension, got " + std::to_string(headDim));
+        const int half = headDim / 2, positions = std::min(seq, tokens);
+        if (positions <= 0 || heads <= 0 || half == 0)
+            return;
+        // The CPU backend's table, bit for bit: the angles in double, then fp32 cosines and sines.
+        std::vector<float> cosines(std::size_t(positions) * std::size_t(half)), sines(cosines.size());
+        for (int p = 0; p < positions; ++p)
+            for (int i = 0; i < half; ++i) {
+                const double angle = p * std::pow(double(base), -2.0 * i / headDim);
+                cosines[std::size_t(p) * std::size_t(half) + std::size_t(i)] = float(std::cos(angle));
+                sines[std::size_t(p) * std::size_t(half) + std::size_t(i)] =
+                    float(inverse ? -std::sin(angle) : std::sin(angle));
+            }
+        DeviceScratch<float> deviceCos(*this, cosines.data(), cosines.size()), deviceSin(*this, sines.data(), sines.size());
+        const std::size_t n = std::size_t(tokens) * std::size_t(heads) * std::size_t(half);
+        ropeKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, seq, heads, headDim, deviceCos.data,
+                                                            deviceSin.data, n);
+        launched("rope");
+    }
     void attentionForward(const AttentionShape&, ConstDevPtr, ConstDevPtr, ConstDevPtr, DevPtr, DevPtr) override
     {
         notYet("attentionForward");
@@ -389,6 +535,32 @@ public:
 
 private:
     static constexpr std::size_t kWorkspaceBytes = 32u << 20;   // cuBLASLt's, as Hopper's heuristics like
+
+    // Host values copied to the device for one call, freed once the stream has used them.
+    template <typename T>
+    struct DeviceScratch {
+        CudaBackend& backend;
+        T* data = nullptr;
+        DeviceScratch(CudaBackend& b, const T* host, std::size_t n) : backend(b)
+        {
+            check(cudaMalloc(&data, n * sizeof(T)), "cudaMalloc (scratch)");
+            check(cudaMemcpyAsync(data, host, n * sizeof(T), cudaMemcpyHostToDevice, backend.m_stream), "scratch upload");
+        }
+        ~DeviceScratch()
+        {
+            cudaStreamSynchronize(backend.m_stream);
+            cudaFree(data);
+        }
+        DeviceScratch(const DeviceScratch&) = delete;
+        DeviceScratch& operator=(const DeviceScratch&) = delete;
+    };
+
+    static void requireF32(ConstDevPtr p, const char* what)
+    {
+        if (p.dtype != DType::F32)
+            throw KernelError(std::string("cuda backend: ") + what + " must be f32 (atomics accumulate in fp32), got " +
+                              std::string(dtypeName(p.dtype)));
+    }
 
     void launched(const char* what) { check(cudaGetLastError(), what); }
     [[noreturn]] static void notYet(const char* operation)

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using namespace meshbench::kernels;
@@ -135,6 +136,67 @@ private slots:
         Buffer cx(m_cpu, x), gx(*m_cuda, x, type);
         const double cpu = m_cpu.sumSquares(cx.ptr, n), gpu = m_cuda->sumSquares(gx.ptr, n);
         QVERIFY2(std::abs(gpu - cpu) <= 1e-12 * cpu, qPrintable(QStringLiteral("sum of squares %1 vs %2").arg(gpu).arg(cpu)));
+    }
+
+    void rowKernelsMatchTheCpu_data() { elementwiseMatchesTheCpu_data(); }
+
+    void rowKernelsMatchTheCpu()
+    {
+        // RMSNorm forward and backward, the embedding both ways (a repeated id), RoPE both ways:
+        // row reductions reordered across threads, so a few ulp of the row's scale in fp32.
+        QFETCH(int, dtype);
+        const DType type = DType(dtype);
+        const int T = 24, h = 96, heads = 4, headDim = 24, seq = 8, vocab = 11;
+        const double tolerance = type == DType::F32 ? 2e-6 : 1.0 / 128;
+        std::vector<float> x = randomValues(std::size_t(T) * h, 11), dy = randomValues(std::size_t(T) * h, 12),
+                           gamma = randomValues(std::size_t(h), 13), table = randomValues(std::size_t(vocab) * h, 14);
+        if (type == DType::BF16)
+            for (std::vector<float>* v : {&x, &dy, &table})
+                for (float& e : *v)
+                    e = roundToBf16(e);
+        std::vector<int> ids(static_cast<std::size_t>(T));
+        for (int t = 0; t < T; ++t)
+            ids[std::size_t(t)] = (t * 7) % vocab;   // every id, several twice
+        const std::size_t n = x.size();
+
+        Buffer cx(m_cpu, x), cdy(m_cpu, dy), cg(m_cpu, gamma), cout(m_cpu, std::vector<float>(n)),
+            crstd(m_cpu, std::vector<float>(std::size_t(T))), cdx(m_cpu, std::vector<float>(n)),
+            cdg(m_cpu, std::vector<float>(std::size_t(h), 0.5f));
+        Buffer gx(*m_cuda, x, type), gdy(*m_cuda, dy, type), gg(*m_cuda, gamma), gout(*m_cuda, std::vector<float>(n), type),
+            grstd(*m_cuda, std::vector<float>(std::size_t(T))), gdx(*m_cuda, std::vector<float>(n), type),
+            gdg(*m_cuda, std::vector<float>(std::size_t(h), 0.5f));
+        m_cpu.rmsNormForward(cx.ptr, cg.ptr, T, h, 1e-5f, cout.ptr, crstd.ptr);
+        m_cuda->rmsNormForward(gx.ptr, gg.ptr, T, h, 1e-5f, gout.ptr, grstd.ptr);
+        for (const auto& [what, gpu, cpu, size] : {std::tuple{"rms norm", &gout, &cout, n},
+                                                   std::tuple{"rstd", &grstd, &crstd, std::size_t(T)}}) {
+            const QString problem = farFrom(gpu->read(size), cpu->read(size), tolerance);
+            QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
+        }
+        m_cpu.rmsNormBackward(cdy.ptr, cx.ptr, cg.ptr, crstd.ptr, T, h, cdx.ptr, cdg.ptr);
+        m_cuda->rmsNormBackward(gdy.ptr, gx.ptr, gg.ptr, grstd.ptr, T, h, gdx.ptr, gdg.ptr);
+        // dGamma sums T rows: T ulp of the sum's scale.
+        for (const auto& [what, gpu, cpu, size, tol] :
+             {std::tuple{"rms norm dx", &gdx, &cdx, n, tolerance}, std::tuple{"rms norm dgamma", &gdg, &cdg, std::size_t(h), 1e-5}}) {
+            const QString problem = farFrom(gpu->read(size), cpu->read(size), tol);
+            QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
+        }
+
+        Buffer ct(m_cpu, table), gt(*m_cuda, table, type), cdt(m_cpu, std::vector<float>(table.size(), 0.25f)),
+            gdt(*m_cuda, std::vector<float>(table.size(), 0.25f));
+        m_cpu.embeddingForward(ids.data(), T, ct.ptr, h, cout.ptr);
+        m_cuda->embeddingForward(ids.data(), T, gt.ptr, h, gout.ptr);
+        QCOMPARE(gout.read(n), cout.read(n));   // a copy: exact
+        m_cpu.embeddingBackward(ids.data(), T, cdy.ptr, h, cdt.ptr);
+        m_cuda->embeddingBackward(ids.data(), T, gdy.ptr, h, gdt.ptr);
+        QString problem = farFrom(gdt.read(table.size()), cdt.read(table.size()), 1e-6);
+        QVERIFY2(problem.isEmpty(), qPrintable("embedding backward" + problem));
+
+        for (const bool inverse : {false, true}) {
+            m_cpu.rope(cx.ptr, T, seq, heads, headDim, 10000.0f, inverse);
+            m_cuda->rope(gx.ptr, T, seq, heads, headDim, 10000.0f, inverse);
+            problem = farFrom(gx.read(n), cx.read(n), tolerance);
+            QVERIFY2(problem.isEmpty(), qPrintable(QStringLiteral("rope inverse=%1").arg(inverse) + problem));
+        }
     }
 
     void adamwMatchesTheCpu()
