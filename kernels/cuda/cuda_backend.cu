@@ -1,6 +1,6 @@
 // The CUDA backend: device memory, the elementwise kernels over kernels/elementwise_math.h (the
-// same functions the CPU backend runs), RMSNorm, the embedding, RoPE, AdamW on fp32 master
-// weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
+// same functions the CPU backend runs), both norms, the embedding, RoPE, the cross-entropy, AdamW
+// on fp32 master weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
 // them; engine/plan's capability rule keeps such runs from starting.
 
 #include "kernels/cuda/cuda_device.h"
@@ -138,20 +138,28 @@ __global__ void sumSquaresKernel(const void* x, DType dtype, std::size_t n, doub
         atomicAdd(total, partial[0]);
 }
 
-// The sum of one value per thread over the block (blockDim.x == kThreads), on every thread.
-__device__ float blockSum(float value)
+// The sum (or maximum) of one value per thread over the block (blockDim.x == kThreads), on every
+// thread.
+template <typename T, typename Combine>
+__device__ T blockReduce(T value, Combine combine)
 {
-    __shared__ float partial[kThreads];
+    __shared__ T partial[kThreads];
     partial[threadIdx.x] = value;
     __syncthreads();
     for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
         if (threadIdx.x < stride)
-            partial[threadIdx.x] += partial[threadIdx.x + stride];
+            partial[threadIdx.x] = combine(partial[threadIdx.x], partial[threadIdx.x + stride]);
         __syncthreads();
     }
-    const float total = partial[0];
+    const T total = partial[0];
     __syncthreads();
     return total;
+}
+
+template <typename T>
+__device__ T blockSum(T value)
+{
+    return blockReduce(value, [](T a, T b) { return a + b; });
 }
 
 // One block per row: out = x rstd gamma, rstd = 1 / sqrt(mean(x^2) + eps) (Zhang & Sennrich 2019).
@@ -190,6 +198,86 @@ __global__ void rmsNormBackwardKernel(const void* dOut, DType dType, const void*
         const float xhat = load(x, xType, i) * rs;
         store(dx, dxType, i, rs * (load(dOut, dType, i) * load(gamma, gType, std::size_t(j)) - xhat * meanGX));
     }
+}
+
+// One block per row; two passes for the statistics (mean, then the centred sum of squares), as the
+// CPU backend: E[x^2] - mean^2 would cancel badly for rows with a large offset.
+__global__ void layerNormForwardKernel(const void* x, DType xType, const void* gamma, DType gType, const void* beta,
+                                       DType bType, int h, float eps, void* out, DType outType, float* mean, float* rstd)
+{
+    const std::size_t row = std::size_t(blockIdx.x) * std::size_t(h);
+    float sum = 0;
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x))
+        sum += load(x, xType, row + std::size_t(j));
+    const float mu = blockSum(sum) / float(h);
+    float squares = 0;
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x)) {
+        const float c = load(x, xType, row + std::size_t(j)) - mu;
+        squares += c * c;
+    }
+    const float rs = 1.0f / sqrtf(blockSum(squares) / float(h) + eps);
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x)) {
+        const std::size_t i = row + std::size_t(j);
+        store(out, outType, i,
+              (load(x, xType, i) - mu) * rs * load(gamma, gType, std::size_t(j)) + load(beta, bType, std::size_t(j)));
+    }
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+
+// Ba et al. 2016 through the mean and the variance: with xhat = (x - mean) rstd and g = dOut gamma,
+// dx = rstd (g - mean(g) - xhat mean(g xhat)); dGamma += dOut xhat; dBeta += dOut.
+__global__ void layerNormBackwardKernel(const void* dOut, DType dType, const void* x, DType xType, const void* gamma,
+                                        DType gType, const float* mean, const float* rstd, int h, void* dx,
+                                        DType dxType, float* dGamma, float* dBeta)
+{
+    const std::size_t row = std::size_t(blockIdx.x) * std::size_t(h);
+    const float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
+    float g = 0, gx = 0;
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x)) {
+        const std::size_t i = row + std::size_t(j);
+        const float xhat = (load(x, xType, i) - mu) * rs, dy = load(dOut, dType, i);
+        const float scaled = dy * load(gamma, gType, std::size_t(j));
+        g += scaled;
+        gx += scaled * xhat;
+        atomicAdd(dGamma + j, dy * xhat);
+        atomicAdd(dBeta + j, dy);
+    }
+    const float meanG = blockSum(g) / float(h), meanGX = blockSum(gx) / float(h);
+    for (int j = int(threadIdx.x); j < h; j += int(blockDim.x)) {
+        const std::size_t i = row + std::size_t(j);
+        const float xhat = (load(x, xType, i) - mu) * rs;
+        store(dx, dxType, i, rs * (load(dOut, dType, i) * load(gamma, gType, std::size_t(j)) - meanG - xhat * meanGX));
+    }
+}
+
+// One block per token: loss = logsumexp(row) - row[target] (the row maximum subtracted before exp),
+// summed into *loss; dLogits = gradScale (softmax - onehot). Every read of a row happens before any
+// write to it, so dLogits may alias logits.
+__global__ void crossEntropyKernel(const void* logits, DType lType, const int* targets, int V, float gradScale,
+                                   void* dLogits, DType dType, double* loss)
+{
+    const std::size_t row = std::size_t(blockIdx.x) * std::size_t(V);
+    float best = -INFINITY;
+    for (int j = int(threadIdx.x); j < V; j += int(blockDim.x))
+        best = fmaxf(best, load(logits, lType, row + std::size_t(j)));
+    const float mx = blockReduce(best, [](float a, float b) { return fmaxf(a, b); });
+    const int target = targets[blockIdx.x];
+    const float targetLogit = load(logits, lType, row + std::size_t(target));
+    double sum = 0;
+    for (int j = int(threadIdx.x); j < V; j += int(blockDim.x))
+        sum += double(expf(load(logits, lType, row + std::size_t(j)) - mx));
+    const double total = blockSum(sum);   // its barriers also order the reads above before the writes
+    const float factor = float(double(gradScale) / total);
+    for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) {
+        const std::size_t i = row + std::size_t(j);
+        const float e = expf(load(logits, lType, i) - mx);
+        store(dLogits, dType, i, e * factor - (j == target ? gradScale : 0.0f));
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(loss, double(mx) + log(total) - double(targetLogit));
 }
 
 __global__ void embeddingForwardKernel(const int* ids, const void* table, DType tType, int h, void* out, DType outType,
@@ -387,14 +475,28 @@ public:
                                                                           static_cast<float*>(dTable.data), n);
         launched("embeddingBackward");
     }
-    void layerNormForward(ConstDevPtr, ConstDevPtr, ConstDevPtr, int, int, float, DevPtr, DevPtr, DevPtr) override
+    void layerNormForward(ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr beta, int T, int h, float eps, DevPtr out,
+                          DevPtr mean, DevPtr rstd) override
     {
-        notYet("layerNormForward");
+        requireF32(mean, "layerNormForward's mean");
+        requireF32(rstd, "layerNormForward's rstd");
+        if (T > 0)
+            layerNormForwardKernel<<<unsigned(T), kThreads, 0, m_stream>>>(
+                x.data, x.dtype, gamma.data, gamma.dtype, beta.data, beta.dtype, h, eps, out.data, out.dtype,
+                static_cast<float*>(mean.data), static_cast<float*>(rstd.data));
+        launched("layerNormForward");
     }
-    void layerNormBackward(ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, int, int, DevPtr, DevPtr,
-                           DevPtr) override
+    void layerNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr mean, ConstDevPtr rstd,
+                           int T, int h, DevPtr dx, DevPtr dGamma, DevPtr dBeta) override
     {
-        notYet("layerNormBackward");
+        requireF32(dGamma, "layerNormBackward's gamma gradient");
+        requireF32(dBeta, "layerNormBackward's beta gradient");
+        if (T > 0)
+            layerNormBackwardKernel<<<unsigned(T), kThreads, 0, m_stream>>>(
+                dOut.data, dOut.dtype, x.data, x.dtype, gamma.data, gamma.dtype, static_cast<const float*>(mean.data),
+                static_cast<const float*>(rstd.data), h, dx.data, dx.dtype, static_cast<float*>(dGamma.data),
+                static_cast<float*>(dBeta.data));
+        launched("layerNormBackward");
     }
     void rmsNormForward(ConstDevPtr x, ConstDevPtr gamma, int T, int h, float eps, DevPtr out, DevPtr rstd) override
     {
@@ -475,10 +577,24 @@ public:
     {
         notYet("attentionBackward");
     }
-    double crossEntropy(ConstDevPtr, const int*, int, int, float, DevPtr) override
+    double crossEntropy(ConstDevPtr logits, const int* targets, int T, int V, float gradScale, DevPtr dLogits) override
     {
-        notYet("crossEntropy");
-        return 0;
+        // Every target checked before anything is written: dLogits may alias logits.
+        for (int t = 0; t < T; ++t)
+            if (targets[t] < 0 || targets[t] >= V)
+                throw KernelError("cuda backend: crossEntropy: target " + std::to_string(targets[t]) + " of token " +
+                                  std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+        if (T <= 0)
+            return 0;
+        DeviceScratch<int> deviceTargets(*this, targets, std::size_t(T));
+        check(cudaMemsetAsync(m_scalar, 0, sizeof(double), m_stream), "cudaMemset");
+        crossEntropyKernel<<<unsigned(T), kThreads, 0, m_stream>>>(logits.data, logits.dtype, deviceTargets.data, V,
+                                                                   gradScale, dLogits.data, dLogits.dtype, m_scalar);
+        launched("crossEntropy");
+        double loss = 0;
+        check(cudaMemcpyAsync(&loss, m_scalar, sizeof(double), cudaMemcpyDeviceToHost, m_stream), "crossEntropy");
+        check(cudaStreamSynchronize(m_stream), "crossEntropy");
+        return loss;
     }
     void route(const RouterShape&, const float*, const Routing&) override { notYet("route"); }
     double auxLoss(const RouterShape&, const Routing&, float, float*) override

@@ -181,6 +181,21 @@ private slots:
             QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
         }
 
+        // LayerNorm, with beta = the first row of dy.
+        Buffer cmean(m_cpu, std::vector<float>(std::size_t(T))), gmean(*m_cuda, std::vector<float>(std::size_t(T))),
+            cdb(m_cpu, std::vector<float>(std::size_t(h), -0.5f)), gdb(*m_cuda, std::vector<float>(std::size_t(h), -0.5f));
+        m_cpu.layerNormForward(cx.ptr, cg.ptr, cdy.ptr, T, h, 1e-5f, cout.ptr, cmean.ptr, crstd.ptr);
+        m_cuda->layerNormForward(gx.ptr, gg.ptr, gdy.ptr, T, h, 1e-5f, gout.ptr, gmean.ptr, grstd.ptr);
+        m_cpu.layerNormBackward(cdy.ptr, cx.ptr, cg.ptr, cmean.ptr, crstd.ptr, T, h, cdx.ptr, cdg.ptr, cdb.ptr);
+        m_cuda->layerNormBackward(gdy.ptr, gx.ptr, gg.ptr, gmean.ptr, grstd.ptr, T, h, gdx.ptr, gdg.ptr, gdb.ptr);
+        for (const auto& [what, gpu, cpu, size, tol] :
+             {std::tuple{"layer norm", &gout, &cout, n, tolerance}, std::tuple{"mean", &gmean, &cmean, std::size_t(T), 2e-6},
+              std::tuple{"layer norm dx", &gdx, &cdx, n, tolerance}, std::tuple{"dgamma", &gdg, &cdg, std::size_t(h), 1e-5},
+              std::tuple{"dbeta", &gdb, &cdb, std::size_t(h), 1e-5}}) {
+            const QString problem = farFrom(gpu->read(size), cpu->read(size), tol);
+            QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
+        }
+
         Buffer ct(m_cpu, table), gt(*m_cuda, table, type), cdt(m_cpu, std::vector<float>(table.size(), 0.25f)),
             gdt(*m_cuda, std::vector<float>(table.size(), 0.25f));
         m_cpu.embeddingForward(ids.data(), T, ct.ptr, h, cout.ptr);
@@ -197,6 +212,24 @@ private slots:
             problem = farFrom(gx.read(n), cx.read(n), tolerance);
             QVERIFY2(problem.isEmpty(), qPrintable(QStringLiteral("rope inverse=%1").arg(inverse) + problem));
         }
+    }
+
+    void crossEntropyMatchesTheCpu()
+    {
+        // Loss summed in double on both sides; the gradient written over the logits (aliasing).
+        const int T = 19, V = 1000;
+        const std::vector<float> logits = randomValues(std::size_t(T) * V, 15, 3.0f);
+        std::vector<int> targets(static_cast<std::size_t>(T));
+        for (int t = 0; t < T; ++t)
+            targets[std::size_t(t)] = (t * 97) % V;
+        Buffer c(m_cpu, logits), g(*m_cuda, logits);
+        const double cpu = m_cpu.crossEntropy(c.ptr, targets.data(), T, V, 0.125f, c.ptr);
+        const double gpu = m_cuda->crossEntropy(g.ptr, targets.data(), T, V, 0.125f, g.ptr);
+        QVERIFY2(std::abs(gpu - cpu) <= 1e-6 * cpu, qPrintable(QStringLiteral("loss %1 vs %2").arg(gpu).arg(cpu)));
+        const QString problem = farFrom(g.read(logits.size()), c.read(logits.size()), 1e-6);
+        QVERIFY2(problem.isEmpty(), qPrintable(problem));
+        const int bad[1] = {V};
+        QVERIFY_THROWS_EXCEPTION(KernelError, m_cuda->crossEntropy(g.ptr, bad, 1, V, 1.0f, g.ptr));
     }
 
     void adamwMatchesTheCpu()
