@@ -18,12 +18,12 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
             refusals->push_back({key, message()});
     };
 
-    // kernels/cuda has every dense operation but attention; attention and the MoE kernels are not
-    // on the device yet, so no run may ask for it (auto takes the CPU).
+    // kernels/cuda has every operation but attention, which is not on the device yet: no run may
+    // ask for it (auto takes the CPU).
     if (spec.backend == BackendKind::Cuda)
         refuse("backend", [] {
-            return std::string("backend \"cuda\" is not in this build yet: attention and the MoE kernels "
-                               "(routing, permute, combine) are not on the device; set backend to \"cpu\" or \"auto\"");
+            return std::string("backend \"cuda\" is not in this build yet: attention is not on the device; set "
+                               "backend to \"cpu\" or \"auto\"");
         });
 
     // Rotary position embeddings rotate pairs of a head's dimensions (kernels' rope).

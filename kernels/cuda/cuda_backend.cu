@@ -1,8 +1,10 @@
 // The CUDA backend: device memory, the elementwise kernels over kernels/elementwise_math.h (the
-// same functions the CPU backend runs), both norms, the embedding, RoPE, the cross-entropy, AdamW
-// on fp32 master weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
+// same functions the CPU backend runs), both norms, the embedding, RoPE, the cross-entropy, the MoE
+// permute and combine (the router itself works on the interface's host arrays, with the CPU
+// backend's code), AdamW on fp32 master weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
 // them; engine/plan's capability rule keeps such runs from starting.
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/elementwise_math.h"
 
@@ -278,6 +280,83 @@ __global__ void crossEntropyKernel(const void* logits, DType lType, const int* t
     }
     if (threadIdx.x == 0)
         atomicAdd(loss, double(mx) + log(total) - double(targetLogit));
+}
+
+// MoE: the permuted buffer is [E x capacity, h]; tokenOfRow, rowOf and weightOf are the routing's
+// maps (device copies).
+__global__ void permuteKernel(const int* tokenOfRow, const void* x, DType xType, int h, void* permuted, DType pType,
+                              std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t row = i / std::size_t(h), c = i % std::size_t(h);
+        const int t = tokenOfRow[row];
+        store(permuted, pType, i, t < 0 ? 0.0f : load(x, xType, std::size_t(t) * std::size_t(h) + c));
+    }
+}
+
+__global__ void combineKernel(const int* rowOf, const float* weightOf, int topK, const void* expertOut, DType eType,
+                              int h, void* out, DType oType, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t t = i / std::size_t(h), c = i % std::size_t(h);
+        float sum = 0;
+        for (int j = 0; j < topK; ++j) {
+            const std::size_t slot = t * std::size_t(topK) + std::size_t(j);
+            if (rowOf[slot] >= 0)
+                sum += weightOf[slot] * load(expertOut, eType, std::size_t(rowOf[slot]) * std::size_t(h) + c);
+        }
+        store(out, oType, i, sum);
+    }
+}
+
+// dExpertOut[row] = weight dOut[token]: the row's slot is found among its token's topK.
+__global__ void combineBackwardRowsKernel(const int* tokenOfRow, const int* rowOf, const float* weightOf, int topK,
+                                          const void* dOut, DType dType, int h, void* dExpertOut, DType eType,
+                                          std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t row = i / std::size_t(h), c = i % std::size_t(h);
+        const int t = tokenOfRow[row];
+        float w = 0;
+        for (int j = 0; t >= 0 && j < topK; ++j)
+            if (rowOf[std::size_t(t) * std::size_t(topK) + std::size_t(j)] == int(row))
+                w = weightOf[std::size_t(t) * std::size_t(topK) + std::size_t(j)];
+        store(dExpertOut, eType, i, t < 0 ? 0.0f : w * load(dOut, dType, std::size_t(t) * std::size_t(h) + c));
+    }
+}
+
+// One block per slot: dWeight = dOut[token] . expertOut[row] in double (0 for a dropped slot).
+__global__ void combineBackwardWeightsKernel(const int* rowOf, int topK, const void* dOut, DType dType,
+                                             const void* expertOut, DType eType, int h, float* dWeight)
+{
+    const std::size_t slot = blockIdx.x, t = slot / std::size_t(topK);
+    const int row = rowOf[slot];
+    double dot = 0;
+    for (int c = int(threadIdx.x); row >= 0 && c < h; c += int(blockDim.x))
+        dot += double(load(dOut, dType, t * std::size_t(h) + std::size_t(c))) *
+               double(load(expertOut, eType, std::size_t(row) * std::size_t(h) + std::size_t(c)));
+    const double total = blockSum(dot);
+    if (threadIdx.x == 0)
+        dWeight[slot] = row < 0 ? 0.0f : float(total);
+}
+
+__global__ void permuteBackwardKernel(const int* rowOf, int topK, const void* dPermuted, DType pType, int h, void* dx,
+                                      DType dxType, std::size_t n)
+{
+    MESHBENCH_FOR_EACH(i, n)
+    {
+        const std::size_t t = i / std::size_t(h), c = i % std::size_t(h);
+        float sum = load(dx, dxType, i);
+        for (int j = 0; j < topK; ++j) {
+            const int row = rowOf[t * std::size_t(topK) + std::size_t(j)];
+            if (row >= 0)
+                sum += load(dPermuted, pType, std::size_t(row) * std::size_t(h) + c);
+        }
+        store(dx, dxType, i, sum);
+    }
 }
 
 __global__ void embeddingForwardKernel(const int* ids, const void* table, DType tType, int h, void* out, DType outType,
@@ -596,25 +675,74 @@ public:
         check(cudaStreamSynchronize(m_stream), "crossEntropy");
         return loss;
     }
-    void route(const RouterShape&, const float*, const Routing&) override { notYet("route"); }
-    double auxLoss(const RouterShape&, const Routing&, float, float*) override
+    // The router's softmax, top-k, capacity and load-balancing loss work on host arrays (the
+    // interface's routing metadata): the CPU backend's code, shared.
+    void route(const RouterShape& shape, const float* logits, const Routing& routing) override
     {
-        notYet("auxLoss");
-        return 0;
+        m_host.route(shape, logits, routing);
     }
-    void permute(const RouterShape&, const Routing&, ConstDevPtr, int, DevPtr) override { notYet("permute"); }
-    void combine(const RouterShape&, const Routing&, ConstDevPtr, int, DevPtr) override { notYet("combine"); }
-    void combineBackward(const RouterShape&, const Routing&, ConstDevPtr, ConstDevPtr, int, DevPtr, float*) override
+    double auxLoss(const RouterShape& shape, const Routing& routing, float coef, float* dLogits) override
     {
-        notYet("combineBackward");
+        return m_host.auxLoss(shape, routing, coef, dLogits);
     }
-    void permuteBackward(const RouterShape&, const Routing&, ConstDevPtr, int, DevPtr) override
+    void routerBackward(const RouterShape& shape, const Routing& routing, const float* dWeight, float* dLogits) override
     {
-        notYet("permuteBackward");
+        m_host.routerBackward(shape, routing, dWeight, dLogits);
     }
-    void routerBackward(const RouterShape&, const Routing&, const float*, float*) override
+    void permute(const RouterShape& shape, const Routing& routing, ConstDevPtr x, int h, DevPtr permuted) override
     {
-        notYet("routerBackward");
+        const std::size_t rows = std::size_t(shape.experts) * std::size_t(shape.capacity), n = rows * std::size_t(h);
+        if (n == 0)
+            return;
+        DeviceScratch<int> tokenOfRow(*this, routing.tokenOfRow, rows);
+        permuteKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(tokenOfRow.data, x.data, x.dtype, h, permuted.data,
+                                                               permuted.dtype, n);
+        launched("permute");
+    }
+    void combine(const RouterShape& shape, const Routing& routing, ConstDevPtr expertOut, int h, DevPtr out) override
+    {
+        const std::size_t slots = std::size_t(shape.tokens) * std::size_t(shape.topK);
+        const std::size_t n = std::size_t(shape.tokens) * std::size_t(h);
+        if (n == 0)
+            return;
+        DeviceScratch<int> rowOf(*this, routing.rowOf, slots);
+        DeviceScratch<float> weightOf(*this, routing.weightOf, slots);
+        combineKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(rowOf.data, weightOf.data, shape.topK, expertOut.data,
+                                                               expertOut.dtype, h, out.data, out.dtype, n);
+        launched("combine");
+    }
+    void combineBackward(const RouterShape& shape, const Routing& routing, ConstDevPtr dOut, ConstDevPtr expertOut,
+                         int h, DevPtr dExpertOut, float* dWeight) override
+    {
+        const std::size_t slots = std::size_t(shape.tokens) * std::size_t(shape.topK);
+        const std::size_t rows = std::size_t(shape.experts) * std::size_t(shape.capacity), n = rows * std::size_t(h);
+        if (slots == 0)
+            return;
+        DeviceScratch<int> rowOf(*this, routing.rowOf, slots), tokenOfRow(*this, routing.tokenOfRow, rows);
+        DeviceScratch<float> weightOf(*this, routing.weightOf, slots), deviceWeight(*this, dWeight, slots);
+        if (n > 0)
+            combineBackwardRowsKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(tokenOfRow.data, rowOf.data,
+                                                                              weightOf.data, shape.topK, dOut.data,
+                                                                              dOut.dtype, h, dExpertOut.data,
+                                                                              dExpertOut.dtype, n);
+        combineBackwardWeightsKernel<<<unsigned(slots), kThreads, 0, m_stream>>>(
+            rowOf.data, shape.topK, dOut.data, dOut.dtype, expertOut.data, expertOut.dtype, h, deviceWeight.data);
+        launched("combineBackward");
+        check(cudaMemcpyAsync(dWeight, deviceWeight.data, slots * sizeof(float), cudaMemcpyDeviceToHost, m_stream),
+              "combineBackward");
+        check(cudaStreamSynchronize(m_stream), "combineBackward");
+    }
+    void permuteBackward(const RouterShape& shape, const Routing& routing, ConstDevPtr dPermuted, int h,
+                         DevPtr dx) override
+    {
+        const std::size_t slots = std::size_t(shape.tokens) * std::size_t(shape.topK);
+        const std::size_t n = std::size_t(shape.tokens) * std::size_t(h);
+        if (n == 0)
+            return;
+        DeviceScratch<int> rowOf(*this, routing.rowOf, slots);
+        permuteBackwardKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(rowOf.data, shape.topK, dPermuted.data,
+                                                                       dPermuted.dtype, h, dx.data, dx.dtype, n);
+        launched("permuteBackward");
     }
 
     double sumSquares(ConstDevPtr x, std::size_t n) override
@@ -685,6 +813,7 @@ private:
                           " is not on the device yet; run with backend \"cpu\" (or \"auto\")");
     }
 
+    CpuBackend m_host;   // the host-side routing
     cudaStream_t m_stream = nullptr;
     cublasLtHandle_t m_lt = nullptr;
     void* m_workspace = nullptr;

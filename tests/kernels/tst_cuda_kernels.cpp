@@ -12,6 +12,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -230,6 +231,45 @@ private slots:
         QVERIFY2(problem.isEmpty(), qPrintable(problem));
         const int bad[1] = {V};
         QVERIFY_THROWS_EXCEPTION(KernelError, m_cuda->crossEntropy(g.ptr, bad, 1, V, 1.0f, g.ptr));
+    }
+
+    void moeKernelsMatchTheCpu()
+    {
+        // A routing with dropped tokens (capacity factor 1), made by the CPU router; the device's
+        // permute, combine and their backwards against the CPU's on it.
+        const int T = 32, E = 4, K = 2, h = 16;
+        const RouterShape shape{T, E, K, routerCapacity(T, E, K, 1.0)};
+        const std::size_t rows = std::size_t(E) * std::size_t(shape.capacity), slotCount = std::size_t(T) * K;
+        std::vector<float> logits = randomValues(std::size_t(T) * E, 16, 2.0f), probs(logits.size()), weightOf(slotCount);
+        std::vector<int> expertOf(slotCount), rowOf(slotCount), tokenOfRow(rows), countOf(static_cast<std::size_t>(E)),
+            routedOf(static_cast<std::size_t>(E));
+        const Routing routing{probs.data(), expertOf.data(), weightOf.data(), rowOf.data(), tokenOfRow.data(),
+                              countOf.data(), routedOf.data()};
+        m_cpu.route(shape, logits.data(), routing);
+        QVERIFY(std::count(rowOf.begin(), rowOf.end(), -1) > 0);   // some dropped, so the test covers them
+
+        const std::vector<float> x = randomValues(std::size_t(T) * h, 17), expertOut = randomValues(rows * h, 18),
+                                 dOut = randomValues(std::size_t(T) * h, 19), start = randomValues(std::size_t(T) * h, 20);
+        Buffer cx(m_cpu, x), gx(*m_cuda, x), ce(m_cpu, expertOut), ge(*m_cuda, expertOut), cd(m_cpu, dOut),
+            gd(*m_cuda, dOut), cp(m_cpu, std::vector<float>(rows * h, 9.0f)), gp(*m_cuda, std::vector<float>(rows * h, 9.0f)),
+            co(m_cpu, std::vector<float>(std::size_t(T) * h)), go(*m_cuda, std::vector<float>(std::size_t(T) * h)),
+            cdx(m_cpu, start), gdx(*m_cuda, start);
+        m_cpu.permute(shape, routing, cx.ptr, h, cp.ptr);
+        m_cuda->permute(shape, routing, gx.ptr, h, gp.ptr);
+        QCOMPARE(gp.read(rows * h), cp.read(rows * h));   // copies and zeros: exact
+        m_cpu.combine(shape, routing, ce.ptr, h, co.ptr);
+        m_cuda->combine(shape, routing, ge.ptr, h, go.ptr);
+        QString problem = farFrom(go.read(std::size_t(T) * h), co.read(std::size_t(T) * h), 1e-6);
+        QVERIFY2(problem.isEmpty(), qPrintable("combine" + problem));
+        std::vector<float> cpuWeight(slotCount), gpuWeight(slotCount);
+        m_cpu.combineBackward(shape, routing, cd.ptr, ce.ptr, h, cp.ptr, cpuWeight.data());
+        m_cuda->combineBackward(shape, routing, gd.ptr, ge.ptr, h, gp.ptr, gpuWeight.data());
+        problem = farFrom(gp.read(rows * h), cp.read(rows * h), 1e-6) + farFrom(gpuWeight, cpuWeight, 1e-6);
+        QVERIFY2(problem.isEmpty(), qPrintable("combine backward" + problem));
+        m_cpu.permuteBackward(shape, routing, cp.ptr, h, cdx.ptr);
+        m_cuda->permuteBackward(shape, routing, gp.ptr, h, gdx.ptr);
+        problem = farFrom(gdx.read(std::size_t(T) * h), cdx.read(std::size_t(T) * h), 1e-6);
+        QVERIFY2(problem.isEmpty(), qPrintable("permute backward" + problem));
     }
 
     void adamwMatchesTheCpu()
