@@ -18,12 +18,12 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
             refusals->push_back({key, message()});
     };
 
-    // kernels/cuda has every operation but attention, which is not on the device yet: no run may
-    // ask for it (auto takes the CPU).
+    // kernels/cuda has every operation of the model, but its kernels have not yet been checked on a
+    // GPU against the CPU's: until they have, no run may ask for it (auto takes the CPU).
     if (spec.backend == BackendKind::Cuda)
         refuse("backend", [] {
-            return std::string("backend \"cuda\" is not in this build yet: attention is not on the device; set "
-                               "backend to \"cpu\" or \"auto\"");
+            return std::string("backend \"cuda\" is not in this build yet: its kernels have not been checked on a "
+                               "GPU; set backend to \"cpu\" or \"auto\"");
         });
 
     // Rotary position embeddings rotate pairs of a head's dimensions (kernels' rope).

@@ -1,8 +1,9 @@
 // The CUDA backend: device memory, the elementwise kernels over kernels/elementwise_math.h (the
 // same functions the CPU backend runs), both norms, the embedding, RoPE, the cross-entropy, the MoE
 // permute and combine (the router itself works on the interface's host arrays, with the CPU
-// backend's code), AdamW on fp32 master weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
-// them; engine/plan's capability rule keeps such runs from starting.
+// backend's code), causal attention (a simple online-softmax kernel), AdamW on fp32 master
+// weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
+// them.
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_device.h"
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace meshbench::kernels::cuda {
@@ -359,6 +361,143 @@ __global__ void permuteBackwardKernel(const int* rowOf, int topK, const void* dP
     }
 }
 
+// Causal attention with grouped query heads, one warp per query row (b, head, i): an online softmax
+// over keys 0..i (Milakov & Gimelshein 2018; FlashAttention's forward without its tiles), each lane
+// holding headDim / 32 dimensions of q and of the output, so no score row is ever stored. Saves
+// lse = max + log(sum) per row [B, H, S]. The simple form: correct for any shape, far from the
+// tensor cores' speed.
+constexpr int kWarp = 32;
+constexpr int kMaxDimsPerLane = 8;   // head dimensions up to 256
+
+__device__ float warpSum(float value)
+{
+    for (int offset = kWarp / 2; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
+    return value;
+}
+
+struct AttentionIndex {
+    AttentionShape shape;
+    __device__ std::size_t q(int b, int i, int head) const
+    {
+        return ((std::size_t(b) * std::size_t(shape.seq) + std::size_t(i)) * std::size_t(shape.heads) + std::size_t(head)) *
+               std::size_t(shape.headDim);
+    }
+    __device__ std::size_t kv(int b, int j, int kvHead) const
+    {
+        return ((std::size_t(b) * std::size_t(shape.seq) + std::size_t(j)) * std::size_t(shape.kvHeads) +
+                std::size_t(kvHead)) *
+               std::size_t(shape.headDim);
+    }
+    __device__ std::size_t lse(int b, int head, int i) const
+    {
+        return (std::size_t(b) * std::size_t(shape.heads) + std::size_t(head)) * std::size_t(shape.seq) + std::size_t(i);
+    }
+};
+
+__global__ void attentionForwardKernel(AttentionIndex index, const void* q, const void* k, const void* v, DType dtype,
+                                       void* out, DType outType, float* lse)
+{
+    const AttentionShape& s = index.shape;
+    const std::size_t row = std::size_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (row >= std::size_t(s.batch) * std::size_t(s.heads) * std::size_t(s.seq))
+        return;
+    const int lane = int(threadIdx.x % kWarp);
+    const int i = int(row % std::size_t(s.seq)), head = int(row / std::size_t(s.seq) % std::size_t(s.heads));
+    const int b = int(row / (std::size_t(s.seq) * std::size_t(s.heads)));
+    const int kvHead = head / (s.heads / s.kvHeads);
+    const float scale = 1.0f / sqrtf(float(s.headDim));
+    float qd[kMaxDimsPerLane], acc[kMaxDimsPerLane];
+    const int dims = (s.headDim + kWarp - 1) / kWarp;
+    for (int d = 0; d < dims; ++d) {
+        const int dim = lane + d * kWarp;
+        qd[d] = dim < s.headDim ? load(q, dtype, index.q(b, i, head) + std::size_t(dim)) : 0.0f;
+        acc[d] = 0;
+    }
+    float best = -INFINITY, sum = 0;
+    for (int j = 0; j <= i; ++j) {
+        float partial = 0;
+        for (int d = 0; d < dims; ++d) {
+            const int dim = lane + d * kWarp;
+            if (dim < s.headDim)
+                partial += qd[d] * load(k, dtype, index.kv(b, j, kvHead) + std::size_t(dim));
+        }
+        const float score = warpSum(partial) * scale;
+        const float next = fmaxf(best, score), correction = expf(best - next), p = expf(score - next);
+        sum = sum * correction + p;
+        for (int d = 0; d < dims; ++d) {
+            const int dim = lane + d * kWarp;
+            acc[d] = acc[d] * correction + (dim < s.headDim ? p * load(v, dtype, index.kv(b, j, kvHead) + std::size_t(dim)) : 0.0f);
+        }
+        best = next;
+    }
+    for (int d = 0; d < dims; ++d) {
+        const int dim = lane + d * kWarp;
+        if (dim < s.headDim)
+            store(out, outType, index.q(b, i, head) + std::size_t(dim), acc[d] / sum);
+    }
+    if (lane == 0)
+        lse[index.lse(b, head, i)] = best + logf(sum);
+}
+
+// The backward, one warp per query row as well (FlashAttention's Alg. 2 without tiles): P is
+// recomputed from q, k and lse; with Di = dO_i . O_i, dS = P (dO_i . v_j - Di); dq_i = scale dS k,
+// and dk_j, dv_j gather over the rows i >= j through fp32 atomics.
+__global__ void attentionBackwardKernel(AttentionIndex index, const void* dOut, const void* q, const void* k,
+                                        const void* v, const void* out, DType dtype, const float* lse, float* dq,
+                                        float* dk, float* dv)
+{
+    const AttentionShape& s = index.shape;
+    const std::size_t row = std::size_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (row >= std::size_t(s.batch) * std::size_t(s.heads) * std::size_t(s.seq))
+        return;
+    const int lane = int(threadIdx.x % kWarp);
+    const int i = int(row % std::size_t(s.seq)), head = int(row / std::size_t(s.seq) % std::size_t(s.heads));
+    const int b = int(row / (std::size_t(s.seq) * std::size_t(s.heads)));
+    const int kvHead = head / (s.heads / s.kvHeads);
+    const float scale = 1.0f / sqrtf(float(s.headDim));
+    const int dims = (s.headDim + kWarp - 1) / kWarp;
+    float qd[kMaxDimsPerLane], dod[kMaxDimsPerLane], dqd[kMaxDimsPerLane];
+    float di = 0;
+    for (int d = 0; d < dims; ++d) {
+        const int dim = lane + d * kWarp;
+        const bool inside = dim < s.headDim;
+        const std::size_t at = index.q(b, i, head) + std::size_t(dim);
+        qd[d] = inside ? load(q, dtype, at) : 0.0f;
+        dod[d] = inside ? load(dOut, dtype, at) : 0.0f;
+        di += inside ? dod[d] * load(out, dtype, at) : 0.0f;
+        dqd[d] = 0;
+    }
+    di = warpSum(di);
+    const float rowLse = lse[index.lse(b, head, i)];
+    for (int j = 0; j <= i; ++j) {
+        const std::size_t base = index.kv(b, j, kvHead);
+        float qk = 0, dov = 0;
+        for (int d = 0; d < dims; ++d) {
+            const int dim = lane + d * kWarp;
+            if (dim < s.headDim) {
+                qk += qd[d] * load(k, dtype, base + std::size_t(dim));
+                dov += dod[d] * load(v, dtype, base + std::size_t(dim));
+            }
+        }
+        const float p = expf(warpSum(qk) * scale - rowLse);
+        const float ds = p * (warpSum(dov) - di);
+        for (int d = 0; d < dims; ++d) {
+            const int dim = lane + d * kWarp;
+            if (dim < s.headDim) {
+                dqd[d] += ds * scale * load(k, dtype, base + std::size_t(dim));
+                atomicAdd(dk + base + std::size_t(dim), ds * scale * qd[d]);
+                atomicAdd(dv + base + std::size_t(dim), p * dod[d]);
+            }
+        }
+    }
+    for (int d = 0; d < dims; ++d) {
+        const int dim = lane + d * kWarp;
+        if (dim < s.headDim)
+            dq[index.q(b, i, head) + std::size_t(dim)] = dqd[d];
+    }
+}
+
 __global__ void embeddingForwardKernel(const int* ids, const void* table, DType tType, int h, void* out, DType outType,
                                        std::size_t n)
 {
@@ -647,14 +786,47 @@ public:
                                                             deviceSin.data, n);
         launched("rope");
     }
-    void attentionForward(const AttentionShape&, ConstDevPtr, ConstDevPtr, ConstDevPtr, DevPtr, DevPtr) override
+    void attentionForward(const AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v, DevPtr out,
+                          DevPtr lse) override
     {
-        notYet("attentionForward");
+        checkAttention(shape, q, k, v, "attentionForward");
+        requireF32(lse, "attentionForward's lse");
+        const std::size_t rows = std::size_t(shape.batch) * std::size_t(shape.heads) * std::size_t(shape.seq);
+        const unsigned warpsPerBlock = kThreads / kWarp;
+        attentionForwardKernel<<<unsigned((rows + warpsPerBlock - 1) / warpsPerBlock), kThreads, 0, m_stream>>>(
+            AttentionIndex{shape}, q.data, k.data, v.data, q.dtype, out.data, out.dtype, static_cast<float*>(lse.data));
+        launched("attentionForward");
     }
-    void attentionBackward(const AttentionShape&, ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr, ConstDevPtr,
-                           ConstDevPtr, DevPtr, DevPtr, DevPtr) override
+    void attentionBackward(const AttentionShape& shape, ConstDevPtr dOut, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v,
+                           ConstDevPtr out, ConstDevPtr lse, DevPtr dq, DevPtr dk, DevPtr dv) override
     {
-        notYet("attentionBackward");
+        checkAttention(shape, q, k, v, "attentionBackward");
+        if (dOut.dtype != q.dtype || out.dtype != q.dtype)
+            throw KernelError("cuda backend: attentionBackward: dOut and out must have q's dtype");
+        requireF32(lse, "attentionBackward's lse");
+        // dk and dv gather through fp32 atomics: fp32 staging where the outputs are bf16.
+        const std::size_t qElements = std::size_t(shape.batch) * std::size_t(shape.seq) * std::size_t(shape.heads) *
+                                      std::size_t(shape.headDim);
+        const std::size_t kvElements = qElements / std::size_t(shape.heads) * std::size_t(shape.kvHeads);
+        const auto staged = [&](DevPtr p, std::size_t n) {
+            return p.dtype == DType::F32 ? p : allocate(n, DType::F32);
+        };
+        const DevPtr dq32 = staged(dq, qElements), dk32 = staged(dk, kvElements), dv32 = staged(dv, kvElements);
+        check(cudaMemsetAsync(dk32.data, 0, kvElements * sizeof(float), m_stream), "cudaMemset");
+        check(cudaMemsetAsync(dv32.data, 0, kvElements * sizeof(float), m_stream), "cudaMemset");
+        const std::size_t rows = std::size_t(shape.batch) * std::size_t(shape.heads) * std::size_t(shape.seq);
+        const unsigned warpsPerBlock = kThreads / kWarp;
+        attentionBackwardKernel<<<unsigned((rows + warpsPerBlock - 1) / warpsPerBlock), kThreads, 0, m_stream>>>(
+            AttentionIndex{shape}, dOut.data, q.data, k.data, v.data, out.data, q.dtype,
+            static_cast<const float*>(lse.data), static_cast<float*>(dq32.data), static_cast<float*>(dk32.data),
+            static_cast<float*>(dv32.data));
+        launched("attentionBackward");
+        for (const auto& [target, staging, n] : {std::tuple{dq, dq32, qElements}, std::tuple{dk, dk32, kvElements},
+                                                 std::tuple{dv, dv32, kvElements}})
+            if (target.data != staging.data) {
+                copy(target, staging, n);
+                release(staging);
+            }
     }
     double crossEntropy(ConstDevPtr logits, const int* targets, int T, int V, float gradScale, DevPtr dLogits) override
     {
@@ -799,6 +971,18 @@ private:
         DeviceScratch& operator=(const DeviceScratch&) = delete;
     };
 
+    static void checkAttention(const AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v,
+                               const char* what)
+    {
+        if (shape.headDim > kWarp * kMaxDimsPerLane || shape.kvHeads <= 0 || shape.heads % shape.kvHeads != 0)
+            throw KernelError(std::string("cuda backend: ") + what + ": head dimension " + std::to_string(shape.headDim) +
+                              " (at most " + std::to_string(kWarp * kMaxDimsPerLane) + ") or heads " +
+                              std::to_string(shape.heads) + " over kv heads " + std::to_string(shape.kvHeads) +
+                              " not supported");
+        if (k.dtype != q.dtype || v.dtype != q.dtype)
+            throw KernelError(std::string("cuda backend: ") + what + ": q, k and v must share a dtype");
+    }
+
     static void requireF32(ConstDevPtr p, const char* what)
     {
         if (p.dtype != DType::F32)
@@ -807,11 +991,6 @@ private:
     }
 
     void launched(const char* what) { check(cudaGetLastError(), what); }
-    [[noreturn]] static void notYet(const char* operation)
-    {
-        throw KernelError(std::string("cuda backend: ") + operation +
-                          " is not on the device yet; run with backend \"cpu\" (or \"auto\")");
-    }
 
     CpuBackend m_host;   // the host-side routing
     cudaStream_t m_stream = nullptr;

@@ -91,7 +91,7 @@ void TestAgentCli::autoSaysWhichBackendAndWhy()
     const Run r = agent({"--job", write("auto.json", QByteArray::fromStdString(doc.dump())), "--steps", "1"});
     QCOMPARE(r.exitCode, 0);
     const meshbench::kernels::DeviceStatus device = meshbench::kernels::cudaDeviceStatus();
-    const std::string expected = device.usable ? "backend cpu (auto: the CUDA backend is not complete in this build, " +
+    const std::string expected = device.usable ? "backend cpu (auto: the CUDA backend is not yet checked on a GPU, " +
                                                      device.description + " unused)"
                                                : "backend cpu (auto: " + device.description + ")";
     QVERIFY2(r.out.contains(QByteArray::fromStdString(expected)), qPrintable(r.out));

@@ -272,6 +272,50 @@ private slots:
         QVERIFY2(problem.isEmpty(), qPrintable("permute backward" + problem));
     }
 
+    void attentionMatchesTheCpu_data()
+    {
+        QTest::addColumn<int>("headDim");
+        QTest::addColumn<int>("dtype");
+        for (int d : {32, 48})
+            for (int dtype : {int(DType::F32), int(DType::BF16)})
+                QTest::addRow("d%d %s", d, dtype == int(DType::F32) ? "f32" : "bf16") << d << dtype;
+    }
+
+    void attentionMatchesTheCpu()
+    {
+        // Grouped heads (4 over 2), 17 positions; forward and backward against the CPU's tiled
+        // kernel on the same (bf16-rounded) inputs. Softmax sums reordered: fp32 a few ulp of 1.
+        QFETCH(int, headDim);
+        QFETCH(int, dtype);
+        const DType type = DType(dtype);
+        const AttentionShape shape{2, 17, 4, 2, headDim};
+        const std::size_t qn = std::size_t(2) * 17 * 4 * std::size_t(headDim), kvn = qn / 2, lsen = std::size_t(2) * 4 * 17;
+        std::vector<float> q = randomValues(qn, 21), k = randomValues(kvn, 22), v = randomValues(kvn, 23),
+                           dOut = randomValues(qn, 24);
+        if (type == DType::BF16)
+            for (std::vector<float>* x : {&q, &k, &v, &dOut})
+                for (float& e : *x)
+                    e = roundToBf16(e);
+        const double tolerance = type == DType::F32 ? 1e-5 : 1.0 / 64;
+        Buffer cq(m_cpu, q), ck(m_cpu, k), cv(m_cpu, v), cd(m_cpu, dOut), co(m_cpu, std::vector<float>(qn)),
+            cl(m_cpu, std::vector<float>(lsen)), cdq(m_cpu, std::vector<float>(qn)), cdk(m_cpu, std::vector<float>(kvn)),
+            cdv(m_cpu, std::vector<float>(kvn));
+        Buffer gq(*m_cuda, q, type), gk(*m_cuda, k, type), gv(*m_cuda, v, type), gd(*m_cuda, dOut, type),
+            go(*m_cuda, std::vector<float>(qn), type), gl(*m_cuda, std::vector<float>(lsen)),
+            gdq(*m_cuda, std::vector<float>(qn), type), gdk(*m_cuda, std::vector<float>(kvn), type),
+            gdv(*m_cuda, std::vector<float>(kvn), type);
+        m_cpu.attentionForward(shape, cq.ptr, ck.ptr, cv.ptr, co.ptr, cl.ptr);
+        m_cuda->attentionForward(shape, gq.ptr, gk.ptr, gv.ptr, go.ptr, gl.ptr);
+        m_cpu.attentionBackward(shape, cd.ptr, cq.ptr, ck.ptr, cv.ptr, co.ptr, cl.ptr, cdq.ptr, cdk.ptr, cdv.ptr);
+        m_cuda->attentionBackward(shape, gd.ptr, gq.ptr, gk.ptr, gv.ptr, go.ptr, gl.ptr, gdq.ptr, gdk.ptr, gdv.ptr);
+        for (const auto& [what, gpu, cpu, n] :
+             {std::tuple{"out", &go, &co, qn}, std::tuple{"lse", &gl, &cl, lsen}, std::tuple{"dq", &gdq, &cdq, qn},
+              std::tuple{"dk", &gdk, &cdk, kvn}, std::tuple{"dv", &gdv, &cdv, kvn}}) {
+            const QString problem = farFrom(gpu->read(n), cpu->read(n), tolerance);
+            QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
+        }
+    }
+
     void adamwMatchesTheCpu()
     {
         const std::size_t n = 4099;
