@@ -395,17 +395,32 @@ struct AttentionIndex {
     }
 };
 
+// The query row of this thread's warp, and the thread's lane in it.
+struct WarpRow {
+    int lane, b, i, head, kvHead;
+};
+
+__device__ bool warpRow(const AttentionShape& s, WarpRow& row)
+{
+    const std::size_t index = std::size_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (index >= std::size_t(s.batch) * std::size_t(s.heads) * std::size_t(s.seq))
+        return false;
+    row.lane = int(threadIdx.x % kWarp);
+    row.i = int(index % std::size_t(s.seq));
+    row.head = int(index / std::size_t(s.seq) % std::size_t(s.heads));
+    row.b = int(index / (std::size_t(s.seq) * std::size_t(s.heads)));
+    row.kvHead = row.head / (s.heads / s.kvHeads);
+    return true;
+}
+
 __global__ void attentionForwardKernel(AttentionIndex index, const void* q, const void* k, const void* v, DType dtype,
                                        void* out, DType outType, float* lse)
 {
     const AttentionShape& s = index.shape;
-    const std::size_t row = std::size_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-    if (row >= std::size_t(s.batch) * std::size_t(s.heads) * std::size_t(s.seq))
+    WarpRow row{};
+    if (!warpRow(s, row))
         return;
-    const int lane = int(threadIdx.x % kWarp);
-    const int i = int(row % std::size_t(s.seq)), head = int(row / std::size_t(s.seq) % std::size_t(s.heads));
-    const int b = int(row / (std::size_t(s.seq) * std::size_t(s.heads)));
-    const int kvHead = head / (s.heads / s.kvHeads);
+    const int lane = row.lane, i = row.i, head = row.head, b = row.b, kvHead = row.kvHead;
     const float scale = 1.0f / sqrtf(float(s.headDim));
     float qd[kMaxDimsPerLane], acc[kMaxDimsPerLane];
     const int dims = (s.headDim + kWarp - 1) / kWarp;
@@ -448,13 +463,10 @@ __global__ void attentionBackwardKernel(AttentionIndex index, const void* dOut, 
                                         float* dk, float* dv)
 {
     const AttentionShape& s = index.shape;
-    const std::size_t row = std::size_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-    if (row >= std::size_t(s.batch) * std::size_t(s.heads) * std::size_t(s.seq))
+    WarpRow row{};
+    if (!warpRow(s, row))
         return;
-    const int lane = int(threadIdx.x % kWarp);
-    const int i = int(row % std::size_t(s.seq)), head = int(row / std::size_t(s.seq) % std::size_t(s.heads));
-    const int b = int(row / (std::size_t(s.seq) * std::size_t(s.heads)));
-    const int kvHead = head / (s.heads / s.kvHeads);
+    const int lane = row.lane, i = row.i, head = row.head, b = row.b, kvHead = row.kvHead;
     const float scale = 1.0f / sqrtf(float(s.headDim));
     const int dims = (s.headDim + kWarp - 1) / kWarp;
     float qd[kMaxDimsPerLane], dod[kMaxDimsPerLane], dqd[kMaxDimsPerLane];

@@ -1,31 +1,23 @@
 #pragma once
 // What the unit tests of agent/parallel share: ranks as threads over in-process groups, a tiny MoE
-// model, and reproducible random values.
+// model, and reproducible random values (tests/common).
 
 #include "agent/model/parameters.h"
 #include "agent/runtime/in_process_communicator.h"
 
 #include "plan/job_spec.h"
 
+#include "common/random_values.h"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <random>
 #include <thread>
 #include <vector>
 
 namespace meshbench::agent::testing {
 
-// n draws of N(0, scale^2) from a seeded Mersenne twister.
-inline std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale = 1.0f)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
-}
+using meshbench::testing::randomValues;
 
 // Runs body(r) on `count` threads at once.
 inline void onThreads(int count, const std::function<void(int)>& body)

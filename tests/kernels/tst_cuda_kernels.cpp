@@ -10,6 +10,8 @@
 #include "kernels/cuda/cuda_device.h"
 #endif
 
+#include "common/random_values.h"
+
 #include <QtTest>
 
 #include <algorithm>
@@ -21,18 +23,9 @@
 #include <vector>
 
 using namespace meshbench::kernels;
+using meshbench::testing::randomValues;
 
 namespace {
-
-std::vector<float> randomValues(std::size_t n, std::uint32_t seed, float scale = 1.0f)
-{
-    std::mt19937 engine(seed);
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::vector<float> values(n);
-    for (float& v : values)
-        v = normal(engine);
-    return values;
-}
 
 // Round to the nearest bf16 (ties to even), as __float2bfloat16 does, kept in a float.
 float roundToBf16(float x)
