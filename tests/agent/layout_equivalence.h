@@ -26,6 +26,20 @@ inline nlohmann::json equivalenceModel(bool moe)
     return model;
 }
 
+// A job of that model on `ranks` CPU devices: `parallel` (the layout's keys) gets 4 micro-batches of 2
+// and 10 KiB gradient buckets, a dozen or so for this model, so that the reduction overlaps the
+// backward bucket by bucket.
+inline nlohmann::json equivalenceJob(bool moe, nlohmann::json parallel, int ranks, int steps, double lr)
+{
+    parallel["microbatches"] = 4;
+    parallel["micro_batch_size"] = 2;
+    parallel["grad_bucket_mb"] = 0.01;
+    return {{"model", equivalenceModel(moe)},
+            {"parallel", parallel},
+            {"cluster", {{"nodes", 1}, {"devices_per_node", ranks}, {"device", "cpu"}}},
+            {"train", {{"steps", steps}, {"lr", lr}, {"grad_clip", 0.5}}}};
+}
+
 inline bool agrees(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
 
 // The first element of two checkpoints of the same model outside the bound, or empty. Adam

@@ -42,17 +42,11 @@ struct Layout {
 
 json job(const Layout& l)
 {
-    const json model = equivalenceModel(l.moe);
-    return {{"model", model},
-            {"parallel",
-             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
-              {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
-              // Buckets of 10 KiB: a dozen or so for this model, so that the reduction overlaps
-              // the backward bucket by bucket.
-              {"grad_bucket_mb", 0.01}, {"overlap_grad_reduce", l.overlap},
-              {"schedule", l.schedule}, {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}}},
-            {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
-            {"train", {{"steps", 10}, {"lr", 0.003}, {"grad_clip", 0.5}}}};
+    return equivalenceJob(l.moe,
+                          {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
+                           {"zero", l.zero}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule},
+                           {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}},
+                          l.ranks(), 10, 0.003);
 }
 
 QStringList mpirun(int ranks, const QStringList& agentArgs)

@@ -59,15 +59,10 @@ struct Layout {
 // of 2 on one device.
 json job(const Layout& l)
 {
-    const json model = equivalenceModel(l.moe);
-    return {{"model", model},
-            {"parallel",
-             {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
-              {"microbatches", 4}, {"micro_batch_size", 2}, {"zero", l.zero},
-              // 10 KiB buckets: a dozen or so for this model, so that the reduction goes bucket by bucket.
-              {"grad_bucket_mb", 0.01}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule}}},
-            {"cluster", {{"nodes", 1}, {"devices_per_node", l.ranks()}, {"device", "cpu"}}},
-            {"train", {{"steps", kSteps}, {"lr", kLr}, {"grad_clip", 0.5}}}};
+    return equivalenceJob(l.moe,
+                          {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
+                           {"zero", l.zero}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule}},
+                          l.ranks(), kSteps, kLr);
 }
 
 plan::JobSpec specOf(const json& doc)
