@@ -4,23 +4,15 @@
 
 #include "plan/capability.h"
 
+#include "common/demo_spec.h"
+
 #include <QtTest>
 
 using namespace meshbench::plan;
 using nlohmann::json;
+using meshbench::testing::demoSpec;
 
 namespace {
-
-JobSpec demoSpec()
-{
-    QFile f(QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json"));
-    if (!f.open(QIODevice::ReadOnly))
-        qFatal("cannot read demo.json");
-    const LoadResult loaded = parseJobSpec(f.readAll().toStdString());
-    if (!loaded.valid())
-        qFatal("demo.json does not load");
-    return *loaded.spec;
-}
 
 LoadResult loadExample(const char* name)
 {

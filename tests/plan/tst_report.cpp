@@ -2,25 +2,13 @@
 
 #include "plan/report.h"
 
+#include "common/demo_spec.h"
+
 #include <QtTest>
 
 using namespace meshbench::plan;
 using nlohmann::json;
-
-namespace {
-
-JobSpec demoSpec()
-{
-    QFile f(QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json"));
-    if (!f.open(QIODevice::ReadOnly))
-        qFatal("resources/jobs/demo.json is missing");
-    LoadResult loaded = parseJobSpec(f.readAll().toStdString());
-    if (!loaded.valid())
-        qFatal("demo.json does not load");
-    return *loaded.spec;
-}
-
-}  // namespace
+using meshbench::testing::demoSpec;
 
 class TestReport : public QObject {
     Q_OBJECT
