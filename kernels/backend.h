@@ -1,7 +1,7 @@
 #pragma once
 // The compute-kernel interface the training stack is written against. A backend owns device
 // memory and runs every kernel the model needs; the CPU backend (kernels/cpu) runs fp32 over
-// OpenBLAS, the CUDA backend (a later issue) adds bf16 behind the same calls.
+// OpenBLAS, the CUDA backend (kernels/cuda) fp32 and bf16 behind the same calls.
 //
 // Conventions: row-major, contiguous; T = tokens (batch x sequence, batch-major), h = hidden.
 // Tensors are passed as typed device pointers (DevPtr) so that a backend can refuse a dtype it
@@ -89,6 +89,16 @@ struct Routing {
     int* routedOf = nullptr;
 };
 
+using TimeMark = std::uint32_t;
+
+struct DeviceMemory {
+    std::int64_t inUseBytes = -1;      // in blocks handed out, as the allocator rounds them
+    std::int64_t reservedBytes = -1;   // held from the device: in use plus cached
+    std::int64_t peakReservedBytes = -1;
+    std::int64_t deviceUsedBytes = -1;   // by every process on the device (cudaMemGetInfo)
+    std::int64_t deviceTotalBytes = -1;
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -101,6 +111,26 @@ public:
     virtual void download(float* dst, ConstDevPtr src, std::size_t elements) = 0;
     virtual void fill(DevPtr dst, float value, std::size_t elements) = 0;
     virtual void copy(DevPtr dst, ConstDevPtr src, std::size_t elements) = 0;
+    // Whether the host may read and write this backend's memory directly (the CPU's), or must
+    // stage it with the byte copies below (a GPU's), as the MPI communicator does.
+    virtual bool hostAddressable() const = 0;
+    // Elements in the buffer's own dtype, unconverted, after the work queued before.
+    virtual void copyToHost(void* dst, ConstDevPtr src, std::size_t elements) = 0;
+    virtual void copyFromHost(DevPtr dst, const void* src, std::size_t elements) = 0;
+    // Waits until the work queued so far has run.
+    virtual void synchronize() = 0;
+
+    // Time marks taken in the order of the queued work (CUDA events on a GPU, the host clock on
+    // the CPU), so that a span's ends are marked where its work is launched and read once it has
+    // run: never host clocks around asynchronous launches. Marks live until forgetTimeMarks().
+    virtual TimeMark markTime() = 0;
+    // Seconds from one mark to a later one; waits until the device has passed `to`.
+    virtual double secondsBetween(TimeMark from, TimeMark to) = 0;
+    virtual void forgetTimeMarks() = 0;
+
+    // What the backend holds from the device beyond the buffers handed out (a caching allocator's
+    // reserve) and what the device itself reports; -1 where it cannot say (the CPU).
+    virtual DeviceMemory deviceMemory() = 0;
 
     // C[M, N] = alpha * op(A) op(B) + beta * C, op = transpose when the flag is set; A is [M, K]
     // (or [K, M] transposed), B is [K, N] (or [N, K]).

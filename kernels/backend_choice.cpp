@@ -6,14 +6,6 @@
 #endif
 
 namespace meshbench::kernels {
-namespace {
-
-// kernels/cuda runs every operation of the model, but has not yet been checked on a GPU (the
-// device check, tests/kernels/tst_cuda_kernels there): until it has, a usable device is reported
-// but not taken (see engine/plan/capability).
-constexpr bool kCudaBackendChecked = false;
-
-}  // namespace
 
 bool buildHasCuda() { return MESHBENCH_HAVE_CUDA != 0; }
 
@@ -26,7 +18,7 @@ DeviceStatus cudaDeviceStatus()
 #endif
 }
 
-BackendChoice chooseBackend(BackendRequest request, int cpuThreads)
+BackendChoice chooseBackend(BackendRequest request, int cpuThreads, int localRank, int localRanks)
 {
     if (request == BackendRequest::Cpu)
         return {std::make_unique<CpuBackend>(cpuThreads), "cpu (asked for)"};
@@ -37,15 +29,15 @@ BackendChoice chooseBackend(BackendRequest request, int cpuThreads)
                               "; run on a machine with a GPU, or set backend to \"cpu\" or \"auto\"");
         return {std::make_unique<CpuBackend>(cpuThreads), "cpu (auto: " + device.description + ")"};
     }
-    if (!kCudaBackendChecked) {
-        const std::string why = "the CUDA backend is not yet checked on a GPU, " + device.description + " unused";
-        if (request == BackendRequest::Cuda)
-            throw KernelError("backend \"cuda\": " + why + "; set backend to \"cpu\" or \"auto\"");
-        return {std::make_unique<CpuBackend>(cpuThreads), "cpu (auto: " + why + ")"};
-    }
 #if MESHBENCH_HAVE_CUDA
-    return {cuda::makeBackend(), std::string("cuda (") + (request == BackendRequest::Auto ? "auto: " : "") +
-                                     device.description + ")"};
+    const int index = localRank % device.count;
+    const bool shared = localRanks > device.count;
+    std::string reason = std::string("cuda (") + (request == BackendRequest::Auto ? "auto: " : "") + "device " +
+                         std::to_string(index) + " of " + std::to_string(device.count) + ": " + device.description;
+    if (shared)
+        reason += "; " + std::to_string(localRanks) + " ranks share this machine's " + std::to_string(device.count) +
+                  (device.count == 1 ? " device" : " devices");
+    return {cuda::makeBackend(index), reason + ")", shared};
 #else
     throw KernelError("backend \"cuda\": " + device.description);
 #endif

@@ -15,7 +15,8 @@ enum class BackendRequest { Auto, Cpu, Cuda };
 
 struct DeviceStatus {
     bool usable = false;
-    std::string description;   // the device ("NVIDIA H200, sm_90, 139.8 GiB"), or why there is none
+    std::string description;   // the device ("NVIDIA H200, sm_90, 139 GiB"), or why there is none
+    int count = 0;             // devices on this machine
 };
 
 // Whether this build has the CUDA backend, and a device it can run on.
@@ -24,10 +25,14 @@ DeviceStatus cudaDeviceStatus();
 
 struct BackendChoice {
     std::unique_ptr<Backend> backend;
-    std::string reason;   // "cpu (auto: no CUDA device: ...)", "cuda (NVIDIA H200, ...)"
+    std::string reason;   // "cpu (auto: no CUDA device: ...)", "cuda (device 1 of 8: NVIDIA H200, ...)"
+    // With the CUDA backend: whether other ranks of this machine run on the same device (more
+    // ranks than devices), which NCCL refuses.
+    bool sharesDevice = false;
 };
 
+// Rank `localRank` of the `localRanks` on this machine takes device localRank mod the device count.
 // Throws KernelError when `cuda` is asked for and cannot be had, naming why and what to set.
-BackendChoice chooseBackend(BackendRequest request, int cpuThreads);
+BackendChoice chooseBackend(BackendRequest request, int cpuThreads, int localRank = 0, int localRanks = 1);
 
 }  // namespace meshbench::kernels

@@ -18,14 +18,6 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
             refusals->push_back({key, message()});
     };
 
-    // kernels/cuda has every operation of the model, but its kernels have not yet been checked on a
-    // GPU against the CPU's: until they have, no run may ask for it (auto takes the CPU).
-    if (spec.backend == BackendKind::Cuda)
-        refuse("backend", [] {
-            return std::string("backend \"cuda\" is not in this build yet: its kernels have not been checked on a "
-                               "GPU; set backend to \"cpu\" or \"auto\"");
-        });
-
     // Rotary position embeddings rotate pairs of a head's dimensions (kernels' rope).
     if (m.heads > 0 && m.hidden % m.heads == 0 && (m.hidden / m.heads) % 2 != 0)
         refuse("model.hidden", [&] {

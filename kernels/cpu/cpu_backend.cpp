@@ -125,6 +125,30 @@ void CpuBackend::download(float* dst, ConstDevPtr src, std::size_t count)
         std::memcpy(dst, s, count * sizeof(float));
 }
 
+void CpuBackend::copyToHost(void* dst, ConstDevPtr src, std::size_t count)
+{
+    if (count > 0)
+        std::memcpy(dst, src.data, count * dtypeSize(src.dtype));
+}
+
+void CpuBackend::copyFromHost(DevPtr dst, const void* src, std::size_t count)
+{
+    if (count > 0)
+        std::memcpy(dst.data, src, count * dtypeSize(dst.dtype));
+}
+
+TimeMark CpuBackend::markTime()
+{
+    // The CPU's kernels have run when they return: the host clock is the device's.
+    m_marks.push_back(std::chrono::steady_clock::now());
+    return TimeMark(m_marks.size() - 1);
+}
+
+double CpuBackend::secondsBetween(TimeMark from, TimeMark to)
+{
+    return std::chrono::duration<double>(m_marks.at(to) - m_marks.at(from)).count();
+}
+
 void CpuBackend::fill(DevPtr dst, float value, std::size_t count)
 {
     std::fill_n(asF32(dst), count, value);

@@ -4,9 +4,12 @@
 
 #include "kernels/backend.h"
 
+#include <chrono>
+#include <vector>
+
 namespace meshbench::kernels {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
 public:
     // threads: OpenBLAS threads for GEMMs (1 when several ranks share a machine's cores).
     explicit CpuBackend(int threads = 1);
@@ -19,6 +22,14 @@ public:
     void download(float* dst, ConstDevPtr src, std::size_t elements) override;
     void fill(DevPtr dst, float value, std::size_t elements) override;
     void copy(DevPtr dst, ConstDevPtr src, std::size_t elements) override;
+    bool hostAddressable() const override { return true; }
+    void copyToHost(void* dst, ConstDevPtr src, std::size_t elements) override;
+    void copyFromHost(DevPtr dst, const void* src, std::size_t elements) override;
+    void synchronize() override {}
+    TimeMark markTime() override;
+    double secondsBetween(TimeMark from, TimeMark to) override;
+    void forgetTimeMarks() override { m_marks.clear(); }
+    DeviceMemory deviceMemory() override { return {}; }
 
     void gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda, ConstDevPtr B,
               int ldb, float beta, DevPtr C, int ldc) override;
@@ -65,6 +76,9 @@ public:
     double sumSquares(ConstDevPtr x, std::size_t n) override;
     void adamw(DevPtr param, ConstDevPtr grad, DevPtr m, DevPtr v, std::size_t n, float lr, float beta1, float beta2,
                float eps, float weightDecay, int step, float gradScale) override;
+
+private:
+    std::vector<std::chrono::steady_clock::time_point> m_marks;
 };
 
 // fp32 access to a pointer, refusing other dtypes (CPU kernels are fp32 only).

@@ -1,10 +1,11 @@
-// The CUDA backend: device memory, the elementwise kernels over kernels/elementwise_math.h (the
-// same functions the CPU backend runs), both norms, the embedding, RoPE, the cross-entropy, the MoE
-// permute and combine (the router itself works on the interface's host arrays, with the CPU
-// backend's code), causal attention (a simple online-softmax kernel), AdamW on fp32 master
-// weights, sums of squares, and GEMMs through cuBLASLt. Operations not written for the device yet refuse with a KernelError naming
-// them.
+// The CUDA backend: device memory through a caching allocator, the elementwise kernels over
+// kernels/elementwise_math.h (the same functions the CPU backend runs), both norms, the embedding,
+// RoPE, the cross-entropy, the MoE permute and combine (the router itself works on the interface's
+// host arrays, with the CPU backend's code), causal attention (an online-softmax kernel that keeps
+// no score row), AdamW on fp32 master weights, sums of squares, GEMMs through cuBLASLt, and time
+// marks as CUDA events on the one compute stream.
 
+#include "kernels/caching_allocator.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/elementwise_math.h"
@@ -551,8 +552,18 @@ cudaDataType_t cudaTypeOf(DType dtype) { return dtype == DType::F32 ? CUDA_R_32F
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend()
+    explicit CudaBackend(int device)
+        : m_allocator(
+              [](std::size_t bytes) -> void* {
+                  void* p = nullptr;
+                  if (cudaMalloc(&p, bytes) == cudaSuccess)
+                      return p;
+                  cudaGetLastError();   // out of memory is answered by the allocator, not left pending
+                  return nullptr;
+              },
+              [](void* p) { cudaFree(p); })
     {
+        check(cudaSetDevice(device), "cudaSetDevice");
         check(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
         check(cublasLtCreate(&m_lt), "cublasLtCreate");
         check(cudaMalloc(&m_workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
@@ -560,30 +571,31 @@ public:
     }
     ~CudaBackend() override
     {
+        cudaStreamSynchronize(m_stream);
+        for (cudaEvent_t event : m_marks)
+            cudaEventDestroy(event);
+        m_allocator.emptyCache();
         cudaFree(m_scalar);
         cudaFree(m_workspace);
         cublasLtDestroy(m_lt);
         cudaStreamDestroy(m_stream);
     }
 
+    cudaStream_t stream() const { return m_stream; }
+
     std::string_view name() const override { return "cuda"; }
 
     DevPtr allocate(std::size_t elements, DType dtype) override
     {
-        void* p = nullptr;
         const std::size_t bytes = elements * dtypeSize(dtype);
-        if (bytes > 0) {
-            check(cudaMalloc(&p, bytes), "cudaMalloc");
+        void* p = m_allocator.allocate(bytes);
+        if (p)
             check(cudaMemsetAsync(p, 0, bytes, m_stream), "cudaMemset");
-        }
         return {p, dtype};
     }
-    void release(DevPtr p) override
-    {
-        // Work queued on the buffer finishes first.
-        check(cudaStreamSynchronize(m_stream), "cudaStreamSynchronize");
-        check(cudaFree(p.data), "cudaFree");
-    }
+    // The block goes back to the cache at once: the work queued on it runs first, in stream order,
+    // before any later user of the block.
+    void release(DevPtr p) override { m_allocator.release(p.data); }
     void upload(DevPtr dst, const float* src, std::size_t n) override
     {
         if (dst.dtype == DType::F32) {
@@ -611,6 +623,50 @@ public:
         check(cudaMemcpyAsync(dst, staging, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
         check(cudaStreamSynchronize(m_stream), "download");
         check(cudaFree(staging), "cudaFree");
+    }
+    bool hostAddressable() const override { return false; }
+    void copyToHost(void* dst, ConstDevPtr src, std::size_t n) override
+    {
+        if (n == 0)
+            return;
+        check(cudaMemcpyAsync(dst, src.data, n * dtypeSize(src.dtype), cudaMemcpyDeviceToHost, m_stream), "copyToHost");
+        check(cudaStreamSynchronize(m_stream), "copyToHost");
+    }
+    void copyFromHost(DevPtr dst, const void* src, std::size_t n) override
+    {
+        if (n == 0)
+            return;
+        check(cudaMemcpyAsync(dst.data, src, n * dtypeSize(dst.dtype), cudaMemcpyHostToDevice, m_stream), "copyFromHost");
+        check(cudaStreamSynchronize(m_stream), "copyFromHost");
+    }
+    void synchronize() override { check(cudaStreamSynchronize(m_stream), "cudaStreamSynchronize"); }
+    TimeMark markTime() override
+    {
+        if (m_markCount == m_marks.size()) {
+            cudaEvent_t event = nullptr;
+            check(cudaEventCreate(&event), "cudaEventCreate");
+            m_marks.push_back(event);
+        }
+        check(cudaEventRecord(m_marks[m_markCount], m_stream), "cudaEventRecord");
+        return TimeMark(m_markCount++);
+    }
+    double secondsBetween(TimeMark from, TimeMark to) override
+    {
+        if (from >= m_markCount || to >= m_markCount)
+            throw KernelError("cuda backend: a time mark that was forgotten");
+        check(cudaEventSynchronize(m_marks[to]), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, m_marks[from], m_marks[to]), "cudaEventElapsedTime");
+        return double(ms) * 1e-3;
+    }
+    void forgetTimeMarks() override { m_markCount = 0; }
+    DeviceMemory deviceMemory() override
+    {
+        const CachingAllocator::Stats stats = m_allocator.stats();
+        std::size_t free = 0, total = 0;
+        check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+        return {stats.inUseBytes, stats.reservedBytes, stats.peakReservedBytes, std::int64_t(total - free),
+                std::int64_t(total)};
     }
     void fill(DevPtr dst, float value, std::size_t n) override
     {
@@ -1005,6 +1061,9 @@ private:
     void launched(const char* what) { check(cudaGetLastError(), what); }
 
     CpuBackend m_host;   // the host-side routing
+    CachingAllocator m_allocator;
+    std::vector<cudaEvent_t> m_marks;   // time marks, reused after forgetTimeMarks
+    std::size_t m_markCount = 0;
     cudaStream_t m_stream = nullptr;
     cublasLtHandle_t m_lt = nullptr;
     void* m_workspace = nullptr;
@@ -1032,10 +1091,12 @@ DeviceStatus probeDevice()
                                     std::to_string(properties.totalGlobalMem >> 30) + " GiB";
     // The kernels are built for sm_90 (with compute_90 PTX for newer chips).
     if (properties.major < 9)
-        return {false, description + ": this build's kernels need compute capability 9.0 (Hopper) or newer"};
-    return {true, description};
+        return {false, description + ": this build's kernels need compute capability 9.0 (Hopper) or newer", count};
+    return {true, description, count};
 }
 
-std::unique_ptr<Backend> makeBackend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> makeBackend(int device) { return std::make_unique<CudaBackend>(device); }
+
+void* computeStream(Backend& backend) { return static_cast<CudaBackend&>(backend).stream(); }
 
 }  // namespace meshbench::kernels::cuda

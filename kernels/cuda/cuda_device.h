@@ -8,8 +8,11 @@
 
 namespace meshbench::kernels::cuda {
 
-// Device 0 as the runtime sees it: usable when present, of compute capability 9.0 or newer.
+// The devices as the runtime sees them (device 0 described): usable when present, of compute
+// capability 9.0 or newer.
 DeviceStatus probeDevice();
-std::unique_ptr<Backend> makeBackend();
+std::unique_ptr<Backend> makeBackend(int device);
+// The backend's compute stream (a cudaStream_t), which NCCL's streams are ordered after.
+void* computeStream(Backend& backend);
 
 }  // namespace meshbench::kernels::cuda

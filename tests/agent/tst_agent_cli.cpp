@@ -84,15 +84,15 @@ void TestAgentCli::trainsAndReportsEveryStep()
 
 void TestAgentCli::autoSaysWhichBackendAndWhy()
 {
-    // auto takes the CUDA backend only where it can run; here it says the CPU and the reason the
+    // auto takes the CUDA backend where it can run, and the CPU otherwise with the reason the
     // kernels library gives (no device, no driver, or no CUDA in this build).
     json doc = tinyJob();
     doc["backend"] = "auto";
     const Run r = agent({"--job", write("auto.json", QByteArray::fromStdString(doc.dump())), "--steps", "1"});
     QCOMPARE(r.exitCode, 0);
     const meshbench::kernels::DeviceStatus device = meshbench::kernels::cudaDeviceStatus();
-    const std::string expected = device.usable ? "backend cpu (auto: the CUDA backend is not yet checked on a GPU, " +
-                                                     device.description + " unused)"
+    const std::string expected = device.usable ? "backend cuda (auto: device 0 of " + std::to_string(device.count) +
+                                                     ": " + device.description + ")"
                                                : "backend cpu (auto: " + device.description + ")";
     QVERIFY2(r.out.contains(QByteArray::fromStdString(expected)), qPrintable(r.out));
 }
@@ -120,7 +120,8 @@ void TestAgentCli::badInput_data()
     QTest::newRow("bad steps") << "bad steps" << 2 << "--steps needs a whole number";
     QTest::newRow("missing job file") << "missing job file" << 1 << "cannot open job spec";
     QTest::newRow("invalid spec") << "invalid spec" << 1 << "model.layers";
-    QTest::newRow("cuda backend") << "cuda backend" << 1 << "backend \"cuda\" is not in this build";
+    QTest::newRow("cuda backend, no device") << "cuda backend" << 1
+                                              << "backend \"cuda\": no CUDA device: ";
     QTest::newRow("truncated checkpoint") << "truncated checkpoint" << 1 << "checkpoint";
     QTest::newRow("checkpoint of another model") << "other model" << 1 << "model.hidden = 32 (the job has 64)";
     QTest::newRow("token id >= vocab") << "token id" << 1 << "vocab";

@@ -76,7 +76,7 @@ private slots:
         if (!device.usable)
             QSKIP(qPrintable(QString::fromStdString(device.description)));
 #if MESHBENCH_HAVE_CUDA
-        m_cuda = cuda::makeBackend();
+        m_cuda = cuda::makeBackend(0);
 #endif
     }
 
@@ -91,6 +91,49 @@ private slots:
         Buffer filled(*m_cuda, x);
         m_cuda->fill(filled.ptr, 2.5f, x.size());
         QCOMPARE(filled.read(x.size()), std::vector<float>(x.size(), 2.5f));
+    }
+
+    void rawCopiesAndTheAllocatorsFigures()
+    {
+        // Raw bf16 words go out and back unconverted (what host staging moves).
+        const std::vector<std::uint16_t> words{0x3f80, 0xc040, 0x0001, 0x7f7f, 0x8000};
+        const DevPtr p = m_cuda->allocate(words.size(), DType::BF16);
+        m_cuda->copyFromHost(p, words.data(), words.size());
+        std::vector<std::uint16_t> back(words.size());
+        m_cuda->copyToHost(back.data(), p, words.size());
+        QCOMPARE(back, words);
+        QVERIFY(!m_cuda->hostAddressable());
+        // The block is cached, and a new buffer of the same size reuses it zero-filled.
+        const DeviceMemory before = m_cuda->deviceMemory();
+        QCOMPARE(before.inUseBytes, std::int64_t(512));
+        m_cuda->release(p);
+        const DevPtr again = m_cuda->allocate(words.size(), DType::BF16);
+        QCOMPARE(again.data, p.data);
+        m_cuda->copyToHost(back.data(), again, words.size());
+        QCOMPARE(back, std::vector<std::uint16_t>(words.size(), 0));
+        m_cuda->release(again);
+        const DeviceMemory after = m_cuda->deviceMemory();
+        QCOMPARE(after.inUseBytes, std::int64_t(0));
+        QCOMPARE(after.reservedBytes, before.reservedBytes);
+        QVERIFY(after.deviceTotalBytes > after.deviceUsedBytes && after.deviceUsedBytes > 0);
+    }
+
+    void timeMarksFollowTheQueuedWork()
+    {
+        // A mark after a large fill is reached after the fill has run: the interval is positive,
+        // and marks in order give ordered times.
+        const std::size_t n = std::size_t(64) << 20;
+        const DevPtr p = m_cuda->allocate(n, DType::F32);
+        const TimeMark a = m_cuda->markTime();
+        m_cuda->fill(p, 1.0f, n);
+        const TimeMark b = m_cuda->markTime();
+        m_cuda->fill(p, 2.0f, n);
+        const TimeMark c = m_cuda->markTime();
+        const double ab = m_cuda->secondsBetween(a, b), ac = m_cuda->secondsBetween(a, c);
+        QVERIFY2(ab > 0 && ac > ab, qPrintable(QStringLiteral("%1 %2").arg(ab).arg(ac)));
+        m_cuda->forgetTimeMarks();
+        QVERIFY_THROWS_EXCEPTION(KernelError, m_cuda->secondsBetween(a, b));
+        m_cuda->release(p);
     }
 
     void elementwiseMatchesTheCpu_data()

@@ -180,12 +180,13 @@ void TestSearch::reportsWhenNothingFits()
 
 void TestSearch::reportsWhenTheAgentRunsNoLayout()
 {
-    // The backend is no layout's: the search says why it ranks nothing, on the key to change.
+    // An odd head dimension is no layout's: the search says why it ranks nothing, on the key to
+    // change.
     json doc = smallMoeJson();
-    doc["backend"] = "cuda";
+    doc["model"]["hidden"] = 3 * doc["model"]["heads"].get<int>();
     const SearchResult result = searchLayouts(specFrom(doc), {});
     QCOMPARE(result.errors.size(), std::size_t(1));
-    QCOMPARE(QString::fromStdString(result.errors.front().path), QString("backend"));
+    QCOMPARE(QString::fromStdString(result.errors.front().path), QString("model.hidden"));
     QCOMPARE(result.evaluated, std::uint64_t(0));
     QVERIFY(result.best.empty());
 }

@@ -206,10 +206,11 @@ private slots:
         QVERIFY(reply["errors"].dump().find("parallel.tp") != std::string::npos);
         reply = client.request({{"op", "submit"}, {"job", bad}});
         QCOMPARE(reply["ok"], false);
-        // A job the planner prices but the agent refuses (the cuda backend, not in this build) is
-        // planned, and refused at submit with the key named, before anything launches.
+        // A job the planner prices but the agent refuses (an odd head dimension, which its rotary
+        // embeddings cannot pair) is planned, and refused at submit with the key named, before
+        // anything launches.
         nlohmann::json refused = demoJob();
-        refused["backend"] = "cuda";
+        refused["model"]["hidden"] = 3 * refused["model"]["heads"].get<int>();
         QCOMPARE(client.request({{"op", "plan"}, {"job", refused}})["ok"], true);
         reply = client.request({{"op", "submit"}, {"job", refused}});
         QCOMPARE(reply["ok"], false);
@@ -217,7 +218,7 @@ private slots:
                      std::string::npos,
                  reply.dump().c_str());
         QCOMPARE(reply["errors"].size(), 1u);
-        QCOMPARE(reply["errors"][0]["path"].get<std::string>(), std::string("backend"));
+        QCOMPARE(reply["errors"][0]["path"].get<std::string>(), std::string("model.hidden"));
         QCOMPARE(client.request({{"op", "jobs"}})["jobs"].size(), 0u);
         QCOMPARE(served.process.state(), QProcess::Running);
     }
