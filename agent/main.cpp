@@ -6,6 +6,7 @@
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
+#include "agent/runtime/device_groups.h"
 #include "agent/runtime/mpi_runtime.h"
 #include "agent/telemetry/telemetry_sender.h"
 #include "agent/train/trainer.h"
@@ -203,8 +204,16 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     const kernels::BackendRequest request = spec.backend == plan::BackendKind::Cuda ? kernels::BackendRequest::Cuda
                                             : spec.backend == plan::BackendKind::Cpu ? kernels::BackendRequest::Cpu
                                                                                      : kernels::BackendRequest::Auto;
-    const kernels::BackendChoice choice = kernels::chooseBackend(request, options.threads);
+    const kernels::BackendChoice choice = kernels::chooseBackend(request, options.threads, mpi ? mpi->localRank() : 0,
+                                                                 mpi ? mpi->localSize() : 1);
     kernels::Backend& backend = *choice.backend;
+    const std::string communicator =
+        groups ? agent::attachDeviceCommunicators(*groups, backend, choice.sharesDevice) : std::string();
+    if (telemetry) {
+        telemetry->log(wire::LogLevel::Info, "backend " + choice.reason);
+        if (groups)
+            telemetry->log(wire::LogLevel::Info, "communicator " + communicator);
+    }
     agent::Trainer trainer(spec, backend, groups ? &*groups : nullptr);
     if (options.load.empty())
         trainer.initialize();
@@ -221,6 +230,8 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
                 static_cast<long long>(spec.parallel.globalBatch()), static_cast<long long>(spec.model.seqLen),
                 choice.reason.c_str());
     std::printf("data %s\n", trainer.data().describe().c_str());
+    if (groups)
+        std::printf("communicator %s\n", communicator.c_str());
     if (groups)
         std::printf("%d ranks: data parallel %d, pipeline %d (%s), expert parallel %d, tensor parallel %d\n",
                     mpi->worldSize(), groups->data->size(), groups->pipeline->size(),

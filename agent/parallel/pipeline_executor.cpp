@@ -45,7 +45,14 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
         GradientListener* last = op.microbatch == shape.microbatches - 1 ? finished : nullptr;
         Slot& slot = slots[{op.microbatch, op.chunk}];
         const int virtualStage = op.chunk * shape.stages + m_stage;
-        const std::int64_t begin = Measurements::nowNs();
+        // Spans carry the op's own name (one source of truth for planned and measured ops).
+        const bool compute = plan::isCompute(op.kind);
+        const Span span{step, std::int16_t(m_stage), std::int16_t(op.chunk), op.microbatch,
+                        *wire::spanKindFromName(plan::opKindName(op.kind)),
+                        compute ? -1 : m_pipelineRanks[std::size_t(op.peerStage)], 0, 0,
+                        compute ? 0 : elements * sizeof(float)};
+        const Measurements::Range range(span);
+        const kernels::TimeMark begin = measurements.mark();
         switch (op.kind) {
         case plan::OpKind::RecvActivation:
             slot.input = DeviceBuffer(m_backend, elements);
@@ -86,12 +93,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
                 last->gradientsReady(m_model.chunkViews(op.chunk));
             break;
         }
-        // Spans carry the op's own name (one source of truth for planned and measured ops).
-        const bool compute = plan::isCompute(op.kind);
-        measurements.addSpan({step, std::int16_t(m_stage), std::int16_t(op.chunk), op.microbatch,
-                              *wire::spanKindFromName(plan::opKindName(op.kind)),
-                              compute ? -1 : m_pipelineRanks[std::size_t(op.peerStage)], begin, Measurements::nowNs(),
-                              compute ? 0 : elements * sizeof(float)});
+        measurements.addSpan(span, begin, measurements.mark());
     }
     m_pipeline.waitSends();
 }

@@ -194,6 +194,12 @@ MpiRuntime::MpiRuntime(int& argc, char**& argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m_size);
+    MPI_Comm local;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+        MPI_Comm_rank(local, &m_localRank);
+        MPI_Comm_size(local, &m_localSize);
+        MPI_Comm_free(&local);
+    }
 }
 
 MpiRuntime::~MpiRuntime() { MPI_Finalize(); }

@@ -18,6 +18,9 @@ public:
 
     int worldRank() const { return m_rank; }
     int worldSize() const { return m_size; }
+    // This rank among the ranks of its machine (which pick their GPUs by it), and how many there are.
+    int localRank() const { return m_localRank; }
+    int localSize() const { return m_localSize; }
 
     // Splits the world into the mesh's groups; the mesh's world size must equal the MPI world's.
     ProcessGroups createGroups(const plan::Mesh& mesh) const;
@@ -29,6 +32,8 @@ public:
 private:
     int m_rank = 0;
     int m_size = 1;
+    int m_localRank = 0;
+    int m_localSize = 1;
 };
 
 }  // namespace meshbench::agent

@@ -1,15 +1,68 @@
 #include "agent/telemetry/measurements.h"
 
 #include <nlohmann/json.hpp>
+#if MESHBENCH_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 #include <ostream>
 #include <utility>
 
 namespace meshbench::agent {
 
+void Measurements::beginTimeline()
+{
+    m_pending.clear();
+    m_hostMarks.clear();
+    if (m_backend) {
+        m_backend->synchronize();
+        m_backend->forgetTimeMarks();
+    }
+    m_originNs = nowNs();
+    m_origin = mark();
+}
+
+kernels::TimeMark Measurements::mark()
+{
+    if (m_backend)
+        return m_backend->markTime();
+    m_hostMarks.push_back(nowNs());
+    return kernels::TimeMark(m_hostMarks.size() - 1);
+}
+
+void Measurements::addSpan(const Span& span, kernels::TimeMark begin, kernels::TimeMark end)
+{
+    m_pending.push_back({span, begin, end});
+}
+
+std::int64_t Measurements::timeOf(kernels::TimeMark mark)
+{
+    if (!m_backend)
+        return m_hostMarks.at(mark);
+    return m_originNs + std::int64_t(m_backend->secondsBetween(m_origin, mark) * 1e9);
+}
+
+void Measurements::resolveTimeline()
+{
+    for (PendingSpan& p : m_pending) {
+        p.span.beginNs = timeOf(p.begin);
+        p.span.endNs = timeOf(p.end);
+        m_spans.push_back(p.span);
+    }
+    m_pending.clear();
+}
+
+#if MESHBENCH_HAVE_NVTX
+Measurements::Range::Range(const Span& span) { nvtxRangePushA(wire::spanLabel(span).c_str()); }
+Measurements::Range::~Range() { nvtxRangePop(); }
+#else
+Measurements::Range::Range(const Span&) {}
+Measurements::Range::~Range() = default;
+#endif
+
 Measurements Measurements::take()
 {
-    Measurements taken(m_rank);
+    Measurements taken(m_rank, m_backend);
     std::swap(taken.m_spans, m_spans);
     std::swap(taken.m_memory, m_memory);
     return taken;

@@ -1,5 +1,7 @@
 #include "telemetry_sender.h"
 
+#include "nvml.h"
+
 #include <zmq.hpp>
 
 #include <deque>
@@ -18,9 +20,7 @@ namespace {
 // one message stays well under the engine's frame limit.
 constexpr std::size_t kRecordsPerBatch = 4096;
 
-}  // namespace
-
-wire::NodeSampleRecord sampleNode()
+wire::NodeSampleRecord sampleHost()
 {
     wire::NodeSampleRecord sample;
     sample.timeNs = wire::wallAlignedNowNs();
@@ -47,6 +47,23 @@ wire::NodeSampleRecord sampleNode()
     return sample;
 }
 
+}  // namespace
+
+std::vector<wire::NodeSampleRecord> sampleNode()
+{
+    std::vector<wire::NodeSampleRecord> samples{sampleHost()};
+    for (const GpuSample& gpu : Nvml::process().sample()) {
+        wire::NodeSampleRecord& sample = samples.emplace_back();
+        sample.timeNs = samples.front().timeNs;
+        sample.host = samples.front().host;
+        sample.device = gpu.index;
+        sample.deviceMemoryTotalBytes = gpu.memoryTotalBytes;
+        sample.deviceMemoryUsedBytes = gpu.memoryUsedBytes;
+        sample.deviceUtilization = gpu.utilization;
+    }
+    return samples;
+}
+
 struct TelemetrySender::Socket {
     zmq::context_t context{1};
     zmq::socket_t push{context, zmq::socket_type::push};
@@ -71,7 +88,8 @@ TelemetrySender::TelemetrySender(TelemetryOptions options)
     // Queued before anything can be posted, so the stream always opens with them and they take a
     // known place in the bounded queue.
     if (m_options.sampleNode)
-        m_queue.push_back(sampleNode());
+        for (wire::NodeSampleRecord& sample : sampleNode())
+            m_queue.push_back(std::move(sample));
     m_queue.push_back(heartbeat(wire::RankState::Starting, 0));
     m_queued = m_queue.size();
     // The socket now belongs to the sender thread (thread start orders the accesses, the queue's too).
@@ -214,7 +232,8 @@ void TelemetrySender::run()
             addOwn(heartbeat(finalState, finalDetail));
         } else if (!finishing && Clock::now() >= nextHeartbeat) {
             if (m_options.sampleNode)
-                addOwn(sampleNode());
+                for (wire::NodeSampleRecord& sample : sampleNode())
+                    addOwn(std::move(sample));
             addOwn(heartbeat(wire::RankState::Running, 0));
             nextHeartbeat = Clock::now() + m_options.heartbeatInterval;
         }

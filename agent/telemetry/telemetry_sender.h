@@ -31,8 +31,10 @@ struct TelemetryOptions {
     std::chrono::milliseconds finishTimeout{5000};   // how long finish() waits for the collector
 };
 
-// Host memory and the device of a node, read from /proc/meminfo (a CPU backend has no device).
-wire::NodeSampleRecord sampleNode();
+// A node's samples, all at one time: first the host's memory from /proc/meminfo (device -1), then
+// one record per GPU that NVML reports (none without the driver), whose host memory fields stay
+// -1 so that the host's figures are counted once.
+std::vector<wire::NodeSampleRecord> sampleNode();
 
 class TelemetrySender {
 public:

@@ -58,7 +58,7 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
       m_data(makeTokenSource(spec.train.data, int(spec.model.vocab), int(spec.model.seqLen), spec.train.seed)),
       m_shards(m_model.layout(), zeroStage(), groups ? groups->data.get() : nullptr,
                groups ? groups->expertData.get() : nullptr),
-      m_measurements(groups ? groups->worldRank : 0)
+      m_measurements(groups ? groups->worldRank : 0, &backend)
 {
     for (const ShardRegion& region : m_shards.regions())
         m_optimizers.emplace_back(backend, m_model.layout(), region.ownedBegin(), region.ownedSize());
@@ -126,19 +126,23 @@ double Trainer::learningRate(int step) const
 StepMetrics Trainer::step()
 {
     StepMetrics metrics;
+    m_measurements.beginTimeline();
     metrics.beginNs = Measurements::nowNs();
     metrics.step = m_step + 1;
     MemoryLedger::instance().resetPeaks();
     const StepBatch batch = stepBatch();
 
-    const std::int64_t pipelineBegin = Measurements::nowNs();
+    const kernels::TimeMark pipelineBegin = m_measurements.mark();
     const ForwardResult result = runMicrobatches(batch, metrics.step);
-    metrics.bubbleRatio = measuredBubble(metrics.step, pipelineBegin, Measurements::nowNs());
+    const kernels::TimeMark pipelineEnd = m_measurements.mark();
 
     finalizeGradients();
     sumResults(batch, result, metrics);
     metrics.gradNorm = gradientNorm();
     optimizerStep(metrics);
+    m_measurements.resolveTimeline();
+    metrics.bubbleRatio =
+        measuredBubble(metrics.step, m_measurements.timeOf(pipelineBegin), m_measurements.timeOf(pipelineEnd));
 
     m_measurements.addMemorySample({metrics.step, Measurements::nowNs(), MemoryLedger::instance().usage()});
     metrics.endNs = Measurements::nowNs();
@@ -200,12 +204,21 @@ ForwardResult Trainer::runMicrobatches(const StepBatch& batch, int step)
             m_model.zeroGradients();
         if (reduces)
             m_buckets->begin(step);
-        const std::int64_t forwardBegin = Measurements::nowNs();
-        auto activations = m_model.forward({tokensOf(mb), batch.microbatchSize}, batch.lossScale, batch.auxScale, result);
-        const std::int64_t backwardBegin = Measurements::nowNs();
-        m_model.backward(*activations, reduces ? m_buckets.get() : nullptr);
-        m_measurements.addSpan({step, 0, 0, mb, wire::SpanKind::Forward, -1, forwardBegin, backwardBegin, 0});
-        m_measurements.addSpan({step, 0, 0, mb, wire::SpanKind::Backward, -1, backwardBegin, Measurements::nowNs(), 0});
+        const Span forward{step, 0, 0, mb, wire::SpanKind::Forward, -1, 0, 0, 0};
+        const Span backward{step, 0, 0, mb, wire::SpanKind::Backward, -1, 0, 0, 0};
+        const kernels::TimeMark forwardBegin = m_measurements.mark();
+        GptModel::ActivationsPtr activations;
+        {
+            const Measurements::Range range(forward);
+            activations = m_model.forward({tokensOf(mb), batch.microbatchSize}, batch.lossScale, batch.auxScale, result);
+        }
+        const kernels::TimeMark backwardBegin = m_measurements.mark();
+        {
+            const Measurements::Range range(backward);
+            m_model.backward(*activations, reduces ? m_buckets.get() : nullptr);
+        }
+        m_measurements.addSpan(forward, forwardBegin, backwardBegin);
+        m_measurements.addSpan(backward, backwardBegin, m_measurements.mark());
         if (everyMicrobatch)
             m_buckets->finish();
     }
@@ -289,7 +302,10 @@ double Trainer::gradientNorm() const
 
 void Trainer::optimizerStep(StepMetrics& metrics)
 {
-    const std::int64_t begin = Measurements::nowNs();
+    const int stage = m_groups ? m_groups->coord.pp : 0;
+    const Span span{metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::Optimizer, -1, 0, 0, 0};
+    const Measurements::Range range(span);
+    const kernels::TimeMark begin = m_measurements.mark();
     ++m_step;
     metrics.learningRate = learningRate(m_step);
     const plan::TrainSpec& t = m_spec.train;
@@ -306,9 +322,7 @@ void Trainer::optimizerStep(StepMetrics& metrics)
     }
     if (zeroStage() == 1 || zeroStage() == 2)
         m_shards.allGatherParameters(m_model.parameters());
-    const int stage = m_groups ? m_groups->coord.pp : 0;
-    m_measurements.addSpan(
-        {metrics.step, std::int16_t(stage), 0, -1, wire::SpanKind::Optimizer, -1, begin, Measurements::nowNs(), 0});
+    m_measurements.addSpan(span, begin, m_measurements.mark());
 }
 
 kernels::DevPtr Trainer::shardGradients() const { return zeroStage() > 0 ? m_gradShard.ptr() : m_model.gradients(); }

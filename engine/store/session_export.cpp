@@ -274,11 +274,7 @@ private:
         out += ",\"dur\":";
         appendNumber(out, microseconds(distance(span.beginNs, span.endNs)));
         out += ",\"name\":\"";
-        out += wire::spanKindName(span.kind);
-        if (span.microbatch >= 0) {
-            out += " mb";
-            appendNumber(out, span.microbatch);
-        }
+        out += wire::spanLabel(span);
         out += "\",\"cat\":\"";
         out += kTrackNames[track];
         out += "\",\"args\":{\"step\":";

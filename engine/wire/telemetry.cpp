@@ -715,6 +715,14 @@ std::int64_t wallOffsetNs()
 
 }  // namespace
 
+std::string spanLabel(const SpanRecord& span)
+{
+    std::string label(spanKindName(span.kind));
+    if (span.microbatch >= 0)
+        label += " mb" + std::to_string(span.microbatch) + " chunk" + std::to_string(span.chunk);
+    return label;
+}
+
 std::string_view spanKindName(SpanKind kind)
 {
     return nameAt(kSpanKindNames, underlying(kind));

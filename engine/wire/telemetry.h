@@ -96,6 +96,10 @@ struct SpanRecord {
     std::uint64_t bytes = 0;         // moved, for communication
     bool operator==(const SpanRecord&) const = default;
 };
+// A span's name on every timeline (the Chrome trace, NVTX ranges): its kind, and for a
+// micro-batch's op the micro-batch and the virtual chunk, "F mb3 chunk0".
+std::string spanLabel(const SpanRecord& span);
+
 
 // Tokens routed to (before capacity) and dropped by (capacity) each expert of one MoE layer in one
 // step, summed over the step's micro-batches and the data-parallel group.

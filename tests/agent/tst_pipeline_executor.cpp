@@ -155,7 +155,8 @@ private slots:
                 GptModel model(spec, plan::Recompute::None, backend, &slice);
                 initialize(model, backend);
                 PipelineExecutor executor(model, backend, *members[std::size_t(stage)], schedule, stage, {0, 1});
-                Measurements measurements(stage);
+                Measurements measurements(stage, &backend);
+                measurements.beginTimeline();
                 Recorder recorder;
                 executor.runStep([&](int mb) { return batches[std::size_t(mb)].data(); }, kBatch, lossScale, auxScale,
                                  results[std::size_t(stage)], 1, measurements, &recorder);
@@ -169,6 +170,7 @@ private slots:
                 sliceViews[std::size_t(stage)] = model.chunkViews(0);
                 for (const TensorView& v : model.layout().views())
                     names[std::size_t(stage)].push_back(v.name);
+                measurements.resolveTimeline();
                 spanCount[std::size_t(stage)] = int(measurements.spans().size());
                 opCount[std::size_t(stage)] = int(schedule.stages[std::size_t(stage)].size());
             });

@@ -91,6 +91,9 @@ private slots:
                     running += h->state == wire::RankState::Running;
                     last = *h;
                 } else if (const auto* n = std::get_if<wire::NodeSampleRecord>(&r)) {
+                    // The host's record; a GPU's (device >= 0, from NVML) leaves the host fields at -1.
+                    if (n->device >= 0)
+                        continue;
                     ++nodeSamples;
                     QVERIFY(n->hostMemoryTotalBytes > 0);
                     QVERIFY(n->hostMemoryUsedBytes > 0 && n->hostMemoryUsedBytes <= n->hostMemoryTotalBytes);

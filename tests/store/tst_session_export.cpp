@@ -259,7 +259,7 @@ void TestSessionExport::chromeTraceFollowsTheFormat()
     for (const auto& [rank, span] : s.spans) {
         std::string name(wire::spanKindName(span.kind));
         if (span.microbatch >= 0)
-            name += " mb" + std::to_string(span.microbatch);
+            name += " mb" + std::to_string(span.microbatch) + " chunk" + std::to_string(span.chunk);
         expected.insert({int(rank), microsecondsSince(origin, span.beginNs), double(span.endNs - span.beginNs) / 1000.0,
                          name, groupOf(span.kind), span.microbatch, span.peerRank});
     }

@@ -1,0 +1,116 @@
+#include "nvml.h"
+
+#include <string>
+#include <type_traits>
+
+#include <dlfcn.h>
+
+namespace meshbench::agent {
+
+namespace {
+
+// The part of NVML's documented C ABI used here, declared from its documentation: calls return a
+// status (an int enum, 0 for success), devices are opaque handles, figures come in plain structs.
+using NvmlReturn = int;
+constexpr NvmlReturn kNvmlSuccess = 0;
+using NvmlDevice = struct NvmlDeviceOpaque*;
+struct NvmlMemory {
+    unsigned long long total, free, used;   // bytes
+};
+struct NvmlUtilization {
+    unsigned int gpu, memory;   // percent
+};
+
+}  // namespace
+
+struct Nvml::Api {
+    NvmlReturn (*init)();
+    NvmlReturn (*shutdown)();
+    NvmlReturn (*deviceCount)(unsigned int*);
+    NvmlReturn (*deviceHandle)(unsigned int, NvmlDevice*);
+    NvmlReturn (*memoryInfo)(NvmlDevice, NvmlMemory*);
+    NvmlReturn (*utilizationRates)(NvmlDevice, NvmlUtilization*);
+    const char* (*errorString)(NvmlReturn);
+
+    std::string errorText(NvmlReturn status) const
+    {
+        const char* text = errorString(status);
+        return text ? text : "NVML error " + std::to_string(status);
+    }
+};
+
+Nvml::Nvml(const std::string& library)
+{
+    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char* error = dlerror();   // names the library, and why it could not be loaded
+        m_unavailableReason = "NVML not loaded: " + std::string(error ? error : library);
+        return;
+    }
+    auto api = std::make_unique<Api>();
+    std::string missing;   // the first entry point the library lacks
+    auto resolve = [&](const char* symbol, auto& function) {
+        // POSIX guarantees that dlsym's object pointer converts to a function pointer.
+        function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(handle, symbol));
+        if (!function && missing.empty())
+            missing = symbol;
+    };
+    resolve("nvmlInit_v2", api->init);
+    resolve("nvmlShutdown", api->shutdown);
+    resolve("nvmlDeviceGetCount_v2", api->deviceCount);
+    resolve("nvmlDeviceGetHandleByIndex_v2", api->deviceHandle);
+    resolve("nvmlDeviceGetMemoryInfo", api->memoryInfo);
+    resolve("nvmlDeviceGetUtilizationRates", api->utilizationRates);
+    resolve("nvmlErrorString", api->errorString);
+    if (!missing.empty()) {
+        m_unavailableReason = "NVML not usable: " + library + " has no " + missing;
+        dlclose(handle);
+        return;
+    }
+    if (const NvmlReturn status = api->init(); status != kNvmlSuccess) {
+        m_unavailableReason = "nvmlInit_v2 failed (" + library + "): " + api->errorText(status);
+        dlclose(handle);
+        return;
+    }
+    m_library = handle;
+    m_api = std::move(api);
+}
+
+Nvml::~Nvml()
+{
+    if (!m_api)
+        return;
+    m_api->shutdown();
+    dlclose(m_library);
+}
+
+std::vector<GpuSample> Nvml::sample() const
+{
+    std::vector<GpuSample> samples;
+    unsigned int count = 0;
+    if (!m_api || m_api->deviceCount(&count) != kNvmlSuccess)
+        return samples;
+    samples.reserve(count);
+    for (unsigned int index = 0; index < count; ++index) {
+        GpuSample& gpu = samples.emplace_back();
+        gpu.index = int(index);
+        NvmlDevice device = nullptr;
+        if (m_api->deviceHandle(index, &device) != kNvmlSuccess)
+            continue;
+        if (NvmlMemory memory{}; m_api->memoryInfo(device, &memory) == kNvmlSuccess) {
+            gpu.memoryTotalBytes = std::int64_t(memory.total);
+            gpu.memoryUsedBytes = std::int64_t(memory.used);
+        }
+        if (NvmlUtilization utilization{}; m_api->utilizationRates(device, &utilization) == kNvmlSuccess)
+            gpu.utilization = float(utilization.gpu) / 100.0f;
+    }
+    return samples;
+}
+
+const Nvml& Nvml::process()
+{
+    static const Nvml nvml;
+    return nvml;
+}
+
+}  // namespace meshbench::agent
