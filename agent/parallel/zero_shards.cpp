@@ -61,19 +61,19 @@ const ShardRegion& ZeroShards::regionOf(std::size_t at) const
 
 std::vector<float> ZeroShards::gather(kernels::Backend& backend, kernels::ConstDevPtr shard) const
 {
-    std::vector<float> mine(m_shardElements);
-    backend.download(mine.data(), shard, mine.size());
-    std::vector<float> whole(m_regions.back().end, 0.0f);
+    // On the device: the communicators move device memory.
+    DeviceBuffer whole(backend, m_regions.back().end);
     for (const ShardRegion& region : m_regions) {
-        const float* piece = mine.data() + region.shardOffset;
+        const kernels::ConstDevPtr piece = kernels::offset(shard, region.shardOffset);
         if (!region.group || m_stage == 0) {
-            std::copy_n(piece, region.ownedSize(), whole.data() + region.ownedBegin());
+            backend.copy(whole.at(region.ownedBegin()), piece, region.ownedSize());
             continue;
         }
-        region.group->startAllGather(kernels::f32(piece), kernels::f32(whole.data() + region.begin), region.counts)
-            .wait();
+        region.group->startAllGather(piece, whole.at(region.begin), region.counts).wait();
     }
-    return whole;
+    std::vector<float> host(whole.size());
+    backend.download(host.data(), whole.ptr(), host.size());
+    return host;
 }
 
 void ZeroShards::extract(const float* whole, float* shard) const

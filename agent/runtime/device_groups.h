@@ -9,7 +9,7 @@
 
 namespace meshbench::agent {
 
-// Replaces the groups' communicators as needed and says what they are and why ("nccl (NCCL 2.27.7;
+// Replaces the groups' communicators as needed and says what they are and why ("nccl (NCCL 2.28.9;
 // ...)", "mpi, host-staged (2 ranks share a GPU, which NCCL refuses)"). Collective: every rank
 // calls it at the same point.
 std::string attachDeviceCommunicators(ProcessGroups& groups, kernels::Backend& backend, bool sharesDevice);

@@ -21,7 +21,7 @@ namespace meshbench::agent {
 // Whether NCCL can be loaded here, and if not, why (for the agent's first lines).
 struct NcclAvailability {
     bool available = false;
-    std::string description;   // "NCCL 2.27.7" or "libnccl.so.2 not found: ..."
+    std::string description;   // "NCCL 2.28.9" or "libnccl.so.2 not found: ..."
 };
 NcclAvailability ncclAvailability();
 

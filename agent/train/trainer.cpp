@@ -50,6 +50,25 @@ std::vector<ExpertLoad> mergeByLayer(const std::vector<ExpertLoad>& loads)
     return merged;
 }
 
+// Host data through a communicator, whose buffers are device memory (a GPU's, or NCCL's): each
+// transfer goes through a device buffer. Checkpoints only, where the copies cost nothing that counts.
+std::vector<float> allGatherHost(kernels::Backend& backend, Communicator& group, const float* part, std::size_t n)
+{
+    DeviceBuffer mine(backend, n), all(backend, n * std::size_t(group.size()));
+    backend.upload(mine.ptr(), part, n);
+    group.allGather(mine.ptr(), all.ptr(), n);
+    std::vector<float> host(all.size());
+    backend.download(host.data(), all.ptr(), host.size());
+    return host;
+}
+
+void recvHost(kernels::Backend& backend, Communicator& group, std::vector<float>& buffer, int peer, int tag)
+{
+    DeviceBuffer staging(backend, buffer.size());
+    group.recv(staging.ptr(), buffer.size(), peer, tag);
+    backend.download(buffer.data(), staging.ptr(), buffer.size());
+}
+
 }  // namespace
 
 Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const ProcessGroups* groups)
@@ -350,8 +369,7 @@ void Trainer::save(const std::string& path) const
             const float* part = from->data() + local.offset;
             std::vector<float> tpWhole;
             if (local.tensorCount > 1) {
-                std::vector<float> parts(local.size * std::size_t(local.tensorCount));
-                m_groups->tensor->allGather(kernels::f32(part), kernels::f32(parts.data()), local.size);
+                const std::vector<float> parts = allGatherHost(m_backend, *m_groups->tensor, part, local.size);
                 tpWhole.resize(parts.size());
                 TensorView piece = local;
                 piece.shardIndex = 0;   // place within this EP block only
@@ -362,9 +380,10 @@ void Trainer::save(const std::string& path) const
                 part = tpWhole.data();
             }
             const std::size_t blockSize = local.size * std::size_t(local.tensorCount);
-            if (local.shardCount > 1)
-                m_groups->expert->allGather(kernels::f32(part), kernels::f32(to->data() + target.offset), blockSize);
-            else
+            if (local.shardCount > 1) {
+                const std::vector<float> blocks = allGatherHost(m_backend, *m_groups->expert, part, blockSize);
+                std::copy(blocks.begin(), blocks.end(), to->data() + target.offset);
+            } else
                 std::copy_n(part, blockSize, to->data() + target.offset);
         }
     }
@@ -376,8 +395,12 @@ void Trainer::save(const std::string& path) const
     const int stages = pipelineSize();
     const int stage = m_groups ? m_groups->coord.pp : 0;
     if (stage != 0) {
-        for (const std::vector<float>* buffer : {&mine.params, &mine.m, &mine.v})
-            m_groups->pipeline->send(kernels::f32(buffer->data()), buffer->size(), 0, 1);
+        std::vector<DeviceBuffer> sent;
+        for (const std::vector<float>* buffer : {&mine.params, &mine.m, &mine.v}) {
+            sent.emplace_back(m_backend, buffer->size());
+            m_backend.upload(sent.back().ptr(), buffer->data(), buffer->size());
+            m_groups->pipeline->send(sent.back().ptr(), buffer->size(), 0, 1);
+        }
         m_groups->pipeline->waitSends();
         return;
     }
@@ -389,7 +412,7 @@ void Trainer::save(const std::string& path) const
         const std::size_t size = layout.totalSize();
         Part part{std::move(layout), std::vector<float>(size), std::vector<float>(size), std::vector<float>(size)};
         for (std::vector<float>* buffer : {&part.params, &part.m, &part.v})
-            m_groups->pipeline->recv(kernels::f32(buffer->data()), size, s, 1);
+            recvHost(m_backend, *m_groups->pipeline, *buffer, s, 1);
         parts.push_back(std::move(part));
     }
 

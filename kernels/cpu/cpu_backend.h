@@ -9,7 +9,7 @@
 
 namespace meshbench::kernels {
 
-class CpuBackend : public Backend {
+class CpuBackend final : public Backend {
 public:
     // threads: OpenBLAS threads for GEMMs (1 when several ranks share a machine's cores).
     explicit CpuBackend(int threads = 1);

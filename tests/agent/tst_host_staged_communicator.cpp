@@ -1,16 +1,15 @@
 // agent/runtime's host staging: every operation over device memory that the host cannot touch
-// (here a backend whose pointers fault when dereferenced, as a GPU's would) gives the same bits as
-// the same operation over host memory, and reaches that memory through the backend's copies only.
+// (tests/agent/far_backend.h, whose pointers fault when dereferenced, as a GPU's would) gives the
+// same bits as the same operation over host memory, and reaches that memory through the backend's
+// copies only.
 
 #include "agent/runtime/host_staged_communicator.h"
 #include "agent/runtime/in_process_communicator.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "far_backend.h"
 
 #include <QtTest>
 
-#include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 
 using namespace meshbench::agent;
@@ -20,45 +19,7 @@ using meshbench::kernels::DType;
 
 namespace {
 
-// Memory the host may not dereference: pointers are handed out with a high bit set, which makes
-// them non-canonical (a fault on x86-64 and AArch64), and only the byte copies undo it.
-class FarBackend final : public meshbench::kernels::CpuBackend {
-public:
-    static constexpr std::uintptr_t kFar = std::uintptr_t(1) << 62;
-
-    DevPtr allocate(std::size_t elements, DType dtype) override
-    {
-        const DevPtr near = CpuBackend::allocate(elements, dtype);
-        return {reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(near.data) | kFar), dtype};
-    }
-    void release(DevPtr p) override { CpuBackend::release(nearOf(p)); }
-    bool hostAddressable() const override { return false; }
-    void copyToHost(void* dst, ConstDevPtr src, std::size_t n) override
-    {
-        CpuBackend::copyToHost(dst, {nearOf(src.data), src.dtype}, n);
-        count(n);
-    }
-    void copyFromHost(DevPtr dst, const void* src, std::size_t n) override
-    {
-        CpuBackend::copyFromHost(nearOf(dst), src, n);
-        count(n);
-    }
-    std::size_t copiedElements() const { return m_copied; }
-
-private:
-    static void* nearOf(const void* p)
-    {
-        return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) & ~kFar);
-    }
-    static DevPtr nearOf(DevPtr p) { return {nearOf(p.data), p.dtype}; }
-    void count(std::size_t n)
-    {
-        std::lock_guard lock(m_mutex);
-        m_copied += n;
-    }
-    std::mutex m_mutex;
-    std::size_t m_copied = 0;
-};
+using meshbench::agent::testing::FarBackend;
 
 constexpr int kSize = 4;
 

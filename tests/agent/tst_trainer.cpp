@@ -14,12 +14,14 @@
 // wrong data shard or a missing reduction moves elements by O(lr) per step and fails both.
 // The MemoryLedger is process-wide and every rank thread allocates from it: no memory here.
 
+#include "agent/runtime/device_groups.h"
 #include "agent/runtime/in_process_communicator.h"
 #include "agent/train/trainer.h"
 
 #include "kernels/cpu/cpu_backend.h"
 
 #include <QTemporaryDir>
+#include "far_backend.h"
 #include "layout_equivalence.h"
 
 #include <QtTest>
@@ -30,6 +32,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <thread>
 
 using namespace meshbench;
@@ -103,6 +106,8 @@ private slots:
     void meshGroupsFollowThePlan();
     void layoutEqualsOneDevice_data();
     void layoutEqualsOneDevice();
+    void deviceMemoryRunsTheSameSteps_data();
+    void deviceMemoryRunsTheSameSteps();
 
 private:
     QTemporaryDir m_dir;
@@ -257,6 +262,69 @@ void TestTrainer::layoutEqualsOneDevice()
     QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
 }
 
+void TestTrainer::deviceMemoryRunsTheSameSteps_data()
+{
+    QTest::addColumn<Layout>("layout");
+    QTest::newRow("dp2 ep2 moe zero-1") << Layout{2, 1, 1, 2, 1, true};
+    QTest::newRow("dp2 ep2 moe zero-3") << Layout{2, 1, 1, 2, 3, true};
+    QTest::newRow("dp2 pp2 zero-1") << Layout{2, 2, 1, 1, 1};
+    QTest::newRow("pp2 zb-h1") << Layout{1, 2, 1, 1, 0, false, "zb-h1"};
+    QTest::newRow("tp2 sp") << Layout{1, 1, 2, 1, 0, false, "1f1b", true};
+}
+
+void TestTrainer::deviceMemoryRunsTheSameSteps()
+{
+    // The trainer on memory the host cannot touch, with the communicators the agent attaches when
+    // ranks share a GPU (MPI-like groups with host staging): every step and the checkpoint are the
+    // very bits of the same layout on host memory, so nothing on the way reads or writes device
+    // memory except through the backend, as a GPU run needs.
+    QFETCH(Layout, layout);
+    const QString tag = QString::fromLatin1(QTest::currentDataTag()).replace(' ', '-');
+    const plan::JobSpec spec = specOf(job(layout));
+    const auto train = [&](bool far, const QString& checkpoint) {
+        InProcessMesh mesh{plan::Mesh(spec.parallel)};
+        std::vector<std::vector<StepMetrics>> steps(std::size_t(layout.ranks()));
+        std::vector<std::string> communicators(std::size_t(layout.ranks()));
+        std::size_t staged = 0;
+        std::mutex stagedMutex;
+        onEveryRank(mesh, [&](int rank, const ProcessGroups&) {
+            FarBackend farBackend;
+            kernels::CpuBackend cpuBackend;
+            kernels::Backend& backend = far ? static_cast<kernels::Backend&>(farBackend) : cpuBackend;
+            ProcessGroups& groups = mesh.groups(rank);
+            communicators[std::size_t(rank)] = attachDeviceCommunicators(groups, backend, true);
+            Trainer trainer(spec, backend, &groups);
+            trainer.initialize();
+            for (int s = 0; s < kSteps; ++s)
+                steps[std::size_t(rank)].push_back(trainer.step());
+            trainer.save(checkpoint.toStdString());
+            std::lock_guard lock(stagedMutex);
+            staged += farBackend.copiedElements();
+        });
+        return std::tuple{steps, staged, communicators};
+    };
+    const QString hostFile = m_dir.filePath(tag + "-host.safetensors"), farFile = m_dir.filePath(tag + "-far.safetensors");
+    const auto [host, none, plain] = train(false, hostFile);
+    const auto [far, staged, attached] = train(true, farFile);
+    QCOMPARE(none, std::size_t(0));
+    QVERIFY(staged > 0);
+    for (int rank = 0; rank < layout.ranks(); ++rank) {
+        QCOMPARE(QString::fromStdString(plain[std::size_t(rank)]), QString("mpi"));
+        QCOMPARE(QString::fromStdString(attached[std::size_t(rank)]),
+                 QString("mpi, host-staged (ranks share a GPU, which NCCL refuses)"));
+    }
+    for (int rank = 0; rank < layout.ranks(); ++rank)
+        for (int s = 0; s < kSteps; ++s) {
+            const StepMetrics &a = host[std::size_t(rank)][std::size_t(s)], &b = far[std::size_t(rank)][std::size_t(s)];
+            QCOMPARE(b.loss, a.loss);
+            QCOMPARE(b.auxLoss, a.auxLoss);
+            QCOMPARE(b.gradNorm, a.gradNorm);
+        }
+    QFile x(hostFile), y(farFile);
+    QVERIFY(x.open(QIODevice::ReadOnly) && y.open(QIODevice::ReadOnly));
+    QVERIFY(x.size() > 0);
+    QVERIFY2(x.readAll() == y.readAll(), "the checkpoints differ");
+}
 
 QTEST_APPLESS_MAIN(TestTrainer)
 #include "tst_trainer.moc"
