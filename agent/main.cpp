@@ -310,6 +310,18 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
         std::printf("final loss %.4f nats, entropy floor of the source %.4f nats (%.1f%% above)\n", lastLoss,
                     markov->lossFloor(int(spec.model.seqLen)),
                     100.0 * (lastLoss / markov->lossFloor(int(spec.model.seqLen)) - 1.0));
+    // A GPU's figures beyond the per-category ledger: the allocator's reserve and the device's own count.
+    if (const kernels::DeviceMemory memory = backend.deviceMemory(); memory.reservedBytes >= 0) {
+        const auto gib = [](std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); };
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "device memory: peak %.2f GiB reserved by the caching allocator; %.2f of %.2f GiB in use on the "
+                      "device",
+                      gib(memory.peakReservedBytes), gib(memory.deviceUsedBytes), gib(memory.deviceTotalBytes));
+        std::printf("%s\n", line);
+        if (telemetry)
+            telemetry->log(wire::LogLevel::Info, line);
+    }
     return 0;
 }
 

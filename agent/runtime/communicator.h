@@ -125,6 +125,29 @@ private:
     std::vector<PendingComm> m_sends;
 };
 
+// A communicator that moves buffers its own way over another one (`host`), which keeps the
+// members, the host-side values and progress.
+class LayeredCommunicator : public Communicator {
+public:
+    int rank() const override { return m_host->rank(); }
+    int size() const override { return m_host->size(); }
+    void allReduceSum(double* data, std::size_t n) override { m_host->allReduceSum(data, n); }
+    void allReduceMax(double* data, std::size_t n) override { m_host->allReduceMax(data, n); }
+    void exchangeCounts(const std::int64_t* in, std::int64_t* out, std::size_t perMember) override
+    {
+        m_host->exchangeCounts(in, out, perMember);
+    }
+    void progress() override { m_host->progress(); }
+    using Communicator::allReduceSum;
+
+protected:
+    explicit LayeredCommunicator(std::unique_ptr<Communicator> host) : m_host(std::move(host)) {}
+    Communicator& host() { return *m_host; }
+
+private:
+    std::unique_ptr<Communicator> m_host;
+};
+
 // The world communicator and the groups of one rank, built from engine/plan's mesh (the same
 // mapping the planner and the GUI use).
 struct ProcessGroups {

@@ -90,14 +90,14 @@ std::unique_ptr<StagedOperation> staged(kernels::Backend& device, Buffers&&... b
 }  // namespace
 
 HostStagedCommunicator::HostStagedCommunicator(std::unique_ptr<Communicator> host, kernels::Backend& device)
-    : m_host(std::move(host)), m_device(device)
+    : LayeredCommunicator(std::move(host)), m_device(device)
 {
 }
 
 PendingComm HostStagedCommunicator::startAllReduce(kernels::DevPtr data, std::size_t n)
 {
     auto op = staged(m_device, stageIn(m_device, data, n));
-    op->start(m_host->startAllReduce(op->buffer(0).ptr(), n), data, 0, n);
+    op->start(host().startAllReduce(op->buffer(0).ptr(), n), data, 0, n);
     return PendingComm(std::move(op));
 }
 
@@ -106,7 +106,7 @@ PendingComm HostStagedCommunicator::startReduceScatter(kernels::ConstDevPtr in, 
 {
     const std::size_t mine = counts[std::size_t(rank())];
     auto op = staged(m_device, stageIn(m_device, in, total(counts)), HostBuffer(out.dtype, mine));
-    op->start(m_host->startReduceScatter(op->buffer(0).ptr(), op->buffer(1).ptr(), counts), out, 1, mine);
+    op->start(host().startReduceScatter(op->buffer(0).ptr(), op->buffer(1).ptr(), counts), out, 1, mine);
     return PendingComm(std::move(op));
 }
 
@@ -114,7 +114,7 @@ PendingComm HostStagedCommunicator::startAllGather(kernels::ConstDevPtr in, kern
                                                    const std::vector<std::size_t>& counts)
 {
     auto op = staged(m_device, stageIn(m_device, in, counts[std::size_t(rank())]), HostBuffer(out.dtype, total(counts)));
-    op->start(m_host->startAllGather(op->buffer(0).ptr(), op->buffer(1).ptr(), counts), out, 1, total(counts));
+    op->start(host().startAllGather(op->buffer(0).ptr(), op->buffer(1).ptr(), counts), out, 1, total(counts));
     return PendingComm(std::move(op));
 }
 
@@ -122,7 +122,7 @@ PendingComm HostStagedCommunicator::startBroadcast(kernels::DevPtr data, std::si
 {
     // Only the root's copy is read; the others are written over.
     auto op = staged(m_device, rank() == root ? stageIn(m_device, data, n) : HostBuffer(data.dtype, n));
-    op->start(m_host->startBroadcast(op->buffer(0).ptr(), n, root), data, 0, n);
+    op->start(host().startBroadcast(op->buffer(0).ptr(), n, root), data, 0, n);
     return PendingComm(std::move(op));
 }
 
@@ -130,7 +130,7 @@ PendingComm HostStagedCommunicator::startAllToAll(kernels::ConstDevPtr in, const
                                                   kernels::DevPtr out, const std::vector<std::size_t>& recvCounts)
 {
     auto op = staged(m_device, stageIn(m_device, in, total(sendCounts)), HostBuffer(out.dtype, total(recvCounts)));
-    op->start(m_host->startAllToAll(op->buffer(0).ptr(), sendCounts, op->buffer(1).ptr(), recvCounts), out, 1,
+    op->start(host().startAllToAll(op->buffer(0).ptr(), sendCounts, op->buffer(1).ptr(), recvCounts), out, 1,
               total(recvCounts));
     return PendingComm(std::move(op));
 }
@@ -138,15 +138,15 @@ PendingComm HostStagedCommunicator::startAllToAll(kernels::ConstDevPtr in, const
 PendingComm HostStagedCommunicator::startSend(kernels::ConstDevPtr data, std::size_t n, int peer, int tag)
 {
     auto op = staged(m_device, stageIn(m_device, data, n));
-    op->start(m_host->startSend(op->buffer(0).ptr(), n, peer, tag));
+    op->start(host().startSend(op->buffer(0).ptr(), n, peer, tag));
     return PendingComm(std::move(op));
 }
 
 void HostStagedCommunicator::recv(kernels::DevPtr data, std::size_t n, int peer, int tag)
 {
-    HostBuffer host(data.dtype, n);
-    m_host->recv(host.ptr(), n, peer, tag);
-    m_device.copyFromHost(data, host.ptr().data, n);
+    HostBuffer staging(data.dtype, n);
+    host().recv(staging.ptr(), n, peer, tag);
+    m_device.copyFromHost(data, staging.ptr().data, n);
 }
 
 }  // namespace meshbench::agent

@@ -11,13 +11,10 @@
 
 namespace meshbench::agent {
 
-class HostStagedCommunicator final : public Communicator {
+class HostStagedCommunicator final : public LayeredCommunicator {
 public:
     // `host` runs the operations on host buffers; `device` owns the memory the callers pass in.
     HostStagedCommunicator(std::unique_ptr<Communicator> host, kernels::Backend& device);
-
-    int rank() const override { return m_host->rank(); }
-    int size() const override { return m_host->size(); }
 
     PendingComm startAllReduce(kernels::DevPtr data, std::size_t n) override;
     PendingComm startReduceScatter(kernels::ConstDevPtr in, kernels::DevPtr out,
@@ -30,16 +27,7 @@ public:
     PendingComm startSend(kernels::ConstDevPtr data, std::size_t n, int peer, int tag) override;
     void recv(kernels::DevPtr data, std::size_t n, int peer, int tag) override;
 
-    void allReduceSum(double* data, std::size_t n) override { m_host->allReduceSum(data, n); }
-    void allReduceMax(double* data, std::size_t n) override { m_host->allReduceMax(data, n); }
-    void exchangeCounts(const std::int64_t* in, std::int64_t* out, std::size_t perMember) override
-    {
-        m_host->exchangeCounts(in, out, perMember);
-    }
-    void progress() override { m_host->progress(); }
-
 private:
-    std::unique_ptr<Communicator> m_host;
     kernels::Backend& m_device;
 };
 

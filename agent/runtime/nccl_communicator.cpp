@@ -205,15 +205,12 @@ private:
     cudaEvent_t m_done = nullptr;
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public LayeredCommunicator {
 public:
     NcclCommunicator(std::unique_ptr<Communicator> host, std::unique_ptr<NcclChannel> channel)
-        : m_host(std::move(host)), m_channel(std::move(channel))
+        : LayeredCommunicator(std::move(host)), m_channel(std::move(channel))
     {
     }
-
-    int rank() const override { return m_host->rank(); }
-    int size() const override { return m_host->size(); }
 
     PendingComm startAllReduce(kernels::DevPtr data, std::size_t n) override
     {
@@ -285,17 +282,9 @@ public:
     }
     PendingComm startSend(kernels::ConstDevPtr data, std::size_t n, int peer, int tag) override
     {
-        return m_host->startSend(data, n, peer, tag);
+        return host().startSend(data, n, peer, tag);
     }
-    void recv(kernels::DevPtr data, std::size_t n, int peer, int tag) override { m_host->recv(data, n, peer, tag); }
-
-    void allReduceSum(double* data, std::size_t n) override { m_host->allReduceSum(data, n); }
-    void allReduceMax(double* data, std::size_t n) override { m_host->allReduceMax(data, n); }
-    void exchangeCounts(const std::int64_t* in, std::int64_t* out, std::size_t perMember) override
-    {
-        m_host->exchangeCounts(in, out, perMember);
-    }
-    void progress() override { m_host->progress(); }
+    void recv(kernels::DevPtr data, std::size_t n, int peer, int tag) override { host().recv(data, n, peer, tag); }
 
 private:
     static const NcclLibrary& lib() { return NcclChannel::library(); }
@@ -323,7 +312,6 @@ private:
         return PendingComm(std::move(op));
     }
 
-    std::unique_ptr<Communicator> m_host;
     std::unique_ptr<NcclChannel> m_channel;
 };
 
