@@ -1,13 +1,15 @@
 // The CUDA backend: device memory through a caching allocator, the elementwise kernels over
 // kernels/elementwise_math.h (the same functions the CPU backend runs), both norms, the embedding,
 // RoPE, the cross-entropy, the MoE permute and combine (the router itself works on the interface's
-// host arrays, with the CPU backend's code), causal attention (an online-softmax kernel that keeps
-// no score row), AdamW on fp32 master weights, sums of squares, GEMMs through cuBLASLt, and time
+// host arrays, with the CPU backend's code), causal attention (on the tensor cores for bf16 with
+// head dims 64 and 128, kernels/cuda/flash_attention; otherwise an online-softmax kernel that keeps
+// no score row either), AdamW on fp32 master weights, sums of squares, GEMMs through cuBLASLt, and time
 // marks as CUDA events on the one compute stream.
 
 #include "kernels/caching_allocator.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/elementwise_math.h"
 
 #include <cublasLt.h>
@@ -16,6 +18,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -574,6 +578,12 @@ public:
         cudaStreamSynchronize(m_stream);
         for (cudaEvent_t event : m_marks)
             cudaEventDestroy(event);
+        for (const auto& [key, plan] : m_gemmPlans) {
+            cublasLtMatrixLayoutDestroy(plan.out);
+            cublasLtMatrixLayoutDestroy(plan.second);
+            cublasLtMatrixLayoutDestroy(plan.first);
+            cublasLtMatmulDescDestroy(plan.op);
+        }
         m_allocator.emptyCache();
         cudaFree(m_scalar);
         cudaFree(m_workspace);
@@ -603,12 +613,11 @@ public:
             check(cudaStreamSynchronize(m_stream), "upload");
             return;
         }
-        float* staging = nullptr;
-        check(cudaMalloc(&staging, n * sizeof(float)), "cudaMalloc (staging)");
-        check(cudaMemcpyAsync(staging, src, n * sizeof(float), cudaMemcpyHostToDevice, m_stream), "upload");
-        convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(staging, DType::F32, dst.data, dst.dtype, n);
+        const DevPtr staging = allocate(n, DType::F32);
+        check(cudaMemcpyAsync(staging.data, src, n * sizeof(float), cudaMemcpyHostToDevice, m_stream), "upload");
+        convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(staging.data, DType::F32, dst.data, dst.dtype, n);
         check(cudaStreamSynchronize(m_stream), "upload");
-        check(cudaFree(staging), "cudaFree");
+        release(staging);
     }
     void download(float* dst, ConstDevPtr src, std::size_t n) override
     {
@@ -617,12 +626,11 @@ public:
             check(cudaStreamSynchronize(m_stream), "download");
             return;
         }
-        float* staging = nullptr;
-        check(cudaMalloc(&staging, n * sizeof(float)), "cudaMalloc (staging)");
-        convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(src.data, src.dtype, staging, DType::F32, n);
-        check(cudaMemcpyAsync(dst, staging, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
+        const DevPtr staging = allocate(n, DType::F32);
+        convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(src.data, src.dtype, staging.data, DType::F32, n);
+        check(cudaMemcpyAsync(dst, staging.data, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
         check(cudaStreamSynchronize(m_stream), "download");
-        check(cudaFree(staging), "cudaFree");
+        release(staging);
     }
     bool hostAddressable() const override { return false; }
     void copyToHost(void* dst, ConstDevPtr src, std::size_t n) override
@@ -689,42 +697,12 @@ public:
     void gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda, ConstDevPtr B,
               int ldb, float beta, DevPtr C, int ldc) override
     {
-        // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt multiplies
-        // B's and A's column-major views, with N and M swapped; fp32 accumulation for every dtype.
-        cublasLtMatmulDesc_t op = nullptr;
-        check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-        const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N, opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-        check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)), "TRANSA");
-        check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)), "TRANSB");
-        cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
-        // The column-major shapes as stored: B is [N, K] (rows x cols) when transposed, else [K, N].
-        check(cublasLtMatrixLayoutCreate(&first, cudaTypeOf(B.dtype), transB ? uint64_t(K) : uint64_t(N),
-                                         transB ? uint64_t(N) : uint64_t(K), ldb),
-              "layout B");
-        check(cublasLtMatrixLayoutCreate(&second, cudaTypeOf(A.dtype), transA ? uint64_t(M) : uint64_t(K),
-                                         transA ? uint64_t(K) : uint64_t(M), lda),
-              "layout A");
-        check(cublasLtMatrixLayoutCreate(&out, cudaTypeOf(C.dtype), uint64_t(N), uint64_t(M), ldc), "layout C");
-        cublasLtMatmulPreference_t preference = nullptr;
-        check(cublasLtMatmulPreferenceCreate(&preference), "preference");
-        const std::size_t workspace = kWorkspaceBytes;
-        check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                   sizeof(workspace)),
-              "workspace");
-        cublasLtMatmulHeuristicResult_t heuristic{};
-        int found = 0;
-        check(cublasLtMatmulAlgoGetHeuristic(m_lt, op, first, second, out, out, preference, 1, &heuristic, &found),
-              "cublasLtMatmulAlgoGetHeuristic");
-        const cublasStatus_t status =
-            found == 0 ? CUBLAS_STATUS_NOT_SUPPORTED
-                       : cublasLtMatmul(m_lt, op, &alpha, B.data, first, A.data, second, &beta, C.data, out, C.data, out,
-                                        &heuristic.algo, m_workspace, kWorkspaceBytes, m_stream);
-        cublasLtMatmulPreferenceDestroy(preference);
-        cublasLtMatrixLayoutDestroy(out);
-        cublasLtMatrixLayoutDestroy(second);
-        cublasLtMatrixLayoutDestroy(first);
-        cublasLtMatmulDescDestroy(op);
-        check(status, "cublasLtMatmul");
+        const GemmPlan& plan = gemmPlan({transA, transB, M, N, K, lda, ldb, ldc, A.dtype, B.dtype, C.dtype});
+        check(plan.found ? cublasLtMatmul(m_lt, plan.op, &alpha, B.data, plan.first, A.data, plan.second, &beta,
+                                          C.data, plan.out, C.data, plan.out, &plan.heuristic.algo, m_workspace,
+                                          kWorkspaceBytes, m_stream)
+                         : CUBLAS_STATUS_NOT_SUPPORTED,
+              "cublasLtMatmul");
     }
 
     void add(ConstDevPtr x, DevPtr y, std::size_t n) override
@@ -859,6 +837,14 @@ public:
     {
         checkAttention(shape, q, k, v, "attentionForward");
         requireF32(lse, "attentionForward's lse");
+        // The tensor cores where the kernel is built for the shape and its 16-byte loads line up.
+        const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+        if (flashAttentionSupports(shape, q.dtype) && out.dtype == DType::BF16 && aligned(q.data) && aligned(k.data) &&
+            aligned(v.data) && aligned(out.data)) {
+            flashAttentionForward(shape, q.data, k.data, v.data, out.data, static_cast<float*>(lse.data), m_stream);
+            launched("attentionForward (tensor cores)");
+            return;
+        }
         const std::size_t rows = std::size_t(shape.batch) * std::size_t(shape.heads) * std::size_t(shape.seq);
         const unsigned warpsPerBlock = kThreads / kWarp;
         attentionForwardKernel<<<unsigned((rows + warpsPerBlock - 1) / warpsPerBlock), kThreads, 0, m_stream>>>(
@@ -1027,17 +1013,71 @@ private:
         T* data = nullptr;
         DeviceScratch(CudaBackend& b, const T* host, std::size_t n) : backend(b)
         {
-            check(cudaMalloc(&data, n * sizeof(T)), "cudaMalloc (scratch)");
-            check(cudaMemcpyAsync(data, host, n * sizeof(T), cudaMemcpyHostToDevice, backend.m_stream), "scratch upload");
+            data = static_cast<T*>(backend.m_allocator.allocate(n * sizeof(T)));
+            // A pageable source has been copied out when cudaMemcpyAsync returns (CUDA's API
+            // synchronisation rules), so the caller may reuse it at once.
+            if (n > 0)
+                check(cudaMemcpyAsync(data, host, n * sizeof(T), cudaMemcpyHostToDevice, backend.m_stream),
+                      "scratch upload");
         }
-        ~DeviceScratch()
-        {
-            cudaStreamSynchronize(backend.m_stream);
-            cudaFree(data);
-        }
+        // Back to the cache in stream order: the kernels queued on it run before any later user.
+        ~DeviceScratch() { backend.m_allocator.release(data); }
         DeviceScratch(const DeviceScratch&) = delete;
         DeviceScratch& operator=(const DeviceScratch&) = delete;
     };
+
+    // A GEMM's shape, and cuBLASLt's descriptors and algorithm for it, made once per shape: a
+    // training step repeats a handful of shapes thousands of times.
+    struct GemmKey {
+        bool transA, transB;
+        int M, N, K, lda, ldb, ldc;
+        DType a, b, c;
+        bool operator<(const GemmKey& o) const
+        {
+            return std::tie(transA, transB, M, N, K, lda, ldb, ldc, a, b, c) <
+                   std::tie(o.transA, o.transB, o.M, o.N, o.K, o.lda, o.ldb, o.ldc, o.a, o.b, o.c);
+        }
+    };
+    struct GemmPlan {
+        cublasLtMatmulDesc_t op = nullptr;
+        cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+        cublasLtMatmulHeuristicResult_t heuristic{};
+        bool found = false;
+    };
+
+    const GemmPlan& gemmPlan(const GemmKey& key)
+    {
+        if (const auto it = m_gemmPlans.find(key); it != m_gemmPlans.end())
+            return it->second;
+        // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt multiplies
+        // B's and A's column-major views, with N and M swapped; fp32 accumulation for every dtype.
+        GemmPlan plan;
+        check(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        const cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N, opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+        check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)), "TRANSA");
+        check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)), "TRANSB");
+        const auto u = [](int v) { return uint64_t(v); };
+        // The column-major shapes as stored: B is [N, K] (rows x cols) when transposed, else [K, N].
+        check(cublasLtMatrixLayoutCreate(&plan.first, cudaTypeOf(key.b), key.transB ? u(key.K) : u(key.N),
+                                         key.transB ? u(key.N) : u(key.K), key.ldb),
+              "layout B");
+        check(cublasLtMatrixLayoutCreate(&plan.second, cudaTypeOf(key.a), key.transA ? u(key.M) : u(key.K),
+                                         key.transA ? u(key.K) : u(key.M), key.lda),
+              "layout A");
+        check(cublasLtMatrixLayoutCreate(&plan.out, cudaTypeOf(key.c), u(key.N), u(key.M), key.ldc), "layout C");
+        cublasLtMatmulPreference_t preference = nullptr;
+        check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+        const std::size_t workspace = kWorkspaceBytes;
+        check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                   sizeof(workspace)),
+              "workspace");
+        int found = 0;
+        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(m_lt, plan.op, plan.first, plan.second, plan.out,
+                                                                     plan.out, preference, 1, &plan.heuristic, &found);
+        cublasLtMatmulPreferenceDestroy(preference);
+        plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+        return m_gemmPlans.emplace(key, plan).first->second;
+    }
 
     static void checkAttention(const AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v,
                                const char* what)
@@ -1062,6 +1102,7 @@ private:
 
     CpuBackend m_host;   // the host-side routing
     CachingAllocator m_allocator;
+    std::map<GemmKey, GemmPlan> m_gemmPlans;
     std::vector<cudaEvent_t> m_marks;   // time marks, reused after forgetTimeMarks
     std::size_t m_markCount = 0;
     cudaStream_t m_stream = nullptr;

@@ -312,20 +312,29 @@ private slots:
     {
         QTest::addColumn<int>("headDim");
         QTest::addColumn<int>("dtype");
+        QTest::addColumn<int>("seq");
         for (int d : {32, 48})
             for (int dtype : {int(DType::F32), int(DType::BF16)})
-                QTest::addRow("d%d %s", d, dtype == int(DType::F32) ? "f32" : "bf16") << d << dtype;
+                QTest::addRow("d%d %s", d, dtype == int(DType::F32) ? "f32" : "bf16") << d << dtype << 17;
+        // The tensor-core forward (bf16, head dims 64 and 128): 150 positions make two whole tiles of
+        // 64 and a partial one, so the diagonal, the skipped tiles and the sequence's end are all met.
+        for (int d : {64, 128})
+            QTest::addRow("d%d bf16 seq 150 (tensor cores)", d) << d << int(DType::BF16) << 150;
     }
 
     void attentionMatchesTheCpu()
     {
-        // Grouped heads (4 over 2), 17 positions; forward and backward against the CPU's tiled
-        // kernel on the same (bf16-rounded) inputs. Softmax sums reordered: fp32 a few ulp of 1.
+        // Grouped heads (4 over 2); forward and backward against the CPU's tiled kernel on the same
+        // (bf16-rounded) inputs. Softmax sums reordered: fp32 a few ulp of 1. bf16: the output's
+        // rounding and, on the tensor cores, P rounded to bf16 before P V (as FlashAttention does),
+        // each 2^-8 relative, well inside 2^-6.
         QFETCH(int, headDim);
         QFETCH(int, dtype);
+        QFETCH(int, seq);
         const DType type = DType(dtype);
-        const AttentionShape shape{2, 17, 4, 2, headDim};
-        const std::size_t qn = std::size_t(2) * 17 * 4 * std::size_t(headDim), kvn = qn / 2, lsen = std::size_t(2) * 4 * 17;
+        const AttentionShape shape{2, seq, 4, 2, headDim};
+        const std::size_t qn = std::size_t(2) * std::size_t(seq) * 4 * std::size_t(headDim), kvn = qn / 2,
+                          lsen = std::size_t(2) * 4 * std::size_t(seq);
         std::vector<float> q = randomValues(qn, 21), k = randomValues(kvn, 22), v = randomValues(kvn, 23),
                            dOut = randomValues(qn, 24);
         if (type == DType::BF16)
