@@ -195,20 +195,20 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
         return 1;
     }
 
+    // The backend first, so that it outlives the communicators that use its streams and memory.
+    const kernels::BackendRequest request = spec.backend == plan::BackendKind::Cuda ? kernels::BackendRequest::Cuda
+                                            : spec.backend == plan::BackendKind::Cpu ? kernels::BackendRequest::Cpu
+                                                                                     : kernels::BackendRequest::Auto;
+    const kernels::BackendChoice choice = kernels::chooseBackend(request, options.threads, mpi ? mpi->localRank() : 0);
+    kernels::Backend& backend = *choice.backend;
     std::optional<agent::ProcessGroups> groups;
     if (mpi && mpi->worldSize() > 1)
         groups.emplace(mpi->createGroups(plan::Mesh(spec.parallel)));
     // Rank 0 speaks for the job and writes its checkpoints.
     const bool leader = !mpi || mpi->worldRank() == 0;
-
-    const kernels::BackendRequest request = spec.backend == plan::BackendKind::Cuda ? kernels::BackendRequest::Cuda
-                                            : spec.backend == plan::BackendKind::Cpu ? kernels::BackendRequest::Cpu
-                                                                                     : kernels::BackendRequest::Auto;
-    const kernels::BackendChoice choice = kernels::chooseBackend(request, options.threads, mpi ? mpi->localRank() : 0,
-                                                                 mpi ? mpi->localSize() : 1);
-    kernels::Backend& backend = *choice.backend;
+    const bool sharesDevice = groups && !choice.deviceIdentity.empty() && mpi->localRankShares(choice.deviceIdentity);
     const std::string communicator =
-        groups ? agent::attachDeviceCommunicators(*groups, backend, choice.sharesDevice) : std::string();
+        groups ? agent::attachDeviceCommunicators(*groups, backend, sharesDevice) : std::string();
     if (telemetry) {
         telemetry->log(wire::LogLevel::Info, "backend " + choice.reason);
         if (groups)

@@ -18,26 +18,23 @@ DeviceStatus cudaDeviceStatus()
 #endif
 }
 
-BackendChoice chooseBackend(BackendRequest request, int cpuThreads, int localRank, int localRanks)
+BackendChoice chooseBackend(BackendRequest request, int cpuThreads, int localRank)
 {
     if (request == BackendRequest::Cpu)
-        return {std::make_unique<CpuBackend>(cpuThreads), "cpu (asked for)"};
+        return {std::make_unique<CpuBackend>(cpuThreads), "cpu (asked for)", {}};
     const DeviceStatus device = cudaDeviceStatus();
     if (!device.usable) {
         if (request == BackendRequest::Cuda)
             throw KernelError("backend \"cuda\": " + device.description +
                               "; run on a machine with a GPU, or set backend to \"cpu\" or \"auto\"");
-        return {std::make_unique<CpuBackend>(cpuThreads), "cpu (auto: " + device.description + ")"};
+        return {std::make_unique<CpuBackend>(cpuThreads), "cpu (auto: " + device.description + ")", {}};
     }
 #if MESHBENCH_HAVE_CUDA
     const int index = localRank % device.count;
-    const bool shared = localRanks > device.count;
-    std::string reason = std::string("cuda (") + (request == BackendRequest::Auto ? "auto: " : "") + "device " +
-                         std::to_string(index) + " of " + std::to_string(device.count) + ": " + device.description;
-    if (shared)
-        reason += "; " + std::to_string(localRanks) + " ranks share this machine's " + std::to_string(device.count) +
-                  (device.count == 1 ? " device" : " devices");
-    return {cuda::makeBackend(index), reason + ")", shared};
+    return {cuda::makeBackend(index),
+            std::string("cuda (") + (request == BackendRequest::Auto ? "auto: " : "") + "device " +
+                std::to_string(index) + " of " + std::to_string(device.count) + ": " + device.description + ")",
+            cuda::deviceIdentity(index)};
 #else
     throw KernelError("backend \"cuda\": " + device.description);
 #endif

@@ -26,13 +26,13 @@ DeviceStatus cudaDeviceStatus();
 struct BackendChoice {
     std::unique_ptr<Backend> backend;
     std::string reason;   // "cpu (auto: no CUDA device: ...)", "cuda (device 1 of 8: NVIDIA H200, ...)"
-    // With the CUDA backend: whether other ranks of this machine run on the same device (more
-    // ranks than devices), which NCCL refuses.
-    bool sharesDevice = false;
+    // With the CUDA backend, the device's UUID: ranks that report the same one share a GPU (which
+    // NCCL refuses), whatever CUDA_VISIBLE_DEVICES showed each of them. Empty on the CPU.
+    std::string deviceIdentity;
 };
 
-// Rank `localRank` of the `localRanks` on this machine takes device localRank mod the device count.
+// Rank `localRank` of this machine's ranks takes visible device localRank mod the device count.
 // Throws KernelError when `cuda` is asked for and cannot be had, naming why and what to set.
-BackendChoice chooseBackend(BackendRequest request, int cpuThreads, int localRank = 0, int localRanks = 1);
+BackendChoice chooseBackend(BackendRequest request, int cpuThreads, int localRank = 0);
 
 }  // namespace meshbench::kernels

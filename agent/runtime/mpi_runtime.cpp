@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <vector>
@@ -197,12 +198,31 @@ MpiRuntime::MpiRuntime(int& argc, char**& argv)
     MPI_Comm local;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
         MPI_Comm_rank(local, &m_localRank);
-        MPI_Comm_size(local, &m_localSize);
         MPI_Comm_free(&local);
     }
 }
 
 MpiRuntime::~MpiRuntime() { MPI_Finalize(); }
+
+bool MpiRuntime::localRankShares(const std::string& key) const
+{
+    // Fixed-width keys over the machine's ranks (a UUID is 32 hex digits).
+    constexpr int kWidth = 64;
+    MPI_Comm local;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &local),
+          "MPI_Comm_split_type");
+    int size = 1;
+    MPI_Comm_size(local, &size);
+    std::vector<char> mine(kWidth, '\0'), all(std::size_t(kWidth) * std::size_t(size));
+    std::copy_n(key.begin(), std::min<std::size_t>(key.size(), kWidth), mine.begin());
+    const int status = MPI_Allgather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, local);
+    MPI_Comm_free(&local);
+    check(status, "MPI_Allgather");
+    int same = 0;
+    for (int r = 0; r < size; ++r)
+        same += std::equal(mine.begin(), mine.end(), all.begin() + std::ptrdiff_t(r) * kWidth);
+    return same > 1;
+}
 
 ProcessGroups MpiRuntime::createGroups(const plan::Mesh& mesh) const
 {

@@ -4,6 +4,8 @@
 
 #include "communicator.h"
 
+#include <string>
+
 namespace meshbench::agent {
 
 class MpiRuntime {
@@ -18,9 +20,10 @@ public:
 
     int worldRank() const { return m_rank; }
     int worldSize() const { return m_size; }
-    // This rank among the ranks of its machine (which pick their GPUs by it), and how many there are.
+    // This rank among the ranks of its machine (which pick their GPUs by it).
     int localRank() const { return m_localRank; }
-    int localSize() const { return m_localSize; }
+    // Whether another rank of this machine gives the same key (a GPU's UUID). Collective.
+    bool localRankShares(const std::string& key) const;
 
     // Splits the world into the mesh's groups; the mesh's world size must equal the MPI world's.
     ProcessGroups createGroups(const plan::Mesh& mesh) const;
@@ -33,7 +36,6 @@ private:
     int m_rank = 0;
     int m_size = 1;
     int m_localRank = 0;
-    int m_localSize = 1;
 };
 
 }  // namespace meshbench::agent

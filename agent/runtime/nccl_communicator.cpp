@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <exception>
 #include <thread>
 
 namespace meshbench::agent {
@@ -115,6 +116,11 @@ public:
     {
         if (m_aborted)
             return;
+        // Unwinding from a failure: a peer may be gone, and destroying would wait for it.
+        if (std::uncaught_exceptions() > 0) {
+            library().commAbort(m_comm);
+            return;
+        }
         cudaStreamSynchronize(m_stream);
         library().commDestroy(m_comm);
         cudaStreamDestroy(m_stream);
@@ -130,6 +136,13 @@ public:
     {
         if (result != ncclSuccess && result != ncclInProgress)
             fail(std::string(what) + ": " + library().getErrorString(result));
+    }
+
+    // An aborted communicator is freed: nothing may touch it again.
+    void usable(const char* what) const
+    {
+        if (m_aborted)
+            throw CommError(std::string("NCCL: ") + what + ": the communicator was aborted after an earlier failure");
     }
 
     // The communication stream waits for the compute queued so far.
@@ -158,6 +171,7 @@ public:
     }
     bool ready(cudaEvent_t done, const char* what)
     {
+        usable(what);
         const cudaError_t status = cudaEventQuery(done);
         if (status == cudaSuccess)
             return true;
@@ -292,6 +306,7 @@ private:
     template <typename Call>
     PendingComm launch(const char* name, Call call)
     {
+        m_channel->usable(name);
         m_channel->afterCompute();
         m_channel->check(call(m_channel->comm(), m_channel->stream()), name);
         return recorded(name);
@@ -299,9 +314,17 @@ private:
     template <typename Calls>
     PendingComm grouped(const char* name, Calls calls)
     {
+        m_channel->usable(name);
         m_channel->afterCompute();
         m_channel->check(lib().groupStart(), "ncclGroupStart");
-        calls(m_channel->comm(), m_channel->stream());
+        // NCCL's group depth is per thread: a failed call must still close the group, or every later
+        // NCCL call of this thread would wait for a group end that never comes.
+        try {
+            calls(m_channel->comm(), m_channel->stream());
+        } catch (...) {
+            lib().groupEnd();
+            throw;
+        }
         m_channel->check(lib().groupEnd(), "ncclGroupEnd");
         return recorded(name);
     }

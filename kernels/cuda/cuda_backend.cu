@@ -697,7 +697,8 @@ public:
     void gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda, ConstDevPtr B,
               int ldb, float beta, DevPtr C, int ldc) override
     {
-        const GemmPlan& plan = gemmPlan({transA, transB, M, N, K, lda, ldb, ldc, A.dtype, B.dtype, C.dtype});
+        const GemmPlan& plan = gemmPlan({transA, transB, M, N, K, lda, ldb, ldc, A.dtype, B.dtype, C.dtype,
+                                         alignmentOf(A.data), alignmentOf(B.data), alignmentOf(C.data)});
         check(plan.found ? cublasLtMatmul(m_lt, plan.op, &alpha, B.data, plan.first, A.data, plan.second, &beta,
                                           C.data, plan.out, C.data, plan.out, &plan.heuristic.algo, m_workspace,
                                           kWorkspaceBytes, m_stream)
@@ -837,6 +838,8 @@ public:
     {
         checkAttention(shape, q, k, v, "attentionForward");
         requireF32(lse, "attentionForward's lse");
+        if (std::size_t(shape.batch) * std::size_t(shape.heads) * std::size_t(shape.seq) == 0)
+            return;
         // The tensor cores where the kernel is built for the shape and its 16-byte loads line up.
         const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
         if (flashAttentionSupports(shape, q.dtype) && out.dtype == DType::BF16 && aligned(q.data) && aligned(k.data) &&
@@ -858,6 +861,8 @@ public:
         if (dOut.dtype != q.dtype || out.dtype != q.dtype)
             throw KernelError("cuda backend: attentionBackward: dOut and out must have q's dtype");
         requireF32(lse, "attentionBackward's lse");
+        if (std::size_t(shape.batch) * std::size_t(shape.heads) * std::size_t(shape.seq) == 0)
+            return;
         // dk and dv gather through fp32 atomics: fp32 staging where the outputs are bf16.
         const std::size_t qElements = std::size_t(shape.batch) * std::size_t(shape.seq) * std::size_t(shape.heads) *
                                       std::size_t(shape.headDim);
@@ -1014,28 +1019,41 @@ private:
         DeviceScratch(CudaBackend& b, const T* host, std::size_t n) : backend(b)
         {
             data = static_cast<T*>(backend.m_allocator.allocate(n * sizeof(T)));
-            // A pageable source has been copied out when cudaMemcpyAsync returns (CUDA's API
-            // synchronisation rules), so the caller may reuse it at once.
             if (n > 0)
                 check(cudaMemcpyAsync(data, host, n * sizeof(T), cudaMemcpyHostToDevice, backend.m_stream),
                       "scratch upload");
         }
-        // Back to the cache in stream order: the kernels queued on it run before any later user.
-        ~DeviceScratch() { backend.m_allocator.release(data); }
+        // The copy from the caller's (pageable) memory has finished before the caller may reuse it;
+        // the block goes back to the cache in stream order.
+        ~DeviceScratch()
+        {
+            cudaStreamSynchronize(backend.m_stream);
+            backend.m_allocator.release(data);
+        }
         DeviceScratch(const DeviceScratch&) = delete;
         DeviceScratch& operator=(const DeviceScratch&) = delete;
     };
 
     // A GEMM's shape, and cuBLASLt's descriptors and algorithm for it, made once per shape: a
     // training step repeats a handful of shapes thousands of times.
+    // cuBLASLt's heuristic assumes 256-byte aligned operands unless told otherwise; views into the
+    // parameter buffer and TP/EP slices are less aligned, so the plan is made for what is passed.
+    static std::uint32_t alignmentOf(const void* p)
+    {
+        const auto address = reinterpret_cast<std::uintptr_t>(p);
+        const std::uintptr_t lowest = address & (~address + 1);
+        return std::uint32_t(address == 0 || lowest > 256 ? 256 : lowest);
+    }
     struct GemmKey {
         bool transA, transB;
         int M, N, K, lda, ldb, ldc;
         DType a, b, c;
+        std::uint32_t alignA, alignB, alignC;
         bool operator<(const GemmKey& o) const
         {
-            return std::tie(transA, transB, M, N, K, lda, ldb, ldc, a, b, c) <
-                   std::tie(o.transA, o.transB, o.M, o.N, o.K, o.lda, o.ldb, o.ldc, o.a, o.b, o.c);
+            return std::tie(transA, transB, M, N, K, lda, ldb, ldc, a, b, c, alignA, alignB, alignC) <
+                   std::tie(o.transA, o.transB, o.M, o.N, o.K, o.lda, o.ldb, o.ldc, o.a, o.b, o.c, o.alignA, o.alignB,
+                            o.alignC);
         }
     };
     struct GemmPlan {
@@ -1071,6 +1089,13 @@ private:
         check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                    sizeof(workspace)),
               "workspace");
+        // cuBLASLt's "A" and "B" are our B and A (the swap above); C and D are the same buffer.
+        for (const auto& [attribute, alignment] :
+             {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignB},
+              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignA},
+              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignC},
+              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignC}})
+            check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)), "alignment");
         int found = 0;
         const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(m_lt, plan.op, plan.first, plan.second, plan.out,
                                                                      plan.out, preference, 1, &plan.heuristic, &found);
@@ -1137,6 +1162,20 @@ DeviceStatus probeDevice()
 }
 
 std::unique_ptr<Backend> makeBackend(int device) { return std::make_unique<CudaBackend>(device); }
+
+std::string deviceIdentity(int device)
+{
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, device) != cudaSuccess)
+        return "device " + std::to_string(device);
+    std::string hex;
+    for (char byte : properties.uuid.bytes) {
+        const char digits[] = "0123456789abcdef";
+        hex += digits[(static_cast<unsigned char>(byte) >> 4) & 15];
+        hex += digits[static_cast<unsigned char>(byte) & 15];
+    }
+    return hex;
+}
 
 void* computeStream(Backend& backend) { return static_cast<CudaBackend&>(backend).stream(); }
 

@@ -5,6 +5,7 @@
 #include "kernels/backend_choice.h"
 
 #include <memory>
+#include <string>
 
 namespace meshbench::kernels::cuda {
 
@@ -12,6 +13,8 @@ namespace meshbench::kernels::cuda {
 // capability 9.0 or newer.
 DeviceStatus probeDevice();
 std::unique_ptr<Backend> makeBackend(int device);
+// The device's UUID in hex: the same GPU gives the same text in every process.
+std::string deviceIdentity(int device);
 // The backend's compute stream (a cudaStream_t), which NCCL's streams are ordered after.
 void* computeStream(Backend& backend);
 

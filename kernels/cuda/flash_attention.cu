@@ -54,9 +54,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     __shared__ __align__(16) __nv_bfloat16 ks[kKeys][D + kPad];
     __shared__ __align__(16) __nv_bfloat16 vs[kKeys][D + kPad];
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
-    const int head = int(blockIdx.y) % s.heads, b = int(blockIdx.y) / s.heads;
+    const int head = int(blockIdx.x) % s.heads, b = int(blockIdx.x) / s.heads;
     const int kvHead = head / (s.heads / s.kvHeads);
-    const int rowBase = int(blockIdx.x) * kRows + warp * 16;   // this warp's first query row
+    const int rowBase = int(blockIdx.y) * kRows + warp * 16;   // this warp's first query row
     const std::size_t qStride = std::size_t(s.heads) * D, kvStride = std::size_t(s.kvHeads) * D;
     const __nv_bfloat16* qHead = q + std::size_t(b) * s.seq * qStride + std::size_t(head) * D;
     const __nv_bfloat16* kHead = k + std::size_t(b) * s.seq * kvStride + std::size_t(kvHead) * D;
@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     // The warp's Q rows as A fragments, one per 16 dimensions; rows past the sequence are zero.
     std::uint32_t qa[D / 16][4];
     const int rows[2] = {rowBase + g, rowBase + g + 8};
+    #pragma unroll
     for (int c = 0; c < D / 16; ++c)
         for (int half = 0; half < 2; ++half)
             for (int r = 0; r < 2; ++r) {
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float scale = rsqrtf(float(D)) * 1.4426950408889634f;
     float best[2] = {-INFINITY, -INFINITY}, sum[2] = {0, 0};
     float o[D / 8][4] = {};
-    const int lastRow = min(int(blockIdx.x) * kRows + kRows, s.seq) - 1;
+    const int lastRow = min(int(blockIdx.y) * kRows + kRows, s.seq) - 1;
     for (int keyBase = 0; keyBase <= lastRow; keyBase += kKeys) {
         __syncthreads();   // the previous tile is no longer read
         // 16-byte vectors of the K and V tiles, keys past the sequence zero.
@@ -99,8 +100,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
         // S = Q K^T: eight 8-key column tiles.
         float sc[kKeys / 8][4];
+        #pragma unroll
         for (int j = 0; j < kKeys / 8; ++j) {
             sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0;
+#pragma unroll
             for (int c = 0; c < D / 16; ++c) {
                 const __nv_bfloat16* row = &ks[j * 8 + g][c * 16 + 2 * t];
                 mma(sc[j], qa[c], *reinterpret_cast<const std::uint32_t*>(row),
@@ -109,6 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         // Mask (causal, and keys past the sequence), then the online softmax per row.
         float tileBest[2] = {-INFINITY, -INFINITY};
+        #pragma unroll
         for (int j = 0; j < kKeys / 8; ++j)
             for (int e = 0; e < 4; ++e) {
                 const int key = keyBase + j * 8 + 2 * t + (e & 1), r = e >> 1;
@@ -126,12 +130,14 @@ __global__ void __launch_bounds__(kWarps * 32)
             best[r] = next;
             sum[r] *= correction[r];
         }
+        #pragma unroll
         for (int j = 0; j < kKeys / 8; ++j)
             for (int e = 0; e < 4; ++e) {
                 const int r = e >> 1;
                 sc[j][e] = best[r] == -INFINITY ? 0.0f : exp2f(sc[j][e] - best[r]);
                 sum[r] += sc[j][e];
             }
+        #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
             o[n][0] *= correction[0];
             o[n][1] *= correction[0];
@@ -139,11 +145,13 @@ __global__ void __launch_bounds__(kWarps * 32)
             o[n][3] *= correction[1];
         }
         // O += P V: P's accumulators for keys 16kc..16kc+15 are the A fragment of that k step.
+        #pragma unroll
         for (int kc = 0; kc < kKeys / 16; ++kc) {
             const std::uint32_t pa[4] = {pack(sc[2 * kc][0], sc[2 * kc][1]), pack(sc[2 * kc][2], sc[2 * kc][3]),
                                          pack(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
                                          pack(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
             const int key = kc * 16 + 2 * t;
+#pragma unroll
             for (int n = 0; n < D / 8; ++n) {
                 const int d = n * 8 + g;
                 mma(o[n], pa, pack(vs[key][d], vs[key + 1][d]), pack(vs[key + 8][d], vs[key + 9][d]));
@@ -178,7 +186,8 @@ bool flashAttentionSupports(const AttentionShape& shape, DType dtype)
 void flashAttentionForward(const AttentionShape& shape, const void* q, const void* k, const void* v, void* out,
                            float* lse, cudaStream_t stream)
 {
-    const dim3 grid(unsigned((shape.seq + kRows - 1) / kRows), unsigned(shape.batch * shape.heads));
+    // Heads on x (up to 2^31 - 1 of them), row blocks on y (65535 x 64 positions at most).
+    const dim3 grid(unsigned(shape.batch * shape.heads), unsigned((shape.seq + kRows - 1) / kRows));
     const auto* qb = static_cast<const __nv_bfloat16*>(q);
     const auto* kb = static_cast<const __nv_bfloat16*>(k);
     const auto* vb = static_cast<const __nv_bfloat16*>(v);
