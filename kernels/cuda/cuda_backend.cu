@@ -460,12 +460,14 @@ __global__ void attentionForwardKernel(AttentionIndex index, const void* q, cons
         lse[index.lse(b, head, i)] = best + logf(sum);
 }
 
-// The backward, one warp per query row as well (FlashAttention's Alg. 2 without tiles): P is
-// recomputed from q, k and lse; with Di = dO_i . O_i, dS = P (dO_i . v_j - Di); dq_i = scale dS k,
-// and dk_j, dv_j gather over the rows i >= j through fp32 atomics.
-__global__ void attentionBackwardKernel(AttentionIndex index, const void* dOut, const void* q, const void* k,
-                                        const void* v, const void* out, DType dtype, const float* lse, float* dq,
-                                        float* dk, float* dv)
+// The backward (FlashAttention's Alg. 2 without tiles), in two passes with no atomics, so that it is
+// deterministic: P is recomputed from q, k and lse; with Di = dO_i . O_i, dS_ij = P_ij (dO_i . v_j -
+// Di). One warp per query row writes dq_i = scale sum_j dS_ij k_j and Di; then one warp per key row
+// (of a kv head) writes dk_j = scale sum dS_ij q_i and dv_j = sum P_ij dO_i over the rows i >= j of
+// every query head that reads it.
+__global__ void attentionBackwardQueryKernel(AttentionIndex index, const void* dOut, const void* q, const void* k,
+                                             const void* v, const void* out, DType dtype, const float* lse, void* dq,
+                                             DType dqType, float* rowDots)
 {
     const AttentionShape& s = index.shape;
     WarpRow row{};
@@ -497,21 +499,71 @@ __global__ void attentionBackwardKernel(AttentionIndex index, const void* dOut, 
                 dov += dod[d] * load(v, dtype, base + std::size_t(dim));
             }
         }
-        const float p = expf(warpSum(qk) * scale - rowLse);
-        const float ds = p * (warpSum(dov) - di);
+        const float ds = expf(warpSum(qk) * scale - rowLse) * (warpSum(dov) - di);
         for (int d = 0; d < dims; ++d) {
             const int dim = lane + d * kWarp;
-            if (dim < s.headDim) {
+            if (dim < s.headDim)
                 dqd[d] += ds * scale * load(k, dtype, base + std::size_t(dim));
-                atomicAdd(dk + base + std::size_t(dim), ds * scale * qd[d]);
-                atomicAdd(dv + base + std::size_t(dim), p * dod[d]);
-            }
         }
     }
     for (int d = 0; d < dims; ++d) {
         const int dim = lane + d * kWarp;
         if (dim < s.headDim)
-            dq[index.q(b, i, head) + std::size_t(dim)] = dqd[d];
+            store(dq, dqType, index.q(b, i, head) + std::size_t(dim), dqd[d]);
+    }
+    if (lane == 0)
+        rowDots[index.lse(b, head, i)] = di;
+}
+
+__global__ void attentionBackwardKeyKernel(AttentionIndex index, const void* dOut, const void* q, const void* k,
+                                           const void* v, DType dtype, const float* lse, const float* rowDots,
+                                           void* dk, void* dv, DType gradType)
+{
+    const AttentionShape& s = index.shape;
+    const std::size_t warp = std::size_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (warp >= std::size_t(s.batch) * std::size_t(s.kvHeads) * std::size_t(s.seq))
+        return;
+    const int lane = int(threadIdx.x % kWarp), j = int(warp % std::size_t(s.seq));
+    const int kvHead = int(warp / std::size_t(s.seq) % std::size_t(s.kvHeads));
+    const int b = int(warp / (std::size_t(s.seq) * std::size_t(s.kvHeads)));
+    const float scale = 1.0f / sqrtf(float(s.headDim));
+    const int dims = (s.headDim + kWarp - 1) / kWarp, group = s.heads / s.kvHeads;
+    const std::size_t base = index.kv(b, j, kvHead);
+    float kd[kMaxDimsPerLane], vd[kMaxDimsPerLane], dkd[kMaxDimsPerLane], dvd[kMaxDimsPerLane];
+    for (int d = 0; d < dims; ++d) {
+        const int dim = lane + d * kWarp;
+        const bool inside = dim < s.headDim;
+        kd[d] = inside ? load(k, dtype, base + std::size_t(dim)) : 0.0f;
+        vd[d] = inside ? load(v, dtype, base + std::size_t(dim)) : 0.0f;
+        dkd[d] = dvd[d] = 0;
+    }
+    for (int head = kvHead * group; head < (kvHead + 1) * group; ++head)
+        for (int i = j; i < s.seq; ++i) {
+            const std::size_t at = index.q(b, i, head);
+            float qk = 0, dov = 0;
+            for (int d = 0; d < dims; ++d) {
+                const int dim = lane + d * kWarp;
+                if (dim < s.headDim) {
+                    qk += load(q, dtype, at + std::size_t(dim)) * kd[d];
+                    dov += load(dOut, dtype, at + std::size_t(dim)) * vd[d];
+                }
+            }
+            const float p = expf(warpSum(qk) * scale - lse[index.lse(b, head, i)]);
+            const float ds = p * (warpSum(dov) - rowDots[index.lse(b, head, i)]);
+            for (int d = 0; d < dims; ++d) {
+                const int dim = lane + d * kWarp;
+                if (dim < s.headDim) {
+                    dkd[d] += ds * scale * load(q, dtype, at + std::size_t(dim));
+                    dvd[d] += p * load(dOut, dtype, at + std::size_t(dim));
+                }
+            }
+        }
+    for (int d = 0; d < dims; ++d) {
+        const int dim = lane + d * kWarp;
+        if (dim < s.headDim) {
+            store(dk, gradType, base + std::size_t(dim), dkd[d]);
+            store(dv, gradType, base + std::size_t(dim), dvd[d]);
+        }
     }
 }
 
@@ -863,29 +915,21 @@ public:
         requireF32(lse, "attentionBackward's lse");
         if (std::size_t(shape.batch) * std::size_t(shape.heads) * std::size_t(shape.seq) == 0)
             return;
-        // dk and dv gather through fp32 atomics: fp32 staging where the outputs are bf16.
-        const std::size_t qElements = std::size_t(shape.batch) * std::size_t(shape.seq) * std::size_t(shape.heads) *
-                                      std::size_t(shape.headDim);
-        const std::size_t kvElements = qElements / std::size_t(shape.heads) * std::size_t(shape.kvHeads);
-        const auto staged = [&](DevPtr p, std::size_t n) {
-            return p.dtype == DType::F32 ? p : allocate(n, DType::F32);
-        };
-        const DevPtr dq32 = staged(dq, qElements), dk32 = staged(dk, kvElements), dv32 = staged(dv, kvElements);
-        check(cudaMemsetAsync(dk32.data, 0, kvElements * sizeof(float), m_stream), "cudaMemset");
-        check(cudaMemsetAsync(dv32.data, 0, kvElements * sizeof(float), m_stream), "cudaMemset");
+        if (dk.dtype != dv.dtype)
+            throw KernelError("cuda backend: attentionBackward: dk and dv must share a dtype");
         const std::size_t rows = std::size_t(shape.batch) * std::size_t(shape.heads) * std::size_t(shape.seq);
+        const std::size_t keyRows = rows / std::size_t(shape.heads) * std::size_t(shape.kvHeads);
+        const DevPtr rowDots = allocate(rows, DType::F32);
         const unsigned warpsPerBlock = kThreads / kWarp;
-        attentionBackwardKernel<<<unsigned((rows + warpsPerBlock - 1) / warpsPerBlock), kThreads, 0, m_stream>>>(
+        attentionBackwardQueryKernel<<<unsigned((rows + warpsPerBlock - 1) / warpsPerBlock), kThreads, 0, m_stream>>>(
             AttentionIndex{shape}, dOut.data, q.data, k.data, v.data, out.data, q.dtype,
-            static_cast<const float*>(lse.data), static_cast<float*>(dq32.data), static_cast<float*>(dk32.data),
-            static_cast<float*>(dv32.data));
-        launched("attentionBackward");
-        for (const auto& [target, staging, n] : {std::tuple{dq, dq32, qElements}, std::tuple{dk, dk32, kvElements},
-                                                 std::tuple{dv, dv32, kvElements}})
-            if (target.data != staging.data) {
-                copy(target, staging, n);
-                release(staging);
-            }
+            static_cast<const float*>(lse.data), dq.data, dq.dtype, static_cast<float*>(rowDots.data));
+        launched("attentionBackward (queries)");
+        attentionBackwardKeyKernel<<<unsigned((keyRows + warpsPerBlock - 1) / warpsPerBlock), kThreads, 0, m_stream>>>(
+            AttentionIndex{shape}, dOut.data, q.data, k.data, v.data, q.dtype, static_cast<const float*>(lse.data),
+            static_cast<const float*>(rowDots.data), dk.data, dv.data, dk.dtype);
+        launched("attentionBackward (keys)");
+        release(rowDots);
     }
     double crossEntropy(ConstDevPtr logits, const int* targets, int T, int V, float gradScale, DevPtr dLogits) override
     {

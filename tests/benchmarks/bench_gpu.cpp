@@ -3,7 +3,8 @@
 //     plain cuBLASLt bf16 matmul of the same shape (descriptors and algorithm chosen once);
 //  2. the attention kernel's TFLOP/s forward and backward, causal, bf16;
 //  3. a stack of GPT layers (pre-norm, multi-head attention with RoPE, GELU MLP of 4h) forward and
-//     backward in bf16 through the backend, as achieved TFLOP/s and MFU against the dense bf16 peak.
+//     backward in bf16 through the backend, as achieved TFLOP/s and MFU against the dense bf16 peak,
+//     and where its time goes (GEMMs, attention forward and backward, the rest).
 // Times are CUDA events around the work (the backend's time marks), medians of the repetitions
 // after a warm-up.
 //
@@ -272,51 +273,83 @@ int main(int argc, char** argv)
                  dq2 = zeros(th, DType::BF16), dk2 = zeros(th, DType::BF16), dv2 = zeros(th, DType::BF16),
                  dAtt = zeros(th, DType::BF16), dUp = zeros(tf, DType::BF16), dAct = zeros(tf, DType::BF16);
     const float base = 10000;
+    // Where the stack's time goes, from one extra run with a mark after each group of operations
+    // (each group's time is the interval since the previous mark).
+    enum Part { kGemm, kAttentionForward, kAttentionBackward, kOther, kParts };
+    const char* const partNames[kParts] = {"GEMMs", "attention forward", "attention backward",
+                                           "norms, RoPE, GELU, adds"};
+    bool profiling = false;
+    std::vector<std::pair<Part, TimeMark>> cuts;
+    const auto cut = [&](Part part) {
+        if (profiling)
+            cuts.emplace_back(part, gpu.markTime());
+    };
     const auto stack = [&] {
+        cut(kOther);
         gpu.copy(layers[0].x, input, th);
         for (std::size_t i = 0; i < layers.size(); ++i) {
             Layer& l = layers[i];
             gpu.rmsNormForward(l.x, l.gamma1, T, h, 1e-5f, l.n1, l.rstd1);
+            cut(kOther);
             for (const auto& [w, projected] : {std::pair{l.wq, l.lq}, std::pair{l.wk, l.lk}, std::pair{l.wv, l.lv}})
                 gpu.gemm(false, true, T, h, h, 1, l.n1, h, w, h, 0, projected, h);
+            cut(kGemm);
             gpu.rope(l.lq, T, o.seq, o.heads, D, base, false);
             gpu.rope(l.lk, T, o.seq, o.heads, D, base, false);
+            cut(kOther);
             gpu.attentionForward(attention, l.lq, l.lk, l.lv, l.att, l.lse);
+            cut(kAttentionForward);
             gpu.gemm(false, true, T, h, h, 1, l.att, h, l.wo, h, 0, l.mid, h);
+            cut(kGemm);
             gpu.add(l.x, l.mid, th);
             gpu.rmsNormForward(l.mid, l.gamma2, T, h, 1e-5f, l.n2, l.rstd2);
+            cut(kOther);
             gpu.gemm(false, true, T, f, h, 1, l.n2, h, l.wUp, h, 0, l.up, f);
+            cut(kGemm);
             gpu.geluForward(l.up, l.act, tf);
+            cut(kOther);
             gpu.gemm(false, true, T, h, f, 1, l.act, f, l.wDown, f, 0, l.y, h);
+            cut(kGemm);
             gpu.add(l.mid, l.y, th);
             if (i + 1 < layers.size())
                 gpu.copy(layers[i + 1].x, l.y, th);
+            cut(kOther);
         }
         gpu.copy(dy, dTop, th);
+        cut(kOther);
         for (std::size_t i = layers.size(); i-- > 0;) {
             Layer& l = layers[i];
             // MLP: y = mid + down(gelu(up(norm2(mid)))).
             gpu.gemm(true, false, h, f, T, 1, dy, h, l.act, f, 1, l.gDown, f);
             gpu.gemm(false, false, T, f, h, 1, dy, h, l.wDown, f, 0, dAct, f);
+            cut(kGemm);
             gpu.geluBackward(dAct, l.up, dUp, tf);
+            cut(kOther);
             gpu.gemm(true, false, f, h, T, 1, dUp, f, l.n2, h, 1, l.gUp, h);
             gpu.gemm(false, false, T, h, f, 1, dUp, f, l.wUp, h, 0, dn, h);
+            cut(kGemm);
             gpu.rmsNormBackward(dn, l.mid, l.gamma2, l.rstd2, T, h, dx, l.gGamma2);
             gpu.add(dy, dx, th);   // dMid
+            cut(kOther);
             // Attention: mid = x + proj(attention(rope(q), rope(k), v)).
             gpu.gemm(true, false, h, h, T, 1, dx, h, l.att, h, 1, l.go, h);
             gpu.gemm(false, false, T, h, h, 1, dx, h, l.wo, h, 0, dAtt, h);
+            cut(kGemm);
             gpu.attentionBackward(attention, dAtt, l.lq, l.lk, l.lv, l.att, l.lse, dq2, dk2, dv2);
+            cut(kAttentionBackward);
             gpu.rope(dq2, T, o.seq, o.heads, D, base, true);
             gpu.rope(dk2, T, o.seq, o.heads, D, base, true);
             gpu.fill(dn, 0, th);
+            cut(kOther);
             for (const auto& [d, w, g] : {std::tuple{dq2, l.wq, l.gq}, std::tuple{dk2, l.wk, l.gk},
                                           std::tuple{dv2, l.wv, l.gv}}) {
                 gpu.gemm(true, false, h, h, T, 1, d, h, l.n1, h, 1, g, h);
                 gpu.gemm(false, false, T, h, h, 1, d, h, w, h, 1, dn, h);
             }
+            cut(kGemm);
             gpu.rmsNormBackward(dn, l.x, l.gamma1, l.rstd1, T, h, dy, l.gGamma1);
             gpu.add(dx, dy, th);   // dx of the layer = dMid + norm1's backward
+            cut(kOther);
         }
     };
     const double stackSeconds = medianSeconds(gpu, o.reps, stack);
@@ -326,6 +359,20 @@ int main(int argc, char** argv)
     std::printf("\nlayer stack (%d layers, forward + backward): %.2f ms, %.1f TFLOP/s, MFU %.1f%% of %.0f; worst GEMM "
                 "at %.0f%% of plain cuBLASLt\n",
                 o.layers, stackSeconds * 1e3, achieved, 100 * achieved / o.peakTflops, o.peakTflops, 100 * worstRatio);
+    // The breakdown run (after the timed ones, so that they are not perturbed by the marks).
+    gpu.synchronize();
+    gpu.forgetTimeMarks();
+    profiling = true;
+    stack();
+    double partSeconds[kParts] = {};
+    for (std::size_t i = 1; i < cuts.size(); ++i)
+        partSeconds[cuts[i].first] += gpu.secondsBetween(cuts[i - 1].second, cuts[i].second);
+    double profiled = 0;
+    for (double seconds : partSeconds)
+        profiled += seconds;
+    for (int part = 0; part < kParts; ++part)
+        std::printf("  %-26s %8.2f ms  %5.1f%%\n", partNames[part], partSeconds[part] * 1e3,
+                    100 * partSeconds[part] / profiled);
     std::printf("device memory: %.2f GiB in use, %.2f GiB reserved by the caching allocator, %.1f of %.1f GiB used on "
                 "the device\n",
                 double(memory.inUseBytes) / double(1 << 30), double(memory.reservedBytes) / double(1 << 30),

@@ -29,8 +29,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_TH
 summary="$out/summary.txt"
 : > "$summary"
 failed=0
-record() {   # record NAME STATUS DETAIL
-  printf '%-28s %s  %s\n' "$1" "$([[ $2 == 0 ]] && echo pass || echo FAIL)" "$3" | tee -a "$summary"
+started=$SECONDS
+record() {   # record NAME STATUS DETAIL: one line of the summary, with the seconds since the start
+  printf '%-28s %s %4ds  %s\n' "$1" "$([[ $2 == 0 ]] && echo pass || echo FAIL)" $((SECONDS - started)) "$3" |
+    tee -a "$summary"
   [[ $2 == 0 ]] || failed=1
 }
 
@@ -41,7 +43,7 @@ record() {   # record NAME STATUS DETAIL
 cat "$out/device.txt"
 
 # (a)
-"$bin/tst_cuda_kernels" -o "$out/cuda_kernels.txt,txt" > "$out/cuda_kernels.log" 2>&1; status=$?
+timeout 90 "$bin/tst_cuda_kernels" -o "$out/cuda_kernels.txt,txt" > "$out/cuda_kernels.log" 2>&1; status=$?
 totals=$(grep -E '^Totals' "$out/cuda_kernels.txt")
 [[ $totals == *" 0 skipped"* ]] || status=1   # skipped kernels were not checked
 record "a cuda kernels" $status "$totals"
@@ -73,10 +75,11 @@ run() {   # run NAME RANKS BACKEND DP PP TP EP
   local name=$1 ranks=$2
   job "$out/$name.json" "$3" "$4" "$5" "$6" "$7"
   rm -f "$out/$name.metrics"
+  # Bounded, so that a hang costs a minute of the GPU's time, not the check.
   if [[ $ranks == 1 ]]; then
-    "$bin/meshbench-agent" --job "$out/$name.json" --metrics "$out/$name.metrics" > "$out/$name.log" 2>&1
+    timeout 60 "$bin/meshbench-agent" --job "$out/$name.json" --metrics "$out/$name.metrics" > "$out/$name.log" 2>&1
   else
-    mpirun -np "$ranks" --oversubscribe "$bin/meshbench-agent" --job "$out/$name.json" \
+    timeout 90 mpirun -np "$ranks" --oversubscribe "$bin/meshbench-agent" --job "$out/$name.json" \
       --metrics "$out/$name.metrics" > "$out/$name.log" 2>&1
   fi
 }
@@ -108,7 +111,8 @@ for layout in "2 2 1 1 1" "4 2 1 2 1" "4 2 2 1 2"; do
 done
 
 # (d)
-"$bin/bench_gpu" > "$out/bench_gpu.txt" 2>&1
+# Two layers and three repetitions: the figures are per layer, and the check's time is bounded.
+timeout 150 "$bin/bench_gpu" --layers 2 --reps 3 > "$out/bench_gpu.txt" 2>&1
 record "d bench_gpu" $? "$(grep -E '^layer stack' "$out/bench_gpu.txt")"
 cat "$out/bench_gpu.txt"
 
