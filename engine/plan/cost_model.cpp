@@ -158,7 +158,9 @@ double CostModel::activationBytes(int stage) const
     // compute_activation_memory_without_sp (s b h (10 + 24/t) per layer, x 1.05 overall).
     // Both count the first stage with p micro-batches in flight; we count each stage with its
     // own in-flight micro-batches (inFlightMicrobatches), which gives Megatron's numbers on
-    // stage 0. Extensions: the 5 a s^2 b / t attention scores without recompute; only the layer
+    // stage 0. Attention is flash-style (ours; Megatron's with flash or Transformer Engine):
+    // it keeps no s x s scores, so `none` keeps what `selective` keeps, and Megatron-LM's
+    // report_theoretical_memory uses the same formulas for both. Extensions: only the layer
     // input kept with full recompute (plus one layer's working set); an MoE layer's MLP holds
     // k x capacity_factor routed copies of each token (2 s b h) and its expert activations
     // (4 s b f_moe).
@@ -173,7 +175,6 @@ double CostModel::activationBytes(int stage) const
     // Bytes one layer keeps for one micro-batch with selective recompute.
     const double denseLayer = megatronSp ? sbh * (18.0 + 4.0 * double(m.ffnHidden) / h) / t : sbh * (10.0 + 24.0 / t);
     const double moeLayer = megatronSp ? sbh * (18.0 + expertTerm) / t : sbh * (10.0 + (8.0 + expertTerm) / t);
-    const double scores = 5.0 * m.heads * s * s * b / t;
 
     int first = 0, count = 0, moeLayers = 0, layers = 0;
     for (int chunk = 0; chunk < p.virtualStages; ++chunk) {
@@ -188,16 +189,14 @@ double CostModel::activationBytes(int stage) const
     double working = 0;           // held once, whatever the number in flight
     switch (p.recompute) {
     case Recompute::Selective:
-        perMicrobatch = denseLayers * denseLayer + moeLayers * moeLayer;
-        break;
     case Recompute::None:
-        perMicrobatch = denseLayers * denseLayer + moeLayers * moeLayer + layers * scores;
+        perMicrobatch = denseLayers * denseLayer + moeLayers * moeLayer;
         break;
     case Recompute::Full:
         // Only each layer's input survives (bf16, split along the sequence with SP); the layer
         // being recomputed briefly holds everything.
         perMicrobatch = layers * 2.0 * sbh / (megatronSp ? t : 1.0);
-        working = (moeLayers > 0 ? moeLayer : denseLayer) + scores;
+        working = moeLayers > 0 ? moeLayer : denseLayer;
         break;
     }
     double bytes = perMicrobatch * inFlight + working;

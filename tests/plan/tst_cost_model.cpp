@@ -221,14 +221,20 @@ void TestCostModel::activationsMatchMegatron_data()
     QTest::addColumn<int>("microbatches");
     QTest::addColumn<int>("virtualStages");
     QTest::addColumn<int>("microBatchSize");
-    for (bool sp : {true, false}) {
-        const char* tag = sp ? "sp" : "no-sp";
-        QTest::addRow("%s tp8 pp16 m64", tag) << sp << 8 << 16 << 64 << 1 << 1;
-        QTest::addRow("%s tp8 pp16 m8 (fewer micro-batches than stages)", tag) << sp << 8 << 16 << 8 << 1 << 1;
-        QTest::addRow("%s tp8 pp16 interleaved v3", tag) << sp << 8 << 16 << 192 << 3 << 1;
-        QTest::addRow("%s tp4 pp4 interleaved v2 b2", tag) << sp << 4 << 4 << 16 << 2 << 2;
-        QTest::addRow("%s tp8 pp1", tag) << sp << 8 << 1 << 4 << 1 << 1;
-        QTest::addRow("%s tp2 pp1 b4", tag) << sp << 2 << 1 << 4 << 1 << 4;
+    QTest::addColumn<QString>("recompute");
+    // Megatron-LM's report_theoretical_memory has the SP formula for SP with selective recompute
+    // and the no-SP one for every case without SP, recompute none included (flash attention keeps
+    // no scores either way).
+    for (const auto& [sp, recompute] : {std::pair{true, "selective"}, std::pair{false, "selective"},
+                                        std::pair{false, "none"}}) {
+        const std::string tag = std::string(sp ? "sp" : "no-sp") + " " + recompute;
+        const QString r = QString::fromLatin1(recompute);
+        QTest::addRow("%s tp8 pp16 m64", tag.c_str()) << sp << 8 << 16 << 64 << 1 << 1 << r;
+        QTest::addRow("%s tp8 pp16 m8 (fewer micro-batches than stages)", tag.c_str()) << sp << 8 << 16 << 8 << 1 << 1 << r;
+        QTest::addRow("%s tp8 pp16 interleaved v3", tag.c_str()) << sp << 8 << 16 << 192 << 3 << 1 << r;
+        QTest::addRow("%s tp4 pp4 interleaved v2 b2", tag.c_str()) << sp << 4 << 4 << 16 << 2 << 2 << r;
+        QTest::addRow("%s tp8 pp1", tag.c_str()) << sp << 8 << 1 << 4 << 1 << 1 << r;
+        QTest::addRow("%s tp2 pp1 b4", tag.c_str()) << sp << 2 << 1 << 4 << 1 << 4 << r;
     }
 }
 
@@ -240,9 +246,11 @@ void TestCostModel::activationsMatchMegatron()
     QFETCH(int, microbatches);
     QFETCH(int, virtualStages);
     QFETCH(int, microBatchSize);
+    QFETCH(QString, recompute);
     json doc = gpt3Json();
     doc["parallel"] = {{"tp", tp}, {"pp", pp}, {"dp", 1024 / (tp * pp)}, {"sequence_parallel", sequenceParallel},
-                       {"recompute", "selective"}, {"microbatches", microbatches}, {"micro_batch_size", microBatchSize},
+                       {"recompute", recompute.toStdString()}, {"microbatches", microbatches},
+                       {"micro_batch_size", microBatchSize},
                        {"schedule", virtualStages > 1 ? "interleaved" : "1f1b"}, {"virtual_stages", virtualStages}};
     const JobSpec spec = specFrom(doc);
     const CostModel model(spec, {});
@@ -270,14 +278,13 @@ void TestCostModel::activationsOtherSchedulesAndRecompute()
     // ZB-H1 keeps 1F1B's peak of p micro-batches (Qi et al. 2024), on every stage.
     doc["parallel"]["schedule"] = "zb-h1";
     QCOMPARE_REL(CostModel(specFrom(doc), {}).activationBytes(5), 16 * 6 * perLayer, 1e-12);
-    // No recompute adds the attention scores, 5 a s^2 b / t per layer (Korthikanti et al. 2022).
+    // Flash-style attention keeps no scores: no recompute keeps what selective keeps.
     doc["parallel"]["schedule"] = "1f1b";
     doc["parallel"]["recompute"] = "none";
-    const double scores = 5.0 * 96 * 2048.0 * 2048 / 8;
-    QCOMPARE_REL(CostModel(specFrom(doc), {}).activationBytes(5), 11 * 6 * (perLayer + scores), 1e-12);
+    QCOMPARE_REL(CostModel(specFrom(doc), {}).activationBytes(5), 11 * 6 * perLayer, 1e-12);
     // Full recompute keeps each layer's bf16 input (split by SP) and one layer's working set.
     doc["parallel"]["recompute"] = "full";
-    QCOMPARE_REL(CostModel(specFrom(doc), {}).activationBytes(5), 11 * 6 * 2 * sbh / 8 + perLayer + scores, 1e-12);
+    QCOMPARE_REL(CostModel(specFrom(doc), {}).activationBytes(5), 11 * 6 * 2 * sbh / 8 + perLayer, 1e-12);
 }
 
 void TestCostModel::flopsMatchNarayanan()
