@@ -206,7 +206,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
         groups.emplace(mpi->createGroups(plan::Mesh(spec.parallel)));
     // Rank 0 speaks for the job and writes its checkpoints.
     const bool leader = !mpi || mpi->worldRank() == 0;
-    const bool sharesDevice = groups && !choice.deviceIdentity.empty() && mpi->localRankShares(choice.deviceIdentity);
+    const bool sharesDevice = groups && mpi->localRankShares(choice.deviceIdentity);
     const std::string communicator =
         groups ? agent::attachDeviceCommunicators(*groups, backend, sharesDevice) : std::string();
     if (telemetry) {

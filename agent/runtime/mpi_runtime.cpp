@@ -195,29 +195,35 @@ MpiRuntime::MpiRuntime(int& argc, char**& argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m_size);
-    MPI_Comm local;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
-        MPI_Comm_rank(local, &m_localRank);
-        MPI_Comm_free(&local);
-    }
+    auto* local = new MPI_Comm(MPI_COMM_SELF);
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, local) == MPI_SUCCESS)
+        MPI_Comm_rank(*local, &m_localRank);
+    else
+        *local = MPI_COMM_SELF;
+    m_local = local;
 }
 
-MpiRuntime::~MpiRuntime() { MPI_Finalize(); }
+MpiRuntime::~MpiRuntime()
+{
+    auto* local = static_cast<MPI_Comm*>(m_local);
+    if (*local != MPI_COMM_SELF)
+        MPI_Comm_free(local);
+    delete local;
+    MPI_Finalize();
+}
 
 bool MpiRuntime::localRankShares(const std::string& key) const
 {
     // Fixed-width keys over the machine's ranks (a UUID is 32 hex digits).
     constexpr int kWidth = 64;
-    MPI_Comm local;
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &local),
-          "MPI_Comm_split_type");
+    const MPI_Comm local = *static_cast<const MPI_Comm*>(m_local);
     int size = 1;
     MPI_Comm_size(local, &size);
     std::vector<char> mine(kWidth, '\0'), all(std::size_t(kWidth) * std::size_t(size));
     std::copy_n(key.begin(), std::min<std::size_t>(key.size(), kWidth), mine.begin());
-    const int status = MPI_Allgather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, local);
-    MPI_Comm_free(&local);
-    check(status, "MPI_Allgather");
+    check(MPI_Allgather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, local), "MPI_Allgather");
+    if (key.empty())
+        return false;
     int same = 0;
     for (int r = 0; r < size; ++r)
         same += std::equal(mine.begin(), mine.end(), all.begin() + std::ptrdiff_t(r) * kWidth);

@@ -22,7 +22,8 @@ public:
     int worldSize() const { return m_size; }
     // This rank among the ranks of its machine (which pick their GPUs by it).
     int localRank() const { return m_localRank; }
-    // Whether another rank of this machine gives the same key (a GPU's UUID). Collective.
+    // Whether another rank of this machine gives the same non-empty key (a GPU's UUID). Collective
+    // over the machine's ranks, whatever their keys.
     bool localRankShares(const std::string& key) const;
 
     // Splits the world into the mesh's groups; the mesh's world size must equal the MPI world's.
@@ -36,6 +37,7 @@ private:
     int m_rank = 0;
     int m_size = 1;
     int m_localRank = 0;
+    void* m_local = nullptr;   // the machine's ranks (an MPI_Comm, kept out of this header)
 };
 
 }  // namespace meshbench::agent

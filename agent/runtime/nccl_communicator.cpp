@@ -1,12 +1,11 @@
 #include "agent/runtime/nccl_communicator.h"
 
+#include "agent/io/shared_library.h"
 #include "agent/runtime/host_staged_communicator.h"
 #include "kernels/cuda/cuda_device.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <exception>
@@ -47,39 +46,32 @@ private:
     static NcclLibrary load()
     {
         NcclLibrary l;
-        void* handle = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-        if (!handle) {
-            const char* error = dlerror();
-            l.description = std::string("libnccl.so.2 not found (") + (error ? error : "dlopen failed") +
-                            "); put NCCL's lib folder on LD_LIBRARY_PATH";
+        SharedLibrary library("libnccl.so.2");
+        if (!library.loaded()) {
+            l.description = "libnccl.so.2 not found (" + library.loadError() + "); put NCCL's lib folder on LD_LIBRARY_PATH";
             return l;
         }
-        bool complete = true;
-        const auto resolve = [&](auto& slot, const char* name) {
-            slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle, name));
-            if (!slot && complete) {
-                complete = false;
-                l.description = std::string("libnccl.so.2 lacks ") + name + "; NCCL 2.19 or newer is needed";
-            }
-        };
-        resolve(l.getVersion, "ncclGetVersion");
-        resolve(l.getUniqueId, "ncclGetUniqueId");
-        resolve(l.commInitRank, "ncclCommInitRank");
-        resolve(l.commDestroy, "ncclCommDestroy");
-        resolve(l.commAbort, "ncclCommAbort");
-        resolve(l.commGetAsyncError, "ncclCommGetAsyncError");
-        resolve(l.getErrorString, "ncclGetErrorString");
-        resolve(l.groupStart, "ncclGroupStart");
-        resolve(l.groupEnd, "ncclGroupEnd");
-        resolve(l.allReduce, "ncclAllReduce");
-        resolve(l.reduceScatter, "ncclReduceScatter");
-        resolve(l.reduce, "ncclReduce");
-        resolve(l.allGather, "ncclAllGather");
-        resolve(l.broadcast, "ncclBroadcast");
-        resolve(l.send, "ncclSend");
-        resolve(l.recv, "ncclRecv");
-        if (!complete)
+        library.resolve("ncclGetVersion", l.getVersion);
+        library.resolve("ncclGetUniqueId", l.getUniqueId);
+        library.resolve("ncclCommInitRank", l.commInitRank);
+        library.resolve("ncclCommDestroy", l.commDestroy);
+        library.resolve("ncclCommAbort", l.commAbort);
+        library.resolve("ncclCommGetAsyncError", l.commGetAsyncError);
+        library.resolve("ncclGetErrorString", l.getErrorString);
+        library.resolve("ncclGroupStart", l.groupStart);
+        library.resolve("ncclGroupEnd", l.groupEnd);
+        library.resolve("ncclAllReduce", l.allReduce);
+        library.resolve("ncclReduceScatter", l.reduceScatter);
+        library.resolve("ncclReduce", l.reduce);
+        library.resolve("ncclAllGather", l.allGather);
+        library.resolve("ncclBroadcast", l.broadcast);
+        library.resolve("ncclSend", l.send);
+        library.resolve("ncclRecv", l.recv);
+        if (!library.missing().empty()) {
+            l.description = "libnccl.so.2 lacks " + library.missing() + "; NCCL 2.19 or newer is needed";
             return l;
+        }
+        library.keepLoaded();   // for the process: the communicators call into it until exit
         int version = 0;
         l.getVersion(&version);
         // NCCL 2.9 on encodes the version as major x 10000 + minor x 100 + patch.

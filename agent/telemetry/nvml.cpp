@@ -1,9 +1,8 @@
 #include "nvml.h"
 
-#include <string>
-#include <type_traits>
+#include "agent/io/shared_library.h"
 
-#include <dlfcn.h>
+#include <string>
 
 namespace meshbench::agent {
 
@@ -39,49 +38,35 @@ struct Nvml::Api {
     }
 };
 
-Nvml::Nvml(const std::string& library)
+Nvml::Nvml(const std::string& library) : m_library(std::make_unique<SharedLibrary>(library))
 {
-    void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-        const char* error = dlerror();   // names the library, and why it could not be loaded
-        m_unavailableReason = "NVML not loaded: " + std::string(error ? error : library);
+    if (!m_library->loaded()) {
+        m_unavailableReason = "NVML not loaded: " + m_library->loadError();
         return;
     }
     auto api = std::make_unique<Api>();
-    std::string missing;   // the first entry point the library lacks
-    auto resolve = [&](const char* symbol, auto& function) {
-        // POSIX guarantees that dlsym's object pointer converts to a function pointer.
-        function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(handle, symbol));
-        if (!function && missing.empty())
-            missing = symbol;
-    };
-    resolve("nvmlInit_v2", api->init);
-    resolve("nvmlShutdown", api->shutdown);
-    resolve("nvmlDeviceGetCount_v2", api->deviceCount);
-    resolve("nvmlDeviceGetHandleByIndex_v2", api->deviceHandle);
-    resolve("nvmlDeviceGetMemoryInfo", api->memoryInfo);
-    resolve("nvmlDeviceGetUtilizationRates", api->utilizationRates);
-    resolve("nvmlErrorString", api->errorString);
-    if (!missing.empty()) {
-        m_unavailableReason = "NVML not usable: " + library + " has no " + missing;
-        dlclose(handle);
+    m_library->resolve("nvmlInit_v2", api->init);
+    m_library->resolve("nvmlShutdown", api->shutdown);
+    m_library->resolve("nvmlDeviceGetCount_v2", api->deviceCount);
+    m_library->resolve("nvmlDeviceGetHandleByIndex_v2", api->deviceHandle);
+    m_library->resolve("nvmlDeviceGetMemoryInfo", api->memoryInfo);
+    m_library->resolve("nvmlDeviceGetUtilizationRates", api->utilizationRates);
+    m_library->resolve("nvmlErrorString", api->errorString);
+    if (!m_library->missing().empty()) {
+        m_unavailableReason = "NVML not usable: " + library + " has no " + m_library->missing();
         return;
     }
     if (const NvmlReturn status = api->init(); status != kNvmlSuccess) {
         m_unavailableReason = "nvmlInit_v2 failed (" + library + "): " + api->errorText(status);
-        dlclose(handle);
         return;
     }
-    m_library = handle;
     m_api = std::move(api);
 }
 
 Nvml::~Nvml()
 {
-    if (!m_api)
-        return;
-    m_api->shutdown();
-    dlclose(m_library);
+    if (m_api)
+        m_api->shutdown();   // before the library goes
 }
 
 std::vector<GpuSample> Nvml::sample() const

@@ -10,6 +10,8 @@
 
 namespace meshbench::agent {
 
+class SharedLibrary;
+
 // One device's figures; -1 where NVML could not tell.
 struct GpuSample {
     int index = -1;                       // NVML's device index
@@ -41,7 +43,7 @@ public:
 private:
     struct Api;   // the entry points, resolved from the library
 
-    void* m_library = nullptr;   // dlopen handle; set while available
+    std::unique_ptr<SharedLibrary> m_library;
     std::unique_ptr<Api> m_api;  // set once NVML is initialised
     std::string m_unavailableReason;
 };

@@ -381,6 +381,21 @@ __device__ float warpSum(float value)
     return value;
 }
 
+// The dot product of this lane's dimensions (`mine`, lane + 32 d) with the row at `base`, summed over
+// the warp: every lane gets it.
+__device__ float warpDot(const float (&mine)[kMaxDimsPerLane], const void* row, DType dtype, std::size_t base,
+                         int headDim)
+{
+    const int lane = int(threadIdx.x % kWarp);
+    float partial = 0;
+    for (int d = 0; d < kMaxDimsPerLane; ++d) {
+        const int dim = lane + d * kWarp;
+        if (dim < headDim)
+            partial += mine[d] * load(row, dtype, base + std::size_t(dim));
+    }
+    return warpSum(partial);
+}
+
 struct AttentionIndex {
     AttentionShape shape;
     __device__ std::size_t q(int b, int i, int head) const
@@ -436,13 +451,7 @@ __global__ void attentionForwardKernel(AttentionIndex index, const void* q, cons
     }
     float best = -INFINITY, sum = 0;
     for (int j = 0; j <= i; ++j) {
-        float partial = 0;
-        for (int d = 0; d < dims; ++d) {
-            const int dim = lane + d * kWarp;
-            if (dim < s.headDim)
-                partial += qd[d] * load(k, dtype, index.kv(b, j, kvHead) + std::size_t(dim));
-        }
-        const float score = warpSum(partial) * scale;
+        const float score = warpDot(qd, k, dtype, index.kv(b, j, kvHead), s.headDim) * scale;
         const float next = fmaxf(best, score), correction = expf(best - next), p = expf(score - next);
         sum = sum * correction + p;
         for (int d = 0; d < dims; ++d) {
@@ -491,15 +500,8 @@ __global__ void attentionBackwardQueryKernel(AttentionIndex index, const void* d
     const float rowLse = lse[index.lse(b, head, i)];
     for (int j = 0; j <= i; ++j) {
         const std::size_t base = index.kv(b, j, kvHead);
-        float qk = 0, dov = 0;
-        for (int d = 0; d < dims; ++d) {
-            const int dim = lane + d * kWarp;
-            if (dim < s.headDim) {
-                qk += qd[d] * load(k, dtype, base + std::size_t(dim));
-                dov += dod[d] * load(v, dtype, base + std::size_t(dim));
-            }
-        }
-        const float ds = expf(warpSum(qk) * scale - rowLse) * (warpSum(dov) - di);
+        const float ds = expf(warpDot(qd, k, dtype, base, s.headDim) * scale - rowLse) *
+                         (warpDot(dod, v, dtype, base, s.headDim) - di);
         for (int d = 0; d < dims; ++d) {
             const int dim = lane + d * kWarp;
             if (dim < s.headDim)
@@ -540,16 +542,8 @@ __global__ void attentionBackwardKeyKernel(AttentionIndex index, const void* dOu
     for (int head = kvHead * group; head < (kvHead + 1) * group; ++head)
         for (int i = j; i < s.seq; ++i) {
             const std::size_t at = index.q(b, i, head);
-            float qk = 0, dov = 0;
-            for (int d = 0; d < dims; ++d) {
-                const int dim = lane + d * kWarp;
-                if (dim < s.headDim) {
-                    qk += load(q, dtype, at + std::size_t(dim)) * kd[d];
-                    dov += load(dOut, dtype, at + std::size_t(dim)) * vd[d];
-                }
-            }
-            const float p = expf(warpSum(qk) * scale - lse[index.lse(b, head, i)]);
-            const float ds = p * (warpSum(dov) - rowDots[index.lse(b, head, i)]);
+            const float p = expf(warpDot(kd, q, dtype, at, s.headDim) * scale - lse[index.lse(b, head, i)]);
+            const float ds = p * (warpDot(vd, dOut, dtype, at, s.headDim) - rowDots[index.lse(b, head, i)]);
             for (int d = 0; d < dims; ++d) {
                 const int dim = lane + d * kWarp;
                 if (dim < s.headDim) {
@@ -665,7 +659,8 @@ public:
             check(cudaStreamSynchronize(m_stream), "upload");
             return;
         }
-        const DevPtr staging = allocate(n, DType::F32);
+        // Written over at once: no zero-fill.
+        const DevPtr staging{m_allocator.allocate(n * sizeof(float)), DType::F32};
         check(cudaMemcpyAsync(staging.data, src, n * sizeof(float), cudaMemcpyHostToDevice, m_stream), "upload");
         convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(staging.data, DType::F32, dst.data, dst.dtype, n);
         check(cudaStreamSynchronize(m_stream), "upload");
@@ -678,7 +673,7 @@ public:
             check(cudaStreamSynchronize(m_stream), "download");
             return;
         }
-        const DevPtr staging = allocate(n, DType::F32);
+        const DevPtr staging{m_allocator.allocate(n * sizeof(float)), DType::F32};
         convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(src.data, src.dtype, staging.data, DType::F32, n);
         check(cudaMemcpyAsync(dst, staging.data, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
         check(cudaStreamSynchronize(m_stream), "download");

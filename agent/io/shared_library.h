@@ -1,0 +1,56 @@
+#pragma once
+// A library loaded at run time (dlopen) rather than linked, so that one binary starts on machines
+// without it (NCCL, NVML): its entry points are resolved by name, and the first one missing is
+// remembered for the message. Failures are reported, not thrown, so each user phrases them its way.
+
+#include <dlfcn.h>
+
+#include <string>
+#include <type_traits>
+
+namespace meshbench::agent {
+
+class SharedLibrary {
+public:
+    explicit SharedLibrary(const std::string& name) : m_handle(dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))
+    {
+        if (!m_handle) {
+            const char* error = dlerror();   // names the library, and why it could not be loaded
+            m_loadError = error ? error : name + ": dlopen failed";
+        }
+    }
+    ~SharedLibrary()
+    {
+        if (m_handle && !m_keepLoaded)
+            dlclose(m_handle);
+    }
+    SharedLibrary(const SharedLibrary&) = delete;
+    SharedLibrary& operator=(const SharedLibrary&) = delete;
+
+    bool loaded() const { return m_handle != nullptr; }
+    const std::string& loadError() const { return m_loadError; }
+
+    // Sets `function` to the entry point `symbol` (null when absent, the first such name kept).
+    template <typename Function>
+    void resolve(const char* symbol, Function& function)
+    {
+        static_assert(std::is_pointer_v<Function>);
+        // POSIX guarantees that dlsym's object pointer converts to a function pointer.
+        function = m_handle ? reinterpret_cast<Function>(dlsym(m_handle, symbol)) : nullptr;
+        if (!function && m_missing.empty())
+            m_missing = symbol;
+    }
+    // The first entry point resolve() did not find; empty when all were.
+    const std::string& missing() const { return m_missing; }
+
+    // The entry points stay valid after this object goes (a library kept for the process).
+    void keepLoaded() { m_keepLoaded = true; }
+
+private:
+    void* m_handle;
+    std::string m_loadError;
+    std::string m_missing;
+    bool m_keepLoaded = false;
+};
+
+}  // namespace meshbench::agent
