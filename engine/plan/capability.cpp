@@ -35,6 +35,18 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
                    str(kMaxPipelineMessageTags) + " MPI promises; use fewer microbatches with a larger micro_batch_size";
         });
 
+    // Megatron's overlaps the planner can price but the agent does not perform.
+    if (p.overlapParamGather)
+        refuse("parallel.overlap_param_gather", [] {
+            return std::string("the agent all-gathers ZeRO's updated weights after the optimizer, not under the next "
+                               "forward; set overlap_param_gather to false to run the job (keep it to plan Megatron-LM)");
+        });
+    if (p.tpCommOverlap)
+        refuse("parallel.tp_comm_overlap", [] {
+            return std::string("the agent waits for each tensor-parallel collective before its GEMM; set "
+                               "tp_comm_overlap to false to run the job (keep it to plan Megatron-LM's --tp-comm-overlap)");
+        });
+
     return runs;
 }
 

@@ -1,6 +1,9 @@
 #include "cost_model.h"
 
+#include "agent_activations.h"
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace meshbench::plan {
@@ -10,27 +13,20 @@ constexpr double kBf16 = 2.0;
 
 double gradBytes(GradDtype grads) { return grads == GradDtype::Fp32 ? 4.0 : 2.0; }
 
-// Ring collectives in the alpha-beta model (Thakur et al. 2005; the model NCCL's tuner uses):
-// `bytes` is the full buffer, n the group size.
-double allReduce(double bytes, int n, double bandwidth, double latency)
-{
-    return n <= 1 ? 0.0 : 2.0 * (n - 1) * latency + 2.0 * (n - 1) / n * bytes / bandwidth;
-}
-double allGather(double bytes, int n, double bandwidth, double latency)
-{
-    return n <= 1 ? 0.0 : (n - 1) * latency + double(n - 1) / n * bytes / bandwidth;
-}
-// Reduce-scatter and all-to-all move the same volume as an all-gather in a ring.
-double reduceScatter(double bytes, int n, double bandwidth, double latency) { return allGather(bytes, n, bandwidth, latency); }
-double allToAll(double bytes, int n, double bandwidth, double latency) { return allGather(bytes, n, bandwidth, latency); }
-
 }  // namespace
+
+int ranksPerNode(const JobSpec& spec)
+{
+    return int(std::min<std::int64_t>(spec.parallel.worldSize(), spec.cluster.devicesPerNode));
+}
 
 LinkClasses linkClasses(const Mesh& mesh, const ClusterSpec& cluster)
 {
-    return {groupsStayInDomain(mesh, GroupKind::Tensor, cluster), groupsStayInDomain(mesh, GroupKind::Pipeline, cluster),
-            groupsStayInDomain(mesh, GroupKind::Data, cluster), groupsStayInDomain(mesh, GroupKind::Expert, cluster),
-            groupsStayInDomain(mesh, GroupKind::ExpertData, cluster)};
+    auto link = [&](GroupKind kind) {
+        return GroupLink{groupsStayInDomain(mesh, kind, cluster), groupMembersPerDomain(mesh, kind, cluster)};
+    };
+    return {link(GroupKind::Tensor), link(GroupKind::Pipeline), link(GroupKind::Data), link(GroupKind::Expert),
+            link(GroupKind::ExpertData)};
 }
 
 ParameterCounts countParameters(const ModelSpec& m)
@@ -91,14 +87,12 @@ double estimatedMakespan(const ScheduleShape& shape, const std::vector<StageWork
 }
 
 CostModel::CostModel(const JobSpec& spec, const LinkClasses& links)
-    : m_spec(spec), m_links(links), m_params(countParameters(spec.model))
+    : m_spec(spec), m_links(links), m_params(countParameters(spec.model)),
+      m_perf(devicePerformance(spec.cluster, ranksPerNode(spec)))
 {
     m_dense = layerCosts(false);
-    m_moe = layerCosts(true);
-    for (int stage = 0; stage < spec.parallel.pp; ++stage) {
-        m_maxDenseParams = std::max(m_maxDenseParams, denseParametersOnStage(stage));
-        m_maxExpertParams = std::max(m_maxExpertParams, expertParametersOnStage(stage));
-    }
+    if (spec.model.moe.enabled())
+        m_moe = layerCosts(true);
 }
 
 void CostModel::virtualStageLayers(int virtualStage, int& first, int& count) const
@@ -142,8 +136,16 @@ double CostModel::inFlightMicrobatches(int stage) const
     // warm-up forwards plus the one in progress (1F1B: min(p - r, m); GPipe: m; interleaved
     // counts chunk-micro-batches, so divide by v: stage 0 gets p + (p - 1)/v, Megatron's
     // 1 + (p - 1)/(p v) penalty times p). ZB-H1 keeps 1F1B's peak of p on every stage
-    // (Qi et al. 2024, Table 1), since deferred W's hold their inputs.
+    // (Qi et al. 2024, Table 1), since deferred W's hold their inputs: on stage r that is
+    // min(p - r, m) forwards' activations plus up to r deferred W's, each counted as one
+    // micro-batch's worth. (precision.activations = fp32 counts the two apart, in
+    // agentActivationBytes: meshbench-agent's W keeps copies of dy and x, not its activations.)
     const ParallelSpec& p = m_spec.parallel;
+    // One stage has no pipeline: Megatron's forward_backward_no_pipelining, and meshbench-agent's
+    // trainer, run each micro-batch's forward and backward before the next one's, so one is in
+    // flight whatever the schedule says (GPipe's op list would hold all m).
+    if (p.pp == 1)
+        return 1.0;
     const ScheduleShape shape = p.scheduleShape();
     if (p.schedule == ScheduleKind::ZeroBubbleH1)
         return std::min(p.pp, p.microbatches);
@@ -164,6 +166,11 @@ double CostModel::activationBytes(int stage) const
     // input kept with full recompute (plus one layer's working set); an MoE layer's MLP holds
     // k x capacity_factor routed copies of each token (2 s b h) and its expert activations
     // (4 s b f_moe).
+    // precision.activations = fp32: what meshbench-agent keeps instead, the Activations category
+    // of its memory ledger, tensor by tensor and op by op of the stage's schedule
+    // (agent_activations.h); this bf16 count is Megatron-LM's.
+    if (m_spec.precision.activations == ActivationDtype::Fp32)
+        return agentActivationBytes(m_spec, stage);
     const ModelSpec& m = m_spec.model;
     const ParallelSpec& p = m_spec.parallel;
     const double s = double(m.seqLen), b = p.microBatchSize, h = double(m.hidden), t = p.tp;
@@ -236,51 +243,120 @@ MemoryBreakdown CostModel::stageMemory(int stage) const
 
 CostModel::LayerCosts CostModel::layerCosts(bool moe) const
 {
-    // FLOPs per layer and micro-batch, from Megatron-LM's num_floating_point_operations
-    // (Narayanan et al. 2021): the forward pass is one third of 12 B s h^2 [...], i.e.
-    // 4 b s h^2 (1 + n_kv/n_heads) for the projections, 4 b s^2 h for attention scores and
-    // 4 b s h f k g for the MLP. The backward splits into the input gradient (projections + 2x
-    // the scores, which have no weights) and the weight gradient (projections + MLP).
+    // One layer, one micro-batch, one rank of its TP group. Every GEMM is priced by its own shape
+    // (gemmTime: roofline, wave quantization, K depth), flash attention by its causal FLOPs, the
+    // element-wise kernels by the bytes they stream, and the TP and EP collectives by their bus
+    // bandwidth. The FLOPs agree with Megatron-LM's num_floating_point_operations (Narayanan et al.
+    // 2021) except attention, which executes the causal half Megatron's formula counts in full.
     const ModelSpec& m = m_spec.model;
     const ParallelSpec& p = m_spec.parallel;
-    const ClusterSpec& c = m_spec.cluster;
-    const double s = double(m.seqLen), b = p.microBatchSize, h = double(m.hidden);
-    const double g = m.activation == Activation::SwiGlu ? 1.5 : 1.0;
-    const double ffn = moe ? double(m.moe.ffnHidden) * m.moe.topK : double(m.ffnHidden);
-    const double linear = 4.0 * b * s * h * h * (1.0 + double(m.kvHeads) / m.heads) + 4.0 * b * s * h * ffn * g;
-    const double scores = 4.0 * b * s * s * h;
-    const double rate = c.device.peakFlops * c.computeEfficiency * p.tp;   // TP splits every GEMM
+    const DevicePerformance& d = m_perf.device;
+    const double t = p.tp, h = double(m.hidden), s = double(m.seqLen), b = p.microBatchSize;
+    const double tokens = s * b;
+    const double kvDim = h * m.kvHeads / m.heads;
+    const double gated = m.activation == Activation::SwiGlu ? 2.0 : 1.0;   // SwiGLU's fc1 has two halves
+    const double e = d.activationBytes;
+    // With SP the norms, residuals and dropout see 1/t of the sequence (Korthikanti et al. 2022).
+    const double rowsPerRank = p.sequenceParallel ? tokens / t : tokens;
+
+    struct Gemm {
+        double m, n, k, count;
+    };
+    // QKV, the output projection, then the MLP: router (MoE only), fc1, fc2.
+    std::array<Gemm, 5> gemms = {Gemm{tokens, (h + 2.0 * kvDim) / t, h, 1}, Gemm{tokens, h, h / t, 1}};
+    std::size_t count = 2;
+    double mlpElements = 0;   // elements the activation function reads per pass
+    double routedRows = 0;    // token copies an MoE layer dispatches
+    if (moe) {
+        // Balanced routing: the ep ranks' tokens times top-k spread over E experts, E/ep of them here.
+        const double f = double(m.moe.ffnHidden) / t;
+        const double rowsPerExpert = tokens * m.moe.topK * p.ep / m.moe.experts;
+        const double localExperts = double(m.moe.experts) / p.ep;
+        gemms[count++] = {tokens, double(m.moe.experts), h, 1};
+        gemms[count++] = {rowsPerExpert, gated * f, h, localExperts};
+        gemms[count++] = {rowsPerExpert, h, f, localExperts};
+        routedRows = tokens * m.moe.topK;
+        mlpElements = rowsPerExpert * localExperts * gated * f;
+    } else {
+        const double f = double(m.ffnHidden) / t;
+        gemms[count++] = {tokens, gated * f, h, 1};
+        gemms[count++] = {tokens, h, f, 1};
+        mlpElements = tokens * gated * f;
+    }
+    double forwardGemms = 0, inputGradGemms = 0, weightGradGemms = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        const Gemm& g = gemms[i];
+        forwardGemms += g.count * gemmTime(d, g.m, g.n, g.k);        // Y = X W
+        inputGradGemms += g.count * gemmTime(d, g.m, g.k, g.n);      // dX = dY W^T
+        weightGradGemms += g.count * gemmTime(d, g.k, g.n, g.m);     // dW = X^T dY
+    }
+
+    // Flash attention, causal: QK^T and PV over the lower triangle, 2 b s^2 h / t FLOPs forward;
+    // the backward recomputes the scores and runs four more products, 2.5x the forward's FLOPs
+    // (Dao 2023, Sec. 3.1).
+    const double attentionFlops = 2.0 * b * s * s * h / t;
+    const double attentionRate = d.matmulPeak * d.rateShare * d.attentionEfficiency;
+    const double attentionForward = attentionFlops / attentionRate + d.kernelOverhead / d.rateShare;
+    const double attentionBackward =
+        2.5 * attentionFlops / (attentionRate * d.attentionBackwardRate) + d.kernelOverhead / d.rateShare;
+
+    // Element-wise kernels, bytes per forward: two norms and two residual adds over the rows this
+    // rank holds, rotary embeddings on q and k, the activation function (reads gated x f, writes
+    // f), and an MoE layer's permute and unpermute copies. A backward streams about twice as much.
+    const double normBytes = 2.0 * 2.0 * rowsPerRank * h * e;
+    const double residualBytes = 2.0 * 3.0 * rowsPerRank * h * e;
+    const double ropeBytes = 2.0 * tokens * (h + kvDim) / t * e;
+    const double activationBytes = mlpElements * (1.0 + 1.0 / gated) * e;
+    const double permuteBytes = 2.0 * 2.0 * routedRows * h * e;
+    const double elementwiseForward = 2.0 * streamTime(d, normBytes / 2.0) + 2.0 * streamTime(d, residualBytes / 2.0) +
+                                      streamTime(d, ropeBytes) + streamTime(d, activationBytes) +
+                                      (moe ? 2.0 * streamTime(d, permuteBytes / 2.0) : 0.0);
+    const double elementwiseBackward = 2.0 * elementwiseForward;
+
+    // TP (Megatron, Shoeybi et al. 2019): per pass, the attention and MLP blocks each all-reduce
+    // their output (g forward, f backward); with SP each all-reduce becomes an all-gather before
+    // the block's first GEMM and a reduce-scatter after its last, the same bytes. With
+    // tp_comm_overlap (Megatron's --tp-comm-overlap) each collective is cut into t chunks
+    // pipelined with the GEMM it feeds or drains: only its first chunk, or what outlasts the
+    // GEMM, stays exposed.
+    const LinkPerformance tpLink = m_perf.collective(m_links.tensor);
+    const double blockBytes = tokens * h * e;
+    const double halfCollective = p.sequenceParallel ? allGatherTime(blockBytes, p.tp, tpLink)
+                                                     : allReduceTime(blockBytes, p.tp, tpLink) / 2.0;
+    // The GEMMs each half overlaps with: QKV and fc1 take the gathers, the projection and fc2 feed
+    // the scatters.
+    double fc1 = 0, fc2 = 0;
+    for (std::size_t i = 2; i < count; ++i)
+        (i + 1 == count ? fc2 : fc1) += gemms[i].count * gemmTime(d, gemms[i].m, gemms[i].n, gemms[i].k);
+    const double paired[4] = {gemmTime(d, gemms[0].m, gemms[0].n, gemms[0].k),
+                              gemmTime(d, gemms[1].m, gemms[1].n, gemms[1].k), fc1, fc2};
+    double tpForward = 0, tpHidden = 0;
+    for (double gemm : paired) {
+        const double exposed =
+            p.tpCommOverlap && p.tp > 1 ? std::max(halfCollective - gemm, halfCollective / t) : halfCollective;
+        tpForward += exposed;
+        tpHidden += halfCollective - exposed;
+    }
+
+    // EP (Megatron's all-to-all dispatcher): each token's k copies go out and come back, twice per
+    // pass.
+    const LinkPerformance epLink = m_perf.collective(m_links.expert);
+    const double epPass =
+        moe ? 2.0 * allToAllTime(routedRows * h * e / (p.sequenceParallel ? t : 1.0), p.ep, epLink) : 0.0;
 
     double recompute = 0;
     if (p.recompute == Recompute::Selective)
-        recompute = scores;
+        recompute = attentionForward;   // Korthikanti et al.: the attention core only
     else if (p.recompute == Recompute::Full)
-        recompute = linear + scores;
-
-    // Megatron TP: two all-reduces per layer forward (attention and MLP outputs, operator g) and
-    // two in the input-gradient pass (operator f); sequence parallelism swaps each for an
-    // all-gather plus a reduce-scatter of the same volume.
-    const double activationBytes = kBf16 * s * b * h;
-    const double tpBandwidth = m_links.tensor ? c.intraBandwidth : c.interBandwidth;
-    const double tpLatency = m_links.tensor ? c.intraLatency : c.interLatency;
-    const double tpPass = 2.0 * allReduce(activationBytes, p.tp, tpBandwidth, tpLatency);
-
-    // EP: Megatron's all-to-all dispatcher sends each token's k copies out and back (two
-    // all-to-alls) in the forward pass and twice again for the gradients.
-    double epPass = 0;
-    if (moe) {
-        const double tokensBytes = activationBytes * m.moe.topK / (p.sequenceParallel ? p.tp : 1);
-        const double epBandwidth = m_links.expert ? c.intraBandwidth : c.interBandwidth;
-        const double epLatency = m_links.expert ? c.intraLatency : c.interLatency;
-        epPass = 2.0 * allToAll(tokensBytes, p.ep, epBandwidth, epLatency);
-    }
+        recompute = forwardGemms + attentionForward + elementwiseForward + tpForward + epPass;
 
     LayerCosts costs;
-    costs.tensorComm = tpPass;
-    costs.expertComm = epPass;
-    costs.forward = (linear + scores) / rate + tpPass + epPass;
-    costs.backward = (linear + 2.0 * scores + recompute) / rate + tpPass + epPass;
-    costs.weightGrad = linear / rate;
+    costs.forward = forwardGemms + attentionForward + elementwiseForward + tpForward + epPass;
+    costs.backward = inputGradGemms + attentionBackward + elementwiseBackward + tpForward + epPass + recompute;
+    costs.weightGrad = weightGradGemms;
+    costs.tensorComm = 2.0 * tpForward + (p.recompute == Recompute::Full ? tpForward : 0.0);
+    costs.tensorCommHidden = 2.0 * tpHidden;
+    costs.expertComm = 2.0 * epPass + (p.recompute == Recompute::Full ? epPass : 0.0);
     return costs;
 }
 
@@ -288,7 +364,7 @@ StageWork CostModel::virtualStageWork(int virtualStage) const
 {
     const ModelSpec& m = m_spec.model;
     const ParallelSpec& p = m_spec.parallel;
-    const ClusterSpec& c = m_spec.cluster;
+    const DevicePerformance& d = m_perf.device;
     int first = 0, count = 0;
     virtualStageLayers(virtualStage, first, count);
     const int moeLayers = m.moeLayersIn(first, count);
@@ -297,16 +373,28 @@ StageWork CostModel::virtualStageWork(int virtualStage) const
     w.forward = denseLayers * m_dense.forward + moeLayers * m_moe.forward;
     w.backward = denseLayers * m_dense.backward + moeLayers * m_moe.backward;
     w.weightGrad = denseLayers * m_dense.weightGrad + moeLayers * m_moe.weightGrad;
-    w.tensorComm = 2.0 * (denseLayers * m_dense.tensorComm + moeLayers * m_moe.tensorComm);
-    w.expertComm = 2.0 * (denseLayers * m_dense.expertComm + moeLayers * m_moe.expertComm);
+    w.tensorComm = denseLayers * m_dense.tensorComm + moeLayers * m_moe.tensorComm;
+    w.tensorCommHidden = denseLayers * m_dense.tensorCommHidden + moeLayers * m_moe.tensorCommHidden;
+    w.expertComm = denseLayers * m_dense.expertComm + moeLayers * m_moe.expertComm;
+    const double tokens = double(m.seqLen) * p.microBatchSize, h = double(m.hidden);
+    if (virtualStage == 0) {
+        // Embedding lookup (write the rows) and its gradient's scatter-add.
+        w.forward += streamTime(d, tokens * h * d.activationBytes);
+        w.weightGrad += streamTime(d, 2.0 * tokens * h * d.activationBytes);
+    }
     if (virtualStage == p.pp * p.virtualStages - 1) {
-        // Output layer: 2 b s h V FLOPs forward (the V / (2 L h) term of Megatron's formula), the
-        // same again for each half of the backward.
-        const double logits = 2.0 * p.microBatchSize * double(m.seqLen) * double(m.hidden) * double(m.vocab);
-        const double time = logits / (c.device.peakFlops * c.computeEfficiency * p.tp);
-        w.forward += time;
-        w.backward += time;
-        w.weightGrad += time;
+        // Final norm, the output layer's three GEMMs (2 b s h V FLOPs each, the V / (2 L h) term of
+        // Megatron's formula) and the cross-entropy over the logits in fp32, as Megatron-LM's
+        // vocab-parallel cross-entropy runs it unfused: forward casts the logits (e + 4 bytes
+        // each), takes the max (4), subtracts it (8), exponentiates (8), sums (4) and normalises
+        // (8); backward scales the saved softmax (8) and casts the gradient back (4 + e).
+        const double vocab = double(m.vocab) / p.tp;
+        const double logits = tokens * vocab;
+        const double e = d.activationBytes;
+        w.forward += streamTime(d, 2.0 * tokens * h * e) + gemmTime(d, tokens, vocab, h) + 6.0 * streamTime(d, logits * (e + 36.0) / 6.0);
+        w.backward += 2.0 * streamTime(d, logits * (12.0 + e) / 2.0) + gemmTime(d, tokens, h, vocab) +
+                      streamTime(d, 4.0 * tokens * h * e);
+        w.weightGrad += gemmTime(d, h, vocab, tokens);
     }
     w.compute = w.total() - w.tensorComm - w.expertComm;
     return w;
@@ -323,6 +411,7 @@ StageWork CostModel::stageWork(int stage) const
         sum.weightGrad += w.weightGrad;
         sum.compute += w.compute;
         sum.tensorComm += w.tensorComm;
+        sum.tensorCommHidden += w.tensorCommHidden;
         sum.expertComm += w.expertComm;
     }
     return sum;
@@ -345,50 +434,94 @@ OpCosts CostModel::opCosts() const
 
 double CostModel::transferTime() const
 {
+    // One micro-batch's activations (or their gradient) to the next stage; with SP each rank sends
+    // its 1/t of the sequence (Megatron's scatter-gather optimisation).
     const ParallelSpec& p = m_spec.parallel;
-    const ClusterSpec& c = m_spec.cluster;
     if (p.pp == 1)
         return 0.0;
-    const double bytes = kBf16 * double(m_spec.model.seqLen) * p.microBatchSize * double(m_spec.model.hidden) /
-                         (p.sequenceParallel ? p.tp : 1);
-    return m_links.pipeline ? c.intraLatency + bytes / c.intraBandwidth : c.interLatency + bytes / c.interBandwidth;
+    const double bytes = m_perf.device.activationBytes * double(m_spec.model.seqLen) * p.microBatchSize *
+                         double(m_spec.model.hidden) / (p.sequenceParallel ? p.tp : 1);
+    return sendTime(bytes, m_perf.link(m_links.pipeline.insideDomain));
+}
+
+DataParallelCosts CostModel::dataParallelCosts(int stage) const
+{
+    // Per step. ZeRO-0 all-reduces the gradients; ZeRO 1-2 reduce-scatter them into the owners'
+    // shards (once per step, after the last micro-batch, as the agent and Megatron's distributed
+    // optimizer do) and all-gather the updated bf16 weights; ZeRO-3 also gathers each layer's
+    // weights for every forward and backward (Rajbhandari et al. 2020, Sec. 7). Dense weights
+    // reduce over dp, experts over the expert-data group.
+    const ParallelSpec& p = m_spec.parallel;
+    const double gb = gradBytes(m_spec.precision.grads);
+    const double dense = denseParametersOnStage(stage), expert = expertParametersOnStage(stage);
+    DataParallelCosts costs;
+    auto add = [&](double params, int n, const GroupLink& group) {
+        const LinkPerformance link = m_perf.collective(group);
+        if (params <= 0)
+            return;
+        if (p.zero == 0) {
+            costs.reduce += allReduceTime(gb * params, n, link);
+            return;
+        }
+        costs.reduce += reduceScatterTime(gb * params, n, link);
+        costs.gather += allGatherTime(kBf16 * params, n, link);
+        if (p.zero >= 3)
+            costs.layerGathers += 2.0 * p.microbatches * allGatherTime(kBf16 * params, n, link);
+    };
+    add(dense, p.dp, m_links.data);
+    add(expert, p.dp / p.ep, m_links.expertData);
+    const double bucketBytes = std::max(1.0, p.gradBucketMb) * 1024.0 * 1024.0;
+    costs.buckets = std::max(1.0, std::ceil(gb * (dense + expert) / bucketBytes));
+    return costs;
+}
+
+double CostModel::exposedReduction(const DataParallelCosts& dp, double window) const
+{
+    // Buckets reduce one after another on the stage's communication queue, the first as soon as
+    // the last micro-batch's backward has finished its gradients, the last after the backward
+    // ends: the backward from its first bucket on hides the rest (DDP's and Megatron's
+    // --overlap-grad-reduce, as the agent's DataParallel runs it).
+    if (!m_spec.parallel.overlapGradReduce || m_spec.parallel.dp == 1)
+        return dp.reduce;
+    return std::max(dp.reduce / dp.buckets, dp.reduce - window * (1.0 - 1.0 / dp.buckets));
+}
+
+double CostModel::exposedGather(const DataParallelCosts& dp, double window) const
+{
+    // The updated weights' all-gather waits for the optimizer; with overlap_param_gather it runs
+    // bucket by bucket under the next step's first forward (Megatron's --overlap-param-gather).
+    double gather = dp.gather;
+    if (m_spec.parallel.overlapParamGather && dp.gather > 0)
+        gather = std::max(dp.gather / dp.buckets, dp.gather - window * (1.0 - 1.0 / dp.buckets));
+    return gather + dp.layerGathers;
 }
 
 double CostModel::dataParallelTime() const
 {
-    // Per step: ZeRO-0 all-reduces gradients; ZeRO-1 (Megatron's distributed optimizer)
-    // reduce-scatters them and all-gathers the updated bf16 weights; ZeRO-2 reduce-scatters
-    // after every micro-batch; ZeRO-3 also gathers the weights for each forward and backward
-    // (Rajbhandari et al. 2020, Sec. 7: 1.5x the all-reduce volume per micro-batch). Dense
-    // weights reduce over dp, expert weights over the expert-data-parallel group. Not overlapped
-    // with compute: this is the exposed upper bound.
+    // Without a simulated timeline: stage 0 finishes last in every schedule, its last backward is
+    // the window the reduction hides under and its first forward the gather's.
+    const StageWork first = stageWork(0);
+    const DataParallelCosts dp = dataParallelCosts(0);
+    return exposedReduction(dp, first.backward + first.weightGrad) + exposedGather(dp, first.forward);
+}
+
+double CostModel::optimizerTime(int stage) const
+{
+    // AdamW is memory bound: per parameter it reads the gradient, fp32 master and both moments
+    // and writes the three back plus the bf16 weight, ~30 bytes.
     const ParallelSpec& p = m_spec.parallel;
-    const ClusterSpec& c = m_spec.cluster;
-    const double gb = gradBytes(m_spec.precision.grads);
-    auto groupTime = [&](double params, int n, bool intra) {
-        const double bw = intra ? c.intraBandwidth : c.interBandwidth;
-        const double lat = intra ? c.intraLatency : c.interLatency;
-        const double m = p.microbatches;
-        switch (p.zero) {
-        case 0: return allReduce(gb * params, n, bw, lat);
-        case 1: return reduceScatter(gb * params, n, bw, lat) + allGather(kBf16 * params, n, bw, lat);
-        case 2: return m * reduceScatter(gb * params, n, bw, lat) + allGather(kBf16 * params, n, bw, lat);
-        default: return m * (reduceScatter(gb * params, n, bw, lat) + 2.0 * allGather(kBf16 * params, n, bw, lat));
-        }
-    };
-    return groupTime(m_maxDenseParams, p.dp, m_links.data) +
-           groupTime(m_maxExpertParams, p.dp / p.ep, m_links.expertData);
+    const double shardDense = p.zero >= 1 ? p.dp : 1;
+    const double shardExpert = p.zero >= 1 ? p.dp / p.ep : 1;
+    return streamTime(m_perf.device,
+                      30.0 * (denseParametersOnStage(stage) / shardDense + expertParametersOnStage(stage) / shardExpert));
 }
 
 double CostModel::optimizerTime() const
 {
-    // AdamW is memory bound: per parameter it reads the gradient, fp32 master and both moments
-    // and writes the three back plus the bf16 weight, ~30 bytes over HBM.
-    const ParallelSpec& p = m_spec.parallel;
-    const double shardDense = p.zero >= 1 ? p.dp : 1;
-    const double shardExpert = p.zero >= 1 ? p.dp / p.ep : 1;
-    return 30.0 * (m_maxDenseParams / shardDense + m_maxExpertParams / shardExpert) /
-           m_spec.cluster.device.memoryBandwidth;
+    double slowest = 0;
+    for (int stage = 0; stage < m_spec.parallel.pp; ++stage)
+        slowest = std::max(slowest, optimizerTime(stage));
+    return slowest;
 }
 
 double CostModel::flopsPerStep() const

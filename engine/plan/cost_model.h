@@ -3,19 +3,21 @@
 // Formulas cite their sources next to them; all arithmetic is in double so that absurd sizes
 // cannot overflow.
 
+#include "device_model.h"
 #include "job_spec.h"
 #include "mesh.h"
 #include "simulator.h"
 
 namespace meshbench::plan {
 
-// Which groups stay inside an NVLink domain (true) or cross the network (false).
+// Where each kind of group runs its collectives: inside an NVLink domain, or across the network
+// with some members per domain.
 struct LinkClasses {
-    bool tensor = true;
-    bool pipeline = true;
-    bool data = true;
-    bool expert = true;
-    bool expertData = true;
+    GroupLink tensor;
+    GroupLink pipeline;
+    GroupLink data;
+    GroupLink expert;
+    GroupLink expertData;
 };
 LinkClasses linkClasses(const Mesh& mesh, const ClusterSpec& cluster);
 
@@ -62,10 +64,22 @@ struct StageWork {
     double backward = 0;       // input gradient (plus recomputation)
     double weightGrad = 0;
     double compute = 0;        // forward + backward + weightGrad minus the communication below
-    double tensorComm = 0;
+    double tensorComm = 0;     // exposed TP collectives
+    double tensorCommHidden = 0;   // TP collectives overlapped with GEMMs (tp_comm_overlap)
     double expertComm = 0;
     double total() const { return forward + backward + weightGrad; }
 };
+
+// A stage's data-parallel communication per step, before any overlap.
+struct DataParallelCosts {
+    double reduce = 0;         // gradients: all-reduce (ZeRO-0) or reduce-scatter
+    double gather = 0;         // updated weights' all-gather (ZeRO 1-3)
+    double layerGathers = 0;   // ZeRO-3's per-layer gathers, every forward and backward
+    double buckets = 1;        // the reduction's buckets (grad_bucket_mb)
+};
+
+// Ranks of the job that share one node.
+int ranksPerNode(const JobSpec& spec);
 
 // Pipeline makespan without simulation, for the search: exact for the four schedules when all
 // stages cost the same and transfers are free; otherwise the slowest stage sets the pace.
@@ -86,14 +100,21 @@ public:
     StageWork stageWork(int stage) const;
     OpCosts opCosts() const;                 // per virtual stage, for the simulator
     double transferTime() const;             // one activation or gradient across a stage boundary
-    double dataParallelTime() const;         // gradient reduction and parameter gathering per step
-    double optimizerTime() const;            // AdamW over the local optimizer shard
+    DataParallelCosts dataParallelCosts(int stage) const;
+    // What of the reduction (or gather) is left exposed when `window` seconds of backward (or
+    // forward) compute can hide it.
+    double exposedReduction(const DataParallelCosts& dp, double window) const;
+    double exposedGather(const DataParallelCosts& dp, double window) const;
+    double dataParallelTime() const;         // exposed DP communication per step, without a simulation
+    double optimizerTime(int stage) const;   // AdamW over the stage's optimizer shard
+    double optimizerTime() const;            // the slowest stage's
+    const Performance& performance() const { return m_perf; }
     double flopsPerStep() const;             // Megatron-LM's num_floating_point_operations
     double tokensPerStep() const;
 
 private:
     struct LayerCosts {
-        double forward = 0, backward = 0, weightGrad = 0, tensorComm = 0, expertComm = 0;
+        double forward = 0, backward = 0, weightGrad = 0, tensorComm = 0, tensorCommHidden = 0, expertComm = 0;
     };
     LayerCosts layerCosts(bool moe) const;
     StageWork virtualStageWork(int virtualStage) const;
@@ -104,12 +125,9 @@ private:
     const JobSpec& m_spec;
     LinkClasses m_links;
     ParameterCounts m_params;
+    Performance m_perf;
     LayerCosts m_dense;
     LayerCosts m_moe;
-    // The largest dense and expert shards over all stages (they may sit on different stages;
-    // taking both maxima keeps the DP and optimizer times an upper bound).
-    double m_maxDenseParams = 0;
-    double m_maxExpertParams = 0;
 };
 
 }  // namespace meshbench::plan

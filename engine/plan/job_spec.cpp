@@ -29,6 +29,8 @@ constexpr EnumName<Activation> kActivations[] = {{"gelu", Activation::Gelu}, {"s
 constexpr EnumName<Recompute> kRecomputes[] = {
     {"none", Recompute::None}, {"selective", Recompute::Selective}, {"full", Recompute::Full}};
 constexpr EnumName<GradDtype> kGradDtypes[] = {{"fp32", GradDtype::Fp32}, {"bf16", GradDtype::Bf16}};
+constexpr EnumName<ActivationDtype> kActivationDtypes[] = {{"bf16", ActivationDtype::Bf16},
+                                                           {"fp32", ActivationDtype::Fp32}};
 constexpr EnumName<RankOrder> kOrders[] = {{"tp-dp-pp", RankOrder::TpDpPp}, {"tp-pp-dp", RankOrder::TpPpDp}};
 constexpr EnumName<BackendKind> kBackends[] = {
     {"auto", BackendKind::Auto}, {"cpu", BackendKind::Cpu}, {"cuda", BackendKind::Cuda}};
@@ -379,13 +381,43 @@ void readParallel(const json& object, ParallelSpec& p, std::vector<SpecError>& e
     r.readEnum("order", p.order, kOrders);
     r.readDouble("grad_bucket_mb", p.gradBucketMb, 0.0, 1e6, true);
     r.readBool("overlap_grad_reduce", p.overlapGradReduce);
+    r.readBool("overlap_param_gather", p.overlapParamGather);
+    r.readBool("tp_comm_overlap", p.tpCommOverlap);
     r.rejectUnknownKeys();
 }
 
-void readPrecision(const json& object, PrecisionSpec& precision, std::vector<SpecError>& errors)
+// Returns whether the document gave precision.activations (without it, loadJobSpec picks the
+// default from the cluster's device).
+bool readPrecision(const json& object, PrecisionSpec& precision, std::vector<SpecError>& errors)
 {
     ObjectReader r(object, "precision", errors);
     r.readEnum("grads", precision.grads, kGradDtypes);
+    const bool activations = r.present("activations");
+    r.readEnum("activations", precision.activations, kActivationDtypes);
+    r.rejectUnknownKeys();
+    return activations;
+}
+
+// Rates in the units a user reads (GB/s, us), as `calibrate` writes them.
+void readCalibration(const json& object, const std::string& path, CalibrationSpec& cal, std::vector<SpecError>& errors)
+{
+    ObjectReader r(object, path, errors);
+    r.readString("source", cal.source, true);
+    r.readDouble("matmul_efficiency", cal.matmulEfficiency, 0.0, 1.0, true);
+    r.readDouble("attention_efficiency", cal.attentionEfficiency, 0.0, 1.0, true);
+    double value = 0;
+    if (r.readDouble("memory_bandwidth_GBps", value, 0.0, 1e6, true))
+        cal.memoryBandwidth = value * 1e9;
+    if (r.readDouble("kernel_overhead_us", value, 0.0, 1e6))
+        cal.kernelOverhead = value * 1e-6;
+    if (r.readDouble("intra_node_bus_bandwidth_GBps", value, 0.0, 1e6, true))
+        cal.intraBandwidth = value * 1e9;
+    if (r.readDouble("inter_node_bus_bandwidth_GBps", value, 0.0, 1e6, true))
+        cal.interBandwidth = value * 1e9;
+    if (r.readDouble("intra_node_latency_us", value, 0.0, 1e6))
+        cal.intraLatency = value * 1e-6;
+    if (r.readDouble("inter_node_latency_us", value, 0.0, 1e6))
+        cal.interLatency = value * 1e-6;
     r.rejectUnknownKeys();
 }
 
@@ -427,6 +459,8 @@ void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError
     if (r.readDouble("inter_node_latency_us", value, 0.0, 1e6))
         cluster.interLatency = value * 1e-6;
     r.readDouble("compute_efficiency", cluster.computeEfficiency, 0.0, 1.0, true);
+    if (const json* calibration = r.object("calibration"))
+        readCalibration(*calibration, r.pathOf("calibration"), cluster.calibration, errors);
     r.rejectUnknownKeys();
 
     if (!hasPreset) {
@@ -565,6 +599,7 @@ std::string_view normName(Norm n) { return nameOf(kNorms, n); }
 std::string_view activationName(Activation a) { return nameOf(kActivations, a); }
 std::string_view recomputeName(Recompute r) { return nameOf(kRecomputes, r); }
 std::string_view gradDtypeName(GradDtype g) { return nameOf(kGradDtypes, g); }
+std::string_view activationDtypeName(ActivationDtype a) { return nameOf(kActivationDtypes, a); }
 std::string_view rankOrderName(RankOrder o) { return nameOf(kOrders, o); }
 std::string_view backendName(BackendKind b) { return nameOf(kBackends, b); }
 std::string_view dataSourceName(DataSource s) { return nameOf(kDataSources, s); }
@@ -720,10 +755,14 @@ LoadResult loadJobSpec(const json& document)
         readModel(*model, spec.model, result.errors);
     if (const json* parallel = top.object("parallel"))
         readParallel(*parallel, spec.parallel, result.errors);
+    bool activationsGiven = false;
     if (const json* precision = top.object("precision"))
-        readPrecision(*precision, spec.precision, result.errors);
+        activationsGiven = readPrecision(*precision, spec.precision, result.errors);
     if (const json* cluster = top.object("cluster", true))
         readCluster(*cluster, spec.cluster, result.errors);
+    // The cpu device runs meshbench-agent's fp32 model; any other device is priced as Megatron-LM.
+    if (!activationsGiven)
+        spec.precision.activations = spec.cluster.device.kind == "cpu" ? ActivationDtype::Fp32 : ActivationDtype::Bf16;
     if (const json* train = top.object("train"))
         readTrain(*train, spec.train, spec.model, result.errors);
     top.readEnum("backend", spec.backend, kBackends);
@@ -767,6 +806,38 @@ json toJson(const DataSpec& data)
 
 }  // namespace
 
+json toJson(const CalibrationSpec& cal)
+{
+    json out = {{"source", cal.source}};
+    auto put = [&](const char* key, double value, double scale, bool set) {
+        if (set)
+            out[key] = value * scale;
+    };
+    put("matmul_efficiency", cal.matmulEfficiency, 1.0, cal.matmulEfficiency > 0);
+    put("attention_efficiency", cal.attentionEfficiency, 1.0, cal.attentionEfficiency > 0);
+    put("memory_bandwidth_GBps", cal.memoryBandwidth, 1e-9, cal.memoryBandwidth > 0);
+    put("kernel_overhead_us", cal.kernelOverhead, 1e6, cal.kernelOverhead >= 0);
+    put("intra_node_bus_bandwidth_GBps", cal.intraBandwidth, 1e-9, cal.intraBandwidth > 0);
+    put("inter_node_bus_bandwidth_GBps", cal.interBandwidth, 1e-9, cal.interBandwidth > 0);
+    put("intra_node_latency_us", cal.intraLatency, 1e6, cal.intraLatency >= 0);
+    put("inter_node_latency_us", cal.interLatency, 1e6, cal.interLatency >= 0);
+    return out;
+}
+
+std::optional<CalibrationSpec> readCalibrationProfile(const json& profile, std::vector<SpecError>& errors)
+{
+    if (!profile.is_object()) {
+        errors.push_back({"", "a calibration profile is a JSON object, as `meshbench-engine calibrate --out` writes"});
+        return std::nullopt;
+    }
+    const std::size_t before = errors.size();
+    CalibrationSpec cal;
+    readCalibration(profile, "", cal, errors);
+    if (errors.size() != before)
+        return std::nullopt;
+    return cal;
+}
+
 json toJson(const JobSpec& spec)
 {
     const ModelSpec& m = spec.model;
@@ -783,10 +854,13 @@ json toJson(const JobSpec& spec)
     json cluster = {{"nodes", c.nodes}, {"devices_per_node", c.devicesPerNode}, {"nvlink_domain", c.nvlinkDomain},
                     {"device", c.device.kind}, {"intra_node_bandwidth_GBps", c.intraBandwidth / 1e9},
                     {"inter_node_bandwidth_GBps", c.interBandwidth / 1e9},
-                    {"intra_node_latency_us", c.intraLatency * 1e6}, {"inter_node_latency_us", c.interLatency * 1e6},
-                    {"compute_efficiency", c.computeEfficiency}};
+                    {"intra_node_latency_us", c.intraLatency * 1e6}, {"inter_node_latency_us", c.interLatency * 1e6}};
+    if (c.computeEfficiency > 0)
+        cluster["compute_efficiency"] = c.computeEfficiency;
     if (!c.preset.empty())
         cluster["preset"] = c.preset;
+    if (!c.calibration.empty())
+        cluster["calibration"] = toJson(c.calibration);
     json out = {{"model", model},
                 {"parallel",
                  {{"dp", p.dp}, {"pp", p.pp}, {"tp", p.tp}, {"ep", p.ep}, {"zero", p.zero},
@@ -794,8 +868,11 @@ json toJson(const JobSpec& spec)
                   {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
                   {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
                   {"order", rankOrderName(p.order)}, {"grad_bucket_mb", p.gradBucketMb},
-                  {"overlap_grad_reduce", p.overlapGradReduce}}},
-                {"precision", {{"grads", gradDtypeName(spec.precision.grads)}}},
+                  {"overlap_grad_reduce", p.overlapGradReduce}, {"overlap_param_gather", p.overlapParamGather},
+                  {"tp_comm_overlap", p.tpCommOverlap}}},
+                {"precision",
+                 {{"grads", gradDtypeName(spec.precision.grads)},
+                  {"activations", activationDtypeName(spec.precision.activations)}}},
                 {"cluster", cluster},
                 {"train",
                  {{"steps", spec.train.steps}, {"lr", spec.train.lr}, {"warmup_steps", spec.train.warmupSteps},

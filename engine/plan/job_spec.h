@@ -19,6 +19,9 @@ enum class Norm { LayerNorm, RmsNorm };
 enum class Activation { Gelu, SwiGlu };
 enum class Recompute { None, Selective, Full };
 enum class GradDtype { Fp32, Bf16 };
+// Whose activations the planner counts: bf16 is what Megatron-LM keeps (Korthikanti et al. 2022),
+// fp32 what meshbench-agent keeps (its model is fp32 on every backend; agent_activations.h).
+enum class ActivationDtype { Bf16, Fp32 };
 // Rank order, innermost dimension first. EP is always carved out of DP at its innermost end.
 enum class RankOrder { TpDpPp, TpPpDp };
 
@@ -26,6 +29,7 @@ std::string_view normName(Norm n);
 std::string_view activationName(Activation a);
 std::string_view recomputeName(Recompute r);
 std::string_view gradDtypeName(GradDtype g);
+std::string_view activationDtypeName(ActivationDtype a);
 std::string_view rankOrderName(RankOrder o);
 
 struct MoeSpec {
@@ -74,6 +78,11 @@ struct ParallelSpec {
     // --overlap-grad-reduce) unless overlap is off.
     double gradBucketMb = 25.0;
     bool overlapGradReduce = true;
+    // Planned only (the agent refuses them): ZeRO's weight all-gather hidden under the next
+    // step's forward (Megatron's --overlap-param-gather), and TP's all-gathers and
+    // reduce-scatters pipelined with the GEMMs they feed (Megatron's --tp-comm-overlap).
+    bool overlapParamGather = false;
+    bool tpCommOverlap = false;
 
     std::int64_t worldSize() const { return std::int64_t(dp) * pp * tp; }
     std::int64_t globalBatch() const { return std::int64_t(dp) * microBatchSize * microbatches; }
@@ -82,6 +91,10 @@ struct ParallelSpec {
 
 struct PrecisionSpec {
     GradDtype grads = GradDtype::Fp32;   // Megatron keeps fp32 main grads; the ZeRO paper uses fp16/bf16
+    // precision.activations. A document without it gets fp32 when the cluster's device kind is
+    // "cpu" and bf16 otherwise (loadJobSpec decides once the cluster is read); a spec built in code
+    // gets bf16.
+    ActivationDtype activations = ActivationDtype::Bf16;
 };
 
 struct DeviceSpec {
@@ -89,6 +102,21 @@ struct DeviceSpec {
     double peakFlops = 0;            // dense bf16 (fp32 for the cpu device), FLOP/s
     double memoryBytes = 0;
     double memoryBandwidth = 0;      // bytes/s
+};
+
+// Rates fitted to a session's measured spans by `meshbench-engine calibrate`; each replaces the
+// device table's figure when set (zero, or negative for the latencies and overhead, means unset).
+struct CalibrationSpec {
+    std::string source;              // what it was fitted to, e.g. the session's file name
+    double matmulEfficiency = 0;     // share of the device's peak its large GEMMs reach
+    double attentionEfficiency = 0;
+    double memoryBandwidth = 0;      // bytes/s
+    double kernelOverhead = -1;      // seconds per kernel or op
+    double intraBandwidth = 0;       // bus bytes/s per device
+    double interBandwidth = 0;
+    double intraLatency = -1;        // seconds
+    double interLatency = -1;
+    bool empty() const { return source.empty(); }
 };
 
 struct ClusterSpec {
@@ -101,7 +129,8 @@ struct ClusterSpec {
     double interBandwidth = 0;       // bytes/s per device, one direction, across the network
     double intraLatency = 0;         // seconds
     double interLatency = 0;         // seconds
-    double computeEfficiency = 0.6;  // achieved share of peak for the model's GEMMs
+    double computeEfficiency = 0;    // share of peak a large GEMM reaches; 0: the device table's
+    CalibrationSpec calibration;
 
     std::int64_t devices() const { return std::int64_t(nodes) * devicesPerNode; }
 };
@@ -201,5 +230,10 @@ JobSpec specAsRun(JobSpec spec, std::size_t ranks);
 
 // Serialises a spec back to JSON with every field explicit.
 nlohmann::json toJson(const JobSpec& spec);
+
+// A calibration profile: the file `meshbench-engine calibrate --out` writes and `--profile`
+// reads, the same object as a spec's cluster.calibration.
+nlohmann::json toJson(const CalibrationSpec& calibration);
+std::optional<CalibrationSpec> readCalibrationProfile(const nlohmann::json& profile, std::vector<SpecError>& errors);
 
 }  // namespace meshbench::plan

@@ -1,5 +1,7 @@
 #include "mesh.h"
 
+#include <algorithm>
+
 namespace meshbench::plan {
 
 std::string_view groupKindName(GroupKind kind)
@@ -116,6 +118,16 @@ bool groupsStayInDomain(const Mesh& mesh, GroupKind kind, const ClusterSpec& clu
         if (mesh.indexInGroup(kind, rank) == 0 && rank / cluster.nvlinkDomain != (rank + span) / cluster.nvlinkDomain)
             return false;
     return true;
+}
+
+int groupMembersPerDomain(const Mesh& mesh, GroupKind kind, const ClusterSpec& cluster)
+{
+    const int size = mesh.groupSize(kind);
+    if (groupsStayInDomain(mesh, kind, cluster))
+        return size;
+    // Rank 0 leads a group of every kind, and domains are contiguous rank ranges.
+    const int stride = mesh.groupStride(kind);
+    return std::clamp(cluster.nvlinkDomain / std::max(1, stride), 1, size);
 }
 
 std::vector<std::string> placementWarnings(const Mesh& mesh, const ClusterSpec& cluster)

@@ -61,6 +61,10 @@ DevicePlace placeRank(int rank, const ClusterSpec& cluster);
 
 // Whether every group of this kind stays inside one NVLink domain.
 bool groupsStayInDomain(const Mesh& mesh, GroupKind kind, const ClusterSpec& cluster);
+// How many members of one group of `kind` share an NVLink domain (the group's size when it stays
+// inside one): a group crossing the network with k members per domain spreads its rings over
+// their k NICs.
+int groupMembersPerDomain(const Mesh& mesh, GroupKind kind, const ClusterSpec& cluster);
 
 // Human-readable warnings about the placement, e.g. TP groups that cross node boundaries.
 std::vector<std::string> placementWarnings(const Mesh& mesh, const ClusterSpec& cluster);

@@ -64,8 +64,36 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
         step.tensorComm = m * work.tensorComm;
         step.expertComm = m * work.expertComm;
         step.pipelineBubble = plan.simulation.makespan - plan.simulation.busy[std::size_t(critical)];
-        step.dataParallelComm = model.dataParallelTime();
-        step.optimizer = model.optimizerTime();
+        step.tensorCommHidden = m * work.tensorCommHidden;
+        // Each stage reduces its gradients under its last backward (and while it waits for the
+        // stages still draining), then steps its optimizer and gathers the weights, under its
+        // first forward when overlapped; the step ends when the last stage is done.
+        double end = 0, optimizer = 0, exposedComm = 0, hiddenComm = 0;
+        for (int s = 0; s < p.pp; ++s) {
+            const std::vector<TimedOp>& ops = plan.simulation.timeline[std::size_t(s)];
+            const double finish = ops.empty() ? 0.0 : ops.back().end;
+            double lastBackward = 0, firstForward = 0;
+            for (const TimedOp& op : ops) {
+                if (op.op.kind == OpKind::Forward && firstForward == 0)
+                    firstForward = op.end - op.begin;
+                if (op.op.microbatch == p.microbatches - 1 &&
+                    (op.op.kind == OpKind::Backward || op.op.kind == OpKind::WeightGrad))
+                    lastBackward += op.end - op.begin;
+            }
+            const DataParallelCosts dp = model.dataParallelCosts(s);
+            const double reduce = model.exposedReduction(dp, lastBackward + plan.simulation.makespan - finish);
+            const double gather = model.exposedGather(dp, firstForward);
+            const double stageEnd = finish + reduce + model.optimizerTime(s) + gather;
+            if (stageEnd > end) {
+                end = stageEnd;
+                optimizer = model.optimizerTime(s);
+                exposedComm = std::max(0.0, stageEnd - plan.simulation.makespan - optimizer);
+                hiddenComm = dp.reduce + dp.gather + dp.layerGathers - reduce - gather;
+            }
+        }
+        step.optimizer = optimizer;
+        step.dataParallelComm = exposedComm;
+        step.dataParallelHidden = std::max(0.0, hiddenComm);
         step.total = plan.simulation.makespan + step.dataParallelComm + step.optimizer;
         plan.tokensPerSecond = model.tokensPerStep() / step.total;
         // MFU as Megatron-LM reports it: model FLOPs / (step time x GPUs x peak).

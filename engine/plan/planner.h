@@ -29,14 +29,19 @@ struct StageMemory {
     bool fits = true;
 };
 
+// The step of the critical (busiest) stage, split by cause. total = compute + tensorComm +
+// expertComm + pipelineBubble + dataParallelComm + optimizer; the hidden figures are
+// communication that overlaps compute and so adds nothing.
 struct StepBreakdown {
-    double compute = 0;           // the critical stage's F, B and W arithmetic over all micro-batches
-    double tensorComm = 0;        // TP collectives inside its ops
+    double compute = 0;           // the critical stage's F, B and W kernels over all micro-batches
+    double tensorComm = 0;        // exposed TP collectives inside its ops
     double expertComm = 0;        // EP all-to-alls inside its ops
     double pipelineBubble = 0;    // its idle time inside the pipeline, transfers included
-    double dataParallelComm = 0;
+    double dataParallelComm = 0;  // exposed gradient reduction and weight gathering
     double optimizer = 0;
     double total = 0;
+    double tensorCommHidden = 0;
+    double dataParallelHidden = 0;
 };
 
 struct Plan {

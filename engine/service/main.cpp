@@ -1,6 +1,7 @@
 // meshbench-engine: the headless engine. It plans and searches layouts, runs jobs into session
 // files, lists, replays and exports sessions, and serves the GUI.
 
+#include "calibrate_command.h"
 #include "plan_commands.h"
 #include "run_command.h"
 #include "serve_command.h"
@@ -15,13 +16,16 @@ namespace {
 constexpr const char* kUsage =
     "usage: meshbench-engine COMMAND [ARGS]\n"
     "\n"
-    "  plan   JOB.json [--json] [--unit-costs F,B,W]\n"
+    "  plan   JOB.json [--json] [--unit-costs F,B,W] [--profile PROFILE.json]\n"
     "         layout, memory per GPU, FLOPs, bubble and step time of the job's layout\n"
-    "  search JOB.json [--top N] [--global-batch SEQUENCES] [--json]\n"
+    "  search JOB.json [--top N] [--global-batch SEQUENCES] [--json] [--profile PROFILE.json]\n"
     "         the fastest layouts that fit the job's cluster\n"
     "  run    JOB.json [--session FILE] [--steps N] [--one-device] [--collector ENDPOINT]\n"
-    "         [--hostfile FILE] [--mpirun PATH] [--mpi-arg ARG]... [--heartbeat-timeout S] [--verbose]\n"
+    "         [--hostfile FILE] [--mpirun PATH] [--mpi-arg ARG]... [--heartbeat-timeout S]\n"
+    "         [--profile PROFILE.json] [--verbose]\n"
     "         launch the job, show its progress, store its session, print a summary\n"
+    "  calibrate SESSION... [--out PROFILE.json]\n"
+    "         fit the device's and links' rates to sessions' measured spans (--profile takes the result)\n"
     "  sessions [DIR] [--json]\n"
     "         stored sessions (default DIR: ~/.local/share/meshbench/sessions)\n"
     "  export SESSION [--chrome-trace OUT.json] [--csv DIR]\n"
@@ -69,6 +73,8 @@ int main(int argc, char** argv)
             return meshbench::service::runServeCommand(args);
         if (command == "replay")
             return meshbench::service::runReplayCommand(args);
+        if (command == "calibrate")
+            return meshbench::service::runCalibrateCommand(args);
     } catch (const std::exception& e) {
         // Input errors are reported by the commands; anything reaching here is a bug or an
         // exhausted machine, and still deserves a message rather than an abort.

@@ -58,17 +58,45 @@ std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool la
     return std::nullopt;
 }
 
+bool applyProfileFile(const std::string& path, JobSpec& spec)
+{
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+        std::cerr << "cannot open calibration profile '" << path << "': check the path\n";
+        return false;
+    }
+    std::ostringstream contents;
+    contents << file.rdbuf();
+    const nlohmann::json profile = nlohmann::json::parse(contents.str(), nullptr, false);
+    std::vector<SpecError> errors;
+    if (profile.is_discarded())
+        errors.push_back({"", "not JSON; give the file `meshbench-engine calibrate --out` wrote"});
+    std::optional<CalibrationSpec> calibration;
+    if (errors.empty())
+        calibration = readCalibrationProfile(profile, errors);
+    if (!calibration) {
+        std::cerr << path << ": the calibration profile cannot be used:\n" << errorsToText(errors);
+        return false;
+    }
+    spec.cluster.calibration = *calibration;
+    return true;
+}
 
 int runPlanCommand(const std::vector<std::string>& args)
 {
-    const char* usage = "meshbench-engine plan JOB.json [--json] [--unit-costs F,B,W]";
+    const char* usage = "meshbench-engine plan JOB.json [--json] [--unit-costs F,B,W] [--profile PROFILE.json]";
     std::string path;
+    std::string profile;
     bool json = false;
     std::optional<UnitCosts> unitCosts;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         if (a == "--json") {
             json = true;
+        } else if (a == "--profile") {
+            if (i + 1 >= args.size())
+                return usageError("--profile needs the file `meshbench-engine calibrate --out` wrote", usage);
+            profile = args[++i];
         } else if (a == "--unit-costs") {
             if (i + 1 >= args.size())
                 return usageError("--unit-costs needs three numbers, e.g. --unit-costs 1,2,1", usage);
@@ -94,8 +122,8 @@ int runPlanCommand(const std::vector<std::string>& args)
     }
     if (path.empty())
         return usageError("plan needs a job spec", usage);
-    const std::optional<SpecFile> file = loadSpecFile(path, json, true);
-    if (!file)
+    std::optional<SpecFile> file = loadSpecFile(path, json, true);
+    if (!file || (!profile.empty() && !applyProfileFile(profile, file->spec)))
         return 1;
     const Plan plan = makePlan(file->spec, unitCosts);
     if (!plan.simulation.completed) {
@@ -112,14 +140,20 @@ int runPlanCommand(const std::vector<std::string>& args)
 
 int runSearchCommand(const std::vector<std::string>& args)
 {
-    const char* usage = "meshbench-engine search JOB.json [--top N] [--global-batch SEQUENCES] [--json]";
+    const char* usage =
+        "meshbench-engine search JOB.json [--top N] [--global-batch SEQUENCES] [--json] [--profile PROFILE.json]";
     std::string path;
+    std::string profile;
     bool json = false;
     SearchOptions options;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         if (a == "--json") {
             json = true;
+        } else if (a == "--profile") {
+            if (i + 1 >= args.size())
+                return usageError("--profile needs the file `meshbench-engine calibrate --out` wrote", usage);
+            profile = args[++i];
         } else if (a == "--top" || a == "--global-batch") {
             const double limit = a == "--top" ? 1000 : 1e9;
             double v = 0;
@@ -141,8 +175,8 @@ int runSearchCommand(const std::vector<std::string>& args)
     }
     if (path.empty())
         return usageError("search needs a job spec", usage);
-    const std::optional<SpecFile> file = loadSpecFile(path, json, false);
-    if (!file)
+    std::optional<SpecFile> file = loadSpecFile(path, json, false);
+    if (!file || (!profile.empty() && !applyProfileFile(profile, file->spec)))
         return 1;
     const SearchResult result = searchLayouts(file->spec, options);
     if (!result.errors.empty()) {

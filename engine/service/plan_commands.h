@@ -17,6 +17,10 @@ struct SpecFile {
 // when it cannot be used. layoutMustHold: the parallel layout must be valid too (not for search).
 std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool layoutMustHold);
 
+// Reads a calibration profile (`calibrate --out`) into spec.cluster.calibration; prints what is
+// wrong and returns false when it cannot be used.
+bool applyProfileFile(const std::string& path, plan::JobSpec& spec);
+
 // Each takes the arguments after the command name and returns the process exit status:
 // 0 done, 1 the job spec is wrong (reported), 2 the command line is wrong (reported).
 int runPlanCommand(const std::vector<std::string>& args);

@@ -22,7 +22,7 @@ namespace {
 constexpr const char* kUsage =
     "meshbench-engine run JOB.json [--session FILE] [--steps N] [--one-device] [--collector ENDPOINT]\n"
     "                            [--hostfile FILE] [--mpirun PATH] [--mpi-arg ARG]... [--heartbeat-timeout S]\n"
-    "                            [--verbose]";
+    "                            [--profile PROFILE.json] [--verbose]";
 
 std::string percent(std::optional<double> value)
 {
@@ -133,11 +133,12 @@ int runRunCommand(const std::vector<std::string>& args)
     RunRequest request;
     std::string jobPath;
     std::string sessionPath;
+    std::string profile;
     bool verbose = false;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         const bool takesValue = a == "--session" || a == "--steps" || a == "--collector" || a == "--hostfile" ||
-                                a == "--mpirun" || a == "--mpi-arg" || a == "--heartbeat-timeout";
+                                a == "--mpirun" || a == "--mpi-arg" || a == "--heartbeat-timeout" || a == "--profile";
         if (a == "--one-device") {
             request.oneDevice = true;
         } else if (a == "--verbose") {
@@ -149,6 +150,8 @@ int runRunCommand(const std::vector<std::string>& args)
             double number = 0;
             if (a == "--session") {
                 sessionPath = value;
+            } else if (a == "--profile") {
+                profile = value;
             } else if (a == "--collector") {
                 request.collectorBind = value;
             } else if (a == "--hostfile") {
@@ -181,7 +184,7 @@ int runRunCommand(const std::vector<std::string>& args)
 
     // Invalid layouts are refused here, before anything is launched.
     std::optional<SpecFile> file = loadSpecFile(jobPath, false, true);
-    if (!file)
+    if (!file || (!profile.empty() && !applyProfileFile(profile, file->spec)))
         return 1;
     // So is what the agent of this build would refuse, asked of the layout as it will run.
     if (const std::vector<plan::SpecError> refusals =

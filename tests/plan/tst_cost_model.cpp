@@ -3,6 +3,7 @@
 
 #include "plan/cost_model.h"
 #include "plan/planner.h"
+#include "plan/presets.h"
 
 #include <QtTest>
 
@@ -93,7 +94,9 @@ private slots:
     void activationsOtherSchedulesAndRecompute();
     void flopsMatchNarayanan();
     void singleDeviceStepIsComputeOnly();
-    void tensorParallelCommunicationAlphaBeta();
+    void gemmRooflineByHand();
+    void tensorParallelCommunicationBusBandwidth();
+    void dataParallelRingsUseEveryNic();
     void estimateMatchesSimulationForEqualStages_data();
     void estimateMatchesSimulationForEqualStages();
 };
@@ -301,13 +304,15 @@ void TestCostModel::flopsMatchNarayanan()
 
 void TestCostModel::singleDeviceStepIsComputeOnly()
 {
-    // One device, no recompute: F + B + W is exactly 3x the forward, Megatron's FLOP count, so the
-    // step's compute is flops / (peak x efficiency), with no communication and no bubble.
+    // One device, no recompute: no communication and no bubble, the step is the micro-batches'
+    // F, B and W plus the optimizer.
     json doc = {{"model", {{"layers", 4}, {"hidden", 256}, {"heads", 4}, {"vocab", 1024}, {"seq_len", 128}}},
                 {"parallel", {{"microbatches", 3}, {"micro_batch_size", 2}, {"recompute", "none"}}},
-                {"cluster", {{"nodes", 1}, {"devices_per_node", 1}, {"device", "h100-sxm"}, {"compute_efficiency", 0.5}}}};
-    const Plan plan = makePlan(specFrom(doc));
-    QCOMPARE_REL(plan.step.compute, plan.flopsPerStep / (989e12 * 0.5), 1e-12);
+                {"cluster", {{"nodes", 1}, {"devices_per_node", 1}, {"device", "h100-sxm"}}}};
+    const JobSpec spec = specFrom(doc);
+    const Plan plan = makePlan(spec);
+    const StageWork work = CostModel(spec, {}).stageWork(0);
+    QCOMPARE_REL(plan.step.compute, 3 * work.total(), 1e-12);
     QCOMPARE(plan.step.tensorComm, 0.0);
     QCOMPARE(plan.step.dataParallelComm, 0.0);
     QCOMPARE(plan.step.pipelineBubble, 0.0);
@@ -316,19 +321,64 @@ void TestCostModel::singleDeviceStepIsComputeOnly()
     QCOMPARE_REL(plan.mfu, plan.flopsPerStep / (plan.step.total * 989e12), 1e-12);
 }
 
-void TestCostModel::tensorParallelCommunicationAlphaBeta()
+void TestCostModel::gemmRooflineByHand()
+{
+    // An H100 at the table's 0.67: C[4096 x 6144] = A[4096 x 4096] B in 128 x 256 tiles is
+    // 32 x 24 = 768 tiles in ceil(768 / 132) = 6 waves of 132 SMs, and a K of 4096 runs at
+    // (4096 / 4352) / (8192 / 8448) of the 8192-deep rate; its bytes are far below the roofline.
+    ClusterSpec cluster = *clusterPreset("dgx-h100");
+    const DevicePerformance d = devicePerformance(cluster, 8).device;
+    const double efficiency = 0.67 * (768.0 / 792.0) * (4096.0 / 4352.0) / (8192.0 / 8448.0);
+    QCOMPARE_REL(gemmEfficiency(d, 4096, 6144, 4096), efficiency, 1e-12);
+    QCOMPARE_REL(gemmTime(d, 4096, 6144, 4096), 2.0 * 4096 * 6144 * 4096 / (989e12 * efficiency) + 2e-6, 1e-12);
+    // A skinny GEMM (m = 16) is bound by its weights' bytes at 0.9 x 3.35 TB/s.
+    const double bytes = 2.0 * (16.0 * 8192 + 8192.0 * 8192 + 16.0 * 8192);
+    QCOMPARE_REL(gemmTime(d, 16, 8192, 8192), bytes / (0.9 * 3350e9) + 2e-6, 1e-12);
+}
+
+void TestCostModel::tensorParallelCommunicationBusBandwidth()
 {
     // tp = 8 on one DGX H100, one micro-batch of s = 2048, h = 12288: every layer all-reduces
     // 2 s b h bytes twice forward and twice backward; a ring all-reduce costs
-    // 2 (n-1) alpha + 2 (n-1)/n bytes / beta with alpha = 3 us, beta = 450 GB/s.
+    // 2 (n-1) alpha + 2 (n-1)/n bytes / busbw with alpha = 3 us and NCCL's 370 GB/s of NVLink's 450.
     json doc = gpt3Json();
     doc["model"]["layers"] = 2;
     doc["parallel"] = {{"tp", 8}, {"microbatches", 1}, {"sequence_parallel", false}};
     doc["cluster"] = {{"preset", "dgx-h100"}};
     const Plan plan = makePlan(specFrom(doc));
     const double bytes = 2.0 * 2048 * 12288;
-    const double allReduce = 2 * 7 * 3e-6 + 2.0 * 7 / 8 * bytes / 450e9;
+    const double allReduce = 2 * 7 * 3e-6 + 2.0 * 7 / 8 * bytes / 370e9;
     QCOMPARE_REL(plan.step.tensorComm, 2 * 4 * allReduce, 1e-12);
+    QCOMPARE(plan.step.tensorCommHidden, 0.0);
+
+    // With tp_comm_overlap each half of an all-reduce hides under the GEMM it is paired with,
+    // except its first of 8 chunks: here every GEMM outlasts its collective.
+    doc["parallel"]["tp_comm_overlap"] = true;
+    const Plan overlapped = makePlan(specFrom(doc));
+    QCOMPARE_REL(overlapped.step.tensorComm, 2 * 4 * allReduce / 8, 1e-12);
+    QCOMPARE_REL(overlapped.step.tensorCommHidden, 2 * 4 * allReduce * 7 / 8, 1e-12);
+}
+
+void TestCostModel::dataParallelRingsUseEveryNic()
+{
+    // dp = 16 over two DGX H100 nodes: 8 members per node, one ring per member, each leaving
+    // through its own 50 GB/s NIC (0.9 of it as payload): bus bandwidth min(370, 8 x 45) GB/s.
+    // With tp = 8 the data groups have one member per node and get one NIC.
+    json doc = gpt3Json();
+    doc["model"]["layers"] = 8;
+    doc["parallel"] = {{"dp", 16}, {"microbatches", 1}, {"zero", 0}, {"overlap_grad_reduce", false}};
+    doc["cluster"] = {{"preset", "dgx-h100"}, {"nodes", 2}};
+    JobSpec spec = specFrom(doc);
+    const Mesh mesh(spec.parallel);
+    const CostModel model(spec, linkClasses(mesh, spec.cluster));
+    const double grads = 4.0 * model.denseParametersOnStage(0);
+    QCOMPARE_REL(model.dataParallelCosts(0).reduce, 2 * 15 * 10e-6 + 2.0 * 15 / 16 * grads / 360e9, 1e-12);
+
+    doc["parallel"] = {{"dp", 2}, {"tp", 8}, {"microbatches", 1}, {"zero", 0}, {"overlap_grad_reduce", false}};
+    spec = specFrom(doc);
+    const CostModel wide(spec, linkClasses(Mesh(spec.parallel), spec.cluster));
+    const double shard = 4.0 * wide.denseParametersOnStage(0);
+    QCOMPARE_REL(wide.dataParallelCosts(0).reduce, 2 * 1 * 10e-6 + 2.0 * 1 / 2 * shard / 45e9, 1e-12);
 }
 
 void TestCostModel::estimateMatchesSimulationForEqualStages_data()

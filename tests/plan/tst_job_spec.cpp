@@ -148,6 +148,7 @@ void compareSpecs(const JobSpec& a, const JobSpec& b)
     QCOMPARE(qs(rankOrderName(p.order)), qs(rankOrderName(q.order)));
 
     QCOMPARE(qs(gradDtypeName(a.precision.grads)), qs(gradDtypeName(b.precision.grads)));
+    QCOMPARE(qs(activationDtypeName(a.precision.activations)), qs(activationDtypeName(b.precision.activations)));
 
     const ClusterSpec& c = a.cluster;
     const ClusterSpec& d = b.cluster;
@@ -249,6 +250,7 @@ void TestJobSpec::baseSpecLoadsWithDefaults()
     QCOMPARE(spec.parallel.order, RankOrder::TpDpPp);
     QCOMPARE(spec.parallel.worldSize(), 16);   // 4 x 2 x 2
     QCOMPARE(spec.precision.grads, GradDtype::Fp32);
+    QCOMPARE(spec.precision.activations, ActivationDtype::Bf16);   // an h100-sxm: priced as Megatron-LM
 
     // A hand-described cluster: nvlink_domain defaults to the node (8), links to DGX H100 figures.
     QVERIFY(spec.cluster.preset.empty());
@@ -262,7 +264,7 @@ void TestJobSpec::baseSpecLoadsWithDefaults()
     QCOMPARE(spec.cluster.interBandwidth, 50e9);
     QCOMPARE(spec.cluster.intraLatency, 3e-6);
     QCOMPARE(spec.cluster.interLatency, 10e-6);
-    QCOMPARE(spec.cluster.computeEfficiency, 0.6);
+    QCOMPARE(spec.cluster.computeEfficiency, 0.0);   // unset: the device table's share
 
     // Train defaults: 100 steps, lr 3e-3, AdamW (0.9, 0.95, 1e-8), weight decay 0.1, clip 1.0.
     QCOMPARE(spec.train.steps, 100);
@@ -360,7 +362,7 @@ void TestJobSpec::demoFileValues()
     QCOMPARE(spec.cluster.nvlinkDomain, 8);       // defaults to devices_per_node
     QCOMPARE(spec.cluster.intraBandwidth, 5e9);   // 5 GB/s
     QCOMPARE(spec.cluster.intraLatency, 1e-6);    // 1 us
-    QCOMPARE(spec.cluster.computeEfficiency, 0.5);
+    QCOMPARE(spec.cluster.computeEfficiency, 0.0);
     QCOMPARE(spec.train.steps, 300);
     QCOMPARE(spec.backend, BackendKind::Cpu);
 }
@@ -705,7 +707,7 @@ void TestJobSpec::roundTrip_data()
                    "parallel": {"recompute": "full", "schedule": "interleaved", "virtual_stages": 3,
                                 "microbatches": 8, "micro_batch_size": 2, "order": "tp-pp-dp",
                                 "sequence_parallel": true, "zero": 1},
-                   "precision": {"grads": "bf16"}, "backend": "cuda", "train": {"steps": 3}})")
+                   "precision": {"grads": "bf16", "activations": "fp32"}, "backend": "cuda", "train": {"steps": 3}})")
                    .dump());
 }
 

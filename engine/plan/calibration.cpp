@@ -1,0 +1,143 @@
+#include "calibration.h"
+
+#include "cost_model.h"
+#include "mesh.h"
+#include "planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace meshbench::plan {
+namespace {
+
+std::string format(const char* pattern, double a, double b, double c = 0)
+{
+    char text[256];
+    std::snprintf(text, sizeof text, pattern, a, b, c);
+    return text;
+}
+
+// The device's rates scaled by 1 / slowdown.
+CalibrationSpec scaled(const Performance& table, double slowdown)
+{
+    CalibrationSpec cal;
+    cal.matmulEfficiency = std::min(1.0, table.device.matmulEfficiency / slowdown);
+    cal.attentionEfficiency = std::min(1.0, table.device.attentionEfficiency / slowdown);
+    cal.memoryBandwidth = table.device.memoryBandwidth / slowdown;
+    cal.kernelOverhead = table.device.kernelOverhead * slowdown;
+    return cal;
+}
+
+// Mean log of planned over measured step time with `cal` applied to every run.
+double stepError(const std::vector<MeasuredRun>& runs, const CalibrationSpec& cal)
+{
+    double sum = 0;
+    for (const MeasuredRun& run : runs) {
+        JobSpec spec = run.spec;
+        spec.cluster.calibration = cal;
+        spec.cluster.calibration.source = "fit";
+        sum += std::log(makePlan(spec).step.total / run.stepSeconds);
+    }
+    return sum / double(runs.size());
+}
+
+}  // namespace
+
+CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
+{
+    if (runs.empty())
+        throw std::invalid_argument("give at least one session to calibrate from");
+    const std::string& kind = runs.front().spec.cluster.device.kind;
+    double measured = 0, planned = 0;
+    double volume = 0, seconds = 0;
+    int spans = 0;
+    bool insideDomain = true;
+    std::vector<std::string> sources;
+    for (const MeasuredRun& run : runs) {
+        if (run.spec.cluster.device.kind != kind)
+            throw std::invalid_argument(run.source + " ran on '" + run.spec.cluster.device.kind + "', " +
+                                        runs.front().source + " on '" + kind +
+                                        "': calibrate one device kind at a time");
+        JobSpec datasheet = run.spec;
+        datasheet.cluster.calibration = {};
+        const Mesh mesh(datasheet.parallel);
+        const LinkClasses links = linkClasses(mesh, datasheet.cluster);
+        const CostModel model(datasheet, links);
+        const int pp = datasheet.parallel.pp;
+        if (int(run.stageComputeSeconds.size()) != pp)
+            throw std::invalid_argument(run.source + " has compute spans for " +
+                                        std::to_string(run.stageComputeSeconds.size()) + " of its " +
+                                        std::to_string(pp) + " pipeline stages; calibrate from a completed run");
+        for (int s = 0; s < pp; ++s) {
+            measured += run.stageComputeSeconds[std::size_t(s)];
+            planned += datasheet.parallel.microbatches * model.stageWork(s).total();
+        }
+        // A reduction's bus volume, nccl-tests' convention: 2(n-1)/n of the buffer for an
+        // all-reduce, (n-1)/n for a reduce-scatter.
+        const int n = datasheet.parallel.dp;
+        const double share = datasheet.parallel.zero == 0 ? 2.0 * (n - 1) / n : double(n - 1) / n;
+        for (const MeasuredCollective& c : run.reductions) {
+            if (n < 2 || c.seconds <= 0)
+                continue;
+            volume += share * c.bytes;
+            seconds += c.seconds;
+            ++spans;
+        }
+        insideDomain = insideDomain && links.data.insideDomain;
+        sources.push_back(run.source);
+    }
+    if (measured <= 0 || planned <= 0)
+        throw std::invalid_argument(runs.front().source + " holds no forward or backward spans to fit the device to");
+
+    const JobSpec& first = runs.front().spec;
+    ClusterSpec datasheetCluster = first.cluster;
+    datasheetCluster.calibration = {};
+    const Performance table = devicePerformance(datasheetCluster, ranksPerNode(first));
+
+    CalibrationResult result;
+    CalibrationSpec& cal = result.calibration;
+    // The spans say how far the device's kernels are from the table; the step is what a plan must
+    // predict, so the speed is then refined until the plans of the runs meet their measured steps
+    // (bisection on log speed, where planned step time falls as the device gets faster).
+    double low = std::log(measured / planned) - std::log(8.0), high = low + 2.0 * std::log(8.0);
+    for (int i = 0; i < 48 && high - low > 1e-4; ++i) {
+        const double mid = 0.5 * (low + high);
+        (stepError(runs, scaled(table, std::exp(mid))) > 0 ? high : low) = mid;
+    }
+    const double slowdown = std::exp(0.5 * (low + high));
+    cal = scaled(table, slowdown);
+    for (const std::string& source : sources)
+        cal.source += (cal.source.empty() ? "" : ", ") + source;
+    result.report.push_back(format("compute: measured %.3f ms of F, B and W per step over all stages, planned %.3f ms "
+                                   "from the table; the runs' steps fit a device at %.3f of its table's rates",
+                                   measured * 1e3, planned * 1e3, 1.0 / slowdown));
+    result.report.push_back(format("  matmul efficiency %.3f -> %.3f, memory bandwidth %.2f", table.device.matmulEfficiency,
+                                   cal.matmulEfficiency, table.device.memoryBandwidth / 1e9) +
+                            format(" -> %.2f GB/s, overhead per op %.2f", cal.memoryBandwidth / 1e9,
+                                   table.device.kernelOverhead * 1e6) +
+                            format(" -> %.2f us", cal.kernelOverhead * 1e6, 0));
+    // Reductions that overlap the backward share the cores (or SMs) with it: their spans time the
+    // contention, not the link, and stay out of the fit.
+    const bool overlapped = std::any_of(runs.begin(), runs.end(), [](const MeasuredRun& run) {
+        return run.spec.parallel.overlapGradReduce && run.spec.parallel.dp > 1;
+    });
+    if (spans > 0 && overlapped)
+        result.report.push_back("data parallel: the dp-reduce spans overlapped the backward (overlap_grad_reduce), so "
+                                "they time contention, not the link; link rates kept from the table (calibrate "
+                                "from a run with overlap_grad_reduce false to fit them)");
+    if (spans > 0 && seconds > 0 && !overlapped) {
+        const double bandwidth = volume / seconds;
+        const LinkPerformance& before = table.link(insideDomain);
+        (insideDomain ? cal.intraBandwidth : cal.interBandwidth) = bandwidth;
+        result.report.push_back(format("data parallel: %.0f dp-reduce spans moved %.3f MB of bus volume in ", spans,
+                                       volume / 1e6) +
+                                format("%.3f ms: ", seconds * 1e3, 0) +
+                                (insideDomain ? "intra-node" : "inter-node") + " bus bandwidth" +
+                                format(" %.3f -> %.3f GB/s", before.busBandwidth / 1e9, bandwidth / 1e9));
+    }
+    return result;
+}
+
+}  // namespace meshbench::plan

@@ -1,0 +1,188 @@
+#include "device_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <thread>
+
+namespace meshbench::plan {
+namespace {
+
+struct KernelRow {
+    std::string_view kind;
+    double matmulEfficiency;
+    double computeUnits;
+    double attentionEfficiency;
+    double memoryEfficiency;   // achieved share of the datasheet's HBM bandwidth
+};
+
+// What each GPU kind's kernels reach, and where the figure comes from:
+// - matmulEfficiency: the share of peak a large GEMM sustains inside a training step. A bf16
+//   8192^3 GEMM bursts at 769-798 TFLOP/s of 989 (0.80) on the H200 this project is lent
+//   (REFERENCES.md, "GPU figures"), an upper bound: a step holds the GPU at its power limit, with
+//   lower clocks, and runs kernels this model does not price one by one. 0.67 is the one
+//   constant fitted to measurements of whole steps: the single value that minimises the mean
+//   error over all nine of Megatron-LM's H100 weak-scaling runs (bench_megatron_mfu); the
+//   H200, A100 and Blackwell rows take the same share.
+// - computeUnits: SMs per GPU (H100/H200 SXM 132, A100 108, B200/GB200 148, NVIDIA's whitepapers).
+// - attentionEfficiency: cuDNN's causal flash attention forward at head dim 128 ran 529 TFLOP/s
+//   on an H100 (FlashAttention README's FA3 comparison), 0.535 of 989; FlashAttention-2 on an
+//   A100 reaches about 0.6 of 312 (FlashAttention-2 paper, Fig. 4).
+// - memoryEfficiency: a device-to-device copy moved 4.3 TB/s of the H200's 4.8 (REFERENCES.md).
+constexpr KernelRow kKernelRows[] = {
+    {"a100-80gb", 0.67, 108, 0.60, 0.90}, {"h100-sxm", 0.67, 132, 0.535, 0.90}, {"h200-sxm", 0.67, 132, 0.535, 0.90},
+    {"b200", 0.67, 148, 0.535, 0.90},     {"gb200", 0.67, 148, 0.535, 0.90},
+};
+
+// A hand-described GPU gets the H100's shares.
+constexpr KernelRow kUnknownGpu = {"", 0.67, 132, 0.535, 0.90};
+
+// cuBLAS's Hopper and Ampere GEMM kernels compute 128 x 256 output tiles per SM at the sizes a
+// transformer uses (the tile shapes cuBLASLt's heuristics return for them); their K loop runs in
+// blocks of 64 and each tile's prologue and epilogue cost about four of them.
+constexpr double kGpuTileRows = 128, kGpuTileCols = 256, kGpuTileDepth = 256;
+// Back-to-back kernels on one stream leave about 2 us between them (kernel launch latency as
+// Nsight Systems shows it); a stream of small kernels cannot go faster.
+constexpr double kGpuKernelOverhead = 2e-6;
+// FlashAttention's backward runs at about 0.8 of its forward's FLOP rate (FlashAttention-2
+// paper, Figs. 5 and 6; FlashAttention-3 paper, Fig. 6), counting its 2.5x the forward's FLOPs.
+constexpr double kAttentionBackwardRate = 0.8;
+
+// The cpu device: one core running the agent's fp32 CPU backend (OpenBLAS sgemm, single thread).
+// Measured on the 2-core CI machine with bench_cpu_rates (tests/benchmarks): OpenBLAS reaches
+// about this share of the 96 GFLOP/s AVX2 peak on large sgemm, the agent's streaming kernels
+// move about this many bytes/s, and each backend call costs about this much beyond its work.
+constexpr double kCpuMatmulEfficiency = 0.60;
+constexpr double kCpuMemoryBandwidth = 8e9;
+constexpr double kCpuKernelOverhead = 1.5e-6;
+constexpr double kCpuAttentionEfficiency = 0.15;
+
+// NCCL's bus bandwidth as a share of the line rate: 370 of 450 GB/s on NVLink 4 (8 x H100,
+// nccl-tests issue #212); InfiniBand NDR carries about 0.9 of its 400 Gb/s as payload.
+constexpr double kNvlinkEfficiency = 370.0 / 450.0;
+constexpr double kNetworkEfficiency = 0.9;
+
+const KernelRow& kernelRow(std::string_view kind)
+{
+    for (const KernelRow& row : kKernelRows)
+        if (row.kind == kind)
+            return row;
+    return kUnknownGpu;
+}
+
+double orDefault(double calibrated, double otherwise) { return calibrated > 0 ? calibrated : otherwise; }
+
+// ceil(x / unit) * unit
+double roundUp(double x, double unit) { return std::ceil(x / unit) * unit; }
+
+}  // namespace
+
+Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode)
+{
+    const CalibrationSpec& cal = cluster.calibration;
+    Performance perf;
+    DevicePerformance& d = perf.device;
+    d.matmulPeak = cluster.device.peakFlops;
+    const bool cpu = cluster.device.kind == "cpu";
+    if (cpu) {
+        d.matmulEfficiency = kCpuMatmulEfficiency;
+        d.attentionEfficiency = kCpuAttentionEfficiency;
+        d.attentionBackwardRate = kAttentionBackwardRate;
+        d.memoryBandwidth = kCpuMemoryBandwidth;
+        d.kernelOverhead = kCpuKernelOverhead;
+        d.activationBytes = 4;
+        // Ranks beyond the node's cores share them: each gets cores / ranks of one.
+        const double cores = std::max(1u, std::thread::hardware_concurrency());
+        d.rateShare = std::min(1.0, cores / std::max(1, ranksPerNode));
+    } else {
+        const KernelRow& row = kernelRow(cluster.device.kind);
+        d.matmulEfficiency = row.matmulEfficiency;
+        d.computeUnits = row.computeUnits;
+        d.tileRows = kGpuTileRows;
+        d.tileCols = kGpuTileCols;
+        d.tileDepthOverhead = kGpuTileDepth;
+        d.attentionEfficiency = row.attentionEfficiency;
+        d.attentionBackwardRate = kAttentionBackwardRate;
+        d.memoryBandwidth = cluster.device.memoryBandwidth * row.memoryEfficiency;
+        d.kernelOverhead = kGpuKernelOverhead;
+    }
+    if (cluster.computeEfficiency > 0)
+        d.matmulEfficiency = cluster.computeEfficiency;
+    d.matmulEfficiency = orDefault(cal.matmulEfficiency, d.matmulEfficiency);
+    d.attentionEfficiency = orDefault(cal.attentionEfficiency, d.attentionEfficiency);
+    d.memoryBandwidth = orDefault(cal.memoryBandwidth, d.memoryBandwidth);
+    if (cal.kernelOverhead >= 0)
+        d.kernelOverhead = cal.kernelOverhead;
+
+    perf.intra = {cluster.intraBandwidth * (cpu ? 1.0 : kNvlinkEfficiency), cluster.intraLatency};
+    perf.inter = {cluster.interBandwidth * (cpu ? 1.0 : kNetworkEfficiency), cluster.interLatency};
+    perf.intra.busBandwidth = orDefault(cal.intraBandwidth, perf.intra.busBandwidth);
+    perf.inter.busBandwidth = orDefault(cal.interBandwidth, perf.inter.busBandwidth);
+    if (cal.intraLatency >= 0)
+        perf.intra.latency = cal.intraLatency;
+    if (cal.interLatency >= 0)
+        perf.inter.latency = cal.interLatency;
+    return perf;
+}
+
+LinkPerformance Performance::collective(const GroupLink& group) const
+{
+    if (group.insideDomain)
+        return intra;
+    return {std::min(intra.busBandwidth, std::max(1, group.membersPerDomain) * inter.busBandwidth), inter.latency};
+}
+
+double gemmEfficiency(const DevicePerformance& d, double m, double n, double k)
+{
+    double efficiency = d.matmulEfficiency;
+    if (d.tileRows > 0 && d.tileCols > 0 && d.computeUnits > 0) {
+        // Whole tiles in partly empty waves, with the better of the two tile orientations as a
+        // heuristic picking kernels would. Padding inside a tile is not counted: a GEMM too
+        // thin to fill its tiles is bound by its bytes, which the roofline takes care of.
+        auto quantized = [&](double rows, double cols) {
+            const double tiles = std::ceil(m / rows) * std::ceil(n / cols);
+            return tiles / roundUp(tiles, d.computeUnits);
+        };
+        efficiency *= std::max(quantized(d.tileRows, d.tileCols), quantized(d.tileCols, d.tileRows));
+    }
+    if (d.tileDepthOverhead > 0) {
+        // Relative to the 8192-deep GEMM the efficiency is quoted for.
+        const double reference = 8192.0 / (8192.0 + d.tileDepthOverhead);
+        efficiency *= (k / (k + d.tileDepthOverhead)) / reference;
+    }
+    return efficiency;
+}
+
+double gemmTime(const DevicePerformance& d, double m, double n, double k)
+{
+    if (m <= 0 || n <= 0 || k <= 0)
+        return 0.0;
+    const double rate = d.matmulPeak * d.rateShare * gemmEfficiency(d, m, n, k);
+    const double arithmetic = 2.0 * m * n * k / rate;
+    const double bytes = d.activationBytes * (m * k + k * n + m * n);
+    return std::max(arithmetic, bytes / (d.memoryBandwidth * d.rateShare)) + d.kernelOverhead / d.rateShare;
+}
+
+double streamTime(const DevicePerformance& d, double bytes)
+{
+    return bytes <= 0 ? 0.0 : (bytes / d.memoryBandwidth + d.kernelOverhead) / d.rateShare;
+}
+
+double allReduceTime(double bytes, int n, const LinkPerformance& link)
+{
+    return n <= 1 ? 0.0 : 2.0 * (n - 1) * link.latency + 2.0 * (n - 1) / n * bytes / link.busBandwidth;
+}
+
+double allGatherTime(double bytes, int n, const LinkPerformance& link)
+{
+    return n <= 1 ? 0.0 : (n - 1) * link.latency + double(n - 1) / n * bytes / link.busBandwidth;
+}
+
+double reduceScatterTime(double bytes, int n, const LinkPerformance& link) { return allGatherTime(bytes, n, link); }
+
+// Each rank keeps 1/n of its buffer and sends the rest, one part to each peer.
+double allToAllTime(double bytes, int n, const LinkPerformance& link) { return allGatherTime(bytes, n, link); }
+
+double sendTime(double bytes, const LinkPerformance& link) { return link.latency + bytes / link.busBandwidth; }
+
+}  // namespace meshbench::plan

@@ -1,0 +1,75 @@
+#pragma once
+// How fast one device runs the model's kernels and how fast its links move bytes: the rates the
+// cost model's rooflines use. They come from a per-kind table (datasheets and published
+// measurements, each cited in device_model.cpp) and are replaced by a calibration's fitted values
+// where the spec carries one (cluster.calibration, from `meshbench-engine calibrate`).
+
+#include "job_spec.h"
+
+namespace meshbench::plan {
+
+struct DevicePerformance {
+    double matmulPeak = 0;             // FLOP/s, dense (bf16 on GPUs, fp32 on the cpu device)
+    double matmulEfficiency = 0;       // share of peak a large GEMM (8192^3) reaches
+    // Wave quantization (NVIDIA's "Matrix Multiplication Background" guide): a GEMM runs in
+    // output tiles, one per compute unit at a time, so ceil(tiles / units) waves of which the
+    // last may be partly empty. Zero tile sizes switch it off (the cpu device).
+    double computeUnits = 1;           // SMs
+    double tileRows = 0, tileCols = 0;
+    // Each output tile's fixed cost (filling the K loop's pipeline, the epilogue's store), as the
+    // K depth that would take as long: a GEMM of depth K runs at K / (K + depth) of the rate.
+    double tileDepthOverhead = 0;
+    double attentionEfficiency = 0;    // causal flash-attention forward, FLOPs counted causal
+    double attentionBackwardRate = 0;  // the backward's FLOP rate relative to the forward's
+    double memoryBandwidth = 0;        // bytes/s that streaming kernels reach
+    double kernelOverhead = 0;         // seconds each kernel or CPU op costs beyond its work
+    double rateShare = 1;              // share of the device a rank gets (cpu: cores / ranks on the node)
+    double activationBytes = 2;        // element size of activations: bf16, or fp32 for the cpu device
+};
+
+// One tier of links: the bus bandwidth a collective reaches per device (nccl-tests' busbw) and
+// the latency of one step of a ring.
+struct LinkPerformance {
+    double busBandwidth = 0;
+    double latency = 0;
+};
+
+// A group's placement: inside one NVLink domain, or across the network with membersPerDomain of
+// its ranks in each domain.
+struct GroupLink {
+    bool insideDomain = true;
+    int membersPerDomain = 1;
+};
+
+struct Performance {
+    DevicePerformance device;
+    LinkPerformance intra;   // inside an NVLink domain (or a node's shared memory)
+    LinkPerformance inter;   // across the network, one NIC
+    // A point-to-point transfer uses one link of its tier.
+    const LinkPerformance& link(bool insideDomain) const { return insideDomain ? intra : inter; }
+    // A collective across domains runs one ring per member of a domain, each leaving through its
+    // own NIC (NCCL's rings over multi-rail nodes), until NVLink inside the domain is the limit.
+    LinkPerformance collective(const GroupLink& group) const;
+};
+
+// The rates for a cluster, with its calibration applied. `ranksPerNode` is how many ranks of the
+// job share one node (the cpu device's cores are shared among them).
+Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode);
+
+// Seconds for C[m x n] = A[m x k] B[k x n] at the device's rates: the larger of the arithmetic
+// (with its shape's efficiency) and the bytes of A, B and C, plus the kernel's overhead.
+double gemmTime(const DevicePerformance& d, double m, double n, double k);
+// Share of matmulPeak a GEMM of that shape reaches.
+double gemmEfficiency(const DevicePerformance& d, double m, double n, double k);
+// A memory-bound kernel moving `bytes`.
+double streamTime(const DevicePerformance& d, double bytes);
+
+// Collectives over n ranks of one link tier, `bytes` the full buffer (nccl-tests' convention:
+// busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for the others), ring latency per step.
+double allReduceTime(double bytes, int n, const LinkPerformance& link);
+double allGatherTime(double bytes, int n, const LinkPerformance& link);
+double reduceScatterTime(double bytes, int n, const LinkPerformance& link);
+double allToAllTime(double bytes, int n, const LinkPerformance& link);
+double sendTime(double bytes, const LinkPerformance& link);
+
+}  // namespace meshbench::plan
