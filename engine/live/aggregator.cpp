@@ -61,6 +61,7 @@ struct LiveAggregator::OpenStep {
         std::int64_t begin = std::numeric_limits<std::int64_t>::max();   // pipeline window of the rank
         std::int64_t end = kNever;
         std::vector<Interval> busy;               // F, B and W spans; capacity kept for later steps
+        std::vector<Interval> comm;               // sends, receives and DP reductions
         std::int64_t lastBusyBegin = kNever;
         bool sorted = true;
         bool optimizer = false;
@@ -89,6 +90,7 @@ struct LiveAggregator::OpenStep {
             r.begin = std::numeric_limits<std::int64_t>::max();
             r.end = kNever;
             r.busy.clear();
+            r.comm.clear();
             r.lastBusyBegin = kNever;
             r.sorted = true;
             r.optimizer = false;
@@ -153,6 +155,10 @@ LiveAggregator::LiveAggregator(const plan::JobSpec& spec, const plan::Plan* plan
     if (plan != nullptr) {
         m_flopsPerStep = plan->flopsPerStep;
         const plan::SimulationResult& sim = plan->simulation;
+        if (plan->step.total > 0)
+            m_plannedStepSeconds = plan->step.total;
+        if (plan->tokensPerSecond > 0)
+            m_plannedTokensPerSecond = plan->tokensPerSecond;
         if (sim.completed && sim.bubbleRatio.size() == std::size_t(m_stages)) {
             m_plannedBubble = sim.overallBubbleRatio;
             for (int s = 0; s < m_stages; ++s)
@@ -240,8 +246,8 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
     case wire::SpanKind::SendGradient:
     case wire::SpanKind::RecvGradient:
     case wire::SpanKind::Optimizer:
+    case wire::SpanKind::DataParallelReduce:
         break;
-    case wire::SpanKind::DataParallelReduce:   // communication, overlapping the backward: not part of the bubble
     case wire::SpanKind::Idle:                 // idle is what the window minus busy time measures
         return AddOutcome::Ignored;
     default:
@@ -251,6 +257,16 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
     if (state == nullptr)
         return AddOutcome::Late;
     OpenStep::RankStep& r = state->ranks[rank];
+    const bool compute = wire::isComputeKind(span.kind);
+    if (span.kind != wire::SpanKind::Optimizer &&
+        (compute ? r.busy.size() : r.comm.size()) >= m_maxSpansPerRankStep)
+        return reject(describeSpan(rank, span) + ": more than " + std::to_string(m_maxSpansPerRankStep) +
+                      " spans of its kind in one step, far more than the schedule runs; the sender repeats spans");
+    if (span.kind != wire::SpanKind::Optimizer && !compute)
+        r.comm.push_back({span.beginNs, span.endNs});
+    // The DP reduction overlaps the backward and may run past it: communication, not pipeline window.
+    if (span.kind == wire::SpanKind::DataParallelReduce)
+        return AddOutcome::Accepted;
     if (span.kind == wire::SpanKind::Optimizer) {
         if (!r.optimizer) {
             r.optimizer = true;
@@ -260,10 +276,7 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
         m_recheck = true;
         return AddOutcome::Accepted;
     }
-    if (wire::isComputeKind(span.kind)) {
-        if (r.busy.size() >= m_maxSpansPerRankStep)
-            return reject(describeSpan(rank, span) + ": more than " + std::to_string(m_maxSpansPerRankStep) +
-                          " compute spans in one step, far more than the schedule runs; the sender repeats spans");
+    if (compute) {
         r.sorted = r.sorted && span.beginNs >= r.lastBusyBegin;
         r.lastBusyBegin = span.beginNs;
         r.busy.push_back({span.beginNs, span.endNs});
@@ -473,6 +486,8 @@ StepAggregate LiveAggregator::aggregate(OpenStep& state) const
     a.partial = !isComplete(state);
     a.ranksFinished = state.optimizerRanks;
     a.plannedBubble = m_plannedBubble;
+    a.plannedStepSeconds = m_plannedStepSeconds;
+    a.plannedTokensPerSecond = m_plannedTokensPerSecond;
 
     // The common pipeline window over every rank that sent pipeline spans.
     std::int64_t begin = std::numeric_limits<std::int64_t>::max();
@@ -512,6 +527,16 @@ StepAggregate LiveAggregator::aggregate(OpenStep& state) const
             a.bubble = double(idle) / (double(a.ranksReporting) * double(window));
         }
     }
+
+    std::int64_t comm = 0;
+    int commRanks = 0;
+    for (OpenStep::RankStep& r : state.ranks)
+        if (r.reported() || !r.comm.empty()) {
+            comm += unionLength(r.comm, false);
+            ++commRanks;
+        }
+    if (commRanks > 0)
+        a.commSeconds = double(comm) * 1e-9 / commRanks;
 
     if (state.metrics) {
         const wire::StepMetricsRecord& m = *state.metrics;
@@ -591,6 +616,9 @@ nlohmann::json toJson(const StepAggregate& step)
             {"tokens_per_s", orNull(step.tokensPerSecond)},
             {"step_seconds", orNull(step.stepSeconds)},
             {"mfu", orNull(step.mfu)},
+            {"planned_step_seconds", orNull(step.plannedStepSeconds)},
+            {"planned_tokens_per_s", orNull(step.plannedTokensPerSecond)},
+            {"comm_seconds", orNull(step.commSeconds)},
             {"bubble", orNull(step.bubble)},
             {"planned_bubble", orNull(step.plannedBubble)},
             {"agent_bubble", orNull(step.agentBubble)},

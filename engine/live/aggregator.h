@@ -99,6 +99,11 @@ struct StepAggregate {
     std::optional<double> tokensPerSecond;
     std::optional<double> stepSeconds;
     std::optional<double> mfu;                // empty also without a plan or a positive step time
+    std::optional<double> plannedStepSeconds;     // the plan's step.total
+    std::optional<double> plannedTokensPerSecond;
+    // Mean over the ranks that sent spans of the time each spent in communication spans (pipeline
+    // sends and receives, DP reduction; their union, as overlapping transfers share the time).
+    std::optional<double> commSeconds;
 
     std::vector<ExpertLayerStats> expertLayers;   // by layer index, only the layers that arrived
     std::optional<double> imbalanceP50;
@@ -142,7 +147,7 @@ class LiveAggregator {
 public:
     // The spec must pass plan::validateLayout and the plan, when given, must be the spec's; the
     // constructor throws std::invalid_argument saying what does not. Without a plan there are no
-    // planned bubbles and no MFU. Nothing of the plan is referenced after construction.
+    // planned bubbles, step times and no MFU. Nothing of the plan is referenced after construction.
     LiveAggregator(const plan::JobSpec& spec, const plan::Plan* plan, AggregatorOptions options = {});
     ~LiveAggregator();
     LiveAggregator(const LiveAggregator&) = delete;
@@ -201,6 +206,8 @@ private:
     double m_flopsPerStep = 0;
     double m_peakFlops = 0;
     std::optional<double> m_plannedBubble;
+    std::optional<double> m_plannedStepSeconds;
+    std::optional<double> m_plannedTokensPerSecond;
     std::vector<std::optional<double>> m_plannedStageBubble;
 
     std::vector<OpenStep> m_slots;            // ring: step s lives in slot s % size
@@ -228,8 +235,8 @@ private:
 };
 
 // JSON for the live feed; keys are snake_case and stable, absent figures are null.
-// Step: type "step", step, partial, loss, aux_loss, tokens_per_s, step_seconds, mfu, bubble,
-// planned_bubble, agent_bubble, pipeline_begin_ns, pipeline_end_ns, ranks_reporting,
+// Step: type "step", step, partial, loss, aux_loss, tokens_per_s, step_seconds, mfu,
+// planned_step_seconds, planned_tokens_per_s, comm_seconds, bubble, planned_bubble, agent_bubble, pipeline_begin_ns, pipeline_end_ns, ranks_reporting,
 // ranks_finished, stages [{stage, bubble, planned_bubble, ranks}], expert_layers [{layer, routed,
 // dropped, imbalance, dropped_fraction, hottest_expert}], imbalance_p50, imbalance_p95,
 // dropped_fraction.

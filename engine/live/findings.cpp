@@ -133,11 +133,9 @@ double plannedBubble(const plan::JobSpec& spec, const plan::Plan* plan)
     return 1; // unknown: every alternative the planner can price counts as better
 }
 
-std::optional<Finding> boundingStage(const FindingsInput& in, const std::vector<const StepAggregate*>& recent)
+// Median busy (compute) time per step of each stage's ranks; empty when no step measured every stage.
+std::vector<double> stageBusy(int pp, const std::vector<const StepAggregate*>& recent)
 {
-    const int pp = in.spec.parallel.pp;
-    if (pp < 2)
-        return std::nullopt;
     // Mean busy time of a stage's ranks = (1 - stage bubble) x the step's pipeline window (the
     // aggregator's definition). Only steps where every stage was measured compare like with like.
     auto busy = std::vector<std::vector<double>>(std::size_t(pp));
@@ -153,11 +151,21 @@ std::optional<Finding> boundingStage(const FindingsInput& in, const std::vector<
         for (std::size_t s = 0; s < busy.size(); ++s)
             busy[s].push_back((1 - *step->stages[s].measured) * window);
     }
-    if (busy[0].empty())
+    std::vector<double> medians;
+    if (!busy[0].empty())
+        for (const std::vector<double>& b : busy)
+            medians.push_back(median(b));
+    return medians;
+}
+
+std::optional<Finding> boundingStage(const FindingsInput& in, const std::vector<const StepAggregate*>& recent)
+{
+    const int pp = in.spec.parallel.pp;
+    if (pp < 2)
         return std::nullopt;
-    std::vector<double> stageBusy;
-    for (const std::vector<double>& b : busy)
-        stageBusy.push_back(median(b));
+    const std::vector<double> stageBusy = live::stageBusy(pp, recent);
+    if (stageBusy.empty())
+        return std::nullopt;
     double mean = 0;
     for (double b : stageBusy)
         mean += b / pp;

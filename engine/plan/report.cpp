@@ -198,7 +198,9 @@ json planToJson(const Plan& plan)
         {"step_breakdown_s",
          {{"compute", st.compute}, {"tensor_comm", st.tensorComm}, {"expert_comm", st.expertComm},
           {"pipeline_bubble", st.pipelineBubble}, {"data_parallel_comm", st.dataParallelComm},
-          {"optimizer", st.optimizer}}},
+          {"optimizer", st.optimizer}, {"tensor_comm_hidden", st.tensorCommHidden},
+          {"data_parallel_hidden", st.dataParallelHidden}}},
+        {"calibration", plan.spec.cluster.calibration.source},
         {"tokens_per_s", plan.tokensPerSecond},
         {"mfu", plan.mfu},
         {"bubble_ratio", plan.simulation.overallBubbleRatio},
@@ -257,10 +259,16 @@ std::string planToText(const Plan& plan)
 
     if (!plan.unitCosts) {
         const StepBreakdown& st = plan.step;
+        auto hidden = [](double seconds) {
+            return seconds > 0 ? " (" + formatSeconds(seconds) + " hidden)" : std::string();
+        };
         out << "Step     " << formatSeconds(st.total) << ": compute " << formatSeconds(st.compute) << ", TP comm "
-            << formatSeconds(st.tensorComm) << ", EP comm " << formatSeconds(st.expertComm) << ", pipeline bubble "
-            << formatSeconds(st.pipelineBubble) << ", DP comm " << formatSeconds(st.dataParallelComm) << ", optimizer "
+            << formatSeconds(st.tensorComm) << hidden(st.tensorCommHidden) << ", EP comm "
+            << formatSeconds(st.expertComm) << ", pipeline bubble " << formatSeconds(st.pipelineBubble) << ", DP comm "
+            << formatSeconds(st.dataParallelComm) << hidden(st.dataParallelHidden) << ", optimizer "
             << formatSeconds(st.optimizer) << "\n";
+        if (!plan.spec.cluster.calibration.empty())
+            out << "         rates calibrated from " << plan.spec.cluster.calibration.source << "\n";
         out << "         " << formatFlops(plan.flopsPerStep) << " per step, "
             << printf1("%.0f", plan.tokensPerSecond) << " tokens/s, MFU " << printf1("%.1f%%", 100.0 * plan.mfu) << "\n";
     } else {

@@ -260,7 +260,7 @@ void TestAggregator::handBuiltTwoStages()
     CHECK_NEAR(s.plannedBubble, plan.simulation.overallBubbleRatio, 0);
     CHECK_NEAR(s.stages[1].planned, plan.simulation.bubbleRatio[1], 0);
     CHECK_NEAR(s.agentBubble, 0.25, 0);
-    QCOMPARE(aggregator.counters().ignored, std::uint64_t(2));   // the idle and dp-reduce spans
+    QCOMPARE(aggregator.counters().ignored, std::uint64_t(1));   // the idle span
 }
 
 void TestAggregator::matchesSimulator_data()
