@@ -177,6 +177,9 @@ void MonitorPage::updateStatus()
     QString text = runPhaseName(m_state->phase());
     if (m_state->currentStep() > 0 || !m_state->steps().empty())
         text += tr(" · step %1").arg(m_state->steps().empty() ? m_state->currentStep() : m_state->steps().back().step);
+    if (!m_state->steps().empty())
+        if (const QString time = stepTimeText(m_state->steps().back()); !time.isEmpty())
+            text += tr(" · ") + time;
     text += tr(" · %1 lost").arg(m_state->lostRecords());
     emit statusChanged(text);
     // Why a run failed or stopped belongs where the user looks, above its timeline.

@@ -140,6 +140,9 @@ bool fromJson(const nlohmann::json& json, live::StepAggregate& step, std::string
         readOptional(json, "loss", top, s.loss, error) && readOptional(json, "aux_loss", top, s.auxLoss, error) &&
         readOptional(json, "tokens_per_s", top, s.tokensPerSecond, error) &&
         readOptional(json, "step_seconds", top, s.stepSeconds, error) && readOptional(json, "mfu", top, s.mfu, error) &&
+        readOptional(json, "planned_step_seconds", top, s.plannedStepSeconds, error) &&
+        readOptional(json, "planned_tokens_per_s", top, s.plannedTokensPerSecond, error) &&
+        readOptional(json, "comm_seconds", top, s.commSeconds, error) &&
         readOptional(json, "bubble", top, s.bubble, error) &&
         readOptional(json, "planned_bubble", top, s.plannedBubble, error) &&
         readOptional(json, "agent_bubble", top, s.agentBubble, error) &&

@@ -2,6 +2,8 @@
 
 #include "monitor/live_json.h"
 
+#include <QStringList>
+
 #include <algorithm>
 #include <array>
 #include <variant>
@@ -74,6 +76,23 @@ QString runPhaseName(RunPhase phase)
         if (p == phase)
             return QString::fromLatin1(text);
     return {};
+}
+
+QString stepTimeText(const live::StepAggregate& step)
+{
+    // planUnit: the unit after the plan's figure too, where it is short enough to repeat.
+    const auto figure = [](const std::optional<double>& measured, const std::optional<double>& planned, double scale,
+                           const QString& unit, const QString& planUnit) {
+        const QString text = QString::number(*measured * scale, 'f', 0) + unit;
+        return planned ? QObject::tr("%1 (plan %2%3)").arg(text, QString::number(*planned * scale, 'f', 0), planUnit)
+                       : text;
+    };
+    QStringList parts;
+    if (step.stepSeconds)
+        parts << figure(step.stepSeconds, step.plannedStepSeconds, 1e3, QStringLiteral(" ms"), QStringLiteral(" ms"));
+    if (step.tokensPerSecond)
+        parts << figure(step.tokensPerSecond, step.plannedTokensPerSecond, 1, QObject::tr(" tokens/s"), QString());
+    return parts.join(QStringLiteral(" · "));
 }
 
 SessionAggregates computeSessionAggregates(const store::SessionReader& reader)

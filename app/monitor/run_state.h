@@ -27,6 +27,10 @@ plan::JobSpec sessionJobSpec(const store::SessionReader& reader);
 enum class RunPhase { Idle, Starting, Running, Completed, Failed, Stopped, Playing, Seeking, Ended };
 QString runPhaseName(RunPhase phase);
 
+// A step's measured time and throughput beside the plan's, as the bubble shows its plan:
+// "125 ms (plan 119 ms) · 8192 tokens/s (plan 8627)"; a figure without metrics is left out.
+QString stepTimeText(const live::StepAggregate& step);
+
 // One point of a rank's memory history: its total when a sample arrived.
 struct MemoryPoint {
     std::int64_t timeNs = 0;

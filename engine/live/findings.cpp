@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <thread>
 
 namespace meshbench::live {
 
@@ -134,7 +135,7 @@ double plannedBubble(const plan::JobSpec& spec, const plan::Plan* plan)
 }
 
 // Median busy (compute) time per step of each stage's ranks; empty when no step measured every stage.
-std::vector<double> stageBusy(int pp, const std::vector<const StepAggregate*>& recent)
+std::vector<double> medianStageBusy(int pp, const std::vector<const StepAggregate*>& recent)
 {
     // Mean busy time of a stage's ranks = (1 - stage bubble) x the step's pipeline window (the
     // aggregator's definition). Only steps where every stage was measured compare like with like.
@@ -163,7 +164,7 @@ std::optional<Finding> boundingStage(const FindingsInput& in, const std::vector<
     const int pp = in.spec.parallel.pp;
     if (pp < 2)
         return std::nullopt;
-    const std::vector<double> stageBusy = live::stageBusy(pp, recent);
+    const std::vector<double> stageBusy = medianStageBusy(pp, recent);
     if (stageBusy.empty())
         return std::nullopt;
     double mean = 0;
@@ -492,6 +493,150 @@ std::optional<Finding> bubbleAbovePlan(const FindingsInput& in, const std::vecto
     return f;
 }
 
+// Why the steps are off the plan, as far as the aggregates show it: the title's tail, the
+// suggestion, the category naming the cause, and its figures.
+struct OffPlanCause {
+    std::string what;
+    std::string fix;
+    std::string category;
+    std::vector<FindingFigure> figures;
+};
+
+const char* const kCalibrate =
+    "plan with rates measured here: `meshbench-engine calibrate` this session with `--out PROFILE.json`, then "
+    "pass `--profile PROFILE.json` to plan and run";
+
+std::optional<OffPlanCause> oversubscribed(const FindingsInput& in)
+{
+    // Only CPU ranks run on the host's cores; an accelerator rank mostly waits for its device.
+    if (in.spec.cluster.device.kind != "cpu")
+        return std::nullopt;
+    const int cores = in.coresPerNode > 0 ? in.coresPerNode : int(std::thread::hardware_concurrency());
+    const int nodes = std::max(1, in.spec.cluster.nodes);
+    const int world = int(in.spec.parallel.worldSize());
+    const int ranks = (world + nodes - 1) / nodes;
+    if (cores <= 0 || ranks <= cores)
+        return std::nullopt;
+    return OffPlanCause{plural(ranks, "rank") + " share " + plural(cores, "core") +
+                            (nodes > 1 ? " on each node" : ""),
+                        "run at most " + plural(cores, "rank") + " a node (fewer dp, pp or tp), or " + kCalibrate +
+                            " so that the plan prices the shared cores",
+                        "oversubscribed",
+                        {{"ranks_per_node", double(ranks)}, {"cores", double(cores)}}};
+}
+
+std::optional<OffPlanCause> slowStage(const FindingsInput& in, const std::vector<const StepAggregate*>& recent)
+{
+    const int pp = in.spec.parallel.pp;
+    if (pp < 2 || in.plan == nullptr || !in.plan->simulation.completed ||
+        in.plan->simulation.busy.size() != std::size_t(pp))
+        return std::nullopt;
+    const std::vector<double> busy = medianStageBusy(pp, recent);
+    if (busy.empty())
+        return std::nullopt;
+    // Each stage against its own plan, so that the imbalance the plan expects does not count.
+    std::vector<double> ratio;
+    for (int s = 0; s < pp; ++s) {
+        const double planned = in.plan->simulation.busy[std::size_t(s)];
+        if (!(planned > 0))
+            return std::nullopt;
+        ratio.push_back(busy[std::size_t(s)] / planned);
+    }
+    const auto worst = std::size_t(std::max_element(ratio.begin(), ratio.end()) - ratio.begin());
+    std::vector<double> others = ratio;
+    others.erase(others.begin() + std::ptrdiff_t(worst));
+    const double rest = median(others);
+    if (!(ratio[worst] / rest - 1 > kStageExcess))
+        return std::nullopt;
+    const std::string stage = "stage " + std::to_string(worst);
+    return OffPlanCause{stage + " computes " + format("%.2f", ratio[worst]) + "x its planned time (" +
+                            plan::formatSeconds(busy[worst]) + " vs " +
+                            plan::formatSeconds(in.plan->simulation.busy[worst]) + " per step), the others " +
+                            format("%.2f", rest) + "x",
+                        "check the ranks of " + stage +
+                            " for stragglers (other processes on their cores, throttling), or move a layer off it",
+                        "slow_stage",
+                        {{"stage", double(worst)}, {"stage_ratio", ratio[worst]}, {"others_ratio", rest}}};
+}
+
+std::optional<OffPlanCause> slowLink(const FindingsInput& in, const std::vector<const StepAggregate*>& recent)
+{
+    if (in.plan == nullptr || !(in.plan->step.total > 0))
+        return std::nullopt;
+    std::vector<double> shares;
+    for (const StepAggregate* step : recent)
+        if (finite(step->commSeconds) && finite(step->stepSeconds) && *step->stepSeconds > 0)
+            shares.push_back(*step->commSeconds / *step->stepSeconds);
+    if (shares.empty())
+        return std::nullopt;
+    // The spans time every transfer, hidden or not, so the plan's hidden DP time counts too.
+    const plan::StepBreakdown& b = in.plan->step;
+    const double planned =
+        (b.tensorComm + b.expertComm + b.dataParallelComm + b.dataParallelHidden) / b.total;
+    const double measured = median(shares);
+    if (!(measured - planned > kCommOverPlanPoints))
+        return std::nullopt;
+    return OffPlanCause{"communication takes " + percent(measured) + " of the step against the plan's " +
+                            percent(planned),
+                        "a link is slower than the cluster spec says: measure it and correct the spec's "
+                        "bandwidth and latency, or " + std::string(kCalibrate),
+                        "slow_link",
+                        {{"comm_share", measured}, {"planned_comm_share", planned}}};
+}
+
+std::optional<Finding> stepTimeOffPlan(const FindingsInput& in, const std::vector<const StepAggregate*>& recent)
+{
+    std::vector<double> measured, planned, tokens, plannedTokens;
+    for (const StepAggregate* step : recent) {
+        if (!(finite(step->stepSeconds) && *step->stepSeconds > 0 && finite(step->plannedStepSeconds) &&
+              *step->plannedStepSeconds > 0))
+            continue;
+        measured.push_back(*step->stepSeconds);
+        planned.push_back(*step->plannedStepSeconds);
+        if (finite(step->tokensPerSecond) && finite(step->plannedTokensPerSecond)) {
+            tokens.push_back(*step->tokensPerSecond);
+            plannedTokens.push_back(*step->plannedTokensPerSecond);
+        }
+    }
+    if (measured.empty())
+        return std::nullopt;
+    const double m = median(measured);
+    const double p = median(planned);
+    const double off = m / p - 1;
+    if (!(std::abs(off) > kStepOffPlanRatio))
+        return std::nullopt;
+    // Slower steps have a cause to look for; faster ones mean the device table undersells the device.
+    std::optional<OffPlanCause> cause;
+    if (off > 0)
+        cause = oversubscribed(in);
+    if (off > 0 && !cause)
+        cause = slowStage(in, recent);
+    if (off > 0 && !cause)
+        cause = slowLink(in, recent);
+    if (!cause)
+        cause = OffPlanCause{std::string("the device runs ") + (off > 0 ? "slower" : "faster") + " than its table",
+                             std::string("calibrate from this session: ") + kCalibrate, "device_rate", {}};
+
+    Finding f;
+    f.kind = FindingKind::StepTimeOffPlan;
+    f.severity = std::abs(m - p) / std::max(m, p);
+    f.category = cause->category;
+    f.figures = {{"measured_s", m}, {"planned_s", p}, {"off", off}};
+    std::string rate;
+    if (!tokens.empty()) {
+        const double t = median(tokens);
+        const double pt = median(plannedTokens);
+        f.figures.push_back({"tokens_per_s", t});
+        f.figures.push_back({"planned_tokens_per_s", pt});
+        rate = ", " + format("%.0f", t) + " vs " + format("%.0f", pt) + " tokens/s";
+    }
+    f.figures.insert(f.figures.end(), cause->figures.begin(), cause->figures.end());
+    f.title = "steps take " + plan::formatSeconds(m) + ", " + percent(std::abs(off)) + (off > 0 ? " above" : " below") +
+              " the plan's " + plan::formatSeconds(p) + rate + ": " + cause->what;
+    f.suggestion = cause->fix;
+    return f;
+}
+
 nlohmann::json orNull(const std::optional<int>& value)
 {
     return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
@@ -562,6 +707,8 @@ std::string_view findingKindName(FindingKind kind)
         return "memory_pressure";
     case FindingKind::BubbleAbovePlan:
         return "bubble_above_plan";
+    case FindingKind::StepTimeOffPlan:
+        return "step_time_off_plan";
     }
     return "unknown";
 }
@@ -587,6 +734,8 @@ std::vector<Finding> findFindings(const FindingsInput& input)
     hotExperts(input, recent, findings);
     memoryPressure(input, findings);
     if (auto f = bubbleAbovePlan(input, recent))
+        findings.push_back(std::move(*f));
+    if (auto f = stepTimeOffPlan(input, recent))
         findings.push_back(std::move(*f));
     std::stable_sort(findings.begin(), findings.end(),
                      [](const Finding& a, const Finding& b) { return a.severity > b.severity; });

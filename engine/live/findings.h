@@ -17,6 +17,7 @@
 //   memory pressure    (peak / capacity - kMemoryFraction) / (1 - kMemoryFraction): 0 at the
 //                      threshold, 1 at the capacity, where the run dies
 //   bubble above plan  measured - planned bubble: pipeline time idle beyond the plan
+//   step time off plan |measured - planned| / the larger: the step time the plan does not explain
 //
 // Entries that do not belong to the spec's layout (a stage, rank or layer out of range, expert
 // arrays of another size, non-finite figures) are skipped, never trusted.
@@ -60,6 +61,12 @@ constexpr double kMemoryFraction = 0.85;
 // bubbles (2% measured vs 1% planned), the points alone ordinary noise on large ones.
 constexpr double kBubbleOverPlanRatio = 1.5;
 constexpr double kBubbleOverPlanPoints = 0.05;
+// The planner's device tables and analytic costs land within about 10-20% of a calibrated device;
+// beyond 25% either way the plan misleads about step time and its layout advice.
+constexpr double kStepOffPlanRatio = 0.25;
+// Communication spans taking 5 points more of the step than the plan's communication share is
+// beyond jitter and points at a link slower than the spec's.
+constexpr double kCommOverPlanPoints = 0.05;
 
 // Compute (F, B and W) time per rank and step, summed from the ranks' spans, for stragglers.
 // Keeps the newest `keepSteps` steps; spans of older steps are ignored.
@@ -98,8 +105,9 @@ private:
     std::vector<StepAggregate> m_steps;
 };
 
-enum class FindingKind { BoundingStage, Straggler, HotExpert, MemoryPressure, BubbleAbovePlan };
-// "bounding_stage", "straggler", "hot_expert", "memory_pressure", "bubble_above_plan".
+enum class FindingKind { BoundingStage, Straggler, HotExpert, MemoryPressure, BubbleAbovePlan, StepTimeOffPlan };
+// "bounding_stage", "straggler", "hot_expert", "memory_pressure", "bubble_above_plan",
+// "step_time_off_plan".
 std::string_view findingKindName(FindingKind kind);
 
 // A measured figure: seconds, bytes or ratios (a share is 0..1, an overload 1.3 means 30% over).
@@ -118,6 +126,11 @@ struct FindingFigure {
 //   MemoryPressure   peak_bytes (the sum of the category peaks: an upper bound of the peak total),
 //                    capacity_bytes, fraction, largest_bytes, ranks_over (of the stage)
 //   BubbleAbovePlan  measured, planned
+//   StepTimeOffPlan  measured_s, planned_s, off (measured / planned - 1), tokens_per_s and
+//                    planned_tokens_per_s when the step metrics have them, and by cause (category):
+//                    oversubscribed (ranks_per_node, cores), slow_stage (stage, stage_ratio and
+//                    others_ratio: measured / planned busy), slow_link (comm_share,
+//                    planned_comm_share), device_rate (none). The causes are tried in that order.
 struct Finding {
     FindingKind kind = FindingKind::BoundingStage;
     double severity = 0;
@@ -128,7 +141,8 @@ struct Finding {
     std::optional<int> rank;
     std::optional<int> layer;
     std::optional<int> expert;
-    std::optional<std::string> category; // MemoryPressure: the largest memory category
+    std::optional<std::string> category; // MemoryPressure: the largest memory category;
+                                         // StepTimeOffPlan: the cause
 
     std::optional<double> figure(std::string_view key) const;
 };
@@ -139,6 +153,7 @@ struct FindingsInput {
     std::span<const StepAggregate> steps; // in step order, from the run's first step (see above)
     std::span<const RankMemory> memory;   // the latest per rank
     const RankTimes* rankTimes = nullptr; // optional: without it, no stragglers
+    int coresPerNode = 0;                 // 0: std::thread::hardware_concurrency() of this machine
 };
 
 // Sorted by severity, worst first. Throws std::invalid_argument when the spec's layout is invalid.

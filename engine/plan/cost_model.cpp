@@ -518,10 +518,9 @@ double CostModel::optimizerTime(int stage) const
 
 double CostModel::optimizerTime() const
 {
-    double slowest = 0;
-    for (int stage = 0; stage < m_spec.parallel.pp; ++stage)
-        slowest = std::max(slowest, optimizerTime(stage));
-    return slowest;
+    // The first and last stages hold the embedding and the output layer, the most parameters;
+    // pricing only them keeps the search's cost independent of pp.
+    return std::max(optimizerTime(0), optimizerTime(m_spec.parallel.pp - 1));
 }
 
 double CostModel::flopsPerStep() const

@@ -33,6 +33,15 @@ std::string percent(std::optional<double> value)
     return text;
 }
 
+std::string milliseconds(std::optional<double> seconds)
+{
+    if (!seconds)
+        return "n/a";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.0f ms", 1e3 * *seconds);
+    return text;
+}
+
 // Progress on the terminal: one line per step, problems on stderr.
 class TerminalObserver : public RunObserver {
 public:
@@ -56,6 +65,8 @@ public:
             add("  loss %.6f", *s.loss);
         if (s.auxLoss)
             add("  aux %.5f", *s.auxLoss);
+        if (s.stepSeconds)
+            add("  step %.0f ms (plan %s)", 1e3 * *s.stepSeconds, milliseconds(s.plannedStepSeconds).c_str());
         if (s.tokensPerSecond)
             add("  tokens/s %.0f", *s.tokensPerSecond);
         if (s.bubble)

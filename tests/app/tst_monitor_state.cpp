@@ -60,6 +60,9 @@ live::StepAggregate fullStep(int number)
     s.tokensPerSecond = 12345.678;
     s.stepSeconds = 0.9;
     s.mfu = 0.4321;
+    s.plannedStepSeconds = 0.85;
+    s.plannedTokensPerSecond = 4321;
+    s.commSeconds = 0.125;
     live::ExpertLayerStats layer;
     layer.layer = 2;
     layer.routed = {10, 20, 30, 4'000'000'000u};
@@ -153,6 +156,21 @@ private Q_SLOTS:
         std::string error;
         QVERIFY2(app::fromJson(wire, back, error), error.c_str());
         monitor_steps::compareSteps(back, original);
+        QCOMPARE(back.commSeconds, original.commSeconds);
+    }
+
+    void stepTimeAgainstThePlan()
+    {
+        live::StepAggregate s = fullStep(7);
+        s.stepSeconds = 0.125;
+        s.plannedStepSeconds = 0.119;
+        s.tokensPerSecond = 8192.4;
+        s.plannedTokensPerSecond = 8627;
+        QCOMPARE(app::stepTimeText(s), QString("125 ms (plan 119 ms) · 8192 tokens/s (plan 8627)"));
+        s.plannedStepSeconds.reset();
+        s.plannedTokensPerSecond.reset();
+        QCOMPARE(app::stepTimeText(s), QString("125 ms · 8192 tokens/s"));
+        QCOMPARE(app::stepTimeText(emptyStep(8)), QString());
     }
 
     void memoryRoundTrip()

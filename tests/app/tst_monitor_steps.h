@@ -43,6 +43,8 @@ inline void compareSteps(const live::StepAggregate& a, const live::StepAggregate
     QCOMPARE(a.tokensPerSecond, b.tokensPerSecond);
     QCOMPARE(a.stepSeconds, b.stepSeconds);
     QCOMPARE(a.mfu, b.mfu);
+    QCOMPARE(a.plannedStepSeconds, b.plannedStepSeconds);
+    QCOMPARE(a.plannedTokensPerSecond, b.plannedTokensPerSecond);
     QCOMPARE(a.expertLayers.size(), b.expertLayers.size());
     for (std::size_t i = 0; i < a.expertLayers.size(); ++i) {
         const live::ExpertLayerStats& x = a.expertLayers[i];

@@ -677,10 +677,11 @@ void TestAggregator::jsonKeys()
         keys.push_back(item.key());
     std::sort(keys.begin(), keys.end());
     const std::vector<std::string> expected = {
-        "agent_bubble",      "aux_loss",       "bubble",         "dropped_fraction", "expert_layers",
-        "imbalance_p50",     "imbalance_p95",  "loss",           "mfu",              "partial",
-        "pipeline_begin_ns", "pipeline_end_ns", "planned_bubble", "ranks_finished",   "ranks_reporting",
-        "stages",            "step",           "step_seconds",   "tokens_per_s",     "type"};
+        "agent_bubble",      "aux_loss",        "bubble",         "comm_seconds",         "dropped_fraction",
+        "expert_layers",     "imbalance_p50",   "imbalance_p95",  "loss",                 "mfu",
+        "partial",           "pipeline_begin_ns", "pipeline_end_ns", "planned_bubble",    "planned_step_seconds",
+        "planned_tokens_per_s", "ranks_finished", "ranks_reporting", "stages",            "step",
+        "step_seconds",      "tokens_per_s",    "type"};
     QCOMPARE(keys, expected);
     QVERIFY(json.at("loss").is_null());   // no step metrics arrived
     QVERIFY(json.at("mfu").is_null());
