@@ -26,16 +26,9 @@ bool finite(const std::optional<double>& value)
     return value.has_value() && std::isfinite(*value);
 }
 
-std::string format(const char* pattern, double value)
-{
-    char text[64];
-    std::snprintf(text, sizeof text, pattern, value);
-    return text;
-}
-
 std::string percent(double share)
 {
-    return format("%.1f%%", 100 * share);
+    return plan::formatNumber("%.1f%%", 100 * share);
 }
 
 std::string plural(long long count, const std::string& word)
@@ -202,7 +195,7 @@ std::optional<Finding> boundingStage(const FindingsInput& in, const std::vector<
         if (plannedMean > 0) {
             const double plannedExcess = in.plan->simulation.busy[worst] / plannedMean - 1;
             f.figures.push_back({"planned_excess", plannedExcess});
-            planned = "; plan " + format("%+.1f%%", 100 * plannedExcess);
+            planned = "; plan " + plan::formatNumber("%+.1f%%", 100 * plannedExcess);
         }
     }
     const std::string stage = "stage " + std::to_string(worst);
@@ -336,14 +329,14 @@ void hotExperts(const FindingsInput& in, const std::vector<const StepAggregate*>
                      {"dropped_fraction", dropped},
                      {"capacity_factor", moe.capacityFactor}};
         const std::string expert = "expert " + std::to_string(hottest);
-        f.title = expert + " of layer " + std::to_string(layer) + " is the hottest: " + format("%.2f", overload) +
-                  "x the mean load over the recent steps (peak step " + format("%.2f", peakStep) + "x), " +
+        f.title = expert + " of layer " + std::to_string(layer) + " is the hottest: " + plan::formatNumber("%.2f", overload) +
+                  "x the mean load over the recent steps (peak step " + plan::formatNumber("%.2f", peakStep) + "x), " +
                   percent(dropped) + " of the layer's tokens dropped";
         // With the coefficient at 0 nothing balances the router: 0.01 is Switch Transformer's
         // (Fedus et al. 2021, section 2.2) and the spec's default.
         const std::string doubleAux =
-            moe.auxLossCoef > 0 ? "double model.moe.aux_loss_coef (" + format("%g", moe.auxLossCoef) + " -> " +
-                                      format("%g", 2 * moe.auxLossCoef) + ")"
+            moe.auxLossCoef > 0 ? "double model.moe.aux_loss_coef (" + plan::formatNumber("%g", moe.auxLossCoef) + " -> " +
+                                      plan::formatNumber("%g", 2 * moe.auxLossCoef) + ")"
                                 : "set model.moe.aux_loss_coef to 0.01 (it is 0: nothing balances the router)";
         if (dropped > kDroppedTokens) {
             // Capacity = tokens x k / E x factor, so a factor at the peak step's overload holds that
@@ -352,8 +345,8 @@ void hotExperts(const FindingsInput& in, const std::vector<const StepAggregate*>
             const bool peakAbove = peakStep > moe.capacityFactor;
             const double target = std::ceil((peakAbove ? peakStep : moe.capacityFactor + 0.25) * 20 - 1e-9) / 20;
             f.suggestion =
-                "raise model.moe.capacity_factor from " + format("%g", moe.capacityFactor) + " to at least " +
-                format("%.2f", target) +
+                "raise model.moe.capacity_factor from " + plan::formatNumber("%g", moe.capacityFactor) + " to at least " +
+                plan::formatNumber("%.2f", target) +
                 (peakAbove ? " (the peak step's overload)" : " (micro-batches overflow it above the step average)") +
                 " so that " + expert + " stops dropping tokens; if the imbalance persists, " + doubleAux;
         } else {
@@ -480,7 +473,7 @@ std::optional<Finding> bubbleAbovePlan(const FindingsInput& in, const std::vecto
     f.severity = m - p;
     f.figures = {{"measured", m}, {"planned", p}};
     f.title = "the pipeline bubble is " + percent(m) +
-              (p > 0 ? ", " + format("%.1f", m / p) + "x the plan's " + percent(p) : " where the plan expects none");
+              (p > 0 ? ", " + plan::formatNumber("%.1f", m / p) + "x the plan's " + percent(p) : " where the plan expects none");
     if (in.spec.parallel.pp < 2) {
         f.suggestion = "with one stage no schedule is to blame: the idle time is inside the step, so check the TP and "
                        "EP collectives and stragglers";
@@ -549,10 +542,10 @@ std::optional<OffPlanCause> slowStage(const FindingsInput& in, const std::vector
     if (!(ratio[worst] / rest - 1 > kStageExcess))
         return std::nullopt;
     const std::string stage = "stage " + std::to_string(worst);
-    return OffPlanCause{stage + " computes " + format("%.2f", ratio[worst]) + "x its planned time (" +
+    return OffPlanCause{stage + " computes " + plan::formatNumber("%.2f", ratio[worst]) + "x its planned time (" +
                             plan::formatSeconds(busy[worst]) + " vs " +
                             plan::formatSeconds(in.plan->simulation.busy[worst]) + " per step), the others " +
-                            format("%.2f", rest) + "x",
+                            plan::formatNumber("%.2f", rest) + "x",
                         "check the ranks of " + stage +
                             " for stragglers (other processes on their cores, throttling), or move a layer off it",
                         "slow_stage",
@@ -628,7 +621,7 @@ std::optional<Finding> stepTimeOffPlan(const FindingsInput& in, const std::vecto
         const double pt = median(plannedTokens);
         f.figures.push_back({"tokens_per_s", t});
         f.figures.push_back({"planned_tokens_per_s", pt});
-        rate = ", " + format("%.0f", t) + " vs " + format("%.0f", pt) + " tokens/s";
+        rate = ", " + plan::formatNumber("%.0f", t) + " vs " + plan::formatNumber("%.0f", pt) + " tokens/s";
     }
     f.figures.insert(f.figures.end(), cause->figures.begin(), cause->figures.end());
     f.title = "steps take " + plan::formatSeconds(m) + ", " + percent(std::abs(off)) + (off > 0 ? " above" : " below") +

@@ -263,29 +263,32 @@ double agentActivationBytes(const JobSpec& spec, int stage)
         const int pv = p.pp * v, total = m * v;
         auto chunkOf = [&](int n) { return (n % pv) / p.pp; };
         auto count = [&](int c, int n) { return (n / pv) * p.pp + std::clamp(n % pv - c * p.pp, 0, p.pp); };
-        auto held = [&](int forwards, int backwards) {
-            double bytes = 0;
-            for (int c = 0; c < v; ++c)
-                bytes += (count(c, forwards) - count(v - 1 - c, backwards)) * chunks[std::size_t(c)].kept;
-            return bytes;
+        // Walked with a running total of what is held: each forward adds its chunk's kept bytes,
+        // each backward takes its chunk's away, so the walk costs O(p v), not O(p v^2).
+        double peak = 0, held = 0;
+        auto forward = [&](int n) {
+            const AgentChunkActivations& c = chunks[std::size_t(chunkOf(n))];
+            peak = std::max(peak, held + c.forwardPeak);
+            held += c.kept;
         };
-        double peak = 0;
-        auto forward = [&](int n, int backwards) {
-            peak = std::max(peak, held(n, backwards) + chunks[std::size_t(chunkOf(n))].forwardPeak);
-        };
-        auto backward = [&](int n, int forwards) {
+        auto backward = [&](int n) {
             const AgentChunkActivations& c = chunks[std::size_t(v - 1 - chunkOf(n))];
-            peak = std::max(peak, held(forwards, n) - c.kept + c.backwardPeak);
+            peak = std::max(peak, held - c.kept + c.backwardPeak);
+            held -= c.kept;
         };
         for (int n = 0; n < warmup; ++n)
-            forward(n, 0);
+            forward(n);
         // The steady state repeats every pv steps: both counts grow by p per chunk.
         for (int i = 0; i < std::min(total - warmup, pv); ++i) {
-            forward(warmup + i, i);
-            backward(i, warmup + i + 1);
+            forward(warmup + i);
+            backward(i);
         }
+        // The cool-down starts with every forward done and all but the last `warmup` backwards.
+        held = 0;
+        for (int c = 0; c < v; ++c)
+            held += (count(c, total) - count(v - 1 - c, total - warmup)) * chunks[std::size_t(c)].kept;
         for (int n = total - warmup; n < total; ++n)
-            backward(n, total);
+            backward(n);
         return peak;
     }
     }

@@ -3,21 +3,14 @@
 #include "cost_model.h"
 #include "mesh.h"
 #include "planner.h"
+#include "report.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <stdexcept>
 
 namespace meshbench::plan {
 namespace {
-
-std::string format(const char* pattern, double a, double b, double c = 0)
-{
-    char text[256];
-    std::snprintf(text, sizeof text, pattern, a, b, c);
-    return text;
-}
 
 // The device's rates scaled by 1 / slowdown.
 CalibrationSpec scaled(const Performance& table, double slowdown)
@@ -110,14 +103,15 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
     cal = scaled(table, slowdown);
     for (const std::string& source : sources)
         cal.source += (cal.source.empty() ? "" : ", ") + source;
-    result.report.push_back(format("compute: measured %.3f ms of F, B and W per step over all stages, planned %.3f ms "
-                                   "from the table; the runs' steps fit a device at %.3f of its table's rates",
-                                   measured * 1e3, planned * 1e3, 1.0 / slowdown));
-    result.report.push_back(format("  matmul efficiency %.3f -> %.3f, memory bandwidth %.2f", table.device.matmulEfficiency,
-                                   cal.matmulEfficiency, table.device.memoryBandwidth / 1e9) +
-                            format(" -> %.2f GB/s, overhead per op %.2f", cal.memoryBandwidth / 1e9,
-                                   table.device.kernelOverhead * 1e6) +
-                            format(" -> %.2f us", cal.kernelOverhead * 1e6, 0));
+    const auto f3 = [](double value) { return formatNumber("%.3f", value); };
+    const auto f2 = [](double value) { return formatNumber("%.2f", value); };
+    result.report.push_back("compute: measured " + f3(measured * 1e3) + " ms of F, B and W per step over all stages, "
+                            "planned " + f3(planned * 1e3) + " ms from the table; the runs' steps fit a device at " +
+                            f3(1.0 / slowdown) + " of its table's rates");
+    result.report.push_back("  matmul efficiency " + f3(table.device.matmulEfficiency) + " -> " +
+                            f3(cal.matmulEfficiency) + ", memory bandwidth " + f2(table.device.memoryBandwidth / 1e9) +
+                            " -> " + f2(cal.memoryBandwidth / 1e9) + " GB/s, overhead per op " +
+                            f2(table.device.kernelOverhead * 1e6) + " -> " + f2(cal.kernelOverhead * 1e6) + " us");
     // Reductions that overlap the backward share the cores (or SMs) with it: their spans time the
     // contention, not the link, and stay out of the fit.
     const bool overlapped = std::any_of(runs.begin(), runs.end(), [](const MeasuredRun& run) {
@@ -131,11 +125,10 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
         const double bandwidth = volume / seconds;
         const LinkPerformance& before = table.link(insideDomain);
         (insideDomain ? cal.intraBandwidth : cal.interBandwidth) = bandwidth;
-        result.report.push_back(format("data parallel: %.0f dp-reduce spans moved %.3f MB of bus volume in ", spans,
-                                       volume / 1e6) +
-                                format("%.3f ms: ", seconds * 1e3, 0) +
-                                (insideDomain ? "intra-node" : "inter-node") + " bus bandwidth" +
-                                format(" %.3f -> %.3f GB/s", before.busBandwidth / 1e9, bandwidth / 1e9));
+        result.report.push_back("data parallel: " + std::to_string(spans) + " dp-reduce spans moved " +
+                                f3(volume / 1e6) + " MB of bus volume in " + f3(seconds * 1e3) + " ms: " +
+                                (insideDomain ? "intra-node" : "inter-node") + " bus bandwidth " +
+                                f3(before.busBandwidth / 1e9) + " -> " + f3(bandwidth / 1e9) + " GB/s");
     }
     return result;
 }

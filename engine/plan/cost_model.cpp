@@ -256,7 +256,7 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     const double kvDim = h * m.kvHeads / m.heads;
     const double gated = m.activation == Activation::SwiGlu ? 2.0 : 1.0;   // SwiGLU's fc1 has two halves
     const double e = d.activationBytes;
-    // With SP the norms, residuals and dropout see 1/t of the sequence (Korthikanti et al. 2022).
+    // With SP the norms and residuals see 1/t of the sequence (Korthikanti et al. 2022).
     const double rowsPerRank = p.sequenceParallel ? tokens / t : tokens;
 
     struct Gemm {
@@ -283,10 +283,12 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
         gemms[count++] = {tokens, h, f, 1};
         mlpElements = tokens * gated * f;
     }
+    std::array<double, 5> forwardTimes{};
     double forwardGemms = 0, inputGradGemms = 0, weightGradGemms = 0;
     for (std::size_t i = 0; i < count; ++i) {
         const Gemm& g = gemms[i];
-        forwardGemms += g.count * gemmTime(d, g.m, g.n, g.k);        // Y = X W
+        forwardTimes[i] = g.count * gemmTime(d, g.m, g.n, g.k);      // Y = X W
+        forwardGemms += forwardTimes[i];
         inputGradGemms += g.count * gemmTime(d, g.m, g.k, g.n);      // dX = dY W^T
         weightGradGemms += g.count * gemmTime(d, g.k, g.n, g.m);     // dW = X^T dY
     }
@@ -325,11 +327,9 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
                                                      : allReduceTime(blockBytes, p.tp, tpLink) / 2.0;
     // The GEMMs each half overlaps with: QKV and fc1 take the gathers, the projection and fc2 feed
     // the scatters.
-    double fc1 = 0, fc2 = 0;
-    for (std::size_t i = 2; i < count; ++i)
-        (i + 1 == count ? fc2 : fc1) += gemms[i].count * gemmTime(d, gemms[i].m, gemms[i].n, gemms[i].k);
-    const double paired[4] = {gemmTime(d, gemms[0].m, gemms[0].n, gemms[0].k),
-                              gemmTime(d, gemms[1].m, gemms[1].n, gemms[1].k), fc1, fc2};
+    const double fc2 = forwardTimes[count - 1];
+    const double paired[4] = {forwardTimes[0], forwardTimes[1], forwardGemms - forwardTimes[0] - forwardTimes[1] - fc2,
+                              fc2};
     double tpForward = 0, tpHidden = 0;
     for (double gemm : paired) {
         const double exposed =
@@ -391,7 +391,8 @@ StageWork CostModel::virtualStageWork(int virtualStage) const
         const double vocab = double(m.vocab) / p.tp;
         const double logits = tokens * vocab;
         const double e = d.activationBytes;
-        w.forward += streamTime(d, 2.0 * tokens * h * e) + gemmTime(d, tokens, vocab, h) + 6.0 * streamTime(d, logits * (e + 36.0) / 6.0);
+        w.forward += streamTime(d, 2.0 * tokens * h * e) + gemmTime(d, tokens, vocab, h) +
+                     6.0 * streamTime(d, logits * (e + 36.0) / 6.0);
         w.backward += 2.0 * streamTime(d, logits * (12.0 + e) / 2.0) + gemmTime(d, tokens, h, vocab) +
                       streamTime(d, 4.0 * tokens * h * e);
         w.weightGrad += gemmTime(d, h, vocab, tokens);
@@ -456,9 +457,9 @@ DataParallelCosts CostModel::dataParallelCosts(int stage) const
     const double dense = denseParametersOnStage(stage), expert = expertParametersOnStage(stage);
     DataParallelCosts costs;
     auto add = [&](double params, int n, const GroupLink& group) {
-        const LinkPerformance link = m_perf.collective(group);
         if (params <= 0)
             return;
+        const LinkPerformance link = m_perf.collective(group);
         if (p.zero == 0) {
             costs.reduce += allReduceTime(gb * params, n, link);
             return;
@@ -475,6 +476,17 @@ DataParallelCosts CostModel::dataParallelCosts(int stage) const
     return costs;
 }
 
+namespace {
+
+// Buckets of a collective run one after another; all but the first can hide under `window` of
+// compute that produces (or consumes) them.
+double exposedBehind(double seconds, double window, double buckets)
+{
+    return std::max(seconds / buckets, seconds - window * (1.0 - 1.0 / buckets));
+}
+
+}  // namespace
+
 double CostModel::exposedReduction(const DataParallelCosts& dp, double window) const
 {
     // Buckets reduce one after another on the stage's communication queue, the first as soon as
@@ -483,7 +495,7 @@ double CostModel::exposedReduction(const DataParallelCosts& dp, double window) c
     // --overlap-grad-reduce, as the agent's DataParallel runs it).
     if (!m_spec.parallel.overlapGradReduce || m_spec.parallel.dp == 1)
         return dp.reduce;
-    return std::max(dp.reduce / dp.buckets, dp.reduce - window * (1.0 - 1.0 / dp.buckets));
+    return exposedBehind(dp.reduce, window, dp.buckets);
 }
 
 double CostModel::exposedGather(const DataParallelCosts& dp, double window) const
@@ -492,15 +504,14 @@ double CostModel::exposedGather(const DataParallelCosts& dp, double window) cons
     // bucket by bucket under the next step's first forward (Megatron's --overlap-param-gather).
     double gather = dp.gather;
     if (m_spec.parallel.overlapParamGather && dp.gather > 0)
-        gather = std::max(dp.gather / dp.buckets, dp.gather - window * (1.0 - 1.0 / dp.buckets));
+        gather = exposedBehind(dp.gather, window, dp.buckets);
     return gather + dp.layerGathers;
 }
 
-double CostModel::dataParallelTime() const
+double CostModel::dataParallelTime(const StageWork& first) const
 {
     // Without a simulated timeline: stage 0 finishes last in every schedule, its last backward is
     // the window the reduction hides under and its first forward the gather's.
-    const StageWork first = stageWork(0);
     const DataParallelCosts dp = dataParallelCosts(0);
     return exposedReduction(dp, first.backward + first.weightGrad) + exposedGather(dp, first.forward);
 }

@@ -219,6 +219,16 @@ public:
         return true;
     }
 
+    // A figure given in the unit users read (GB/s, us), stored in SI units: out = value x scale.
+    bool readScaled(std::string_view key, double& out, double scale, double min, double max, bool minExclusive = false)
+    {
+        double value = 0;
+        if (!readDouble(key, value, min, max, minExclusive))
+            return false;
+        out = value * scale;
+        return true;
+    }
+
     bool readBool(std::string_view key, bool& out)
     {
         const json* value = find(key);
@@ -405,19 +415,12 @@ void readCalibration(const json& object, const std::string& path, CalibrationSpe
     r.readString("source", cal.source, true);
     r.readDouble("matmul_efficiency", cal.matmulEfficiency, 0.0, 1.0, true);
     r.readDouble("attention_efficiency", cal.attentionEfficiency, 0.0, 1.0, true);
-    double value = 0;
-    if (r.readDouble("memory_bandwidth_GBps", value, 0.0, 1e6, true))
-        cal.memoryBandwidth = value * 1e9;
-    if (r.readDouble("kernel_overhead_us", value, 0.0, 1e6))
-        cal.kernelOverhead = value * 1e-6;
-    if (r.readDouble("intra_node_bus_bandwidth_GBps", value, 0.0, 1e6, true))
-        cal.intraBandwidth = value * 1e9;
-    if (r.readDouble("inter_node_bus_bandwidth_GBps", value, 0.0, 1e6, true))
-        cal.interBandwidth = value * 1e9;
-    if (r.readDouble("intra_node_latency_us", value, 0.0, 1e6))
-        cal.intraLatency = value * 1e-6;
-    if (r.readDouble("inter_node_latency_us", value, 0.0, 1e6))
-        cal.interLatency = value * 1e-6;
+    r.readScaled("memory_bandwidth_GBps", cal.memoryBandwidth, 1e9, 0.0, 1e6, true);
+    r.readScaled("kernel_overhead_us", cal.kernelOverhead, 1e-6, 0.0, 1e6);
+    r.readScaled("intra_node_bus_bandwidth_GBps", cal.intraBandwidth, 1e9, 0.0, 1e6, true);
+    r.readScaled("inter_node_bus_bandwidth_GBps", cal.interBandwidth, 1e9, 0.0, 1e6, true);
+    r.readScaled("intra_node_latency_us", cal.intraLatency, 1e-6, 0.0, 1e6);
+    r.readScaled("inter_node_latency_us", cal.interLatency, 1e-6, 0.0, 1e6);
     r.rejectUnknownKeys();
 }
 
@@ -449,15 +452,10 @@ void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError
     const bool hasDevices = r.readInt("devices_per_node", cluster.devicesPerNode, 1, 1024, !hasPreset);
     if (!r.readInt("nvlink_domain", cluster.nvlinkDomain, 1, 65536) && (hasNodes || hasDevices) && !hasPreset)
         cluster.nvlinkDomain = cluster.devicesPerNode;
-    double value = 0;
-    if (r.readDouble("intra_node_bandwidth_GBps", value, 0.0, 1e6, true))
-        cluster.intraBandwidth = value * 1e9;
-    if (r.readDouble("inter_node_bandwidth_GBps", value, 0.0, 1e6, true))
-        cluster.interBandwidth = value * 1e9;
-    if (r.readDouble("intra_node_latency_us", value, 0.0, 1e6))
-        cluster.intraLatency = value * 1e-6;
-    if (r.readDouble("inter_node_latency_us", value, 0.0, 1e6))
-        cluster.interLatency = value * 1e-6;
+    r.readScaled("intra_node_bandwidth_GBps", cluster.intraBandwidth, 1e9, 0.0, 1e6, true);
+    r.readScaled("inter_node_bandwidth_GBps", cluster.interBandwidth, 1e9, 0.0, 1e6, true);
+    r.readScaled("intra_node_latency_us", cluster.intraLatency, 1e-6, 0.0, 1e6);
+    r.readScaled("inter_node_latency_us", cluster.interLatency, 1e-6, 0.0, 1e6);
     r.readDouble("compute_efficiency", cluster.computeEfficiency, 0.0, 1.0, true);
     if (const json* calibration = r.object("calibration"))
         readCalibration(*calibration, r.pathOf("calibration"), cluster.calibration, errors);

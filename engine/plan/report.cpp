@@ -11,13 +11,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string printf1(const char* format, double value)
-{
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, format, value);
-    return buffer;
-}
-
 std::string pad(std::string text, std::size_t width, bool right = true)
 {
     if (text.size() >= width)
@@ -29,12 +22,12 @@ std::string pad(std::string text, std::size_t width, bool right = true)
 std::string formatCount(double n)
 {
     if (n >= 1e9)
-        return printf1("%.2f B", n / 1e9);
+        return formatNumber("%.2f B", n / 1e9);
     if (n >= 1e6)
-        return printf1("%.2f M", n / 1e6);
+        return formatNumber("%.2f M", n / 1e6);
     if (n >= 1e3)
-        return printf1("%.1f k", n / 1e3);
-    return printf1("%.0f", n);
+        return formatNumber("%.1f k", n / 1e3);
+    return formatNumber("%.0f", n);
 }
 
 std::string formatFlops(double flops)
@@ -45,7 +38,7 @@ std::string formatFlops(double flops)
         flops /= 1000;
         ++unit;
     }
-    return printf1("%.3g ", flops) + units[unit];
+    return formatNumber("%.3g ", flops) + units[unit];
 }
 
 json memoryToJson(const MemoryBreakdown& m)
@@ -100,7 +93,7 @@ std::string gantt(const SimulationResult& sim, int width)
                 row[std::size_t(first + 1)] = char('0' + t.op.microbatch % 10);
         }
         out << "  stage " << pad(std::to_string(s), 3, false) << "|" << row << "|  bubble "
-            << printf1("%.1f%%", 100.0 * sim.bubbleRatio[std::size_t(s)]) << "\n";
+            << formatNumber("%.1f%%", 100.0 * sim.bubbleRatio[std::size_t(s)]) << "\n";
     }
     return out.str();
 }
@@ -125,13 +118,20 @@ std::string formatBytes(double bytes)
     return buffer;
 }
 
+std::string formatNumber(const char* pattern, double value)
+{
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, pattern, value);
+    return buffer;
+}
+
 std::string formatSeconds(double seconds)
 {
     if (seconds >= 1)
-        return printf1("%.3f s", seconds);
+        return formatNumber("%.3f s", seconds);
     if (seconds >= 1e-3)
-        return printf1("%.2f ms", seconds * 1e3);
-    return printf1("%.1f us", seconds * 1e6);
+        return formatNumber("%.2f ms", seconds * 1e3);
+    return formatNumber("%.1f us", seconds * 1e6);
 }
 
 json errorsToJson(const std::vector<SpecError>& errors)
@@ -251,7 +251,7 @@ std::string planToText(const Plan& plan)
         out << "  " << pad(label, 9, false) << pad(formatCount(s.parameters), 11) << pad(formatBytes(s.memory.weights), 11)
             << pad(formatBytes(s.memory.grads), 11) << pad(formatBytes(s.memory.optimizer), 11)
             << pad(formatBytes(s.memory.activations), 13) << pad(formatBytes(s.memory.total()), 11)
-            << pad(printf1("%.0f%%", 100.0 * s.memory.total() / plan.deviceMemory), 11)
+            << pad(formatNumber("%.0f%%", 100.0 * s.memory.total() / plan.deviceMemory), 11)
             << (s.fits ? "" : "  DOES NOT FIT") << "\n";
         i = j + 1;
     }
@@ -270,12 +270,12 @@ std::string planToText(const Plan& plan)
         if (!plan.spec.cluster.calibration.empty())
             out << "         rates calibrated from " << plan.spec.cluster.calibration.source << "\n";
         out << "         " << formatFlops(plan.flopsPerStep) << " per step, "
-            << printf1("%.0f", plan.tokensPerSecond) << " tokens/s, MFU " << printf1("%.1f%%", 100.0 * plan.mfu) << "\n";
+            << formatNumber("%.0f", plan.tokensPerSecond) << " tokens/s, MFU " << formatNumber("%.1f%%", 100.0 * plan.mfu) << "\n";
     } else {
         out << "Unit costs F=" << plan.unitCosts->forward << " B=" << plan.unitCosts->backward
             << " W=" << plan.unitCosts->weightGrad << " (no communication): makespan " << plan.simulation.makespan << "\n";
     }
-    out << "Bubble   " << printf1("%.2f%%", 100.0 * plan.simulation.overallBubbleRatio)
+    out << "Bubble   " << formatNumber("%.2f%%", 100.0 * plan.simulation.overallBubbleRatio)
         << " of stage time (simulated)\n\n";
     out << "Timeline (F forward, B backward, W weight gradient, . idle)\n" << gantt(plan.simulation, 96);
     for (const std::string& w : plan.warnings)
@@ -311,7 +311,7 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
     out << "Cluster " << c.nodes << " x " << c.devicesPerNode << " " << c.device.kind << " = " << c.devices()
         << " devices, global batch " << result.globalBatch << " sequences of " << spec.model.seqLen << "\n";
     out << result.evaluated << " layouts priced in " << formatSeconds(result.evaluationSeconds) << " ("
-        << printf1("%.2f", result.evaluationSeconds > 0 ? double(result.evaluated) / result.evaluationSeconds / 1e6 : 0.0)
+        << formatNumber("%.2f", result.evaluationSeconds > 0 ? double(result.evaluated) / result.evaluationSeconds / 1e6 : 0.0)
         << " M/s), " << result.fitting << " fit in memory; best " << result.best.size()
         << " simulated in full, " << formatSeconds(result.totalSeconds) << " in all\n";
     if (result.refused > 0)
@@ -334,8 +334,8 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
             << pad(std::to_string(p.microBatchSize), 5) << pad(std::to_string(p.microbatches), 6)
             << pad(std::to_string(p.zero), 5) << pad(p.sequenceParallel ? "on" : "off", 4) << "  "
             << pad(std::string(recomputeName(p.recompute)), 10, false) << pad(std::string(scheduleName(p.schedule)), 12, false)
-            << pad(formatSeconds(cand.stepTime), 11) << pad(printf1("%.0f", cand.tokensPerSecond), 12)
-            << pad(printf1("%.1f%%", 100 * cand.mfu), 7) << pad(printf1("%.1f%%", 100 * cand.bubbleRatio), 8)
+            << pad(formatSeconds(cand.stepTime), 11) << pad(formatNumber("%.0f", cand.tokensPerSecond), 12)
+            << pad(formatNumber("%.1f%%", 100 * cand.mfu), 7) << pad(formatNumber("%.1f%%", 100 * cand.bubbleRatio), 8)
             << pad(formatBytes(cand.memoryBytes), 10) << "\n";
     }
     return out.str();

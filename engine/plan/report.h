@@ -36,5 +36,7 @@ ByteUnit byteUnitFor(double bytes);
 std::string formatBytes(double bytes);
 // "12.3 ms", "1.50 s".
 std::string formatSeconds(double seconds);
+// One number through a printf pattern, e.g. formatNumber("%.1f%%", 42.0).
+std::string formatNumber(const char* pattern, double value);
 
 }  // namespace meshbench::plan

@@ -151,7 +151,7 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                         if (memory > spec.cluster.device.memoryBytes)
                                             continue;
                                         ++result.fitting;
-                                        best.offer(p, makespan + costs.dataParallelTime() + costs.optimizerTime());
+                                        best.offer(p, makespan + costs.dataParallelTime(works.front()) + costs.optimizerTime());
                                     }
                                 }
                             }

@@ -4,11 +4,11 @@
 
 #include "plan/calibration.h"
 #include "plan/planner.h"
+#include "plan/report.h"
 #include "store/session_store.h"
 #include "wire/text.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -125,11 +125,10 @@ int runCalibrateCommand(const std::vector<std::string>& args)
         datasheet.cluster.calibration = {};
         fitted.cluster.calibration = result.calibration;
         const double before = plan::makePlan(datasheet).step.total, after = plan::makePlan(fitted).step.total;
-        char line[256];
-        std::snprintf(line, sizeof line, "%s: measured step %.2f ms; planned %.2f ms from the table (%+.0f%%), %.2f ms "
-                      "calibrated (%+.0f%%)\n", run.source.c_str(), run.stepSeconds * 1e3, before * 1e3,
-                      100 * (before / run.stepSeconds - 1), after * 1e3, 100 * (after / run.stepSeconds - 1));
-        std::cout << line;
+        const auto ms = [](double seconds) { return plan::formatNumber("%.2f ms", seconds * 1e3); };
+        const auto off = [&](double planned) { return plan::formatNumber("%+.0f%%", 100 * (planned / run.stepSeconds - 1)); };
+        std::cout << run.source << ": measured step " << ms(run.stepSeconds) << "; planned " << ms(before)
+                  << " from the table (" << off(before) << "), " << ms(after) << " calibrated (" << off(after) << ")\n";
     }
     const std::string profile = wire::jsonText(plan::toJson(result.calibration), 2) + "\n";
     if (out.empty()) {

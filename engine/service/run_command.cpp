@@ -24,23 +24,14 @@ constexpr const char* kUsage =
     "                            [--hostfile FILE] [--mpirun PATH] [--mpi-arg ARG]... [--heartbeat-timeout S]\n"
     "                            [--profile PROFILE.json] [--verbose]";
 
-std::string percent(std::optional<double> value)
+// A figure the run may not have (yet): "n/a" then.
+std::string optionalNumber(const char* pattern, std::optional<double> value, double scale)
 {
-    if (!value)
-        return "n/a";
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f%%", 100 * *value);
-    return text;
+    return value ? plan::formatNumber(pattern, scale * *value) : "n/a";
 }
 
-std::string milliseconds(std::optional<double> seconds)
-{
-    if (!seconds)
-        return "n/a";
-    char text[32];
-    std::snprintf(text, sizeof text, "%.0f ms", 1e3 * *seconds);
-    return text;
-}
+std::string percent(std::optional<double> value) { return optionalNumber("%.1f%%", value, 100); }
+std::string milliseconds(std::optional<double> seconds) { return optionalNumber("%.0f ms", seconds, 1e3); }
 
 // Progress on the terminal: one line per step, problems on stderr.
 class TerminalObserver : public RunObserver {
