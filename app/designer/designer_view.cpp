@@ -63,13 +63,14 @@ DesignerView::DesignerView(QWidget* parent) : QWidget(parent), m_document(new Jo
     layout->addWidget(columns, 1);
 
     connect(m_launch, &QPushButton::clicked, this, &DesignerView::requestLaunch);
-    connect(m_document, &JobDocument::planChanged, m_inspector, &PlanInspector::setPlan);
+    connect(m_document, &JobDocument::planChanged, m_inspector,
+            [this](const plan::Plan* plan) { m_inspector->setPlan(plan, m_document->datasheetPlan()); });
     connect(m_document, &JobDocument::specChanged, this, [this] {
         m_topology->setSpec(m_document->spec());
         updateStatus();
     });
     m_topology->setSpec(m_document->spec());
-    m_inspector->setPlan(m_document->plan());
+    m_inspector->setPlan(m_document->plan(), m_document->datasheetPlan());
     updateStatus();
 }
 

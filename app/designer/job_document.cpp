@@ -1,5 +1,7 @@
 #include "job_document.h"
 
+#include "live/session_measurements.h"
+#include "plan/calibration.h"
 #include "wire/text.h"
 
 #include <QElapsedTimer>
@@ -116,6 +118,25 @@ QStringList JobDocument::errorsAt(const QString& path) const
     return out;
 }
 
+bool JobDocument::calibrateFrom(const QStringList& sessions, QStringList* report, QString* error)
+{
+    try {
+        std::vector<plan::MeasuredRun> runs;
+        for (const QString& path : sessions)
+            runs.push_back(live::measureSession(path.toStdString()));
+        const plan::CalibrationResult result = plan::calibrate(runs);
+        if (report)
+            for (const std::string& line : result.report)
+                report->append(QString::fromStdString(line));
+        set(QStringLiteral("cluster.calibration"), plan::toJson(result.calibration));
+        return true;
+    } catch (const std::exception& e) {
+        if (error)
+            *error = QString::fromStdString(e.what());
+        return false;
+    }
+}
+
 void JobDocument::replan()
 {
     QElapsedTimer timer;
@@ -129,6 +150,12 @@ void JobDocument::replan()
     m_spec = loaded.spec;
     // makePlan's precondition is a valid layout; never call it otherwise.
     m_plan = loaded.valid() ? std::make_unique<plan::Plan>(plan::makePlan(*loaded.spec)) : nullptr;
+    m_datasheetPlan.reset();
+    if (m_plan && !loaded.spec->cluster.calibration.empty()) {
+        plan::JobSpec datasheet = *loaded.spec;
+        datasheet.cluster.calibration = {};
+        m_datasheetPlan = std::make_unique<plan::Plan>(plan::makePlan(datasheet));
+    }
     m_lastReplanMs = double(timer.nsecsElapsed()) / 1e6;
 
     const bool errorsDiffer = errors != m_errors;

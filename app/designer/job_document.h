@@ -51,6 +51,13 @@ public:
     const std::optional<plan::JobSpec>& spec() const { return m_spec; }
     // The plan; null while the spec or its layout has errors (not for the agent's refusals alone).
     const plan::Plan* plan() const { return m_plan.get(); }
+    // When the spec carries a calibration (cluster.calibration): the same job planned from the
+    // device table alone, to show beside the calibrated plan. Null otherwise.
+    const plan::Plan* datasheetPlan() const { return m_datasheetPlan.get(); }
+    // Fits the device's rates to stored sessions (plan::calibrate) and puts them in
+    // cluster.calibration, one re-plan. Returns false with the reason, leaving the document as it
+    // was, when a session cannot be read or holds nothing to fit; `report` gets calibrate's lines.
+    bool calibrateFrom(const QStringList& sessions, QStringList* report, QString* error);
     // Validation errors, then what the agent refuses.
     const QList<FieldError>& errors() const { return m_errors; }
     // Planned and free of errors: the agents would run it.
@@ -72,6 +79,7 @@ private:
     QString m_fileName;
     std::optional<plan::JobSpec> m_spec;
     std::unique_ptr<plan::Plan> m_plan;
+    std::unique_ptr<plan::Plan> m_datasheetPlan;
     QList<FieldError> m_errors;
     double m_lastReplanMs = 0;
 };

@@ -102,7 +102,7 @@ PlanInspector::PlanInspector(QWidget* parent) : QWidget(parent)
 
 QString PlanInspector::summaryText() const { return m_summary->text() + u'\n' + m_bubble->text(); }
 
-void PlanInspector::setPlan(const plan::Plan* plan)
+void PlanInspector::setPlan(const plan::Plan* plan, const plan::Plan* datasheet)
 {
     if (!plan) {
         for (QCPBars* bars : m_bars)
@@ -170,7 +170,11 @@ void PlanInspector::setPlan(const plan::Plan* plan)
             .arg(sec(b.total), sec(b.compute), sec(b.tensorComm), sec(b.expertComm), sec(b.pipelineBubble),
                  sec(b.dataParallelComm), sec(b.optimizer))
             .arg(percent(plan->mfu))
-            .arg(QString::number(plan->tokensPerSecond, 'f', 0)));
+            .arg(QString::number(plan->tokensPerSecond, 'f', 0)) +
+        (datasheet ? tr("\nRates calibrated from %1; from the device table alone: step %2, %3 tokens/s, MFU %4")
+                         .arg(text(plan->spec.cluster.calibration.source), sec(datasheet->step.total),
+                              QString::number(datasheet->tokensPerSecond, 'f', 0), percent(datasheet->mfu))
+                   : QString()));
     m_bubble->setText(plan->simulation.completed
                           ? tr("Schedule %1: planned bubble ratio %2")
                                 .arg(text(std::string(plan::scheduleName(plan->spec.parallel.schedule))),

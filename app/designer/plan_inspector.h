@@ -38,8 +38,9 @@ public:
     TimelineView* timeline() const { return m_timeline; }
 
 public slots:
-    // Null clears everything and says why nothing is shown. The plan is read during the call only.
-    void setPlan(const meshbench::plan::Plan* plan);
+    // Null clears everything and says why nothing is shown. With a datasheet plan (the same job
+    // without its calibration) the summary shows both predictions. Plans are read during the call only.
+    void setPlan(const meshbench::plan::Plan* plan, const meshbench::plan::Plan* datasheet = nullptr);
 
 private:
     QCustomPlot* m_plot;

@@ -178,6 +178,17 @@ void MainWindow::buildMenus()
     runBar->addAction(launchAction);
     runBar->addAction(stopAction);
     run->addSeparator();
+    run->addAction(tr("&Calibrate from Session..."), this, [this] {
+        const QStringList sessions = QFileDialog::getOpenFileNames(this, tr("Calibrate from Session"), sessionsDirectory(),
+                                                                   tr("Sessions (*.meshbench)"));
+        if (!sessions.isEmpty())
+            calibrateFrom(sessions);
+    });
+    run->addAction(tr("Plan from the &Device Table"), this, [this] {
+        m_designer->document()->set(QStringLiteral("cluster.calibration"), nullptr);
+        showMessage(tr("planning from the device table's rates"));
+    });
+    run->addSeparator();
     m_oneDevice = run->addAction(tr("Run on &One Device"));
     m_oneDevice->setCheckable(true);
     m_oneDevice->setToolTip(tr("Launch the designed model unsharded on one device: a baseline for the mesh"));
@@ -192,6 +203,21 @@ void MainWindow::buildMenus()
                               "sessions in %1</p>")
                                .arg(sessionsDirectory()));
     });
+}
+
+bool MainWindow::calibrateFrom(const QStringList& sessions)
+{
+    QStringList report;
+    QString error;
+    if (!m_designer->document()->calibrateFrom(sessions, &report, &error)) {
+        showMessage(tr("cannot calibrate: %1").arg(error));
+        if (isVisible())
+            QMessageBox::warning(this, tr("Cannot calibrate"), error);
+        return false;
+    }
+    showArea(Area::Designer);
+    showMessage(report.isEmpty() ? tr("calibrated") : report.front());
+    return true;
 }
 
 void MainWindow::openDialog(const QString& filter)

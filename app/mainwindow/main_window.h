@@ -31,6 +31,10 @@ public:
     // A job spec (.json) opens in the Designer, a session (.meshbench) in the Monitor. False with
     // the reason shown in the status bar (no dialog) when it cannot be opened.
     bool openFile(const QString& path);
+    // Calibrates the designed job's device from stored sessions (Run > Calibrate from Session):
+    // the Designer then shows the calibrated plan beside the device table's. False with the
+    // reason in the status bar (and a dialog when shown).
+    bool calibrateFrom(const QStringList& sessions);
     void showArea(Area area);
     // Saves a PNG of the window showing `area` (which stays shown); false with `error`.
     bool grabArea(Area area, const QString& path, QString* error = nullptr);

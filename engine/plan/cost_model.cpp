@@ -23,7 +23,8 @@ int ranksPerNode(const JobSpec& spec)
 LinkClasses linkClasses(const Mesh& mesh, const ClusterSpec& cluster)
 {
     auto link = [&](GroupKind kind) {
-        return GroupLink{groupsStayInDomain(mesh, kind, cluster), groupMembersPerDomain(mesh, kind, cluster)};
+        const bool inside = groupsStayInDomain(mesh, kind, cluster);
+        return GroupLink{inside, inside ? mesh.groupSize(kind) : groupMembersPerDomain(mesh, kind, cluster)};
     };
     return {link(GroupKind::Tensor), link(GroupKind::Pipeline), link(GroupKind::Data), link(GroupKind::Expert),
             link(GroupKind::ExpertData)};

@@ -122,12 +122,11 @@ bool groupsStayInDomain(const Mesh& mesh, GroupKind kind, const ClusterSpec& clu
 
 int groupMembersPerDomain(const Mesh& mesh, GroupKind kind, const ClusterSpec& cluster)
 {
+    // Rank 0 leads a group of every kind, and domains are contiguous rank ranges: its members
+    // 0, stride, 2 stride, ... below the domain's size share its domain.
     const int size = mesh.groupSize(kind);
-    if (groupsStayInDomain(mesh, kind, cluster))
-        return size;
-    // Rank 0 leads a group of every kind, and domains are contiguous rank ranges.
-    const int stride = mesh.groupStride(kind);
-    return std::clamp(cluster.nvlinkDomain / std::max(1, stride), 1, size);
+    const int stride = std::max(1, mesh.groupStride(kind));
+    return std::clamp((cluster.nvlinkDomain + stride - 1) / stride, 1, size);
 }
 
 std::vector<std::string> placementWarnings(const Mesh& mesh, const ClusterSpec& cluster)

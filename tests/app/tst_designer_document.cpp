@@ -2,6 +2,8 @@
 #include "designer/job_document.h"
 
 #include "plan/capability.h"
+#include "plan/planner.h"
+#include "store/session_store.h"
 
 #include <QElapsedTimer>
 #include <QSignalSpy>
@@ -12,6 +14,38 @@ using namespace meshbench::app;
 
 namespace {
 const QString kJobs = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/");
+
+// A one-rank run of `job` as the agent would have stored it: `steps` steps of `stepMs`, each
+// with one forward and one backward of `computeMs` in all.
+void writeSession(const std::string& path, const nlohmann::json& job, int steps, double stepMs, double computeMs)
+{
+    using namespace meshbench;
+    store::SessionHeader header;
+    header.name = "calibration test";
+    header.jobSpec = job.dump();
+    header.ranks = {store::RankInfo{0, 0, 0, 0, 0, 0, 0, "", 0}};
+    store::SessionWriter writer(path, header);
+    const auto ns = [](double ms) { return std::int64_t(ms * 1e6); };
+    for (int step = 1; step <= steps; ++step) {
+        const std::int64_t t = ns(stepMs) * step;
+        wire::SpanRecord forward;
+        forward.step = step;
+        forward.microbatch = 0;
+        forward.kind = wire::SpanKind::Forward;
+        forward.beginNs = t;
+        forward.endNs = t + ns(computeMs / 3);
+        wire::SpanRecord backward = forward;
+        backward.kind = wire::SpanKind::Backward;
+        backward.beginNs = forward.endNs;
+        backward.endNs = t + ns(computeMs);
+        wire::StepMetricsRecord metrics;
+        metrics.step = step;
+        metrics.beginNs = t;
+        metrics.endNs = t + ns(stepMs);
+        writer.append(wire::Batch{0, std::uint64_t(step), {forward, backward, metrics}});
+    }
+    writer.setOutcome({store::Outcome::Completed, "", -1, ns(stepMs) * (steps + 1)});
+}
 }
 
 class TestDesignerDocument : public QObject {
@@ -172,6 +206,55 @@ private slots:
         qInfo("%s: re-plan median %.2f ms, max %.2f ms (engine part %.2f ms)", qPrintable(file), ms[ms.size() / 2],
               ms.back(), doc.lastReplanMs());
         QVERIFY2(ms[ms.size() / 2] < 50, "re-planning must feel instant");
+    }
+
+    void calibratesFromASessionAndKeepsTheTablePlanBeside()
+    {
+        // One rank of the demo model on the cpu device, measured at 40 ms a step.
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "demo.json"));
+        doc.merge({{"parallel", {{"dp", 1}, {"pp", 1}, {"tp", 1}, {"ep", 1}}}, {"cluster", {{"devices_per_node", 1}}}});
+        QVERIFY(doc.plan());
+        QVERIFY(!doc.datasheetPlan());
+        const double tablePlan = doc.plan()->step.total;
+        QTemporaryDir dir;
+        const QString session = dir.filePath(QStringLiteral("run.meshbench"));
+        writeSession(session.toStdString(), doc.json(), 6, 40.0, 30.0);
+
+        QStringList report;
+        QString error;
+        QVERIFY2(doc.calibrateFrom({session}, &report, &error), qPrintable(error));
+        QVERIFY(!report.isEmpty());
+        QCOMPARE(QString::fromStdString(doc.value("cluster.calibration.source").get<std::string>()),
+                 QStringLiteral("run.meshbench"));
+        // The calibrated plan meets the measured step; the table's plan is kept beside it, unchanged.
+        QVERIFY2(std::abs(doc.plan()->step.total / 0.040 - 1) < 1e-3, qPrintable(QString::number(doc.plan()->step.total)));
+        QVERIFY(doc.datasheetPlan());
+        QCOMPARE(doc.datasheetPlan()->step.total, tablePlan);
+
+        // Back to the table: the calibration goes, and so does the second plan.
+        doc.set(QStringLiteral("cluster.calibration"), nullptr);
+        QVERIFY(!doc.datasheetPlan());
+        QCOMPARE(doc.plan()->step.total, tablePlan);
+    }
+
+    void aSessionThatCannotCalibrateLeavesTheDocumentAlone()
+    {
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "demo.json"));
+        QTemporaryDir dir;
+        QStringList report;
+        QString error;
+        const QString missing = dir.filePath(QStringLiteral("missing.meshbench"));
+        QVERIFY(!doc.calibrateFrom({missing}, &report, &error));
+        QVERIFY2(error.contains(QStringLiteral("missing.meshbench")), qPrintable(error));
+        // A session with no step past the first holds nothing to fit.
+        const QString empty = dir.filePath(QStringLiteral("empty.meshbench"));
+        writeSession(empty.toStdString(), doc.json(), 0, 40.0, 30.0);
+        QVERIFY(!doc.calibrateFrom({empty}, &report, &error));
+        QVERIFY2(error.contains(QStringLiteral("empty.meshbench")), qPrintable(error));
+        QVERIFY(doc.value("cluster.calibration").is_null());
+        QVERIFY(!doc.datasheetPlan());
     }
 };
 
