@@ -87,9 +87,9 @@ double estimatedMakespan(const ScheduleShape& shape, const std::vector<StageWork
     return m * slowest + (sumFill - slowestFill) / v + 2.0 * (shape.stages - 1) * transfer;
 }
 
-CostModel::CostModel(const JobSpec& spec, const LinkClasses& links)
+CostModel::CostModel(const JobSpec& spec, const LinkClasses& links, double busyShare)
     : m_spec(spec), m_links(links), m_params(countParameters(spec.model)),
-      m_perf(devicePerformance(spec.cluster, ranksPerNode(spec)))
+      m_perf(devicePerformance(spec.cluster, ranksPerNode(spec), busyShare))
 {
     m_dense = layerCosts(false);
     if (spec.model.moe.enabled())

@@ -88,7 +88,9 @@ double estimatedMakespan(const ScheduleShape& shape, const std::vector<StageWork
 // The spec is read at call time, except the per-stage parameter maxima taken at construction.
 class CostModel {
 public:
-    CostModel(const JobSpec& spec, const LinkClasses& links);
+    // busyShare: the share of the step the ranks compute, for devices whose ranks share cores
+    // (devicePerformance); 1 prices them as if always busy.
+    CostModel(const JobSpec& spec, const LinkClasses& links, double busyShare = 1.0);
 
     const ParameterCounts& parameters() const { return m_params; }
     // Parameters held by one GPU of a stage: the dense part (split by tp) and its experts (by tp x ep).

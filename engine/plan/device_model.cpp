@@ -56,6 +56,11 @@ constexpr double kCpuMatmulEfficiency = 0.60;
 constexpr double kCpuMemoryBandwidth = 8e9;
 constexpr double kCpuKernelOverhead = 1.5e-6;
 constexpr double kCpuAttentionEfficiency = 0.15;
+// Ranks beyond the cores also cost the ones computing: context switches and the caches they
+// share. Each rank per core beyond one slows every rank by this share; measured with dp4 x tp2 x
+// ep2 of the demo model (8 ranks, no pipeline, so all busy) on the 2-core CI machine, whose steps
+// took 1.47x what 2 ranks' rates shared four ways predict.
+constexpr double kCpuContentionPerRank = 0.16;
 
 // NCCL's bus bandwidth as a share of the line rate: 370 of 450 GB/s on NVLink 4 (8 x H100,
 // nccl-tests issue #212); InfiniBand NDR carries about 0.9 of its 400 Gb/s as payload.
@@ -77,7 +82,7 @@ double roundUp(double x, double unit) { return std::ceil(x / unit) * unit; }
 
 }  // namespace
 
-Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode)
+Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode, double busyShare)
 {
     const CalibrationSpec& cal = cluster.calibration;
     Performance perf;
@@ -91,9 +96,14 @@ Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode)
         d.memoryBandwidth = kCpuMemoryBandwidth;
         d.kernelOverhead = kCpuKernelOverhead;
         d.activationBytes = 4;
-        // Ranks beyond the node's cores share them: each gets cores / ranks of one.
+        // Ranks beyond the node's cores share them while they compute (a rank waiting in MPI
+        // yields its core): each gets cores / (ranks x their busy share) of one, less what the
+        // crowding costs.
         const double cores = std::max(1u, std::thread::hardware_concurrency());
-        d.rateShare = std::min(1.0, cores / std::max(1, ranksPerNode));
+        const double ranks = std::max(1, ranksPerNode);
+        const double competing = ranks * std::clamp(busyShare, 1.0 / ranks, 1.0);
+        const double crowding = 1.0 + kCpuContentionPerRank * std::max(0.0, ranks / cores - 1.0);
+        d.rateShare = std::min(1.0, cores / competing) / crowding;
     } else {
         const KernelRow& row = kernelRow(cluster.device.kind);
         d.matmulEfficiency = row.matmulEfficiency;

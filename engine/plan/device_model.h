@@ -23,7 +23,7 @@ struct DevicePerformance {
     double attentionBackwardRate = 0;  // the backward's FLOP rate relative to the forward's
     double memoryBandwidth = 0;        // bytes/s that streaming kernels reach
     double kernelOverhead = 0;         // seconds each kernel or CPU op costs beyond its work
-    double rateShare = 1;              // share of the device a rank gets (cpu: cores / ranks on the node)
+    double rateShare = 1;              // share of the device a rank gets (cpu: of a core, see devicePerformance)
     double activationBytes = 2;        // element size of activations: bf16, or fp32 for the cpu device
 };
 
@@ -53,8 +53,9 @@ struct Performance {
 };
 
 // The rates for a cluster, with its calibration applied. `ranksPerNode` is how many ranks of the
-// job share one node (the cpu device's cores are shared among them).
-Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode);
+// job share one node, and `busyShare` the share of the step they compute (one minus the pipeline
+// bubble): the cpu device's cores go to the ranks computing.
+Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode, double busyShare = 1.0);
 
 // Seconds for C[m x n] = A[m x k] B[k x n] at the device's rates: the larger of the arithmetic
 // (with its shape's efficiency) and the bytes of A, B and C, plus the kernel's overhead.

@@ -1,6 +1,7 @@
 #include "planner.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace meshbench::plan {
 
@@ -14,7 +15,8 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
     plan.worldSize = mesh.worldSize();
     plan.warnings = placementWarnings(mesh, spec.cluster);
 
-    const CostModel model(plan.spec, linkClasses(mesh, spec.cluster));
+    const LinkClasses links = linkClasses(mesh, spec.cluster);
+    const CostModel model(plan.spec, links);
     plan.parameters = model.parameters();
     plan.deviceMemory = spec.cluster.device.memoryBytes;
     double heaviest = -1;
@@ -49,6 +51,14 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
                                      split ? unitCosts->weightGrad * chunk : 0.0)
                   : model.opCosts();
     plan.simulation = simulate(plan.schedule, costs);
+    // Ranks that share cores get more of them while others wait in the bubble: price again with
+    // the simulated busy share (the bubble ratio itself does not depend on the common speed).
+    std::optional<CostModel> busyModel;
+    if (!unitCosts && model.performance().device.rateShare < 1.0 && plan.simulation.completed) {
+        busyModel.emplace(plan.spec, links, 1.0 - plan.simulation.overallBubbleRatio);
+        plan.simulation = simulate(plan.schedule, busyModel->opCosts());
+    }
+    const CostModel& timing = busyModel ? *busyModel : model;
 
     plan.flopsPerStep = model.flopsPerStep();
     StepBreakdown& step = plan.step;
@@ -58,7 +68,7 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
         for (int s = 1; s < p.pp; ++s)
             if (plan.simulation.busy[std::size_t(s)] > plan.simulation.busy[std::size_t(critical)])
                 critical = s;
-        const StageWork work = model.stageWork(critical);
+        const StageWork work = timing.stageWork(critical);
         const double m = p.microbatches;
         step.compute = m * work.compute;
         step.tensorComm = m * work.tensorComm;
@@ -80,13 +90,13 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
                     (op.op.kind == OpKind::Backward || op.op.kind == OpKind::WeightGrad))
                     lastBackward += op.end - op.begin;
             }
-            const DataParallelCosts dp = model.dataParallelCosts(s);
-            const double reduce = model.exposedReduction(dp, lastBackward + plan.simulation.makespan - finish);
-            const double gather = model.exposedGather(dp, firstForward);
-            const double stageEnd = finish + reduce + model.optimizerTime(s) + gather;
+            const DataParallelCosts dp = timing.dataParallelCosts(s);
+            const double reduce = timing.exposedReduction(dp, lastBackward + plan.simulation.makespan - finish);
+            const double gather = timing.exposedGather(dp, firstForward);
+            const double stageEnd = finish + reduce + timing.optimizerTime(s) + gather;
             if (stageEnd > end) {
                 end = stageEnd;
-                optimizer = model.optimizerTime(s);
+                optimizer = timing.optimizerTime(s);
                 exposedComm = std::max(0.0, stageEnd - plan.simulation.makespan - optimizer);
                 hiddenComm = dp.reduce + dp.gather + dp.layerGathers - reduce - gather;
             }
@@ -95,7 +105,7 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
         step.dataParallelComm = exposedComm;
         step.dataParallelHidden = std::max(0.0, hiddenComm);
         step.total = plan.simulation.makespan + step.dataParallelComm + step.optimizer;
-        plan.tokensPerSecond = model.tokensPerStep() / step.total;
+        plan.tokensPerSecond = timing.tokensPerStep() / step.total;
         // MFU as Megatron-LM reports it: model FLOPs / (step time x GPUs x peak).
         plan.mfu = plan.flopsPerStep / (step.total * plan.worldSize * spec.cluster.device.peakFlops);
     }

@@ -124,7 +124,6 @@ std::optional<ClusterSpec> clusterPreset(std::string_view name)
         c.interBandwidth = 5 * GB;
         c.intraLatency = 1e-6;
         c.interLatency = 1e-6;
-        c.computeEfficiency = 0.5;
         return c;
     }
     return std::nullopt;

@@ -8,6 +8,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <thread>
 
 using namespace meshbench::plan;
 using nlohmann::json;
@@ -97,6 +98,7 @@ private slots:
     void gemmRooflineByHand();
     void tensorParallelCommunicationBusBandwidth();
     void dataParallelRingsUseEveryNic();
+    void cpuRanksShareCoresWhileBusy();
     void estimateMatchesSimulationForEqualStages_data();
     void estimateMatchesSimulationForEqualStages();
 };
@@ -379,6 +381,33 @@ void TestCostModel::dataParallelRingsUseEveryNic()
     const CostModel wide(spec, linkClasses(Mesh(spec.parallel), spec.cluster));
     const double shard = 4.0 * wide.denseParametersOnStage(0);
     QCOMPARE_REL(wide.dataParallelCosts(0).reduce, 2 * 1 * 10e-6 + 2.0 * 1 / 2 * shard / 45e9, 1e-12);
+}
+
+void TestCostModel::cpuRanksShareCoresWhileBusy()
+{
+    // The cpu device: R ranks on C cores computing a share u of the step get C / (R u) of a core
+    // (at most one), less 16% per rank per core beyond one.
+    ClusterSpec cluster = *clusterPreset("local-cpu");
+    const double cores = std::max(1u, std::thread::hardware_concurrency());
+    for (int ranks : {1, 2, 4, 8, 16})
+        for (double busy : {1.0, 0.75, 0.5}) {
+            const double crowding = 1.0 + 0.16 * std::max(0.0, ranks / cores - 1.0);
+            const double expected = std::min(1.0, cores / (ranks * std::max(busy, 1.0 / ranks))) / crowding;
+            QCOMPARE_REL(devicePerformance(cluster, ranks, busy).device.rateShare, expected, 1e-12);
+        }
+    // A GPU is never shared.
+    QCOMPARE(devicePerformance(*clusterPreset("dgx-h100"), 8, 0.5).device.rateShare, 1.0);
+
+    // The planner prices an oversubscribed pipeline with its simulated busy share.
+    json doc = {{"model", {{"layers", 4}, {"hidden", 64}, {"heads", 4}, {"vocab", 256}, {"seq_len", 32}}},
+                {"parallel", {{"pp", 2}, {"dp", 4}, {"microbatches", 4}}},
+                {"cluster", {{"nodes", 1}, {"devices_per_node", 8}, {"device", "cpu"}}}};
+    const JobSpec spec = specFrom(doc);
+    const LinkClasses links = linkClasses(Mesh(spec.parallel), spec.cluster);
+    const Schedule schedule = buildSchedule(spec.parallel.scheduleShape());
+    const double bubble = simulate(schedule, CostModel(spec, links).opCosts()).overallBubbleRatio;
+    const CostModel busy(spec, links, 1.0 - bubble);
+    QCOMPARE_REL(makePlan(spec).simulation.busy[0], 4 * busy.stageWork(0).total(), 1e-12);
 }
 
 void TestCostModel::estimateMatchesSimulationForEqualStages_data()
