@@ -5,6 +5,10 @@
 //  3. a stack of GPT layers (pre-norm, multi-head attention with RoPE, GELU MLP of 4h) forward and
 //     backward in bf16 through the backend, as achieved TFLOP/s and MFU against the dense bf16 peak,
 //     and where its time goes (GEMMs, attention forward and backward, the rest).
+// With --megatron-shapes it times instead every per-GPU GEMM of Megatron-LM's weak-scaling runs
+// (megatron_weak_scaling.h: QKV, projection, fc1, fc2 and the output layer, forward, input and
+// weight gradient) through plain cuBLASLt, beside the TFLOP/s the planner prices the same shape at
+// on this device (plan/device_model.h): the device data the planner's GEMM model answers to.
 // Times are CUDA events around the work (the backend's time marks), medians of the repetitions
 // after a warm-up.
 //
@@ -16,10 +20,15 @@
 //
 // usage: bench_gpu [--hidden 4096] [--heads 32] [--seq 4096] [--batch 1] [--layers 4] [--reps 10]
 //                  [--peak-tflops 989]
+//        bench_gpu --megatron-shapes [--reps 5]
 // Exits 2 without a usable CUDA device, naming why.
+
+#include "megatron_weak_scaling.h"
 
 #include "kernels/backend_choice.h"
 #include "kernels/cuda/cuda_device.h"
+#include "plan/device_model.h"
+#include "plan/presets.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -40,11 +49,17 @@ namespace {
 struct Options {
     int hidden = 4096, heads = 32, seq = 4096, batch = 1, layers = 4, reps = 10;
     double peakTflops = 989;   // H100/H200 SXM dense bf16, the vendor's datasheet
+    bool megatronShapes = false;
 };
 
 bool parse(int argc, char** argv, Options& o)
 {
-    for (int i = 1; i + 1 < argc; i += 2) {
+    int i = 1;
+    if (argc > 1 && std::string(argv[1]) == "--megatron-shapes") {
+        o.megatronShapes = true;
+        i = 2;
+    }
+    for (; i + 1 < argc; i += 2) {
         const std::string key = argv[i];
         const double value = std::atof(argv[i + 1]);
         if (key == "--hidden") o.hidden = int(value);
@@ -56,7 +71,7 @@ bool parse(int argc, char** argv, Options& o)
         else if (key == "--peak-tflops") o.peakTflops = value;
         else return false;
     }
-    return argc % 2 == 1 && o.hidden % o.heads == 0 && o.reps > 0;
+    return i == argc && o.hidden % o.heads == 0 && o.reps > 0;
 }
 
 void check(cudaError_t status, const char* what)
@@ -169,6 +184,80 @@ private:
 
 double tflops(double flop, double seconds) { return flop / seconds * 1e-12; }
 
+// Seconds of one GEMM through plain cuBLASLt; A and B are random buffers at least as large as the
+// shape's operands (what they hold matters to the power draw, not which values).
+double plainSeconds(Backend& gpu, cublasLtHandle_t lt, void* workspace, std::size_t workspaceBytes, const GemmShape& s,
+                    DevPtr A, DevPtr B, int reps)
+{
+    const DevPtr C = gpu.allocate(std::size_t(s.M) * s.N, s.out);
+    PlainMatmul plain(lt, s, workspace, workspaceBytes);
+    const auto stream = static_cast<cudaStream_t>(cuda::computeStream(gpu));
+    const double seconds = medianSeconds(gpu, reps, [&] { plain.run(A.data, B.data, C.data, stream); });
+    gpu.release(C);
+    return seconds;
+}
+
+// One per-GPU GEMM of a Megatron run: which weight, and the pass's shape.
+struct MegatronGemm {
+    const char* weight;
+    GemmShape shape;
+};
+
+// A layer's QKV, projection, fc1 and fc2 and the output layer, each forward (x W^T), input gradient
+// (dy W) and weight gradient (dy^T x, fp32 out). The input is the whole sequence, gathered when
+// sequence-parallel; weights are split over tp as Megatron splits them.
+std::vector<MegatronGemm> megatronGemms(const meshbench::bench::MegatronRun& run)
+{
+    const int T = meshbench::bench::kMegatronSeq, h = run.hidden, t = run.tp;
+    struct Weight {
+        const char* name;
+        int n, k;   // the weight is [n, k]
+    };
+    const Weight weights[] = {{"qkv", 3 * h / t, h}, {"proj", h, h / t}, {"fc1", 4 * h / t, h}, {"fc2", h, 4 * h / t},
+                              {"logits", meshbench::bench::kMegatronVocab / t, h}};
+    std::vector<MegatronGemm> gemms;
+    for (const Weight& w : weights) {
+        gemms.push_back({w.name, {"fwd", false, true, T, w.n, w.k, DType::BF16}});
+        gemms.push_back({w.name, {"dgrad", false, false, T, w.k, w.n, DType::BF16}});
+        gemms.push_back({w.name, {"wgrad", true, false, w.n, w.k, T, DType::F32}});
+    }
+    return gemms;
+}
+
+// Each Megatron run's GEMMs through plain cuBLASLt beside the planner's price for the same shape on
+// a DGX H200's device table, and the run's sum over one layer and the output layer.
+void megatronShapes(Backend& gpu, cublasLtHandle_t lt, void* workspace, std::size_t workspaceBytes, int reps)
+{
+    using meshbench::bench::kMegatronRuns;
+    const meshbench::plan::DevicePerformance planned =
+        meshbench::plan::devicePerformance(*meshbench::plan::clusterPreset("dgx-h200"), 8).device;
+    std::size_t largest = 0;
+    for (const auto& run : kMegatronRuns)
+        for (const MegatronGemm& g : megatronGemms(run))
+            largest = std::max({largest, std::size_t(g.shape.M) * g.shape.K, std::size_t(g.shape.K) * g.shape.N});
+    const DevPtr A = randomBuffer(gpu, largest, DType::BF16, 1, 1), B = randomBuffer(gpu, largest, DType::BF16, 1, 2);
+    std::printf("\nTFLOP/s of plain cuBLASLt (measured) and of the planner's price for the shape (planned); ratio is "
+                "planned time over measured\n%-6s %-7s %-6s %7s %7s %7s %10s %10s %7s\n",
+                "run", "GEMM", "pass", "M", "N", "K", "measured", "planned", "ratio");
+    for (const auto& run : kMegatronRuns) {
+        double measuredSum = 0, plannedSum = 0;
+        for (const MegatronGemm& g : megatronGemms(run)) {
+            const GemmShape& s = g.shape;
+            const double measured = plainSeconds(gpu, lt, workspace, workspaceBytes, s, A, B, reps);
+            const double price = meshbench::plan::gemmTime(planned, s.M, s.N, s.K);
+            const double flop = 2.0 * s.M * s.N * double(s.K);
+            measuredSum += measured;
+            plannedSum += price;
+            std::printf("%-6s %-7s %-6s %7d %7d %7d %10.1f %10.1f %6.0f%%\n", run.size, g.weight, s.name, s.M, s.N, s.K,
+                        tflops(flop, measured), tflops(flop, price), 100 * price / measured);
+        }
+        std::printf("%-6s one layer and the output layer: measured %.3f ms, planned %.3f ms (%.0f%%)\n", run.size,
+                    measuredSum * 1e3, plannedSum * 1e3, 100 * plannedSum / measuredSum);
+    }
+    gpu.release(A);
+    gpu.release(B);
+}
+
 }  // namespace
 
 int main(int argc, char** argv)
@@ -176,7 +265,8 @@ int main(int argc, char** argv)
     Options o;
     if (!parse(argc, argv, o)) {
         std::fprintf(stderr, "usage: bench_gpu [--hidden H] [--heads N] [--seq S] [--batch B] [--layers L] [--reps R] "
-                             "[--peak-tflops P]   (hidden divisible by heads)\n");
+                             "[--peak-tflops P]   (hidden divisible by heads)\n"
+                             "       bench_gpu --megatron-shapes [--reps R]\n");
         return 2;
     }
     const DeviceStatus device = cudaDeviceStatus();
@@ -198,6 +288,12 @@ int main(int argc, char** argv)
     const std::size_t workspaceBytes = std::size_t(32) << 20;
     void* workspace = nullptr;
     check(cudaMalloc(&workspace, workspaceBytes), "cudaMalloc");
+    if (o.megatronShapes) {
+        megatronShapes(gpu, lt, workspace, workspaceBytes, o.reps);
+        cudaFree(workspace);
+        cublasLtDestroy(lt);
+        return 0;
+    }
     const GemmShape shapes[] = {
         {"attn proj fwd  [T,h]x[h,h]^T", false, true, T, h, h, DType::BF16},
         {"mlp up fwd     [T,h]x[4h,h]^T", false, true, T, f, h, DType::BF16},

@@ -6,7 +6,9 @@
 #   (a) tst_cuda_kernels: every CUDA kernel against the CPU's, fp32 and bf16;
 #   (b) the demo model on backend cuda against backend cpu, 20 steps, losses to 1e-4 relative;
 #   (c) 2 and 4 ranks sharing the GPU (MPI with host staging) against one device, 20 steps;
-#   (d) bench_gpu: the layer stack's TFLOP/s and MFU, each GEMM beside plain cuBLASLt, attention.
+#   (d) bench_gpu: the layer stack's TFLOP/s and MFU, each GEMM beside plain cuBLASLt, attention;
+#   (e) bench_gpu --megatron-shapes: Megatron-LM's weak-scaling GEMMs through cuBLASLt beside the
+#       planner's price for each (the device data bench_megatron_mfu's residuals need).
 # The bf16-against-fp32 model run is not here: the model's bf16 path is not written yet.
 #
 # usage: tests/device/check.sh OUT_DIR
@@ -115,6 +117,11 @@ done
 timeout 150 "$bin/bench_gpu" --layers 2 --reps 3 > "$out/bench_gpu.txt" 2>&1
 record "d bench_gpu" $? "$(grep -E '^layer stack' "$out/bench_gpu.txt")"
 cat "$out/bench_gpu.txt"
+
+# (e)
+timeout 120 "$bin/bench_gpu" --megatron-shapes --reps 5 > "$out/megatron_shapes.txt" 2>&1
+record "e megatron GEMM shapes" $? "$(grep -c 'one layer' "$out/megatron_shapes.txt") runs timed"
+grep 'one layer' "$out/megatron_shapes.txt"
 
 echo "check: results in $out"
 exit "$failed"
