@@ -3,6 +3,7 @@
 # Run as root or through sudo. CUDA is optional and is picked up from /usr/local/cuda when present.
 # python3-torch is for the tests only: they check that PyTorch reproduces our training losses.
 # clang and libclang-rt-dev (libFuzzer) are for the tests only: the wire decoder's fuzz target.
+# iproute2 and util-linux are for the tests only: the test hosts (network namespaces, unshare).
 set -euo pipefail
 
 packages=(
@@ -17,6 +18,7 @@ packages=(
   xvfb xauth
   python3-torch python3-numpy
   clang libclang-rt-dev
+  iproute2 util-linux
 )
 
 missing=()
