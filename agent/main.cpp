@@ -41,6 +41,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: meshbench-agent --job JOB.json [--steps N] [--save DIR] [--save-every N] [--load CHECKPOINT]\n"
     "                       [--metrics FILE] [--spans FILE] [--threads N] [--telemetry ENDPOINT]\n"
+    "                       [--clock ENDPOINT]\n"
     "\n"
     "  --steps N        optimizer steps to run (default: the job's train.steps)\n"
     "  --save DIR       write DIR/step-NNNNNN.safetensors at the start, every --save-every steps, and at the end\n"
@@ -51,7 +52,9 @@ constexpr const char* kUsage =
     "  --threads N      OpenBLAS threads (default 1)\n"
     "  --telemetry ENDPOINT\n"
     "                   stream spans, expert loads, memory, step metrics and heartbeats to a\n"
-    "                   meshbench-engine collector (ZeroMQ, e.g. tcp://host:port)\n";
+    "                   meshbench-engine collector (ZeroMQ, e.g. tcp://host:port)\n"
+    "  --clock ENDPOINT the engine's clock server: the stream then carries this rank's clock offset\n"
+    "                   to the engine's, measured at the start and every few seconds\n";
 
 struct Options {
     std::string job;
@@ -62,6 +65,7 @@ struct Options {
     std::string metrics;
     std::string spans;
     std::string telemetry;
+    std::string clock;
     int threads = 1;
 };
 
@@ -340,7 +344,7 @@ int main(int argc, char** argv)
             return 0;
         }
         if (a != "--job" && a != "--steps" && a != "--save" && a != "--save-every" && a != "--load" &&
-            a != "--metrics" && a != "--spans" && a != "--threads" && a != "--telemetry")
+            a != "--metrics" && a != "--spans" && a != "--threads" && a != "--telemetry" && a != "--clock")
             return usageError("unknown option '" + a + "'");
         if (!hasValue)
             return usageError(a + " needs a value");
@@ -358,6 +362,8 @@ int main(int argc, char** argv)
             options.spans = value;
         } else if (a == "--telemetry") {
             options.telemetry = value;
+        } else if (a == "--clock") {
+            options.clock = value;
         } else if (!parseCount(value, a == "--steps" ? 0 : 1, count)) {
             return usageError(a + " needs a whole number, got '" + value + "'");
         } else if (a == "--steps") {
@@ -379,9 +385,12 @@ int main(int argc, char** argv)
     if (!options.telemetry.empty()) {
         const char* localRank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
         try {
-            telemetry = std::make_unique<agent::TelemetrySender>(agent::TelemetryOptions{
-                options.telemetry, std::uint32_t(mpi ? mpi->worldRank() : 0),
-                !localRank || std::string(localRank) == "0"});
+            agent::TelemetryOptions telemetryOptions;
+            telemetryOptions.endpoint = options.telemetry;
+            telemetryOptions.rank = std::uint32_t(mpi ? mpi->worldRank() : 0);
+            telemetryOptions.sampleNode = !localRank || std::string(localRank) == "0";
+            telemetryOptions.clockEndpoint = options.clock;
+            telemetry = std::make_unique<agent::TelemetrySender>(std::move(telemetryOptions));
         } catch (const std::exception& e) {
             std::cerr << who << e.what() << "\n";
             return 2;

@@ -1,5 +1,6 @@
 #include "telemetry_sender.h"
 
+#include "clock_sync.h"
 #include "nvml.h"
 
 #include <zmq.hpp>
@@ -67,6 +68,7 @@ std::vector<wire::NodeSampleRecord> sampleNode()
 struct TelemetrySender::Socket {
     zmq::context_t context{1};
     zmq::socket_t push{context, zmq::socket_type::push};
+    std::optional<ClockSync> clock;
 };
 
 TelemetrySender::TelemetrySender(TelemetryOptions options)
@@ -85,6 +87,8 @@ TelemetrySender::TelemetrySender(TelemetryOptions options)
         throw std::runtime_error("cannot connect telemetry to '" + m_options.endpoint + "': " + e.what() +
                                  " (expected an endpoint such as tcp://host:port or ipc:///path)");
     }
+    if (!m_options.clockEndpoint.empty())
+        m_socket->clock.emplace(m_socket->context, m_options.clockEndpoint, m_options.rank);
     // Queued before anything can be posted, so the stream always opens with them and they take a
     // known place in the bounded queue.
     if (m_options.sampleNode)
@@ -161,7 +165,21 @@ void TelemetrySender::run()
     std::vector<std::uint8_t> frame;       // encoded but refused by a full socket: resent as is
     std::size_t frameRecords = 0;
     auto nextHeartbeat = Clock::now() + m_options.heartbeatInterval;
+    auto nextClock = Clock::now() + kClockInterval;
     std::optional<Clock::time_point> deadline;
+    // Before anything else leaves, so that the engine has the rank's clock for every record after.
+    if (m_socket->clock) {
+        std::optional<wire::ClockOffsetRecord> offset = m_socket->clock->measure();
+        if (offset)
+            backlog.push_back(*offset);
+        else
+            backlog.push_back(wire::LogRecord{wire::wallAlignedNowNs(), wire::LogLevel::Warning,
+                                              "telemetry: the engine's clock at " + m_options.clockEndpoint +
+                                                  " did not answer; this rank's times stay on its own clock until "
+                                                  "it does"});
+        std::lock_guard lock(m_mutex);
+        ++m_queued;
+    }
 
     auto sendFrame = [&]() -> bool {
         if (frame.empty())
@@ -236,6 +254,11 @@ void TelemetrySender::run()
                     addOwn(std::move(sample));
             addOwn(heartbeat(wire::RankState::Running, 0));
             nextHeartbeat = Clock::now() + m_options.heartbeatInterval;
+        }
+        if (!finishing && m_socket->clock && Clock::now() >= nextClock) {
+            if (std::optional<wire::ClockOffsetRecord> offset = m_socket->clock->measure())
+                addOwn(*offset);
+            nextClock = Clock::now() + kClockInterval;
         }
         while (sendFrame() && !backlog.empty())
             encodeNext();

@@ -6,7 +6,8 @@
 // every heartbeat, so the engine knows the loss exactly.
 // The stream opens with a Starting heartbeat; heartbeats then go out every second (with a node
 // sample when this rank samples its node). The last heartbeat says how the rank ended: finished,
-// failed (exit status) or terminated (signal).
+// failed (exit status) or terminated (signal). With the engine's clock endpoint, the stream opens
+// with this rank's clock offset (ClockSync) and carries a new one every kClockInterval.
 
 #include "wire/telemetry.h"
 
@@ -29,6 +30,7 @@ struct TelemetryOptions {
     std::size_t queueCapacity = 1u << 20;      // records
     std::chrono::milliseconds heartbeatInterval{1000};
     std::chrono::milliseconds finishTimeout{5000};   // how long finish() waits for the collector
+    std::string clockEndpoint{};               // the engine's clock server; empty: no offsets
 };
 
 // A node's samples, all at one time: first the host's memory from /proc/meminfo (device -1), then
@@ -38,6 +40,10 @@ std::vector<wire::NodeSampleRecord> sampleNode();
 
 class TelemetrySender {
 public:
+    // Often enough to follow a drifting clock (NTP keeps drift to tens of ppm: under a
+    // microsecond per interval), seldom enough to cost nothing.
+    static constexpr std::chrono::seconds kClockInterval{5};
+
     // Connects (ZeroMQ connects lazily: an absent collector only delays delivery). Throws
     // std::runtime_error naming the endpoint if it is not a valid ZeroMQ endpoint.
     explicit TelemetrySender(TelemetryOptions options);

@@ -29,13 +29,17 @@ Collector::Collector(zmq::context_t& context, const std::string& bind, std::uint
     }
 }
 
-std::string Collector::endpoint() const
+std::string reachableEndpoint(const zmq::socket_t& socket)
 {
-    std::string endpoint = m_socket.get(zmq::sockopt::last_endpoint);
-    // A wildcard bind is reached through this host's name.
+    std::string endpoint = socket.get(zmq::sockopt::last_endpoint);
     if (const auto at = endpoint.find("0.0.0.0"); at != std::string::npos)
         endpoint.replace(at, 7, wire::localHostName());
     return endpoint;
+}
+
+std::string Collector::endpoint() const
+{
+    return reachableEndpoint(m_socket);
 }
 
 void Collector::engineLog(wire::LogLevel level, std::string text)
@@ -65,6 +69,8 @@ void Collector::receive()
                 engineLog(wire::LogLevel::Warning, "collector: " + problem);
             else if (m_problems == kReportedProblems + 1)
                 engineLog(wire::LogLevel::Warning, "collector: more problems with incoming frames; counting them only");
+        for (std::string& note : accepted.notes)
+            engineLog(wire::LogLevel::Info, "collector: " + note);
         if (!accepted.batch)
             continue;
         const wire::Batch& batch = *accepted.batch;

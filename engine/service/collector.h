@@ -15,6 +15,10 @@
 
 namespace meshbench::service {
 
+// A socket's bound endpoint as agents reach it: a wildcard address (0.0.0.0) becomes this host's
+// name.
+std::string reachableEndpoint(const zmq::socket_t& socket);
+
 class Collector {
 public:
     // Binds `bind` (e.g. tcp://127.0.0.1:*); throws std::runtime_error naming it when it cannot.

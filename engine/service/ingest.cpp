@@ -1,10 +1,48 @@
 #include "ingest.h"
 
+#include "plan/report.h"
+
+#include <cstdlib>
+#include <type_traits>
 #include <variant>
 
 namespace meshbench::service {
+namespace {
 
-Ingest::Ingest(std::uint32_t worldSize) : m_liveness(worldSize), m_traffic(worldSize), m_nextSequence(worldSize, 0)
+// A clock this far from the engine's is named in the log when its first offset arrives.
+constexpr std::int64_t kNotableOffsetNs = 1'000'000;
+
+// Moves a record's times onto the engine's clock (a clock offset's too, after it was counted); a
+// span and a step keep their exact durations.
+void toEngineClock(wire::Record& record, const wire::RankClock& clock)
+{
+    std::visit(
+        [&clock](auto& r) {
+            using T = std::decay_t<decltype(r)>;
+            if constexpr (std::is_same_v<T, wire::SpanRecord>) {
+                const std::int64_t offset = clock.offsetAt(r.beginNs);
+                r.beginNs -= offset;
+                r.endNs -= offset;
+            } else if constexpr (std::is_same_v<T, wire::StepMetricsRecord>) {
+                const std::int64_t offset = clock.offsetAt(r.endNs);
+                r.beginNs -= offset;
+                r.endNs -= offset;
+            } else if constexpr (!std::is_same_v<T, wire::ExpertLoadRecord>) {
+                r.timeNs = clock.toEngine(r.timeNs);
+            }
+        },
+        record);
+}
+
+std::string milliseconds(std::int64_t ns)
+{
+    return plan::formatNumber("%+.1f ms", double(ns) * 1e-6);
+}
+
+}  // namespace
+
+Ingest::Ingest(std::uint32_t worldSize)
+    : m_liveness(worldSize), m_traffic(worldSize), m_nextSequence(worldSize, 0), m_clocks(worldSize)
 {
     for (std::uint32_t r = 0; r < worldSize; ++r)
         m_traffic[r].rank = std::int32_t(r);
@@ -56,6 +94,19 @@ Ingest::Accepted Ingest::accept(std::span<const std::uint8_t> frame, std::int64_
     RankLiveness& live = m_liveness[batch.rank];
     live.everHeard = true;
     live.lastHeardNs = nowNs;
+    wire::RankClock& clock = m_clocks[batch.rank];
+    for (wire::Record& record : batch.records) {
+        if (const auto* offset = std::get_if<wire::ClockOffsetRecord>(&record)) {
+            if (!clock.known() && std::abs(offset->offsetNs) >= kNotableOffsetNs)
+                out.notes.push_back("rank " + std::to_string(batch.rank) + "'s clock is " +
+                                    milliseconds(offset->offsetNs) + " from the engine's (measured to " +
+                                    milliseconds(offset->roundTripNs / 2).substr(1) +
+                                    "); its times are moved onto the engine's clock");
+            clock.add(offset->timeNs, offset->offsetNs);
+        }
+        if (clock.known())
+            toEngineClock(record, clock);
+    }
     for (const wire::Record& record : batch.records)
         if (const auto* h = std::get_if<wire::HeartbeatRecord>(&record)) {
             if (wire::isFinal(h->state) && live.endedNs == 0)

@@ -3,9 +3,12 @@
 // checked here before anything is stored. A malformed frame, a frame from a rank outside the job,
 // a gap or a repeat in a rank's sequence numbers each become a problem in words; nothing is ever
 // thrown for what arrives from the network. Per rank it keeps what was received and lost and the
-// last heartbeat, which failure detection reads.
+// last heartbeat, which failure detection reads, and its clock: the rank's records are moved onto
+// the engine's clock with the offsets it measured (wire::RankClock), all but the offsets
+// themselves, which are stored as sent.
 
 #include "store/session_store.h"
+#include "wire/clock.h"
 #include "wire/telemetry.h"
 
 #include <cstdint>
@@ -37,12 +40,14 @@ public:
     struct Accepted {
         std::optional<wire::Batch> batch;       // records to store, when the frame was good
         std::vector<std::string> problems;      // what was wrong, one line each (empty when fine)
+        std::vector<std::string> notes;         // worth a line in the log: a clock far from the engine's
     };
     // nowNs: the engine's clock when the frame arrived.
     Accepted accept(std::span<const std::uint8_t> frame, std::int64_t nowNs);
 
     std::uint32_t worldSize() const { return std::uint32_t(m_liveness.size()); }
     const RankLiveness& liveness(std::uint32_t rank) const { return m_liveness[rank]; }
+    const wire::RankClock& clock(std::uint32_t rank) const { return m_clocks[rank]; }
     std::vector<store::RankTraffic> traffic() const;
     std::uint64_t rejectedFrames() const { return m_rejectedFrames; }
     // Records lost on the way or dropped by agents, over all ranks.
@@ -52,6 +57,7 @@ private:
     std::vector<RankLiveness> m_liveness;
     std::vector<store::RankTraffic> m_traffic;
     std::vector<std::uint64_t> m_nextSequence;
+    std::vector<wire::RankClock> m_clocks;
     std::uint64_t m_rejectedFrames = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "job_runner.h"
 
+#include "clock_server.h"
 #include "collector.h"
 #include "launcher.h"
 
@@ -175,7 +176,8 @@ public:
           m_spec(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
           m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_aggregator(m_spec, &m_plan),
           m_observer(observer, m_result, int(m_world)),
-          m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer)
+          m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer),
+          m_clock(m_context, clockBindBeside(request.collectorBind))
     {
         m_lastStep = request.steps.value_or(request.spec.train.steps);
     }
@@ -219,6 +221,7 @@ private:
     SummaryObserver m_observer;
     zmq::context_t m_context{1};
     Collector m_collector;
+    ClockServer m_clock;
     std::unique_ptr<store::SessionWriter> m_writer;
     LauncherReport m_launcherReport;
     int m_lastStep = 0;               // the step every rank's last heartbeat says when the job completes
@@ -245,7 +248,8 @@ store::SessionHeader Run::header() const
 
 std::vector<std::string> Run::launchCommand(const std::string& collector) const
 {
-    std::vector<std::string> agent{m_request.agent, "--job", m_request.jobPath, "--telemetry", collector};
+    std::vector<std::string> agent{m_request.agent, "--job",   m_request.jobPath,  "--telemetry",
+                                   collector,       "--clock", m_clock.endpoint()};
     if (m_request.steps)
         agent.insert(agent.end(), {"--steps", std::to_string(*m_request.steps)});
     if (m_request.oneDevice)
@@ -457,8 +461,7 @@ std::string Run::rootHint() const
 RunResult Run::execute()
 {
     // The collector was bound before the session exists and the job starts, so nothing is lost.
-    const std::string collector =
-        m_request.collectorAddress.empty() ? m_collector.endpoint() : m_request.collectorAddress;
+    const std::string collector = m_collector.endpoint();
     m_writer = std::make_unique<store::SessionWriter>(m_request.sessionPath, header());
     m_collector.attach(*m_writer);
     m_result.sessionPath = m_writer->path();

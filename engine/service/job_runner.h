@@ -31,8 +31,7 @@ struct RunRequest {
     std::string specText;                 // stored verbatim
     plan::JobSpec spec;
     std::string sessionPath;
-    std::string collectorBind = "tcp://127.0.0.1:*";
-    std::string collectorAddress;         // what agents connect to; empty: the bound endpoint
+    std::string collectorBind = "tcp://127.0.0.1:*";   // the clock server binds beside it
     std::string mpirun = "mpirun";
     std::vector<std::string> mpirunArgs;  // e.g. --hostfile FILE
     std::string agent;                    // meshbench-agent executable

@@ -86,6 +86,10 @@ CREATE TABLE heartbeats(
   step INTEGER NOT NULL, pid INTEGER NOT NULL, detail INTEGER NOT NULL, dropped_records INTEGER NOT NULL,
   host TEXT NOT NULL);
 CREATE INDEX heartbeats_by_time ON heartbeats(time_ns);
+CREATE TABLE clock_offsets(
+  seq INTEGER PRIMARY KEY, rank INTEGER NOT NULL, time_ns INTEGER NOT NULL, offset_ns INTEGER NOT NULL,
+  round_trip_ns INTEGER NOT NULL);
+CREATE INDEX clock_offsets_by_time ON clock_offsets(time_ns);
 )sql";
 
 // WAL so readers see committed data while the writer goes on and a killed writer loses only the
@@ -117,5 +121,8 @@ inline constexpr std::string_view kInsertLog =
 inline constexpr std::string_view kInsertHeartbeat =
     "INSERT INTO heartbeats(seq, rank, time_ns, state, step, pid, detail, dropped_records, host) "
     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+inline constexpr std::string_view kInsertClockOffset =
+    "INSERT INTO clock_offsets(seq, rank, time_ns, offset_ns, round_trip_ns) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 }  // namespace meshbench::store::schema

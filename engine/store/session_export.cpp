@@ -506,6 +506,16 @@ void writeHeartbeats(const SessionReader& session, const std::filesystem::path& 
     csv.close();
 }
 
+void writeClocks(const SessionReader& session, const std::filesystem::path& dir)
+{
+    CsvFile csv(dir, "clocks.csv", "rank,time_ns,offset_ns,round_trip_ns");
+    for (const auto& [rank, c] : session.clockOffsets()) {
+        csv << rank << c.timeNs << c.offsetNs << c.roundTripNs;
+        csv.endRow();
+    }
+    csv.close();
+}
+
 void writeRanks(const SessionReader& session, const std::filesystem::path& dir)
 {
     CsvFile csv(dir, "ranks.csv", "rank,dp,pp,tp,ep,node,local_device,host,pid");
@@ -542,7 +552,7 @@ void exportCsv(const SessionReader& session, const std::string& outDir)
         throw ExportError("cannot write CSV files into " + detail::quoted(outDir) + ": " +
                          (error ? error.message() : std::string("it is not a folder")));
     for (auto* write : {writeSession, writeSteps, writeSpans, writeExpertLoads, writeMemory, writeNodes, writeLogs,
-                        writeHeartbeats, writeRanks, writeTraffic})
+                        writeHeartbeats, writeClocks, writeRanks, writeTraffic})
         write(session, dir);
 }
 

@@ -46,6 +46,7 @@ constexpr std::string_view kSelectNodeSamples =
 constexpr std::string_view kSelectLogs = "SELECT time_ns, seq, rank, level, text FROM logs";
 constexpr std::string_view kSelectHeartbeats =
     "SELECT time_ns, seq, rank, state, step, pid, detail, dropped_records, host FROM heartbeats";
+constexpr std::string_view kSelectClockOffsets = "SELECT time_ns, seq, rank, offset_ns, round_trip_ns FROM clock_offsets";
 
 // The earliest begin of a span that reaches `time` when no span is longer than maxSpan. The
 // writer clamps durations to int64's maximum, so that value bounds nothing.
@@ -127,6 +128,11 @@ wire::LogRecord decodeLog(const Statement& row)
     log.level = row.enumerator<wire::LogLevel>(kFirstField, int(wire::LogLevel::Error) + 1);
     log.text = row.text(kFirstField + 1);
     return log;
+}
+
+wire::ClockOffsetRecord decodeClockOffset(const Statement& row)
+{
+    return {row.int64(0), row.int64(kFirstField), row.int64(kFirstField + 1)};
 }
 
 wire::HeartbeatRecord decodeHeartbeat(const Statement& row)
@@ -438,6 +444,7 @@ struct SessionReader::Impl {
         // Cheap extra defence against corrupt pages: SQLite checks each cell's size as it reads it.
         db.exec("PRAGMA cell_size_check = ON", "setting up the reader");
         header = readHeader(db);
+        hasClockOffsets = pragmaValue(db, "user_version") >= 2;
     }
 
     // Ranks that have spans, by walking the spans' primary key from one rank to the next.
@@ -452,6 +459,7 @@ struct SessionReader::Impl {
     const struct stat file;
     const Connection db;
     SessionHeader header;
+    bool hasClockOffsets = false;   // format 2 on
 };
 
 std::vector<std::uint32_t> SessionReader::Impl::spanRanks() const
@@ -642,6 +650,14 @@ std::vector<FromRank<wire::HeartbeatRecord>> SessionReader::heartbeats() const
                                           "reading heartbeats", decodeHeartbeat);
 }
 
+std::vector<FromRank<wire::ClockOffsetRecord>> SessionReader::clockOffsets() const
+{
+    if (!m_impl->hasClockOffsets)
+        return {};
+    return readAll<wire::ClockOffsetRecord>(m_impl->db, sql(kSelectClockOffsets, "ORDER BY time_ns, seq"),
+                                            "reading clock offsets", decodeClockOffset);
+}
+
 std::uint64_t SessionReader::spanCount() const
 {
     return static_cast<std::uint64_t>(m_impl->spanStats().second);
@@ -669,6 +685,10 @@ void SessionReader::forEachRecord(const RecordVisitor& visit, std::int64_t from)
         db, sql(kSelectLogs, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading log lines", decodeLog)));
     cursors.push_back(fromOn(std::make_unique<RowCursor<wire::HeartbeatRecord>>(
         db, sql(kSelectHeartbeats, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading heartbeats", decodeHeartbeat)));
+    if (m_impl->hasClockOffsets)
+        cursors.push_back(fromOn(std::make_unique<RowCursor<wire::ClockOffsetRecord>>(
+            db, sql(kSelectClockOffsets, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading clock offsets",
+            decodeClockOffset)));
     merge(cursors, [&](const Cursor& cursor) { cursor.visit(visit); });
 }
 

@@ -23,7 +23,8 @@
 
 namespace meshbench::store {
 
-constexpr std::int32_t kSchemaVersion = 1;
+// Format 2 adds clock_offsets; a format-1 file reads as one without clock offsets.
+constexpr std::int32_t kSchemaVersion = 2;
 constexpr std::int32_t kApplicationId = 0x4D534842;   // "MSHB"
 
 // Anything wrong with a session file: missing, not SQLite, not a session, corrupt, too new,
@@ -167,6 +168,9 @@ public:
     std::vector<FromRank<wire::NodeSampleRecord>> nodeSamples() const;
     std::vector<FromRank<wire::LogRecord>> logs() const;
     std::vector<FromRank<wire::HeartbeatRecord>> heartbeats() const;
+    // The clock offsets each rank measured, their times on the engine's clock like every stored
+    // record's (the rank's own clock read time + offset).
+    std::vector<FromRank<wire::ClockOffsetRecord>> clockOffsets() const;
     std::uint64_t spanCount() const;
 
     // Every stored record in time order (a record's time: span begin, step end, sample time, ...),

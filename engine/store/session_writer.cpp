@@ -97,7 +97,7 @@ struct SessionWriter::Impl {
     detail::Connection db;
     detail::Statement begin, commit, updateMeta;
     detail::Statement insertSpan, insertExpertLoad, insertMemorySample, insertStepMetrics, insertNodeSample,
-        insertLog, insertHeartbeat, upsertRank, upsertTraffic, updateOutcome;
+        insertLog, insertHeartbeat, insertClockOffset, upsertRank, upsertTraffic, updateOutcome;
 
     // Writer-thread state.
     std::int64_t nextSeq = 1;
@@ -133,6 +133,7 @@ SessionWriter::Impl::Impl(const std::string& sessionPath, const SessionHeader& h
       insertNodeSample(db, schema::kInsertNodeSample, "storing node samples", true),
       insertLog(db, schema::kInsertLog, "storing log lines", true),
       insertHeartbeat(db, schema::kInsertHeartbeat, "storing heartbeats", true),
+      insertClockOffset(db, schema::kInsertClockOffset, "storing clock offsets", true),
       upsertRank(db,
                  "INSERT OR REPLACE INTO ranks(rank, dp, pp, tp, ep, node, local_device, host, pid) "
                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -348,6 +349,15 @@ void SessionWriter::Impl::store(std::uint32_t rank, std::int64_t& lastTime, cons
         s.bindText(5, log->text);
         s.run();
         lastTime = std::max(lastTime, log->timeNs);
+    } else if (const auto* offset = std::get_if<wire::ClockOffsetRecord>(&record)) {
+        detail::Statement& s = insertClockOffset;
+        s.bindInt(1, nextSeq++);
+        s.bindInt(2, rank);
+        s.bindInt(3, offset->timeNs);
+        s.bindInt(4, offset->offsetNs);
+        s.bindInt(5, offset->roundTripNs);
+        s.run();
+        lastTime = std::max(lastTime, offset->timeNs);
     } else {
         const auto& heartbeat = std::get<wire::HeartbeatRecord>(record);
         detail::Statement& s = insertHeartbeat;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
@@ -28,6 +29,7 @@ constexpr std::size_t kStepMetricsBody = 76;
 constexpr std::size_t kNodeSampleFixed = 52;
 constexpr std::size_t kLogFixed = 13;
 constexpr std::size_t kHeartbeatFixed = 33;
+constexpr std::size_t kClockOffsetBody = 24;
 // No known record is smaller, so a frame holds at most (bytes / this) records that are kept.
 constexpr std::size_t kSmallestKnownRecord = kRecordHeaderBytes + kLogFixed;
 
@@ -163,9 +165,11 @@ constexpr RecordType recordTypeOf()
         return RecordType::NodeSample;
     else if constexpr (std::is_same_v<T, LogRecord>)
         return RecordType::Log;
-    else {
-        static_assert(std::is_same_v<T, HeartbeatRecord>, "a new record type needs its RecordType here");
+    else if constexpr (std::is_same_v<T, HeartbeatRecord>)
         return RecordType::Heartbeat;
+    else {
+        static_assert(std::is_same_v<T, ClockOffsetRecord>, "a new record type needs its RecordType here");
+        return RecordType::ClockOffset;
     }
 }
 
@@ -179,6 +183,7 @@ std::string_view recordTypeName(RecordType type)
     case RecordType::NodeSample: return "node sample";
     case RecordType::Log: return "log";
     case RecordType::Heartbeat: return "heartbeat";
+    case RecordType::ClockOffset: return "clock offset";
     }
     return {};   // a type this version does not know
 }
@@ -248,6 +253,11 @@ std::size_t checkedBodySize(const HeartbeatRecord& r, std::size_t index)
 {
     checkEnum(index, RecordType::Heartbeat, "rank state", underlying(r.state), kRankStates);
     return kHeartbeatFixed + sanitizeUtf8(r.host, nullptr);
+}
+
+std::size_t checkedBodySize(const ClockOffsetRecord&, std::size_t)
+{
+    return kClockOffsetBody;
 }
 
 // Writes into space the caller has sized exactly, so no write needs a bounds check.
@@ -350,6 +360,13 @@ public:
         put(r.detail);
         put(r.droppedRecords);
         putString(r.host);
+    }
+
+    void writeBody(const ClockOffsetRecord& r)
+    {
+        put(r.timeNs);
+        put(r.offsetNs);
+        put(r.roundTripNs);
     }
 
 private:
@@ -586,6 +603,17 @@ private:
         return takeString(c, r.host, bodyLength, kHeartbeatFixed, "host name");
     }
 
+    bool decodeClockOffset(Cursor c)
+    {
+        if (c.left() < kClockOffsetBody)
+            return tooShort(c.left(), kClockOffsetBody, "a clock offset");
+        ClockOffsetRecord& r = emplace<ClockOffsetRecord>();
+        r.timeNs = c.take<std::int64_t>();
+        r.offsetNs = c.take<std::int64_t>();
+        r.roundTripNs = c.take<std::int64_t>();
+        return true;
+    }
+
     bool decodeBody(Cursor body)
     {
         switch (m_type) {
@@ -596,6 +624,7 @@ private:
         case RecordType::NodeSample: return decodeNodeSample(body);
         case RecordType::Log: return decodeLog(body);
         case RecordType::Heartbeat: return decodeHeartbeat(body);
+        case RecordType::ClockOffset: return decodeClockOffset(body);
         }
         ++m_result.skippedRecords;   // a type from a newer agent
         return true;
@@ -707,9 +736,15 @@ std::int64_t measureWallOffsetNs()
     return best;
 }
 
+std::int64_t clockSkewNs()
+{
+    const char* skew = std::getenv("MESHBENCH_CLOCK_SKEW_NS");
+    return skew ? std::strtoll(skew, nullptr, 10) : 0;
+}
+
 std::int64_t wallOffsetNs()
 {
-    static const std::int64_t offset = measureWallOffsetNs();
+    static const std::int64_t offset = measureWallOffsetNs() + clockSkewNs();
     return offset;
 }
 

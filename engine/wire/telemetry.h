@@ -23,6 +23,7 @@
 //   6 log (13 + text):           i64 time ns | u8 level | string text
 //   7 heartbeat (33 + host):     i64 time ns | u8 state | i32 step | i32 pid | i32 detail | u64 dropped records |
 //                                string host
+//   8 clock offset (24 bytes):   i64 time ns | i64 offset ns | i64 round trip ns
 //
 // Growing the format: appending fields to a body or adding a record type keeps the format version
 // (an older reader ignores the tail, skips the type); the version goes up only when an older
@@ -61,6 +62,7 @@ enum class RecordType : std::uint8_t {
     NodeSample = 5,
     Log = 6,
     Heartbeat = 7,
+    ClockOffset = 8,
 };
 
 // What a span of a rank's timeline was doing. The names are the agent's op names (plan::opKindName
@@ -193,8 +195,20 @@ struct HeartbeatRecord {
     bool operator==(const HeartbeatRecord&) const = default;
 };
 
+// How far this rank's clock is from the engine's, measured by the clock exchange (wire/clock.h):
+// the rank's clock minus the engine's at timeNs (the rank's clock), from the exchange with the
+// shortest round trip of a burst, which bounds the error by half that round trip. A rank sends one
+// before anything else it sends and then every few seconds; the engine moves the rank's later
+// records onto its own clock with them (and stores them as sent).
+struct ClockOffsetRecord {
+    std::int64_t timeNs = 0;
+    std::int64_t offsetNs = 0;
+    std::int64_t roundTripNs = 0;
+    bool operator==(const ClockOffsetRecord&) const = default;
+};
+
 using Record = std::variant<SpanRecord, ExpertLoadRecord, MemorySampleRecord, StepMetricsRecord, NodeSampleRecord,
-                            LogRecord, HeartbeatRecord>;
+                            LogRecord, HeartbeatRecord, ClockOffsetRecord>;
 RecordType recordType(const Record& record);
 
 struct Batch {
@@ -222,9 +236,11 @@ DecodeResult decodeBatch(std::span<const std::uint8_t> frame);
 
 // Timestamps on the wire are nanoseconds of the monotonic clock moved onto the wall clock once per
 // process (the offset measured at the first call), so ranks of one node agree to within the
-// offset's measurement error (well under a microsecond) and ranks of different nodes agree as well
-// as their clocks do (NTP: about a millisecond). The monotonic clock is std::chrono::steady_clock
-// (CLOCK_MONOTONIC on Linux).
+// offset's measurement error (well under a microsecond); ranks of different nodes agree as well as
+// their clocks do until the engine moves their records onto its own clock (ClockOffsetRecord).
+// The monotonic clock is std::chrono::steady_clock (CLOCK_MONOTONIC on Linux).
+// MESHBENCH_CLOCK_SKEW_NS, when set, adds that many nanoseconds to this process's wall clock: the
+// tests' stand-in for a host whose clock is wrong.
 std::int64_t wallAlignedNowNs();
 std::int64_t toWallAligned(std::int64_t monotonicNs);
 

@@ -87,6 +87,39 @@ private slots:
         QCOMPARE(ingest.liveness(0).state, wire::RankState::Failed);
         QCOMPARE(ingest.liveness(0).detail, 3);
     }
+
+    // A rank's clock offsets move its later records onto the engine's clock, offsets included,
+    // and a clock a second or more off is noted; a rank that sent none keeps its own times.
+    void clockOffsetsMoveARanksRecords()
+    {
+        constexpr std::int64_t kAhead = 3'000'000'000;
+        service::Ingest ingest(2);
+        wire::Batch first{0, 0, {}};
+        first.records.emplace_back(wire::ClockOffsetRecord{kAhead + 1000, kAhead, 80'000});
+        first.records.emplace_back(wire::SpanRecord{1, 0, 0, 0, wire::SpanKind::Forward, -1, kAhead + 5000, kAhead + 6000, 0});
+        first.records.emplace_back(wire::StepMetricsRecord{1, kAhead + 4000, kAhead + 7000, 1, 0, 0, 0, 0, 0, 1});
+        first.records.emplace_back(wire::LogRecord{kAhead + 8000, wire::LogLevel::Info, "x"});
+        const service::Ingest::Accepted accepted = ingest.accept(wire::encodeBatch(first), 1);
+        QVERIFY(accepted.batch);
+        QCOMPARE(accepted.notes.size(), 1u);
+        QVERIFY2(accepted.notes[0].find("rank 0's clock is +3000.0 ms from the engine's (measured to 0.0 ms)") !=
+                     std::string::npos,
+                 accepted.notes[0].c_str());
+        const std::vector<wire::Record>& records = accepted.batch->records;
+        QCOMPARE(std::get<wire::ClockOffsetRecord>(records[0]), (wire::ClockOffsetRecord{1000, kAhead, 80'000}));
+        const auto& span = std::get<wire::SpanRecord>(records[1]);
+        QCOMPARE(span.beginNs, std::int64_t(5000));
+        QCOMPARE(span.endNs, std::int64_t(6000));
+        const auto& step = std::get<wire::StepMetricsRecord>(records[2]);
+        QCOMPARE(step.beginNs, std::int64_t(4000));
+        QCOMPARE(step.endNs, std::int64_t(7000));
+        QCOMPARE(std::get<wire::LogRecord>(records[3]).timeNs, std::int64_t(8000));
+        QCOMPARE(ingest.clock(0).offsetAt(0), kAhead);
+
+        const service::Ingest::Accepted other = ingest.accept(frame(1, 0, 1), 2);
+        QCOMPARE(std::get<wire::SpanRecord>(other.batch->records[0]).beginNs, std::int64_t(0));
+        QVERIFY(other.notes.empty());
+    }
 };
 
 QTEST_APPLESS_MAIN(TestIngest)

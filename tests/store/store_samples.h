@@ -43,8 +43,9 @@ inline std::vector<wire::Record> everyRecordType(std::int64_t t, std::int32_t ta
                         "step " + std::to_string(tag) + ": loss, \"spiked\"\nsecond line é"};
     wire::HeartbeatRecord heartbeat{t + 40, wire::RankState::Running, tag, 4242 + int(rank), -7,
                                     std::numeric_limits<std::uint64_t>::max() - 1, "host " + std::to_string(rank)};
+    wire::ClockOffsetRecord clock{t + 50, -3'000'000'000 + std::int64_t(rank), 120'000 + tag};
     std::vector<wire::Record> records;
-    records.reserve(7);
+    records.reserve(8);
     records.emplace_back(std::move(span));
     records.emplace_back(std::move(load));
     records.emplace_back(std::move(memory));
@@ -52,6 +53,7 @@ inline std::vector<wire::Record> everyRecordType(std::int64_t t, std::int32_t ta
     records.emplace_back(std::move(node));
     records.emplace_back(std::move(log));
     records.emplace_back(std::move(heartbeat));
+    records.emplace_back(clock);
     return records;
 }
 

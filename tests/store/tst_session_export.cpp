@@ -429,6 +429,16 @@ void TestSessionExport::csvFilesReadBackEqual()
         QCOMPARE(number<std::int32_t>(row[5]), h.detail);
     }
 
+    const auto clocks = table("clocks.csv", "rank,time_ns,offset_ns,round_trip_ns");
+    const auto storedClocks = reader.clockOffsets();
+    QCOMPARE(clocks.size(), storedClocks.size());
+    for (std::size_t i = 0; i < clocks.size(); ++i) {
+        const wire::ClockOffsetRecord parsed{number<std::int64_t>(clocks[i][1]), number<std::int64_t>(clocks[i][2]),
+                                             number<std::int64_t>(clocks[i][3])};
+        QVERIFY(parsed == storedClocks[i].record);
+        QCOMPARE(number<std::uint32_t>(clocks[i][0]), storedClocks[i].rank);
+    }
+
     const auto ranks = table("ranks.csv", "rank,dp,pp,tp,ep,node,local_device,host,pid");
     QCOMPARE(ranks.size(), std::size_t(4));
     QVERIFY((ranks[3] == std::vector<std::string>{"3", "1", "1", "0", "1", "1", "1", "node-1", "4245"}));

@@ -200,6 +200,7 @@ private slots:
     void writerInAnotherProcessIsRefused();
     void existingFileIsRefused();
     void badFilesAreRefused();
+    void formatOneReadsWithoutClockOffsets();
     void corruptPagesGiveErrorsNotCrashes();
     void sessionInReadOnlyFolderOpens();
     void killedWriterLeavesCompleteBatches();
@@ -273,6 +274,8 @@ void TestSessionStore::everyRecordTypeRoundTrips()
     QVERIFY(sameList(reader.logs(), expected<wire::LogRecord>(written, [](const auto& r) { return r.record.timeNs; })));
     QVERIFY(sameList(reader.heartbeats(),
                      expected<wire::HeartbeatRecord>(written, [](const auto& r) { return r.record.timeNs; })));
+    QVERIFY(sameList(reader.clockOffsets(),
+                     expected<wire::ClockOffsetRecord>(written, [](const auto& r) { return r.record.timeNs; })));
 
     // Spans of batch b begin at 5e9 - b * 1e6 and last 1500 ns.
     const std::pair<std::int64_t, std::int64_t> range{5'000'000'000 - 5'000'000, 5'000'001'500};
@@ -285,6 +288,21 @@ void TestSessionStore::everyRecordTypeRoundTrips()
     QCOMPARE(summary.outcome, outcome);
     QCOMPARE(summary.steps, 6);
     QCOMPARE(summary.finalLoss, std::optional<double>(2.718281828459045));
+}
+
+// A session of format 1 (before clock offsets) opens, with none, and replays whole.
+void TestSessionStore::formatOneReadsWithoutClockOffsets()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("format1.meshbench").toStdString();
+    writeSpanSession(path, 10);
+    execSql(path, "DROP TABLE clock_offsets; PRAGMA user_version = 1");
+    const store::SessionReader reader(path);
+    QVERIFY(reader.clockOffsets().empty());
+    QCOMPARE(reader.spanCount(), std::uint64_t(10));
+    int replayed = 0;
+    reader.forEachRecord([&](std::uint32_t, const wire::Record&) { ++replayed; });
+    QCOMPARE(replayed, 10);
 }
 
 void TestSessionStore::extremeValuesRoundTrip()
@@ -581,8 +599,8 @@ void TestSessionStore::badFilesAreRefused()
     writeSpanSession(file("future.meshbench"), 100);
     execSql(file("future.meshbench"), ("PRAGMA user_version = " + std::to_string(store::kSchemaVersion + 1)).c_str());
     QVERIFY(mentions(refusal(file("future.meshbench")),
-                     {file("future.meshbench"), "was written by a newer Meshbench (session format 2, this build reads "
-                                                "up to 1); upgrade"}));
+                     {file("future.meshbench"), "was written by a newer Meshbench (session format 3, this build reads "
+                                                "up to 2); upgrade"}));
 
     writeSpanSession(file("whole.meshbench"), 20000);
     const std::string whole = readFile(file("whole.meshbench"));
@@ -683,6 +701,8 @@ void TestSessionStore::killedWriterLeavesCompleteBatches()
                     tag = std::stoi(r.text.substr(5));
                 else if constexpr (std::is_same_v<R, wire::NodeSampleRecord>)
                     tag = int((r.timeNs - 20 - 1'000'000'000) / 100'000);
+                else if constexpr (std::is_same_v<R, wire::ClockOffsetRecord>)
+                    tag = int((r.timeNs - 50 - 1'000'000'000) / 100'000);
                 else
                     tag = r.step;
                 ++byTag[tag][int(record.index())];
@@ -690,7 +710,7 @@ void TestSessionStore::killedWriterLeavesCompleteBatches()
             record);
     });
     QVERIFY2(byTag.size() > 200, qPrintable(QString("%1 batches").arg(byTag.size())));
-    const std::map<int, int> complete{{0, kTaggedSpans}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}};
+    const std::map<int, int> complete{{0, kTaggedSpans}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}, {7, 1}};
     int next = 0;
     for (const auto& [tag, counts] : byTag) {
         QCOMPARE(tag, next++);

@@ -233,6 +233,8 @@ Batch extremeBatch()
     r.push_back(HeartbeatRecord{Limits<std::int64_t>::max(), RankState::Terminated, Limits<std::int32_t>::min(),
                                 Limits<std::int32_t>::max(), Limits<std::int32_t>::min(),
                                 Limits<std::uint64_t>::max(), std::string(kMaxTextBytes, 'h')});
+    r.push_back(ClockOffsetRecord{Limits<std::int64_t>::min(), Limits<std::int64_t>::max(), 0});
+    r.push_back(ClockOffsetRecord{1, -3'000'000'000, 85'000});
     return batch;
 }
 
@@ -295,6 +297,8 @@ void TestWire::encodedSizeFollowsTheLayout()
             expected += 52 + n->host.size();
         else if (const auto* l = std::get_if<LogRecord>(&r))
             expected += 13 + l->text.size();
+        else if (std::holds_alternative<ClockOffsetRecord>(r))
+            expected += 24;
         else
             expected += 33 + std::get<HeartbeatRecord>(r).host.size();
     }
@@ -568,7 +572,7 @@ void TestWire::everyTruncationIsAnError()
         return (e && e->routed.size() > 1) || encodeBatch(Batch{0, 0, {r}}).size() > 200;
     });
     batch.records.push_back(ExpertLoadRecord{1, 2, {3, 4, 5}, {0, 1, 2}});
-    QCOMPARE(batch.records.size(), std::size_t(33));
+    QCOMPARE(batch.records.size(), std::size_t(35));
     const std::vector<std::uint8_t> frame = encodeBatch(batch);
     for (std::size_t n = 0; n < frame.size(); ++n) {
         const DecodeResult decoded = decodeBatch(std::span(frame.data(), n));
@@ -629,7 +633,7 @@ void TestWire::unknownRecordTypesAreSkipped()
                                                 .append(record(200, Bytes().raw("future record")))
                                                 .append(record(1, spanBody(9)))
                                                 .append(record(0, {}))
-                                                .append(record(8, Bytes().u64(1)))
+                                                .append(record(9, Bytes().u64(1)))
                                                 .append(record(6, logBody("after")))
                                                 .bytes;
     const DecodeResult decoded = decodeBatch(frame);
@@ -801,7 +805,9 @@ void TestWire::recordTypes()
     QCOMPARE(recordType(NodeSampleRecord{}), RecordType::NodeSample);
     QCOMPARE(recordType(LogRecord{}), RecordType::Log);
     QCOMPARE(recordType(HeartbeatRecord{}), RecordType::Heartbeat);
+    QCOMPARE(recordType(ClockOffsetRecord{}), RecordType::ClockOffset);
     QCOMPARE(int(RecordType::Heartbeat), 7);
+    QCOMPARE(int(RecordType::ClockOffset), 8);
 }
 
 void TestWire::wallAlignedClock()
