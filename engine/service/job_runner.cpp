@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -200,8 +201,15 @@ private:
     std::optional<std::uint32_t> firstEnded(const std::function<bool(const RankLiveness&)>& said) const;
     bool endedBeforeTeardown(const RankLiveness& live) const;
     std::string terminatedRankCause(std::uint32_t rank) const;
-    // What a silent rank's process is doing, when it runs on this host; empty otherwise.
+    // What a silent rank's process is doing, when this machine started it; empty otherwise.
     std::string silentRankState(std::uint32_t rank) const;
+    // The ranks lost with `rank` when its whole host went: every rank there silent or ended without
+    // a word while a rank of another host went on; empty when the rank went alone.
+    std::vector<std::uint32_t> hostLostWith(std::uint32_t rank) const;
+    // The verdict on a lost host, naming it, its ranks and what the engine can see of them.
+    store::SessionOutcome hostVerdict(const std::vector<std::uint32_t>& lost, const std::string& rankCause) const;
+    // A failed rank's verdict widened to its host when the host went with it.
+    store::SessionOutcome widenedToHost(store::SessionOutcome verdict) const;
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
     std::string rootHint() const;
     const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
@@ -227,6 +235,7 @@ private:
     int m_lastStep = 0;               // the step every rank's last heartbeat says when the job completes
     std::int64_t m_teardownNs = 0;    // when the engine began stopping the job, 0 before
     bool m_leftRanksStopped = false;  // the launcher ended and left ranks running, which the engine stopped
+    const LaunchedProcess* m_job = nullptr;   // while it runs
 };
 
 store::SessionHeader Run::header() const
@@ -369,7 +378,7 @@ std::string Run::terminatedRankCause(std::uint32_t rank) const
 std::string Run::silentRankState(std::uint32_t rank) const
 {
     const RankLiveness& live = liveness(rank);
-    if (live.pid <= 0 || live.host != wire::localHostName())
+    if (live.pid <= 0 || !m_job || !m_job->launched(live.pid))
         return {};
     switch (processState(live.pid).value_or('?')) {
     case 'T':
@@ -387,6 +396,74 @@ std::string Run::silentRankState(std::uint32_t rank) const
     default:
         return {};
     }
+}
+
+std::vector<std::uint32_t> Run::hostLostWith(std::uint32_t rank) const
+{
+    // A host that goes (dies, freezes, loses its network) takes all its ranks at once, none with a
+    // last word, while the others go on: they are still heard, or said their own last word (mpirun
+    // stopping them). A rank that dies alone leaves its neighbours on the host talking.
+    const std::string& host = liveness(rank).host;
+    if (host.empty())
+        return {};
+    const std::int64_t now = wire::wallAlignedNowNs();
+    std::vector<std::uint32_t> lost;
+    bool othersWentOn = false;
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        const RankLiveness& live = liveness(r);
+        const bool spoke = wire::isFinal(live.state) && endedBeforeTeardown(live);
+        if (live.host == host) {
+            if (spoke || !live.everHeard)
+                return {};
+            lost.push_back(r);
+        } else if (live.everHeard && (spoke || now - live.lastHeardNs <= heartbeatTimeoutNs())) {
+            othersWentOn = true;
+        }
+    }
+    if (lost.size() < 2 || !othersWentOn)
+        return {};
+    return lost;
+}
+
+store::SessionOutcome Run::hostVerdict(const std::vector<std::uint32_t>& lost, const std::string& rankCause) const
+{
+    const std::string& host = liveness(lost.front()).host;
+    std::string ranks;
+    for (std::size_t i = 0; i < lost.size(); ++i) {
+        // Runs of consecutive ranks as first-last.
+        std::size_t j = i;
+        while (j + 1 < lost.size() && lost[j + 1] == lost[j] + 1)
+            ++j;
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(lost[i]) + (j > i ? "-" + std::to_string(lost[j]) : "");
+        i = j;
+    }
+    // What the engine sees of the processes, when this machine started them (test hosts, or a host
+    // that is this one); a remote host's are out of its sight.
+    std::map<std::string, int> states;
+    for (std::uint32_t r : lost)
+        if (const std::string state = silentRankState(r); !state.empty())
+            ++states[state];
+    std::string seen;
+    if (states.size() == 1 && states.begin()->second == int(lost.size())) {
+        const std::string& state = states.begin()->first;
+        seen = state.find("gone") != std::string::npos      ? "its processes are gone: the node died"
+               : state.find("stopped") != std::string::npos ? "its processes are stopped: the host froze"
+               : state.find("runs") != std::string::npos    ? "its processes run but are not heard: its network is down"
+                                                            : state;
+    } else {
+        seen = "the host died, froze or lost its network";
+    }
+    return failedRank(lost.front(), "host " + host + " was lost with all its ranks (" + ranks +
+                                        "), silent together while the other hosts went on: " + seen + " (" +
+                                        rankCause + ")");
+}
+
+store::SessionOutcome Run::widenedToHost(store::SessionOutcome verdict) const
+{
+    if (verdict.outcome != store::Outcome::Failed || verdict.failedRank < 0)
+        return verdict;
+    const std::vector<std::uint32_t> lost = hostLostWith(std::uint32_t(verdict.failedRank));
+    return lost.empty() ? verdict : hostVerdict(lost, verdict.cause);
 }
 
 store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit) const
@@ -475,6 +552,7 @@ RunResult Run::execute()
     std::optional<LaunchedProcess> job;
     try {
         job.emplace(argv, std::vector<std::pair<std::string, std::string>>{});
+        m_job = &*job;
     } catch (const std::exception& e) {
         const std::string cause = std::string(e.what()) +
                                   (m_request.oneDevice ? "" : " (is Open MPI installed? see --mpirun)");
@@ -505,19 +583,26 @@ RunResult Run::execute()
         if (!verdict && !exit) {
             if (m_stop.load())
                 verdict = store::SessionOutcome{store::Outcome::Stopped, "stopped by the user", -1, 0};
-            else
-                verdict = rankVerdict(launched);
+            else if ((verdict = rankVerdict(launched)))
+                verdict = widenedToHost(*verdict);
             if (verdict) {
                 m_collector.engineLog(
                     verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info : wire::LogLevel::Error,
                     verdict->cause + "; stopping the job");
                 m_teardownNs = wire::wallAlignedNowNs();
-                // Every rank is asked to say it stops; the one at fault may be past answering.
-                const std::int32_t culprit = verdict->failedRank;
-                job->stop(wire::kEngineStopSignal, kSettleLimit, [this, culprit] {
+                // Every rank is asked to say it stops; the one at fault, or its whole host, may be
+                // past answering.
+                std::vector<std::uint32_t> pastAnswering;
+                if (verdict->failedRank >= 0) {
+                    pastAnswering = hostLostWith(std::uint32_t(verdict->failedRank));
+                    if (pastAnswering.empty())
+                        pastAnswering.push_back(std::uint32_t(verdict->failedRank));
+                }
+                job->stop(wire::kEngineStopSignal, kSettleLimit, [this, &pastAnswering] {
                     m_collector.receive();
                     for (std::uint32_t r = 0; r < m_world; ++r)
-                        if (std::int32_t(r) != culprit && liveness(r).everHeard && !wire::isFinal(liveness(r).state))
+                        if (std::find(pastAnswering.begin(), pastAnswering.end(), r) == pastAnswering.end() &&
+                            liveness(r).everHeard && !wire::isFinal(liveness(r).state))
                             return false;
                     return true;
                 }, kTerminateGrace);
@@ -559,7 +644,7 @@ RunResult Run::execute()
             verdict = store::SessionOutcome{store::Outcome::Completed,
                                             "the job exited normally but not every rank's last heartbeat arrived", -1, 0};
         else
-            verdict = launcherVerdict(*exit);
+            verdict = widenedToHost(launcherVerdict(*exit));
         if (verdict->outcome == store::Outcome::Failed)
             m_collector.engineLog(wire::LogLevel::Error, verdict->cause);
     }

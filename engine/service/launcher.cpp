@@ -199,6 +199,11 @@ bool LaunchedProcess::descendantsAlive() const
     return std::any_of(m_tree.begin(), m_tree.end(), stillRunning);
 }
 
+bool LaunchedProcess::launched(pid_t pid) const
+{
+    return std::any_of(m_tree.begin(), m_tree.end(), [pid](const ProcessId& id) { return id.pid == pid; });
+}
+
 void LaunchedProcess::stop(int signal, std::chrono::milliseconds settleLimit, const std::function<bool()>& settled,
                            std::chrono::milliseconds grace)
 {

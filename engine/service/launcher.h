@@ -71,6 +71,9 @@ public:
               std::chrono::milliseconds grace);
     // Whether a descendant seen while the launcher ran is still alive (after the launcher ended).
     bool descendantsAlive() const;
+    // Whether `pid` was seen in the launcher's tree: a process this machine started for the job
+    // (which a rank on another host is not, whatever its pid).
+    bool launched(pid_t pid) const;
 
 private:
     pid_t m_pid = -1;

@@ -11,6 +11,7 @@
 #include "store/session_store.h"
 
 #include "common/process_run.h"
+#include "common/session_checks.h"
 
 #include <QtTest>
 
@@ -28,6 +29,8 @@
 #include <unistd.h>
 
 using namespace meshbench;
+using meshbench::testing::storedSteps;
+using meshbench::testing::waitForSteps;
 
 namespace {
 
@@ -40,28 +43,6 @@ std::string readFile(const QString& path)
     std::ostringstream text;
     text << in.rdbuf();
     return text.str();
-}
-
-// Steps with metrics in a session that may still be written; 0 while it does not exist yet.
-int storedSteps(const QString& session)
-{
-    try {
-        return int(store::SessionReader(session.toStdString()).stepMetrics().size());
-    } catch (const store::StoreError&) {
-        return 0;
-    }
-}
-
-bool waitForSteps(const QString& session, int steps, int timeoutMs = 120000)
-{
-    QElapsedTimer timer;
-    timer.start();
-    while (timer.elapsed() < timeoutMs) {
-        if (storedSteps(session) >= steps)
-            return true;
-        QThread::msleep(100);
-    }
-    return false;
 }
 
 // Every agent process the session heard of: rank -> pid, from the heartbeats.
@@ -103,17 +84,7 @@ std::vector<int> survivors(const std::map<std::uint32_t, int>& pids, int timeout
 
 std::string integrityCheck(const QString& path)
 {
-    sqlite3* db = nullptr;
-    std::string result = "cannot open";
-    if (sqlite3_open_v2(path.toUtf8().constData(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
-        sqlite3_stmt* statement = nullptr;
-        if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &statement, nullptr) == SQLITE_OK &&
-            sqlite3_step(statement) == SQLITE_ROW)
-            result = reinterpret_cast<const char*>(sqlite3_column_text(statement, 0));
-        sqlite3_finalize(statement);
-    }
-    sqlite3_close(db);
-    return result;
+    return testing::integrityCheck(path.toStdString());
 }
 
 // The demo job, made long enough to be interrupted.

@@ -5,6 +5,8 @@
 #include "store/session_store.h"
 #include "store_samples.h"
 
+#include "common/session_checks.h"
+
 #include <QtTest>
 
 #include <sqlite3.h>
@@ -100,22 +102,7 @@ bool mentions(const std::string& message, std::initializer_list<std::string> wor
     return true;
 }
 
-std::string integrityCheck(const std::string& path)
-{
-    sqlite3* db = nullptr;
-    std::string result = "cannot open";
-    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
-        sqlite3_stmt* check = nullptr;
-        if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &check, nullptr) == SQLITE_OK &&
-            sqlite3_step(check) == SQLITE_ROW)
-            result = reinterpret_cast<const char*>(sqlite3_column_text(check, 0));
-        else
-            result = sqlite3_errmsg(db);
-        sqlite3_finalize(check);
-    }
-    sqlite3_close(db);
-    return result;
-}
+using meshbench::testing::integrityCheck;
 
 void execSql(const std::string& path, const char* sql)
 {
