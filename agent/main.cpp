@@ -383,12 +383,12 @@ int main(int argc, char** argv)
                                                        : "meshbench-agent: ";
     std::unique_ptr<agent::TelemetrySender> telemetry;
     if (!options.telemetry.empty()) {
-        const char* localRank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
         try {
             agent::TelemetryOptions telemetryOptions;
             telemetryOptions.endpoint = options.telemetry;
             telemetryOptions.rank = std::uint32_t(mpi ? mpi->worldRank() : 0);
-            telemetryOptions.sampleNode = !localRank || std::string(localRank) == "0";
+            // Local rank 0 of each node (from MPI itself: under mpirun and srun alike) samples it.
+            telemetryOptions.sampleNode = !mpi || mpi->localRank() == 0;
             telemetryOptions.clockEndpoint = options.clock;
             telemetry = std::make_unique<agent::TelemetrySender>(std::move(telemetryOptions));
         } catch (const std::exception& e) {

@@ -4,6 +4,9 @@
 # python3-torch is for the tests only: they check that PyTorch reproduces our training losses.
 # clang and libclang-rt-dev (libFuzzer) are for the tests only: the wire decoder's fuzz target.
 # iproute2 and util-linux are for the tests only: the test hosts (network namespaces, unshare).
+# slurmctld, slurmd, slurm-client and munge are for the tests only: a single-node Slurm that the
+# tests start under the build folder (tests/slurm/slurm_cluster.sh); the services Debian enables for
+# them are disabled again, since they would start without a configuration.
 set -euo pipefail
 
 packages=(
@@ -19,6 +22,7 @@ packages=(
   python3-torch python3-numpy
   clang libclang-rt-dev
   iproute2 util-linux
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
@@ -33,4 +37,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  for service in slurmctld slurmd; do
+    if [[ " ${missing[*]} " == *" $service "* ]] && command -v systemctl > /dev/null; then
+      "${sudo_cmd[@]}" systemctl disable --now "$service" > /dev/null 2>&1 || true
+    fi
+  done
 fi

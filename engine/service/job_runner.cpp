@@ -66,6 +66,11 @@ struct LauncherReport {
     int signal = 0;
     std::optional<int> exitCode;
     bool improper = false;      // exited with status 0 before MPI_Finalize (a non-zero status is the second form)
+    // Slurm's account of a cancelled step or job (srun relays slurmstepd's line):
+    //   "slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-12-01T21:20:00 ***"
+    //   "... *** JOB 12 ON n1 CANCELLED AT 2026-12-01T21:20:00 DUE TO TIME LIMIT ***"
+    std::string slurmCancelledAt;
+    bool slurmTimeLimit = false;
     std::string previousLine;
     int namedRank = -1;         // "Process name: [[j,1],R]", waiting for its "Exit code"
 
@@ -85,11 +90,16 @@ void readLauncherLine(const std::string& line, LauncherReport& report)
     static const std::regex improper(R"(process rank (\d+) with PID \d+ on\s+node \S+ exiting improperly)");
     static const std::regex processName(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
     static const std::regex exitCode(R"(Exit code:\s*(\d+))");
+    static const std::regex cancelled(R"(\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT (\S+)( DUE TO TIME LIMIT)?)");
     const std::string joined = report.previousLine + " " + line;
     report.previousLine = line;
+    std::smatch m;
+    if (report.slurmCancelledAt.empty() && std::regex_search(line, m, cancelled)) {
+        report.slurmCancelledAt = m[1];
+        report.slurmTimeLimit = m[2].matched;
+    }
     if (report.rank >= 0)
         return;   // the first report names the cause; the rest are consequences
-    std::smatch m;
     if (std::regex_search(joined, m, signalled)) {
         report.rank = std::stoi(m[1]);
         report.signal = std::stoi(m[2]);
@@ -263,6 +273,15 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
         agent.insert(agent.end(), {"--steps", std::to_string(*m_request.steps)});
     if (m_request.oneDevice)
         return agent;
+    if (m_request.slurm) {
+        // One job step of world tasks, started through PMIx; a task that fails ends the step. The
+        // job's name is one argument, never read by a shell.
+        std::vector<std::string> argv{"srun", "--mpi=pmix", "--ntasks", std::to_string(m_world), "--kill-on-bad-exit=1",
+                                      "--job-name", m_request.spec.name.empty() ? "meshbench" : m_request.spec.name};
+        argv.insert(argv.end(), m_request.mpirunArgs.begin(), m_request.mpirunArgs.end());
+        argv.insert(argv.end(), agent.begin(), agent.end());
+        return argv;
+    }
     std::vector<std::string> argv{m_request.mpirun, "-np", std::to_string(m_world)};
     // Without a host list the ranks share this machine, which may have fewer cores than ranks.
     const bool hostsGiven = std::any_of(m_request.mpirunArgs.begin(), m_request.mpirunArgs.end(), [](const std::string& a) {
@@ -468,7 +487,7 @@ store::SessionOutcome Run::widenedToHost(store::SessionOutcome verdict) const
 
 store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit) const
 {
-    const std::string launcher = m_request.oneDevice ? "the agent" : "mpirun";
+    const std::string launcher = m_request.oneDevice ? "the agent" : m_request.slurm ? "srun" : "mpirun";
     // Evidence in order of trust: what a rank said of itself; whom mpirun saw end the job first; how
     // mpirun itself ended; then what the ranks' last heartbeats leave to infer.
     if (std::optional<store::SessionOutcome> own = ownVerdict())
@@ -493,6 +512,15 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
                     (m_leftRanksStopped ? "; the ranks it left running were stopped" : ""),
                 -1, 0};
     }
+    // Slurm ended the step: a user's scancel is a stop, its time limit a failure.
+    if (!m_launcherReport.slurmCancelledAt.empty())
+        return m_launcherReport.slurmTimeLimit
+                   ? store::SessionOutcome{store::Outcome::Failed,
+                                           "the Slurm job reached its time limit at " + m_launcherReport.slurmCancelledAt +
+                                               " (raise it with sbatch/salloc --time)",
+                                           -1, 0}
+                   : store::SessionOutcome{store::Outcome::Stopped,
+                                           "cancelled in Slurm (scancel) at " + m_launcherReport.slurmCancelledAt, -1, 0};
     std::vector<std::uint32_t> heard, terminated;
     for (std::uint32_t r = 0; r < m_world; ++r)
         if (liveness(r).everHeard) {
@@ -529,7 +557,7 @@ std::string Run::rootHint() const
     // Open MPI's mpirun refuses to start ranks as root unless two variables say so; its own
     // message lands in the session's log, where a user would not look first.
     const char* allowed = std::getenv("OMPI_ALLOW_RUN_AS_ROOT");
-    if (m_request.oneDevice || geteuid() != 0 || (allowed && *allowed))
+    if (m_request.oneDevice || m_request.slurm || geteuid() != 0 || (allowed && *allowed))
         return {};
     return "; note: Open MPI refuses to run as root: run as another user, or use --one-device (Run > Run on One "
            "Device in the workbench), or, if you must, set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
@@ -555,7 +583,9 @@ RunResult Run::execute()
         m_job = &*job;
     } catch (const std::exception& e) {
         const std::string cause = std::string(e.what()) +
-                                  (m_request.oneDevice ? "" : " (is Open MPI installed? see --mpirun)");
+                                  (m_request.oneDevice ? ""
+                                   : m_request.slurm  ? " (is Slurm's srun on the PATH?)"
+                                                      : " (is Open MPI installed? see --mpirun)");
         m_collector.engineLog(wire::LogLevel::Error, cause);
         m_result.outcome = {store::Outcome::Failed, cause, -1, wire::wallAlignedNowNs()};
         m_writer->setOutcome(m_result.outcome);

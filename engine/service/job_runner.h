@@ -1,6 +1,6 @@
 #pragma once
 // Runs one job from launch to outcome: binds the telemetry collector, creates the session file,
-// starts the agents (under mpirun, one per rank), stores every record that arrives, feeds the live
+// starts the agents (under mpirun or Slurm's srun, one per rank), stores every record that arrives, feeds the live
 // aggregates, watches for failure, and tears the job down when it fails or is stopped.
 //
 // Failure detection: a rank whose last heartbeat says it failed by itself or finished early; a rank
@@ -33,7 +33,8 @@ struct RunRequest {
     std::string sessionPath;
     std::string collectorBind = "tcp://127.0.0.1:*";   // the clock server binds beside it
     std::string mpirun = "mpirun";
-    std::vector<std::string> mpirunArgs;  // e.g. --hostfile FILE
+    std::vector<std::string> mpirunArgs;  // the launcher's own, e.g. --hostfile FILE (srun's with slurm)
+    bool slurm = false;                   // launch with srun --mpi=pmix (a Slurm job step) instead of mpirun
     std::string agent;                    // meshbench-agent executable
     std::optional<int> steps;             // overrides train.steps
     bool oneDevice = false;               // run the global batch in one agent, without mpirun

@@ -21,7 +21,8 @@ namespace {
 
 constexpr const char* kUsage =
     "meshbench-engine run JOB.json [--session FILE] [--steps N] [--one-device] [--collector ENDPOINT]\n"
-    "                            [--hostfile FILE] [--mpirun PATH] [--mpi-arg ARG]... [--heartbeat-timeout S]\n"
+    "                            [--hostfile FILE] [--mpirun PATH] [--slurm] [--mpi-arg ARG]...\n"
+    "                            [--heartbeat-timeout S]\n"
     "                            [--profile PROFILE.json] [--verbose]";
 
 // A figure the run may not have (yet): "n/a" then.
@@ -143,6 +144,8 @@ int runRunCommand(const std::vector<std::string>& args)
                                 a == "--mpirun" || a == "--mpi-arg" || a == "--heartbeat-timeout" || a == "--profile";
         if (a == "--one-device") {
             request.oneDevice = true;
+        } else if (a == "--slurm") {
+            request.slurm = true;
         } else if (a == "--verbose") {
             verbose = true;
         } else if (takesValue) {
@@ -183,6 +186,17 @@ int runRunCommand(const std::vector<std::string>& args)
     }
     if (jobPath.empty())
         return usageError("run needs a job spec", kUsage);
+    const bool mpirunAsked = std::any_of(args.begin(), args.end(),
+                                         [](const std::string& a) { return a == "--mpirun" || a == "--hostfile"; });
+    if (request.slurm && mpirunAsked)
+        return usageError("--slurm launches with srun; --mpirun and --hostfile are mpirun's (Slurm places the ranks)",
+                          kUsage);
+    // Inside an allocation (salloc, sbatch) the ranks belong to it: srun, unless mpirun was asked for.
+    if (const char* allocation = std::getenv("SLURM_JOB_ID");
+        allocation && *allocation && !request.slurm && !mpirunAsked && !request.oneDevice) {
+        request.slurm = true;
+        std::printf("inside Slurm allocation %s: launching with srun (--mpirun mpirun to use mpirun)\n", allocation);
+    }
 
     // Invalid layouts are refused here, before anything is launched.
     std::optional<SpecFile> file = loadSpecFile(jobPath, false, true);
