@@ -1,9 +1,11 @@
 // meshbench: the workbench. `meshbench [JOB.json | SESSION] [--screenshot DIR [--steps N]]
-// [--engine ENDPOINT] [--offline]` opens the file given. --screenshot walks through the screens and
-// saves a PNG of each, then exits, so they can be seen without a display (QT_QPA_PLATFORM=offscreen):
-// with a job and an engine it launches the job, captures the Monitor live, then replays the session
-// it wrote (see ScreenshotTour).
+// [--engine ENDPOINT [--server-key KEY_OR_FILE] [--client-key FILE]] [--offline]` opens the file
+// given; the keys are CURVE's, for an engine served off loopback (client/client_keys.h).
+// --screenshot walks through the screens and saves a PNG of each, then exits, so they can be seen
+// without a display (QT_QPA_PLATFORM=offscreen): with a job and an engine it launches the job,
+// captures the Monitor live, then replays the session it wrote (see ScreenshotTour).
 
+#include "client/client_keys.h"
 #include "client/engine_client.h"
 #include "mainwindow/main_window.h"
 #include "mainwindow/palette_theme.h"
@@ -39,8 +41,16 @@ int main(int argc, char** argv)
     const QCommandLineOption steps("steps", "with --screenshot: run the job for N steps only", "N");
     const QCommandLineOption engine("engine", "the engine's control endpoint (default: a local engine on tcp://127.0.0.1:5570, "
                                               "started if none runs)", "ENDPOINT");
+    const QCommandLineOption serverKey("server-key",
+                                       "with --engine: the engine's CURVE public key, or its server.key file (default: "
+                                       "server.key in the key folder, off loopback)",
+                                       "KEY_OR_FILE");
+    const QCommandLineOption clientKey("client-key",
+                                       "with --engine: this workbench's CURVE key pair, the client.key_secret file of "
+                                       "`meshbench-engine keys` (default: the one in the key folder, off loopback)",
+                                       "FILE");
     const QCommandLineOption offline("offline", "do not connect to or start an engine");
-    parser.addOptions({screenshot, steps, engine, offline});
+    parser.addOptions({screenshot, steps, engine, serverKey, clientKey, offline});
     parser.process(application);
     if (parser.positionalArguments().size() > 1) {
         std::fprintf(stderr, "meshbench: one file at a time\n");
@@ -53,13 +63,25 @@ int main(int argc, char** argv)
         return 2;
     }
 
+    ClientKeysChoice keys;
+    if (parser.isSet(engine)) {
+        keys = chooseClientKeys(parser.value(engine), parser.value(serverKey), parser.value(clientKey));
+        if (!keys.error.isEmpty()) {
+            std::fprintf(stderr, "meshbench: %s\n", qPrintable(keys.error));
+            return 2;
+        }
+    } else if (parser.isSet(serverKey) || parser.isSet(clientKey)) {
+        std::fprintf(stderr, "meshbench: --server-key and --client-key go with --engine ENDPOINT\n");
+        return 2;
+    }
+
     applyTheme(application, QSettings().value("view/theme").toString() == themeName(Theme::Dark) ? Theme::Dark
                                                                                                   : Theme::Light);
     std::unique_ptr<EngineClient> client;
     if (!parser.isSet(offline)) {
         client = std::make_unique<EngineClient>();
         if (parser.isSet(engine))
-            client->connectTo(parser.value(engine));
+            client->connectTo(parser.value(engine), {}, keys.keys);
         else
             client->startLocalEngine();
     }

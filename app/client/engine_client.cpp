@@ -34,6 +34,16 @@ bool readable(zmq::socket_t* socket)
 
 }  // namespace
 
+QString reachableLiveEndpoint(const QString& control, const QString& advertised)
+{
+    const std::string live = advertised.toStdString();
+    const std::string host = wire::tcpHost(live);
+    const std::string controlHost = wire::tcpHost(control.toStdString());
+    if ((host != "0.0.0.0" && host != "*" && host != "[::]") || controlHost.empty())
+        return advertised;
+    return QString::fromStdString("tcp://" + controlHost + live.substr(6 + host.size()));
+}
+
 QString connectionStateName(ConnectionState state)
 {
     switch (state) {
@@ -112,15 +122,27 @@ void EngineClient::disconnectFromEngine()
     setState(ConnectionState::Disconnected);
 }
 
-void EngineClient::connectTo(const QString& control, const QString& live)
+std::unique_ptr<zmq::socket_t> EngineClient::makeSocket(int type) const
+{
+    auto socket = std::make_unique<zmq::socket_t>(*m_context, type);
+    socket->set(zmq::sockopt::linger, 0);
+    if (m_keys) {
+        socket->set(zmq::sockopt::curve_serverkey, m_keys->serverKey);
+        socket->set(zmq::sockopt::curve_publickey, m_keys->client.publicKey);
+        socket->set(zmq::sockopt::curve_secretkey, m_keys->client.secretKey);
+    }
+    return socket;
+}
+
+void EngineClient::connectTo(const QString& control, const QString& live, std::optional<wire::ClientKeys> keys)
 {
     closeSockets();
     m_control = control;
     m_liveOverride = live;
     m_live.clear();
+    m_keys = std::move(keys);
     try {
-        m_dealer = std::make_unique<zmq::socket_t>(*m_context, zmq::socket_type::dealer);
-        m_dealer->set(zmq::sockopt::linger, 0);
+        m_dealer = makeSocket(ZMQ_DEALER);
         m_dealer->connect(control.toStdString());
     } catch (const zmq::error_t& e) {
         m_dealer.reset();
@@ -147,8 +169,9 @@ void EngineClient::sayHello(int timeoutMs)
                     return;
                 if (reply.value("ok", false)) {
                     if (!m_sub)
-                        subscribe(m_liveOverride.isEmpty() ? QString::fromStdString(reply.value("live", ""))
-                                                           : m_liveOverride);
+                        subscribe(m_liveOverride.isEmpty()
+                                      ? reachableLiveEndpoint(m_control, QString::fromStdString(reply.value("live", "")))
+                                      : m_liveOverride);
                     setState(ConnectionState::Connected);
                     return;
                 }
@@ -164,8 +187,7 @@ void EngineClient::subscribe(const QString& live)
     if (live.isEmpty())
         return;
     try {
-        auto sub = std::make_unique<zmq::socket_t>(*m_context, zmq::socket_type::sub);
-        sub->set(zmq::sockopt::linger, 0);
+        std::unique_ptr<zmq::socket_t> sub = makeSocket(ZMQ_SUB);
         sub->set(zmq::sockopt::subscribe, "");
         sub->connect(live.toStdString());
         m_sub = std::move(sub);
@@ -193,9 +215,13 @@ void EngineClient::request(nlohmann::json body, ReplyHandler onReply, int timeou
     timer->setSingleShot(true);
     timer->setTimerType(Qt::PreciseTimer);   // a coarse timer may fire 5% early
     connect(timer, &QTimer::timeout, this, [this, id, timeoutMs] {
-        fail(id, QStringLiteral("the engine did not answer within %1 s (is it running at %2?)")
+        fail(id, QStringLiteral("the engine did not answer within %1 s (is it running at %2?%3)")
                      .arg(timeoutMs / 1000.0, 0, 'g', 3)
-                     .arg(m_control));
+                     .arg(m_control,
+                          m_keys ? QStringLiteral(" Or it refused this workbench's CURVE key %1: its log says why; "
+                                                  "`meshbench-engine keys --allow` on its host lets the key in")
+                                       .arg(QString::fromStdString(m_keys->client.publicKey))
+                                 : QString()));
     });
     m_pending[id] = Pending{std::move(onReply), timer};
     timer->start(timeoutMs);

@@ -14,7 +14,13 @@
 //
 // The connection state follows `hello`: Connecting until the engine answers it, Connected after,
 // and back to Connecting when a periodic hello goes unanswered (the DEALER keeps reconnecting).
+//
+// Keys: an engine served off loopback (or with --curve) speaks CURVE and lets in only the client
+// keys its allow-list names; connectTo's `keys` put the engine's public key and this workbench's
+// pair on both sockets (client_keys.h chooses them). A refused client hears nothing back: its
+// requests time out, and the engine's log names the refused key.
 
+#include "wire/curve_keys.h"
 #include "wire/telemetry.h"
 
 #include <nlohmann/json.hpp>
@@ -26,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 
 class QProcess;
 class QSocketNotifier;
@@ -44,6 +51,11 @@ namespace meshbench::app {
 enum class ConnectionState { Disconnected, Connecting, Connected };
 QString connectionStateName(ConnectionState state);
 
+// The live feed's endpoint as a client of `control` reaches it: an engine bound to every interface
+// (tcp://0.0.0.0, tcp://*, tcp://[::]) advertises that wildcard, which here means the control
+// endpoint's host.
+QString reachableLiveEndpoint(const QString& control, const QString& advertised);
+
 class EngineClient : public QObject {
     Q_OBJECT
 
@@ -59,9 +71,9 @@ public:
     ~EngineClient() override;
 
     // Connects to an engine's control endpoint; the live feed's endpoint is taken from the hello
-    // reply unless `live` is given (a tunnel may map it elsewhere). Replaces any current connection;
-    // requests still pending on it get the error reply.
-    void connectTo(const QString& control, const QString& live = {});
+    // reply unless `live` is given (a tunnel may map it elsewhere). With `keys`, over CURVE.
+    // Replaces any current connection; requests still pending on it get the error reply.
+    void connectTo(const QString& control, const QString& live = {}, std::optional<wire::ClientKeys> keys = {});
     void disconnectFromEngine();
 
     // The local engine: asks `control` for hello (1 s); when nothing answers, starts
@@ -82,6 +94,7 @@ public:
     ConnectionState state() const { return m_state; }
     QString controlEndpoint() const { return m_control; }
     QString liveEndpoint() const { return m_live; }
+    bool usesCurve() const { return m_keys.has_value(); }
     // Whether this client started the engine it talks to (and will stop it).
     bool ownsEngine() const;
     // Live messages that could not be read (a topic without payload, bad JSON, a bad span batch).
@@ -107,6 +120,8 @@ private:
     };
 
     void closeSockets();
+    // A socket of the connection: CURVE when the connection has keys, and linger 0.
+    std::unique_ptr<zmq::socket_t> makeSocket(int type) const;
     void setState(ConnectionState state);
     void sayHello(int timeoutMs);
     void subscribe(const QString& live);
@@ -126,6 +141,7 @@ private:
     QTimer* m_poll = nullptr;        // safety net for a missed edge
     QTimer* m_keepAlive = nullptr;   // periodic hello while connected
     QString m_control, m_live, m_liveOverride;
+    std::optional<wire::ClientKeys> m_keys;
     ConnectionState m_state = ConnectionState::Disconnected;
     std::map<int, Pending> m_pending;
     int m_nextId = 0;

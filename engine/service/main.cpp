@@ -2,6 +2,7 @@
 // files, lists, replays and exports sessions, and serves the GUI.
 
 #include "calibrate_command.h"
+#include "keys_command.h"
 #include "plan_commands.h"
 #include "run_command.h"
 #include "serve_command.h"
@@ -30,14 +31,19 @@ constexpr const char* kUsage =
     "         stored sessions (default DIR: ~/.local/share/meshbench/sessions)\n"
     "  export SESSION [--chrome-trace OUT.json] [--csv DIR]\n"
     "         a session as a Chrome/Perfetto trace, or as CSV tables\n"
-    "  serve  [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR]\n"
-    "         the daemon the GUI talks to (default tcp://127.0.0.1:5570, live feed on the next port)\n"
-    "  replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT]\n"
+    "  serve  [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR] [--curve]\n"
+    "         the daemon the GUI talks to (default tcp://127.0.0.1:5570, live feed on the next port);\n"
+    "         off loopback, or with --curve, only CURVE clients that the allow-list names\n"
+    "  replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT] [--curve]\n"
     "         re-publish a stored session on the live feed, as if it were running\n"
+    "  keys   [--client NAME] | --allow PUBLIC_KEY_OR_FILE...\n"
+    "         make the engine's and a client's CURVE key pairs in ~/.config/meshbench (or\n"
+    "         $XDG_CONFIG_HOME/meshbench), or add client public keys to its allow-list\n"
     "\n"
     "exit status: 0 done, 1 the job spec is wrong or a session cannot be read, 2 the command line is wrong;\n"
     "run: 3 the job failed, 4 it was stopped, 5 it could not be started;\n"
-    "export: 5 an output cannot be written; serve, replay: 5 an endpoint cannot be bound\n";
+    "export: 5 an output cannot be written; serve, replay: 5 an endpoint cannot be bound or its keys cannot be read;\n"
+    "keys: 1 a key or key file is malformed, 5 a key file cannot be written\n";
 
 }  // namespace
 
@@ -75,6 +81,8 @@ int main(int argc, char** argv)
             return meshbench::service::runReplayCommand(args);
         if (command == "calibrate")
             return meshbench::service::runCalibrateCommand(args);
+        if (command == "keys")
+            return meshbench::service::runKeysCommand(args);
     } catch (const std::exception& e) {
         // Input errors are reported by the commands; anything reaching here is a bug or an
         // exhausted machine, and still deserves a message rather than an abort.

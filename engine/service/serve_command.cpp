@@ -48,7 +48,7 @@ std::optional<Server> startServer(const ServeOptions& options)
 
 int runServeCommand(const std::vector<std::string>& args)
 {
-    const char* usage = "meshbench-engine serve [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR]";
+    const char* usage = "meshbench-engine serve [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR] [--curve]";
     ServeOptions options;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
@@ -56,6 +56,8 @@ int runServeCommand(const std::vector<std::string>& args)
         if (a == "--bind" || a == "--live" || a == "--sessions") {
             if (!parseEndpointOption(args, i, options, usage, status))
                 return status;
+        } else if (a == "--curve") {
+            options.curve = true;
         } else {
             return usageError("unknown argument '" + a + "'", usage);
         }
@@ -64,15 +66,17 @@ int runServeCommand(const std::vector<std::string>& args)
     std::optional<Server> server = startServer(options);
     if (!server)
         return 5;
-    std::cout << "serving: control " << server->controlEndpoint() << ", live feed " << server->liveEndpoint()
-              << "\n(Ctrl-C to stop)" << std::endl;
+    std::cout << "serving: control " << server->controlEndpoint() << ", live feed " << server->liveEndpoint();
+    if (const std::string curve = server->curveSummary(); !curve.empty())
+        std::cout << "\n" << curve;
+    std::cout << "\n(Ctrl-C to stop)" << std::endl;
     server->run(stop);
     return 0;
 }
 
 int runReplayCommand(const std::vector<std::string>& args)
 {
-    const char* usage = "meshbench-engine replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT]";
+    const char* usage = "meshbench-engine replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT] [--curve]";
     ServeOptions options;
     options.exitWhenIdle = true;
     std::string session;
@@ -87,6 +91,8 @@ int runReplayCommand(const std::vector<std::string>& args)
             if (i + 1 >= args.size() || !parsePositive(args[i + 1], speed) || speed <= 0 || speed > 1e6)
                 return usageError("--speed needs a number above 0 (1 = real time) and at most 1,000,000", usage);
             ++i;
+        } else if (a == "--curve") {
+            options.curve = true;
         } else if (!a.empty() && a[0] == '-') {
             return usageError("unknown option '" + a + "'", usage);
         } else if (session.empty()) {

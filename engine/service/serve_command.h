@@ -8,7 +8,7 @@
 namespace meshbench::service {
 
 // Exit status: 0 done; 1 the session cannot be read (replay); 2 the command line is wrong;
-// 5 the sockets cannot be bound.
+// 5 the sockets cannot be bound, or the CURVE keys they need cannot be read.
 int runServeCommand(const std::vector<std::string>& args);
 int runReplayCommand(const std::vector<std::string>& args);
 

@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include "curve_guard.h"
 #include "job_runner.h"
 #include "live_publisher.h"
 #include "run_command.h"
@@ -10,6 +11,7 @@
 #include "plan/report.h"
 #include "store/session_store.h"
 #include "wire/control.h"
+#include "wire/curve_keys.h"
 #include "wire/text.h"
 
 #include <zmq.hpp>
@@ -290,37 +292,27 @@ std::string sourceArgument(const nlohmann::json& args)
     return it != args.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-// The host of tcp://HOST:PORT ("[::1]" keeps its brackets).
-std::string tcpHost(const std::string& endpoint)
+// Whether an endpoint is one this engine serves on (`why` says what is wrong when it is not), and
+// whether only this machine reaches it.
+enum class EndpointReach { Invalid, Local, Network };
+
+EndpointReach endpointReach(const std::string& endpoint, std::string& why)
 {
-    const std::string hostPort = endpoint.substr(6);
-    const std::size_t colon = hostPort.rfind(':');
-    return colon == std::string::npos ? hostPort : hostPort.substr(0, colon);
+    if (wire::isLocalEndpoint(endpoint))
+        return EndpointReach::Local;
+    if (endpoint.rfind("tcp://", 0) != 0) {
+        why = "'" + endpoint + "' is not an endpoint this engine serves on; use tcp://HOST:PORT or ipc:///PATH";
+        return EndpointReach::Invalid;
+    }
+    const std::string host = wire::tcpHost(endpoint);
+    if (host.find(':') != std::string::npos && host.front() != '[') {
+        why = "'" + endpoint + "': write an IPv6 address in brackets, e.g. tcp://[::1]:5570";
+        return EndpointReach::Invalid;
+    }
+    return EndpointReach::Network;
 }
 
 }  // namespace
-
-bool isLoopbackEndpoint(const std::string& endpoint, std::string& why)
-{
-    if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0)
-        return true;
-    if (endpoint.rfind("tcp://", 0) != 0) {
-        why = "'" + endpoint + "' is not an endpoint this engine serves on; use tcp://127.0.0.1:PORT or ipc:///PATH";
-        return false;
-    }
-    const std::string host = tcpHost(endpoint);
-    if (host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "lo")
-        return true;
-    if (host.find(':') != std::string::npos && host.front() != '[') {
-        why = "'" + endpoint + "': write an IPv6 address in brackets, e.g. tcp://[::1]:5570";
-        return false;
-    }
-    why = "refusing to serve on '" + endpoint +
-          "': it is reachable from other machines and this engine has no authentication yet (CURVE keys are "
-          "still to come); bind to tcp://127.0.0.1:PORT and reach it through an SSH tunnel "
-          "(ssh -L PORT:127.0.0.1:PORT HOST)";
-    return false;
-}
 
 struct Server::Impl {
     ServeOptions options;
@@ -328,6 +320,7 @@ struct Server::Impl {
     zmq::socket_t control{context, zmq::socket_type::router};
     zmq::socket_t live{context, zmq::socket_type::pub};
     zmq::socket_t feed{context, zmq::socket_type::pull};
+    std::unique_ptr<CurveGuard> guard;   // with CURVE; goes before the sockets it guards
     std::string controlEndpoint, liveEndpoint;
     std::map<std::string, std::unique_ptr<Worker>> workers;
     int nextJob = 1, nextReplay = 1;
@@ -363,14 +356,11 @@ namespace {
 
 void bindOrThrow(zmq::socket_t& socket, const std::string& endpoint, const char* what)
 {
-    std::string why;
-    if (!isLoopbackEndpoint(endpoint, why))
-        throw std::runtime_error(why);
     // ZeroMQ binds to an address or an interface name, not a host name: localhost is 127.0.0.1 here,
     // and an IPv6 address needs the socket's IPv6 option.
     std::string address = endpoint;
     if (endpoint.rfind("tcp://", 0) == 0) {
-        const std::string host = tcpHost(endpoint);
+        const std::string host = wire::tcpHost(endpoint);
         if (host == "localhost")
             address = "tcp://127.0.0.1" + endpoint.substr(6 + host.size());
         else if (!host.empty() && host.front() == '[')
@@ -382,6 +372,33 @@ void bindOrThrow(zmq::socket_t& socket, const std::string& endpoint, const char*
         throw std::runtime_error(std::string("cannot bind the ") + what + " to '" + endpoint + "': " + e.what() +
                                  " (is another engine serving there? choose another port)");
     }
+}
+
+// The engine's secret key on each socket and a guard over them, from the key folder; throws when
+// a file is missing or malformed, naming it and the command that makes it right.
+std::unique_ptr<CurveGuard> guardWithKeys(zmq::context_t& context, const std::filesystem::path& keyDir,
+                                          const std::string& reason,
+                                          const std::vector<std::pair<zmq::socket_t*, const char*>>& sockets)
+{
+    const std::filesystem::path secretFile = wire::secretKeyPath(keyDir, wire::kServerKeyName);
+    const std::filesystem::path allowList = wire::allowListPath(keyDir);
+    const std::string allowHint = "allow each workbench's public key with `meshbench-engine keys --allow CLIENT.key` "
+                                  "(the client.key that `meshbench-engine keys` writes on the workbench's machine)";
+    std::error_code error;
+    if (!std::filesystem::exists(secretFile, error))
+        throw std::runtime_error(reason + " needs the engine's CURVE keys, and " + secretFile.string() +
+                                 " does not exist: run `meshbench-engine keys` to create them, then " + allowHint);
+    if (!std::filesystem::exists(allowList, error))
+        throw std::runtime_error(reason + " needs the list of client keys it lets in, and " + allowList.string() +
+                                 " does not exist: " + allowHint);
+    const wire::KeyPair server = wire::readKeyPair(secretFile);
+    auto guard = std::make_unique<CurveGuard>(context, allowList);
+    if (guard->allowedKeys() == 0)
+        throw std::runtime_error(allowList.string() + " allows no client yet: " + allowHint);
+    for (const auto& [socket, name] : sockets)
+        guard->guard(*socket, server.secretKey, name);
+    guard->start();
+    return guard;
 }
 
 // Replies held for one client whose queue is full; beyond either bound it is not reading them.
@@ -414,6 +431,22 @@ Server::Server(ServeOptions options) : m_impl(std::make_unique<Impl>())
     d.control.set(zmq::sockopt::router_mandatory, true);
     d.live.set(zmq::sockopt::linger, 0);
     d.feed.bind(kLiveInproc);
+    std::string why;
+    const EndpointReach controlReach = endpointReach(d.options.control, why);
+    if (controlReach == EndpointReach::Invalid)
+        throw std::runtime_error(why);
+    const EndpointReach liveReach = endpointReach(d.options.live, why);
+    if (liveReach == EndpointReach::Invalid)
+        throw std::runtime_error(why);
+    if (d.options.curve || controlReach == EndpointReach::Network || liveReach == EndpointReach::Network) {
+        const std::string reason =
+            controlReach == EndpointReach::Network ? "serving on '" + d.options.control + "', which other machines reach,"
+            : liveReach == EndpointReach::Network  ? "serving the live feed on '" + d.options.live +
+                                                        "', which other machines reach,"
+                                                   : std::string("serving with --curve");
+        d.guard = guardWithKeys(d.context, wire::keyDirectory(), reason,
+                                {{&d.control, "control socket"}, {&d.live, "live feed"}});
+    }
     bindOrThrow(d.control, d.options.control, "control socket");
     bindOrThrow(d.live, d.options.live, "live feed");
     d.controlEndpoint = d.control.get(zmq::sockopt::last_endpoint);
@@ -437,6 +470,13 @@ const std::string& Server::controlEndpoint() const
 const std::string& Server::liveEndpoint() const
 {
     return m_impl->liveEndpoint;
+}
+
+std::string Server::curveSummary() const
+{
+    const CurveGuard* guard = m_impl->guard.get();
+    return guard ? "CURVE, " + clientKeys(guard->allowedKeys()) + " allowed by " + guard->allowList().string()
+                 : std::string();
 }
 
 std::string Server::openReplay(const std::string& session, double speed)

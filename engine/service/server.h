@@ -4,9 +4,10 @@
 // worker thread of its own and reaches the feed through an in-process socket (see
 // live_publisher.h). Protocol: wire/control.h.
 //
-// Security: there is no authentication yet, so the server binds to loopback only (127.0.0.1,
-// ::1, localhost, or ipc://) and refuses any other address; reach a remote engine through an SSH
-// tunnel until CURVE keys are supported.
+// Security: on loopback (127.0.0.1, ::1, localhost, lo, ipc://) the server takes any client of
+// this machine. Anywhere else it serves with CURVE (ZeroMQ RFC 26) on both sockets: the engine's
+// key pair and the allow-list of client keys come from wire::keyDirectory(), and a
+// CurveGuard lets in only the clients the list names. `curve` turns the same on for loopback.
 
 #include <atomic>
 #include <memory>
@@ -19,14 +20,13 @@ struct ServeOptions {
     std::string live;                     // empty: the control endpoint's port + 1
     std::string sessionsDir;              // where submitted jobs store their sessions
     bool exitWhenIdle = false;            // end once every job and replay has ended (replay command)
+    bool curve = false;                   // CURVE even when both endpoints are on loopback
 };
-
-// Whether an endpoint only listens on this machine; `why` says what is wrong otherwise.
-bool isLoopbackEndpoint(const std::string& endpoint, std::string& why);
 
 class Server {
 public:
-    // Binds both sockets; throws std::runtime_error naming the endpoint when it cannot.
+    // Binds both sockets; throws std::runtime_error naming the endpoint, or the key file, and the
+    // fix when it cannot.
     explicit Server(ServeOptions options);
     ~Server();   // stops the jobs and replays still running, and waits for them
     Server(const Server&) = delete;
@@ -34,6 +34,8 @@ public:
 
     const std::string& controlEndpoint() const;
     const std::string& liveEndpoint() const;
+    // With CURVE: the allow-list and how many client keys it holds. Empty without.
+    std::string curveSummary() const;
     // Starts replaying a session (as the "open" request does); returns its source name. Throws
     // store::StoreError when the session cannot be read.
     std::string openReplay(const std::string& session, double speed);

@@ -1,8 +1,11 @@
 // EngineClient against a real `meshbench-engine serve` (started by the test on ipc endpoints of its
 // own) and against a fake engine that publishes garbage: requests and replies matched by id, a
 // timeout when nobody listens, the demo job watched on the live feed to completion, the local
-// engine started (and stopped) when none answers, and bad live payloads counted, never fatal.
+// engine started (and stopped) when none answers, and bad live payloads counted, never fatal. With
+// CURVE: the keys chosen from the options and the key folder, and an engine served with --curve
+// reached with them (and a key it does not allow told where to look).
 
+#include "client/client_keys.h"
 #include "client/engine_client.h"
 
 #include <QtTest>
@@ -38,10 +41,12 @@ struct Served {
     QString control = QStringLiteral("ipc://") + dir.filePath(QStringLiteral("control"));
     QString live = QStringLiteral("ipc://") + dir.filePath(QStringLiteral("live"));
 
-    Served()
+    explicit Served(const QStringList& options = {})
     {
-        process.start(engineExecutable(), {QStringLiteral("serve"), QStringLiteral("--bind"), control,
-                                           QStringLiteral("--live"), live, QStringLiteral("--sessions"), dir.path()});
+        process.start(engineExecutable(), QStringList{QStringLiteral("serve"), QStringLiteral("--bind"), control,
+                                                      QStringLiteral("--live"), live, QStringLiteral("--sessions"),
+                                                      dir.path()} +
+                                              options);
         process.waitForReadyRead(10000);   // "serving: ..." once both sockets are bound
     }
     ~Served()
@@ -64,6 +69,24 @@ bool waitConnected(EngineClient& client, int timeoutMs = 15000)
 {
     return QTest::qWaitFor([&] { return client.state() == ConnectionState::Connected; }, timeoutMs);
 }
+
+// A key folder of the test's own (XDG_CONFIG_HOME, which the engines it starts inherit).
+struct KeyFolder {
+    QTemporaryDir home;
+    QByteArray saved = qgetenv("XDG_CONFIG_HOME");
+    KeyFolder() { qputenv("XDG_CONFIG_HOME", home.path().toUtf8()); }
+    ~KeyFolder() { qputenv("XDG_CONFIG_HOME", saved); }
+    QString file(const std::string& name) const
+    {
+        return QString::fromStdString((wire::keyDirectory() / name).string());
+    }
+    bool makeKeys() const
+    {
+        QProcess keys;
+        keys.start(engineExecutable(), {QStringLiteral("keys")});
+        return keys.waitForFinished(30000) && keys.exitStatus() == QProcess::NormalExit && keys.exitCode() == 0;
+    }
+};
 
 }  // namespace
 
@@ -204,6 +227,106 @@ private slots:
         const nlohmann::json reply = ask(second, {{"op", "hello"}}, 500);
         QCOMPARE(reply["ok"], false);
         QCOMPARE(reply["timed_out"], true);
+    }
+
+    void curveKeysAreChosenFromOptionsAndTheKeyFolder()
+    {
+        KeyFolder folder;
+        const QString local = QStringLiteral("tcp://127.0.0.1:5570"), remote = QStringLiteral("tcp://10.0.0.5:5570");
+        // Loopback goes without keys; off loopback without any, the message says which to give.
+        app::ClientKeysChoice choice = app::chooseClientKeys(local, {}, {});
+        QVERIFY(!choice.keys && choice.error.isEmpty());
+        const QString none = app::chooseClientKeys(remote, {}, {}).error;
+        QVERIFY2(none.contains(QStringLiteral("off loopback")) && none.contains(QStringLiteral("--server-key FILE")),
+                 qPrintable(none));
+        QVERIFY(app::chooseClientKeys(local, {}, QStringLiteral("x")).error.startsWith(
+            QStringLiteral("--client-key goes with the engine's key")));
+
+        QVERIFY(folder.makeKeys());
+        const wire::KeyPair client = wire::readKeyPair(folder.file("client.key_secret").toStdString());
+        const std::string serverKey = wire::readPublicKey(folder.file("server.key").toStdString());
+        // The folder's files are the defaults off loopback.
+        choice = app::chooseClientKeys(remote, {}, {});
+        QVERIFY2(choice.keys, qPrintable(choice.error));
+        QCOMPARE(choice.keys->serverKey, serverKey);
+        QCOMPARE(choice.keys->client.publicKey, client.publicKey);
+        QCOMPARE(choice.keys->client.secretKey, client.secretKey);
+        QVERIFY(!app::chooseClientKeys(local, {}, {}).keys);
+        // On loopback, naming the server key asks for CURVE; a key may be given as Z85 text.
+        const QString otherKey = QStringLiteral("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+        choice = app::chooseClientKeys(local, otherKey, {});
+        QVERIFY2(choice.keys && choice.keys->serverKey == otherKey.toStdString(), qPrintable(choice.error));
+        // Malformed or misplaced keys: the reason, and no keys.
+        choice = app::chooseClientKeys(remote, QStringLiteral("abc"), {});
+        QVERIFY(!choice.keys);
+        QVERIFY2(choice.error.contains(QStringLiteral("'abc' is neither a public key nor a key file")),
+                 qPrintable(choice.error));
+        QVERIFY(app::chooseClientKeys(remote, {}, folder.file("client.key")).error
+                    .contains(QStringLiteral("holds no secret-key line")));
+        QVERIFY(app::chooseClientKeys(remote, folder.file("server.key_secret"), {}).error
+                    .contains(QStringLiteral("holds a secret key")));
+        QFile::remove(folder.file("client.key_secret"));
+        QVERIFY(app::chooseClientKeys(remote, {}, {}).error.contains(QStringLiteral("run `meshbench-engine keys` here")));
+
+        // An engine bound to every interface advertises its feed's wildcard: the control host replaces it.
+        QCOMPARE(app::reachableLiveEndpoint(remote, QStringLiteral("tcp://0.0.0.0:5571")),
+                 QStringLiteral("tcp://10.0.0.5:5571"));
+        QCOMPARE(app::reachableLiveEndpoint(QStringLiteral("tcp://[fd00::7]:5570"), QStringLiteral("tcp://[::]:5571")),
+                 QStringLiteral("tcp://[fd00::7]:5571"));
+        QCOMPARE(app::reachableLiveEndpoint(remote, QStringLiteral("tcp://*:5571")), QStringLiteral("tcp://10.0.0.5:5571"));
+        QCOMPARE(app::reachableLiveEndpoint(remote, QStringLiteral("tcp://10.0.0.6:5571")),
+                 QStringLiteral("tcp://10.0.0.6:5571"));
+        QCOMPARE(app::reachableLiveEndpoint(QStringLiteral("ipc:///x"), QStringLiteral("tcp://0.0.0.0:5571")),
+                 QStringLiteral("tcp://0.0.0.0:5571"));
+    }
+
+    void anEngineServedWithCurveIsReachedWithKeys()
+    {
+        KeyFolder folder;
+        QVERIFY(folder.makeKeys());
+        Served served({QStringLiteral("--curve")});
+        QVERIFY2(served.process.state() == QProcess::Running, served.process.readAllStandardError().constData());
+        const app::ClientKeysChoice choice = app::chooseClientKeys(served.control, folder.file("server.key"), {});
+        QVERIFY2(choice.keys, qPrintable(choice.error));
+
+        EngineClient client;
+        QSignalSpy jobSpy(&client, &EngineClient::jobChanged);
+        client.connectTo(served.control, {}, choice.keys);
+        QVERIFY(client.usesCurve());
+        QVERIFY(waitConnected(client));
+        QCOMPARE(client.liveEndpoint(), served.live);
+        const nlohmann::json reply =
+            ask(client, {{"op", "submit"}, {"job", demoJob()}, {"steps", 2}, {"one_device", true}});
+        QVERIFY2(reply["ok"] == true, reply.dump().c_str());
+        const QString source = QString::fromStdString(reply["job"]);
+        // The run's end comes over the live feed, which is CURVE too.
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                for (const QList<QVariant>& args : jobSpy)
+                    if (args.at(0).toString() == source &&
+                        args.at(1).value<nlohmann::json>().value("state", "") == "completed")
+                        return true;
+                return false;
+            },
+            180000));
+
+        // A key the engine does not allow hears nothing, and the timeout says where to look.
+        char publicKey[41], secretKey[41];
+        QCOMPARE(zmq_curve_keypair(publicKey, secretKey), 0);
+        EngineClient stranger;
+        stranger.connectTo(served.control, {}, wire::ClientKeys{choice.keys->serverKey, {publicKey, secretKey}});
+        const nlohmann::json refused = ask(stranger, {{"op", "hello"}}, 1000);
+        QCOMPARE(refused["timed_out"], true);
+        QVERIFY2(refused["error"].get<std::string>().find(std::string("refused this workbench's CURVE key ") +
+                                                          publicKey) != std::string::npos,
+                 refused.dump().c_str());
+        QByteArray log;
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                log += served.process.readAllStandardError();
+                return log.contains(QByteArray("its key ") + publicKey);
+            },
+            30000));
     }
 
     void badLivePayloadsAreCountedNotFatal()

@@ -223,13 +223,6 @@ private slots:
         QCOMPARE(served.process.state(), QProcess::Running);
     }
 
-    void aNonLoopbackBindIsRefused()
-    {
-        const ProcessRun run = runProcess(kEngine, {"serve", "--bind", "tcp://0.0.0.0:5599"});
-        QCOMPARE(run.exitCode, 5);
-        QVERIFY2(run.err.contains("no authentication") && run.err.contains("127.0.0.1"), qPrintable(run.err));
-    }
-
     void aCorruptSessionIsAnsweredAndServingGoesOn()
     {
         // Issue 11: one corrupt session in the folder made `sessions` and `open` take serve down
