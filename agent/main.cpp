@@ -390,6 +390,7 @@ int main(int argc, char** argv)
             // Local rank 0 of each node (from MPI itself: under mpirun and srun alike) samples it.
             telemetryOptions.sampleNode = !mpi || mpi->localRank() == 0;
             telemetryOptions.clockEndpoint = options.clock;
+            telemetryOptions.curve = agent::telemetryKeysFromEnvironment();
             telemetry = std::make_unique<agent::TelemetrySender>(std::move(telemetryOptions));
         } catch (const std::exception& e) {
             std::cerr << who << e.what() << "\n";

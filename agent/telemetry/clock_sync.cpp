@@ -1,16 +1,20 @@
 #include "clock_sync.h"
 
+#include "telemetry_sender.h"
 #include "wire/clock.h"
 
 #include <stdexcept>
 
 namespace meshbench::agent {
 
-ClockSync::ClockSync(zmq::context_t& context, const std::string& endpoint, std::uint32_t rank)
+ClockSync::ClockSync(zmq::context_t& context, const std::string& endpoint, std::uint32_t rank,
+                     const wire::ClientKeys* keys)
     : m_socket(context, zmq::socket_type::dealer), m_rank(rank)
 {
     try {
         m_socket.set(zmq::sockopt::linger, 0);
+        if (keys)
+            useCurve(m_socket, *keys);
         // Requests go to a completed connection only, so one sent before the engine answers is
         // not delivered late with a stale stamp.
         m_socket.set(zmq::sockopt::immediate, true);

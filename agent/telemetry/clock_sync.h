@@ -5,6 +5,7 @@
 // longer one). The engine moves the rank's records onto its own clock with the result, so spans of
 // hosts whose clocks disagree by seconds still line up.
 
+#include "wire/curve_keys.h"
 #include "wire/telemetry.h"
 
 #include <zmq.hpp>
@@ -18,8 +19,10 @@ namespace meshbench::agent {
 
 class ClockSync {
 public:
-    // Throws std::runtime_error naming the endpoint if it is not a valid ZeroMQ endpoint.
-    ClockSync(zmq::context_t& context, const std::string& endpoint, std::uint32_t rank);
+    // Throws std::runtime_error naming the endpoint if it is not a valid ZeroMQ endpoint. With
+    // `keys`, the exchange goes over CURVE (as the engine serves it off loopback).
+    ClockSync(zmq::context_t& context, const std::string& endpoint, std::uint32_t rank,
+              const wire::ClientKeys* keys = nullptr);
 
     // The burst's best exchange, or nothing when the engine did not answer within `patience`
     // (which then ends the burst: an engine that does not answer one request will not answer

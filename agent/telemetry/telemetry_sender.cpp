@@ -5,6 +5,7 @@
 
 #include <zmq.hpp>
 
+#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <fstream>
@@ -50,6 +51,31 @@ wire::NodeSampleRecord sampleHost()
 
 }  // namespace
 
+std::optional<wire::ClientKeys> telemetryKeysFromEnvironment()
+{
+    const char* text = std::getenv("MESHBENCH_TELEMETRY_KEYS");
+    if (!text)
+        return std::nullopt;
+    std::istringstream fields(text);
+    wire::ClientKeys keys;
+    std::string extra;
+    fields >> keys.serverKey >> keys.client.publicKey >> keys.client.secretKey;
+    for (const std::string* key : {&keys.serverKey, &keys.client.publicKey, &keys.client.secretKey})
+        if (const std::string problem = wire::z85KeyProblem(*key); !problem.empty())
+            throw std::runtime_error("MESHBENCH_TELEMETRY_KEYS holds a bad key (" + problem +
+                                     "); it is the engine's to set, for the agents it launches");
+    if (fields >> extra)
+        throw std::runtime_error("MESHBENCH_TELEMETRY_KEYS holds more than three keys");
+    return keys;
+}
+
+void useCurve(zmq::socket_t& socket, const wire::ClientKeys& keys)
+{
+    socket.set(zmq::sockopt::curve_serverkey, keys.serverKey);
+    socket.set(zmq::sockopt::curve_publickey, keys.client.publicKey);
+    socket.set(zmq::sockopt::curve_secretkey, keys.client.secretKey);
+}
+
 std::vector<wire::NodeSampleRecord> sampleNode()
 {
     std::vector<wire::NodeSampleRecord> samples{sampleHost()};
@@ -82,13 +108,16 @@ TelemetrySender::TelemetrySender(TelemetryOptions options)
         // uncounted) for a collector that may never come.
         m_socket->push.set(zmq::sockopt::immediate, true);
         m_socket->push.set(zmq::sockopt::linger, int(m_options.finishTimeout.count()));
+        if (m_options.curve)
+            useCurve(m_socket->push, *m_options.curve);
         m_socket->push.connect(m_options.endpoint);
     } catch (const zmq::error_t& e) {
         throw std::runtime_error("cannot connect telemetry to '" + m_options.endpoint + "': " + e.what() +
                                  " (expected an endpoint such as tcp://host:port or ipc:///path)");
     }
     if (!m_options.clockEndpoint.empty())
-        m_socket->clock.emplace(m_socket->context, m_options.clockEndpoint, m_options.rank);
+        m_socket->clock.emplace(m_socket->context, m_options.clockEndpoint, m_options.rank,
+                                m_options.curve ? &*m_options.curve : nullptr);
     // Queued before anything can be posted, so the stream always opens with them and they take a
     // known place in the bounded queue.
     if (m_options.sampleNode)

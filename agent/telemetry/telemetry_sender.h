@@ -9,7 +9,10 @@
 // failed (exit status) or terminated (signal). With the engine's clock endpoint, the stream opens
 // with this rank's clock offset (ClockSync) and carries a new one every kClockInterval.
 
+#include "wire/curve_keys.h"
 #include "wire/telemetry.h"
+
+#include <zmq.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,7 +35,15 @@ struct TelemetryOptions {
     std::chrono::milliseconds heartbeatInterval{1000};
     std::chrono::milliseconds finishTimeout{5000};   // how long finish() waits for the collector
     std::string clockEndpoint{};               // the engine's clock server; empty: no offsets
+    // The run's CURVE keys, when the engine serves its collector with them (off loopback).
+    std::optional<wire::ClientKeys> curve{};
 };
+
+// The keys the engine hands its agents in MESHBENCH_TELEMETRY_KEYS ("SERVER AGENT-PUBLIC
+// AGENT-SECRET", Z85): nothing when it is not set; throws std::runtime_error when it is malformed.
+std::optional<wire::ClientKeys> telemetryKeysFromEnvironment();
+// Makes `socket` a CURVE client with `keys`, before it connects.
+void useCurve(zmq::socket_t& socket, const wire::ClientKeys& keys);
 
 // A node's samples, all at one time: first the host's memory from /proc/meminfo (device -1), then
 // one record per GPU that NVML reports (none without the driver), whose host memory fields stay

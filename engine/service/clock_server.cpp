@@ -1,6 +1,5 @@
 #include "clock_server.h"
 
-#include "collector.h"
 #include "wire/clock.h"
 #include "wire/telemetry.h"
 
@@ -8,10 +7,13 @@
 
 namespace meshbench::service {
 
-ClockServer::ClockServer(zmq::context_t& context, const std::string& bind) : m_socket(context, zmq::socket_type::router)
+ClockServer::ClockServer(zmq::context_t& context, const std::string& bind, const SocketSetup& setup)
+    : m_socket(context, zmq::socket_type::router)
 {
     try {
         m_socket.set(zmq::sockopt::linger, 0);
+        if (setup)
+            setup(m_socket, "clock server");
         m_socket.bind(bind);
     } catch (const zmq::error_t& e) {
         throw std::runtime_error("cannot bind the clock server to '" + bind + "': " + e.what() +

@@ -5,6 +5,8 @@
 // round trip, and the offset's error with it). Frames that are not clock requests get no answer
 // and are counted.
 
+#include "collector.h"
+
 #include <zmq.hpp>
 
 #include <atomic>
@@ -17,7 +19,7 @@ namespace meshbench::service {
 class ClockServer {
 public:
     // Binds `bind`; throws std::runtime_error naming it when it cannot.
-    ClockServer(zmq::context_t& context, const std::string& bind);
+    ClockServer(zmq::context_t& context, const std::string& bind, const SocketSetup& setup = {});
     ~ClockServer();
     ClockServer(const ClockServer&) = delete;
     ClockServer& operator=(const ClockServer&) = delete;

@@ -14,7 +14,7 @@ constexpr std::size_t kMaxQueuedRecords = 1'000'000;
 }  // namespace
 
 Collector::Collector(zmq::context_t& context, const std::string& bind, std::uint32_t worldSize,
-                     live::LiveAggregator& aggregator, RunObserver& observer)
+                     live::LiveAggregator& aggregator, RunObserver& observer, const SocketSetup& setup)
     : m_socket(context, zmq::socket_type::pull), m_ingest(worldSize), m_aggregator(aggregator), m_observer(observer),
       m_lastError(worldSize)
 {
@@ -22,6 +22,8 @@ Collector::Collector(zmq::context_t& context, const std::string& bind, std::uint
         m_socket.set(zmq::sockopt::linger, 0);
         // Frames waiting per agent (each up to a few thousand records): bounded, see receive().
         m_socket.set(zmq::sockopt::rcvhwm, 100);
+        if (setup)
+            setup(m_socket, "telemetry collector");
         m_socket.bind(bind);
     } catch (const zmq::error_t& e) {
         throw std::runtime_error("cannot bind the telemetry collector to '" + bind + "': " + e.what() +

@@ -10,10 +10,15 @@
 
 #include <zmq.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace meshbench::service {
+
+// Done to a listening socket before it binds (`name` says which, for refusals): CURVE, when the run
+// is reachable from off this machine.
+using SocketSetup = std::function<void(zmq::socket_t& socket, const std::string& name)>;
 
 // A socket's bound endpoint as agents reach it: a wildcard address (0.0.0.0) becomes this host's
 // name.
@@ -23,7 +28,7 @@ class Collector {
 public:
     // Binds `bind` (e.g. tcp://127.0.0.1:*); throws std::runtime_error naming it when it cannot.
     Collector(zmq::context_t& context, const std::string& bind, std::uint32_t worldSize,
-              live::LiveAggregator& aggregator, RunObserver& observer);
+              live::LiveAggregator& aggregator, RunObserver& observer, const SocketSetup& setup = {});
 
     // The bound endpoint, as agents on this host reach it.
     std::string endpoint() const;

@@ -46,7 +46,8 @@ struct CurveGuard::Impl {
     explicit Impl(zmq::context_t& c) : context(c) {}
 
     zmq::context_t& context;
-    std::filesystem::path allowListFile;
+    std::filesystem::path allowListFile;      // empty for a fixed list
+    std::string fixedListName;
     std::set<std::string> allowed;            // the guard thread's, once started
     std::atomic<std::size_t> allowedCount{0};  // its size, for any thread
     // The allow-list as last read, to notice a change.
@@ -68,7 +69,16 @@ struct CurveGuard::Impl {
     void readMonitor(Watched& w);
     void refuse(const std::string& signature, const std::string& message);
     void rereadAllowListIfChanged();
+    void bindHandler();
 };
+
+void CurveGuard::Impl::bindHandler()
+{
+    zap.set(zmq::sockopt::linger, 0);
+    zap.bind(kZapEndpoint);
+    stopReceiver.bind(kStopEndpoint);
+    stopSender.connect(kStopEndpoint);
+}
 
 CurveGuard::CurveGuard(zmq::context_t& context, std::filesystem::path allowList)
     : m_impl(std::make_unique<Impl>(context))
@@ -81,10 +91,17 @@ CurveGuard::CurveGuard(zmq::context_t& context, std::filesystem::path allowList)
     std::error_code error;
     d.allowListTime = std::filesystem::last_write_time(d.allowListFile, error);
     d.allowListSize = std::filesystem::file_size(d.allowListFile, error);
-    d.zap.set(zmq::sockopt::linger, 0);
-    d.zap.bind(kZapEndpoint);
-    d.stopReceiver.bind(kStopEndpoint);
-    d.stopSender.connect(kStopEndpoint);
+    d.bindHandler();
+}
+
+CurveGuard::CurveGuard(zmq::context_t& context, const std::vector<std::string>& allowedKeys, std::string whose)
+    : m_impl(std::make_unique<Impl>(context))
+{
+    Impl& d = *m_impl;
+    d.fixedListName = std::move(whose);
+    d.allowed.insert(allowedKeys.begin(), allowedKeys.end());
+    d.allowedCount = d.allowed.size();
+    d.bindHandler();
 }
 
 CurveGuard::~CurveGuard()
@@ -186,8 +203,9 @@ void CurveGuard::Impl::answerZap()
             statusText = "this client's key is not allowed";
             refuse(domain + "\n" + address + "\n" + key,
                    "refused " + peerText(address) + " on the " + wire::printableText(domain) + ": its key " + key +
-                       " is not in " + allowListFile.string() + "; to let it in: meshbench-engine keys --allow '" + key +
-                       "'");
+                       (allowListFile.empty() ? " is not " + fixedListName
+                                              : " is not in " + allowListFile.string() +
+                                                    "; to let it in: meshbench-engine keys --allow '" + key + "'"));
         }
     } else {
         statusText = "CURVE clients only";
@@ -264,6 +282,8 @@ void CurveGuard::Impl::refuse(const std::string& signature, const std::string& m
 
 void CurveGuard::Impl::rereadAllowListIfChanged()
 {
+    if (allowListFile.empty())
+        return;
     std::error_code timeError, sizeError;
     const std::filesystem::file_time_type time = std::filesystem::last_write_time(allowListFile, timeError);
     const std::uintmax_t size = std::filesystem::file_size(allowListFile, sizeError);

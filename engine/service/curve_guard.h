@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace meshbench::service {
 
@@ -32,6 +33,8 @@ public:
     // Reads the allow-list (throws wire::KeyError naming the file and the fix) and binds the ZAP
     // endpoint in `context`. Construct it before any CURVE socket of the context binds.
     CurveGuard(zmq::context_t& context, std::filesystem::path allowList);
+    // A fixed allow-list, e.g. a run's own agents' key; `whose` names it in refusals.
+    CurveGuard(zmq::context_t& context, const std::vector<std::string>& allowedKeys, std::string whose);
     ~CurveGuard();   // stops the thread
     CurveGuard(const CurveGuard&) = delete;
     CurveGuard& operator=(const CurveGuard&) = delete;

@@ -1,6 +1,8 @@
 #include "job_runner.h"
 
 #include "clock_server.h"
+#include "curve_guard.h"
+#include "wire/curve_keys.h"
 #include "collector.h"
 #include "launcher.h"
 
@@ -35,6 +37,7 @@ constexpr std::chrono::milliseconds kDrainTime{2000};
 // SIGKILL.
 constexpr std::chrono::milliseconds kSettleLimit{10000};
 constexpr std::chrono::milliseconds kTerminateGrace{3000};
+constexpr const char* kTelemetryKeysVariable = "MESHBENCH_TELEMETRY_KEYS";
 
 
 store::SessionOutcome failedRank(std::uint32_t rank, std::string cause)
@@ -180,6 +183,34 @@ private:
     live::RankTimes m_rankTimes;
 };
 
+// The keys of a run whose collector other machines can reach: the collector's and clock server's
+// pair, and one pair for all the run's agents, made for the run and handed to them through the
+// launcher's environment (MESHBENCH_TELEMETRY_KEYS); only that agents' key is let in.
+struct RunKeys {
+    explicit RunKeys(zmq::context_t& context)
+        : server(newKeyPair()), agents(newKeyPair()), guard(context, {agents.publicKey}, "this run's agents' key")
+    {
+    }
+    static wire::KeyPair newKeyPair()
+    {
+        char publicKey[41] = {}, secretKey[41] = {};
+        if (zmq_curve_keypair(publicKey, secretKey) != 0)
+            throw std::runtime_error("cannot make CURVE keys for the collector: this libzmq has no CURVE (libsodium)");
+        return {publicKey, secretKey};
+    }
+    std::string environment() const { return server.publicKey + " " + agents.publicKey + " " + agents.secretKey; }
+
+    wire::KeyPair server;
+    wire::KeyPair agents;
+    CurveGuard guard;
+};
+
+std::unique_ptr<RunKeys> keysFor(const RunRequest& request, zmq::context_t& context)
+{
+    return request.oneDevice || wire::isLocalEndpoint(request.collectorBind) ? nullptr
+                                                                              : std::make_unique<RunKeys>(context);
+}
+
 class Run {
 public:
     Run(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
@@ -187,9 +218,12 @@ public:
           m_spec(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
           m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_aggregator(m_spec, &m_plan),
           m_observer(observer, m_result, int(m_world)),
-          m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer),
-          m_clock(m_context, clockBindBeside(request.collectorBind))
+          m_keys(keysFor(request, m_context)),
+          m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer, secureSocket()),
+          m_clock(m_context, clockBindBeside(request.collectorBind), secureSocket())
     {
+        if (m_keys)
+            m_keys->guard.start();
         m_lastStep = request.steps.value_or(request.spec.train.steps);
     }
 
@@ -198,6 +232,13 @@ public:
 private:
     store::SessionHeader header() const;
     std::vector<std::string> launchCommand(const std::string& collector) const;
+    SocketSetup secureSocket()
+    {
+        return [this](zmq::socket_t& socket, const std::string& name) {
+            if (m_keys)
+                m_keys->guard.guard(socket, m_keys->server.secretKey, name);
+        };
+    }
     std::string rankWords(std::uint32_t rank) const;
     std::string failedRankCause(std::uint32_t rank) const;
     void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
@@ -238,6 +279,7 @@ private:
     RunResult m_result;
     SummaryObserver m_observer;
     zmq::context_t m_context{1};
+    std::unique_ptr<RunKeys> m_keys;   // when the collector is reachable from off this machine
     Collector m_collector;
     ClockServer m_clock;
     std::unique_ptr<store::SessionWriter> m_writer;
@@ -283,6 +325,8 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
         return argv;
     }
     std::vector<std::string> argv{m_request.mpirun, "-np", std::to_string(m_world)};
+    if (m_keys)   // mpirun hands its ranks only the variables it is told to
+        argv.insert(argv.end(), {"-x", kTelemetryKeysVariable});
     // Without a host list the ranks share this machine, which may have fewer cores than ranks.
     const bool hostsGiven = std::any_of(m_request.mpirunArgs.begin(), m_request.mpirunArgs.end(), [](const std::string& a) {
         return a == "--hostfile" || a == "-hostfile" || a == "--host" || a == "-H" || a == "--machinefile";
@@ -579,7 +623,10 @@ RunResult Run::execute()
     m_collector.engineLog(wire::LogLevel::Info, "launching: " + commandLine);
     std::optional<LaunchedProcess> job;
     try {
-        job.emplace(argv, std::vector<std::pair<std::string, std::string>>{});
+        std::vector<std::pair<std::string, std::string>> environment;
+        if (m_keys)
+            environment.emplace_back(kTelemetryKeysVariable, m_keys->environment());
+        job.emplace(argv, environment);
         m_job = &*job;
     } catch (const std::exception& e) {
         const std::string cause = std::string(e.what()) +

@@ -6,6 +6,8 @@
 #include "store/session_store.h"
 #include "wire/telemetry.h"
 
+#include <zmq.hpp>
+
 #include "common/process_run.h"
 #include "common/session_checks.h"
 
@@ -262,6 +264,52 @@ private slots:
             QVERIFY2(!QFile::exists(QString("/proc/%1/cmdline").arg(pid)) ||
                          runProcess("ps", {"-o", "stat=", "-p", QString::number(pid)}).out.trimmed().startsWith('Z'),
                      qPrintable(QString("rank pid %1 outlived the job").arg(pid)));
+    }
+
+    // Off loopback the collector and the clock server take only the run's own agents, over CURVE:
+    // a plaintext sender and one holding another server's key, each posing as rank 0, are refused
+    // (and said so), and nothing of theirs reaches the session, while the job completes.
+    void strangersCannotReachTheCollector()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("guarded.meshbench");
+        QProcess engine;
+        engine.start(kEngine, {"run", kDemo, "--steps", "5", "--session", session, "--hostfile", kHostfile,
+                               "--collector", kCollector});
+        QString endpoint;
+        while (endpoint.isEmpty() && engine.waitForReadyRead(120000))
+            while (engine.canReadLine()) {
+                const QString line = QString::fromUtf8(engine.readLine());
+                if (line.startsWith("collector "))
+                    endpoint = line.section(' ', 1, 1).remove(',');
+            }
+        QVERIFY2(endpoint.startsWith("tcp://10.250.77.1:"), qPrintable(endpoint));
+
+        zmq::context_t context;
+        zmq::socket_t plain(context, zmq::socket_type::push), forged(context, zmq::socket_type::push);
+        char serverKey[41], publicKey[41], secretKey[41];
+        QCOMPARE(zmq_curve_keypair(serverKey, secretKey), 0);   // some other server's
+        QCOMPARE(zmq_curve_keypair(publicKey, secretKey), 0);
+        forged.set(zmq::sockopt::curve_serverkey, std::string(serverKey));
+        forged.set(zmq::sockopt::curve_publickey, std::string(publicKey));
+        forged.set(zmq::sockopt::curve_secretkey, std::string(secretKey));
+        const std::vector<std::uint8_t> frame = wire::encodeBatch(
+            {0, 0, {wire::LogRecord{wire::wallAlignedNowNs(), wire::LogLevel::Error, "a stranger's record"}}});
+        for (zmq::socket_t* socket : {&plain, &forged}) {
+            socket->set(zmq::sockopt::linger, 0);
+            socket->connect(endpoint.toStdString());
+            QVERIFY(socket->send(zmq::const_buffer(frame.data(), frame.size()), zmq::send_flags::dontwait));
+        }
+        QVERIFY(engine.waitForFinished(300000));
+        QCOMPARE(engine.exitCode(), 0);
+        const QString err = QString::fromUtf8(engine.readAllStandardError());
+        QVERIFY2(err.contains("refused a client on the telemetry collector"), qPrintable(err));
+        const store::SessionReader reader(session.toStdString());
+        QCOMPARE(reader.outcome().outcome, store::Outcome::Completed);
+        for (const auto& log : reader.logs())
+            QVERIFY2(log.record.text.find("stranger") == std::string::npos, log.record.text.c_str());
+        for (const store::RankTraffic& t : reader.traffic())
+            QCOMPARE(t.lost, std::uint64_t(0));
     }
 };
 
