@@ -13,7 +13,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
-#include <map>
+#include <set>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -252,7 +252,9 @@ private:
     std::optional<std::uint32_t> firstEnded(const std::function<bool(const RankLiveness&)>& said) const;
     bool endedBeforeTeardown(const RankLiveness& live) const;
     std::string terminatedRankCause(std::uint32_t rank) const;
-    // What a silent rank's process is doing, when this machine started it; empty otherwise.
+    // A rank's process state letter (/proc; '?' once it is gone), when this machine started it.
+    std::optional<char> launchedProcessState(std::uint32_t rank) const;
+    // What a silent rank's process is doing, in words, when this machine started it; empty otherwise.
     std::string silentRankState(std::uint32_t rank) const;
     // The ranks lost with `rank` when its whole host went: every rank there silent or ended without
     // a word while a rank of another host went on; empty when the rank went alone.
@@ -438,12 +440,18 @@ std::string Run::terminatedRankCause(std::uint32_t rank) const
            "), which the engine did not send";
 }
 
-std::string Run::silentRankState(std::uint32_t rank) const
+std::optional<char> Run::launchedProcessState(std::uint32_t rank) const
 {
     const RankLiveness& live = liveness(rank);
     if (live.pid <= 0 || !m_job || !m_job->launched(live.pid))
-        return {};
-    switch (processState(live.pid).value_or('?')) {
+        return std::nullopt;
+    const char state = processState(live.pid).value_or('?');
+    return state == 'Z' ? '?' : state;
+}
+
+std::string Run::silentRankState(std::uint32_t rank) const
+{
+    switch (launchedProcessState(rank).value_or(' ')) {
     case 'T':
         return "its process is stopped (SIGSTOP or job control)";
     case 't':
@@ -453,7 +461,6 @@ std::string Run::silentRankState(std::uint32_t rank) const
     case 'R':
     case 'S':
         return "its process runs but its telemetry thread is silent (hung)";
-    case 'Z':
     case '?':
         return "its process is gone (killed without a word, e.g. SIGKILL or out of memory)";
     default:
@@ -502,19 +509,22 @@ store::SessionOutcome Run::hostVerdict(const std::vector<std::uint32_t>& lost, c
     }
     // What the engine sees of the processes, when this machine started them (test hosts, or a host
     // that is this one); a remote host's are out of its sight.
-    std::map<std::string, int> states;
-    for (std::uint32_t r : lost)
-        if (const std::string state = silentRankState(r); !state.empty())
-            ++states[state];
-    std::string seen;
-    if (states.size() == 1 && states.begin()->second == int(lost.size())) {
-        const std::string& state = states.begin()->first;
-        seen = state.find("gone") != std::string::npos      ? "its processes are gone: the node died"
-               : state.find("stopped") != std::string::npos ? "its processes are stopped: the host froze"
-               : state.find("runs") != std::string::npos    ? "its processes run but are not heard: its network is down"
-                                                            : state;
-    } else {
-        seen = "the host died, froze or lost its network";
+    std::set<char> states;
+    bool allSeen = true;
+    for (std::uint32_t r : lost) {
+        const std::optional<char> state = launchedProcessState(r);
+        allSeen = allSeen && state.has_value();
+        if (state)
+            states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
+    }
+    std::string seen = "the host died, froze or lost its network";
+    if (allSeen && states.size() == 1) {
+        switch (*states.begin()) {
+        case '?': seen = "its processes are gone: the node died"; break;
+        case 'T': seen = "its processes are stopped: the host froze"; break;
+        case 'R': seen = "its processes run but are not heard: its network is down"; break;
+        default: seen = silentRankState(lost.front()); break;
+        }
     }
     return failedRank(lost.front(), "host " + host + " was lost with all its ranks (" + ranks +
                                         "), silent together while the other hosts went on: " + seen + " (" +

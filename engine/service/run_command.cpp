@@ -138,8 +138,10 @@ int runRunCommand(const std::vector<std::string>& args)
     std::string sessionPath;
     std::string profile;
     bool verbose = false;
+    bool mpirunAsked = false;   // --mpirun or --hostfile
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
+        mpirunAsked = mpirunAsked || a == "--mpirun" || a == "--hostfile";
         const bool takesValue = a == "--session" || a == "--steps" || a == "--collector" || a == "--hostfile" ||
                                 a == "--mpirun" || a == "--mpi-arg" || a == "--heartbeat-timeout" || a == "--profile";
         if (a == "--one-device") {
@@ -186,8 +188,6 @@ int runRunCommand(const std::vector<std::string>& args)
     }
     if (jobPath.empty())
         return usageError("run needs a job spec", kUsage);
-    const bool mpirunAsked = std::any_of(args.begin(), args.end(),
-                                         [](const std::string& a) { return a == "--mpirun" || a == "--hostfile"; });
     if (request.slurm && mpirunAsked)
         return usageError("--slurm launches with srun; --mpirun and --hostfile are mpirun's (Slurm places the ranks)",
                           kUsage);
