@@ -534,9 +534,12 @@ std::vector<int> GptModel::chunkViews(int chunk) const
     for (int layer = range.firstLayer; layer < range.firstLayer + range.layers; ++layer)
         for (int v : layerViews(layer))
             views.push_back(v);
+    // A tied embedding that a V schedule's stage 0 also embeds with belongs to chunk 0 (there is
+    // one tensor for both uses).
     if (slice.head && chunk == int(slice.chunks.size()) - 1)
         for (int v : headViews())
-            views.push_back(v);
+            if (chunk == 0 || !slice.embedding || v != m_layout.embedding())
+                views.push_back(v);
     return views;
 }
 

@@ -23,14 +23,15 @@ double uniform(std::uint64_t& state) { return (double(splitmix64(state) >> 11) +
 
 ModelSlice ModelSlice::whole(const plan::ModelSpec& model) { return {{{0, model.layers}}, true, true}; }
 
-ModelSlice ModelSlice::ofStage(const plan::ModelSpec& model, int pp, int virtualStages, int stage)
+ModelSlice ModelSlice::ofStage(const plan::ModelSpec& model, const plan::ScheduleShape& shape, int stage)
 {
     ModelSlice slice;
-    const int perChunk = model.layers / (pp * virtualStages);
-    for (int c = 0; c < virtualStages; ++c)
-        slice.chunks.push_back({(c * pp + stage) * perChunk, perChunk});
-    slice.embedding = stage == 0;
-    slice.head = stage == pp - 1;
+    const int virtualStages = shape.stages * shape.virtualStages;
+    const int perChunk = model.layers / virtualStages;
+    for (int c = 0; c < shape.virtualStages; ++c)
+        slice.chunks.push_back({shape.virtualStageOf(stage, c) * perChunk, perChunk});
+    slice.embedding = shape.stageOf(0) == stage;
+    slice.head = shape.stageOf(virtualStages - 1) == stage;
     return slice;
 }
 

@@ -21,6 +21,7 @@
 //   lm_head.weight                  [V, h]       only with untied embeddings
 
 #include "plan/job_spec.h"
+#include "plan/schedule.h"
 
 #include <cstdint>
 #include <string>
@@ -47,8 +48,10 @@ struct ModelSlice {
     int tensorShards = 1;       // tp: Megatron's column- and row-parallel split of every linear layer
 
     static ModelSlice whole(const plan::ModelSpec& model);
-    // Stage s of pp holds chunk c = layers [(c p + s) L/(p v), +L/(p v)) (Megatron's interleaved assignment).
-    static ModelSlice ofStage(const plan::ModelSpec& model, int pp, int virtualStages, int stage);
+    // Stage s of the pipeline holds chunk c = layers [vs L/(p v), +L/(p v)) for its virtual stage
+    // vs = shape.virtualStageOf(s, c): Megatron's interleaved c p + s, or the V schedules' s and
+    // 2p - 1 - s.
+    static ModelSlice ofStage(const plan::ModelSpec& model, const plan::ScheduleShape& shape, int stage);
 };
 
 struct TensorView {

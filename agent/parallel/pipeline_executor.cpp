@@ -41,10 +41,17 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
     std::map<std::pair<int, int>, Slot> slots;
     std::vector<DeviceBuffer> sent;   // kept until the sends complete
 
+    // The virtual stage next to vs in model order when it is on this stage too (the V schedules'
+    // turn on the last stage), whose chunk then takes the tensor without a transfer; -1 otherwise.
+    const int lastVirtualStage = shape.stages * shape.virtualStages - 1;
+    auto localChunk = [&](int vs) {
+        return vs >= 0 && vs <= lastVirtualStage && shape.stageOf(vs) == m_stage ? shape.chunkOf(vs) : -1;
+    };
+
     for (const plan::Op& op : m_schedule.stages[std::size_t(m_stage)]) {
         GradientListener* last = op.microbatch == shape.microbatches - 1 ? finished : nullptr;
         Slot& slot = slots[{op.microbatch, op.chunk}];
-        const int virtualStage = op.chunk * shape.stages + m_stage;
+        const int virtualStage = shape.virtualStageOf(m_stage, op.chunk);
         // Spans carry the op's own name (one source of truth for planned and measured ops).
         const bool compute = plan::isCompute(op.kind);
         const Span span{step, std::int16_t(m_stage), std::int16_t(op.chunk), op.microbatch,
@@ -64,6 +71,8 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
             slot.activations = m_model.forward(op.chunk, {tokensOf(op.microbatch), batch}, slot.input.ptr(),
                                                slot.output.ptr(), lossScale, auxScale, result);
             slot.input = DeviceBuffer();
+            if (const int next = localChunk(virtualStage + 1); next >= 0)
+                slots[{op.microbatch, next}].input = std::move(slot.output);
             break;
         case plan::OpKind::SendActivation:
             m_pipeline.send(slot.output.ptr(), elements, op.peerStage,
@@ -81,6 +90,8 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
                              m_schedule.splitBackward() ? &slot.weightGrads : nullptr, last);
             slot.activations.reset();
             slot.outputGrad = DeviceBuffer();
+            if (const int previous = localChunk(virtualStage - 1); previous >= 0)
+                slots[{op.microbatch, previous}].outputGrad = std::move(slot.inputGrad);
             break;
         case plan::OpKind::SendGradient:
             m_pipeline.send(slot.inputGrad.ptr(), elements, op.peerStage,

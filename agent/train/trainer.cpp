@@ -19,7 +19,7 @@ const std::string kSecondMomentPrefix = "optimizer.exp_avg_sq.";
 ModelSlice sliceOf(const plan::JobSpec& spec, const ProcessGroups* groups)
 {
     const plan::ParallelSpec& p = spec.parallel;
-    ModelSlice slice = groups && p.pp > 1 ? ModelSlice::ofStage(spec.model, p.pp, p.virtualStages, groups->coord.pp)
+    ModelSlice slice = groups && p.pp > 1 ? ModelSlice::ofStage(spec.model, p.scheduleShape(), groups->coord.pp)
                                           : ModelSlice::whole(spec.model);
     if (groups && p.ep > 1) {
         slice.expertShard = groups->coord.ep;
@@ -259,11 +259,15 @@ double Trainer::measuredBubble(int step, std::int64_t pipelineBegin, std::int64_
 
 void Trainer::finalizeGradients()
 {
-    const int stage = m_groups ? m_groups->coord.pp : 0, last = pipelineSize() - 1;
-    if (pipelineSize() > 1 && m_spec.model.tiedEmbeddings && (stage == 0 || stage == last)) {
-        const TensorView& embedding = m_model.layout().at(m_model.layout().embedding());
-        sumTiedEmbeddingCopies(m_backend, *m_groups->pipeline, stage == 0 ? last : 0,
-                               kernels::offset(m_model.gradients(), embedding.offset), embedding.size);
+    if (pipelineSize() > 1 && m_spec.model.tiedEmbeddings && (m_slice.embedding || m_slice.head)) {
+        // The embedding's two uses are on different stages unless a V schedule put both on stage 0.
+        if (m_slice.embedding != m_slice.head) {
+            const TensorView& embedding = m_model.layout().at(m_model.layout().embedding());
+            const plan::ScheduleShape shape = m_spec.parallel.scheduleShape();
+            const int peer = shape.stageOf(m_slice.embedding ? shape.stages * shape.virtualStages - 1 : 0);
+            sumTiedEmbeddingCopies(m_backend, *m_groups->pipeline, peer,
+                                   kernels::offset(m_model.gradients(), embedding.offset), embedding.size);
+        }
         if (m_buckets)
             m_buckets->release(m_model.layout().embedding());
     }
@@ -408,7 +412,7 @@ void Trainer::save(const std::string& path) const
     parts.push_back(std::move(mine));
     for (int s = 1; s < stages; ++s) {
         const plan::ParallelSpec& p = m_spec.parallel;
-        ParameterLayout layout(m_spec.model, ModelSlice::ofStage(m_spec.model, p.pp, p.virtualStages, s));   // whole experts
+        ParameterLayout layout(m_spec.model, ModelSlice::ofStage(m_spec.model, p.scheduleShape(), s));   // whole experts
         const std::size_t size = layout.totalSize();
         Part part{std::move(layout), std::vector<float>(size), std::vector<float>(size), std::vector<float>(size)};
         for (std::vector<float>* buffer : {&part.params, &part.m, &part.v})
@@ -497,7 +501,7 @@ void Trainer::load(const std::string& path)
 
 bool Trainer::holdsTiedCopy() const
 {
-    return pipelineSize() > 1 && m_spec.model.tiedEmbeddings && m_slice.head;
+    return pipelineSize() > 1 && m_spec.model.tiedEmbeddings && m_slice.head && !m_slice.embedding;
 }
 
 void Trainer::uploadParameters(std::vector<float> params)

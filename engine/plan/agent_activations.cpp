@@ -151,8 +151,9 @@ AgentLayerActivations toBytes(AgentLayerActivations layer)
 
 bool agentSplitsBackward(const ParallelSpec& p)
 {
-    // Trainer: a PipelineExecutor only with pp > 1, and it defers W's only for zb-h1.
-    return p.pp > 1 && p.schedule == ScheduleKind::ZeroBubbleH1;
+    // Trainer: a PipelineExecutor only with pp > 1, and it defers W's only for the schedules that
+    // split the backward.
+    return p.pp > 1 && splitsBackward(p.schedule);
 }
 
 AgentLayerActivations agentLayerActivations(const JobSpec& spec, bool moe)
@@ -166,7 +167,7 @@ AgentChunkActivations agentChunkActivations(const JobSpec& spec, int virtualStag
     const ParallelSpec& p = spec.parallel;
     const Dims x = dimsOf(spec);
     const int count = m.layers / (p.pp * p.virtualStages);   // ModelSlice::ofStage
-    const int first = virtualStage * count;
+    const int first = virtualStage * count;   // virtual stages count in model order
     const bool ends = virtualStage == p.pp * p.virtualStages - 1;
     const bool split = agentSplitsBackward(p);
     const bool full = p.recompute == Recompute::Full;
@@ -220,7 +221,7 @@ double agentActivationBytes(const JobSpec& spec, int stage)
     const int m = p.microbatches, v = p.virtualStages;
     std::vector<AgentChunkActivations> chunks;
     for (int c = 0; c < v; ++c)
-        chunks.push_back(agentChunkActivations(spec, c * p.pp + stage));
+        chunks.push_back(agentChunkActivations(spec, shape.virtualStageOf(stage, c)));
     const AgentChunkActivations& one = chunks.front();
     const double transient = std::max(one.forwardPeak, one.backwardPeak);
 
@@ -289,6 +290,26 @@ double agentActivationBytes(const JobSpec& spec, int stage)
             held += (count(c, total) - count(v - 1 - c, total - warmup)) * chunks[std::size_t(c)].kept;
         for (int n = total - warmup; n < total; ++n)
             backward(n);
+        return peak;
+    }
+    case ScheduleKind::ZeroBubbleV:
+    case ScheduleKind::DualPipeV: {
+        // Walked op by op over the stage's list: a forward adds its chunk's kept bytes, a backward
+        // trades them for its stash, a W frees the stash.
+        const Schedule schedule = buildSchedule(shape);
+        double peak = 0, held = 0;
+        for (const Op& op : schedule.stages[std::size_t(stage)]) {
+            const AgentChunkActivations& c = chunks[std::size_t(op.chunk)];
+            if (op.kind == OpKind::Forward) {
+                peak = std::max(peak, held + c.forwardPeak);
+                held += c.kept;
+            } else if (op.kind == OpKind::Backward) {
+                peak = std::max(peak, held - c.kept + c.backwardPeak);
+                held += c.stash - c.kept;
+            } else if (op.kind == OpKind::WeightGrad) {
+                held -= c.stash;
+            }
+        }
         return peak;
     }
     }

@@ -71,11 +71,19 @@ double estimatedMakespan(const ScheduleShape& shape, const std::vector<StageWork
     // Steady state runs at the pace of the slowest stage; filling and draining the pipeline costs
     // one pass through the other stages (1/v of it when interleaved). Bubbles (p-1)(F+B) for
     // 1F1B/GPipe, (p-1)(F+B)/v interleaved and (p-1)(F+B-W) for ZB-H1 (Qi et al. 2024) follow
-    // when stages are equal.
+    // when stages are equal. The V schedules count a chunk (half a stage's F, B, W): ZB-V waits
+    // (p-1) F (Qi et al. 2024, Sec. 6), DualPipeV (p-1)(F&B + B - 3W) = (p-1)(F + 2B - W) with B
+    // the input gradient (DualPipe README), as tst_simulator checks at equal costs.
     const double m = shape.microbatches;
     double slowest = 0, sum = 0, slowestFill = 0, sumFill = 0;
     for (const StageWork& s : stages) {
-        const double fill = shape.kind == ScheduleKind::ZeroBubbleH1 ? s.forward + s.backward - s.weightGrad : s.total();
+        double fill = s.total();
+        if (shape.kind == ScheduleKind::ZeroBubbleH1)
+            fill = s.forward + s.backward - s.weightGrad;
+        else if (shape.kind == ScheduleKind::ZeroBubbleV)
+            fill = s.forward / 2.0;
+        else if (shape.kind == ScheduleKind::DualPipeV)
+            fill = (s.forward + 2.0 * s.backward - s.weightGrad) / 2.0;
         if (s.total() >= slowest) {
             slowest = s.total();
             slowestFill = fill;
@@ -103,18 +111,26 @@ void CostModel::virtualStageLayers(int virtualStage, int& first, int& count) con
     first = virtualStage * count;
 }
 
+int CostModel::lastModelStage() const
+{
+    const ParallelSpec& p = m_spec.parallel;
+    return p.scheduleShape().stageOf(p.pp * p.virtualStages - 1);
+}
+
 double CostModel::denseParametersOnStage(int stage) const
 {
     // Megatron's most loaded shard: (block / pp + V h) / tp on the first stage, plus V h / tp more
     // when untied and pp = 1. The last stage holds the output layer (or the tied copy of the
     // embedding), so it carries V h as well. Expert weights are taken out of the block here and
     // sharded over ep too (expertParametersOnStage).
+    // The V schedules put both on stage 0, which then needs no tied copy.
     const ParallelSpec& p = m_spec.parallel;
     const double expertTotal = m_params.expertMlp * m_params.moeLayers;
     double params = (m_params.block - expertTotal) / p.pp;
-    if (stage == 0 || stage == p.pp - 1)
+    const int last = lastModelStage();
+    if (stage == 0)
         params += m_params.embedding;
-    if (!m_spec.model.tiedEmbeddings && p.pp == 1)
+    if (stage == last && (last != 0 || !m_spec.model.tiedEmbeddings))
         params += m_params.embedding;
     return params / p.tp;
 }
@@ -125,7 +141,7 @@ double CostModel::expertParametersOnStage(int stage) const
     int moeLayers = 0;
     for (int chunk = 0; chunk < p.virtualStages; ++chunk) {
         int first = 0, count = 0;
-        virtualStageLayers(chunk * p.pp + stage, first, count);
+        virtualStageLayers(p.scheduleShape().virtualStageOf(stage, chunk), first, count);
         moeLayers += m_spec.model.moeLayersIn(first, count);
     }
     return m_params.expertMlp * moeLayers / (double(p.tp) * p.ep);
@@ -150,6 +166,13 @@ double CostModel::inFlightMicrobatches(int stage) const
     const ScheduleShape shape = p.scheduleShape();
     if (p.schedule == ScheduleKind::ZeroBubbleH1)
         return std::min(p.pp, p.microbatches);
+    // The V schedules hold chunks of half a stage's layers each: ZB-V 2p of them once m >= 2p - 1
+    // (stage r's warm-up, 2p - r - 1 F0's and r + 1 F1's), 1F1B's p; DualPipeV 2p + 1 (DualPipe
+    // README). tst_simulator checks both against the op lists.
+    if (p.schedule == ScheduleKind::ZeroBubbleV)
+        return (std::min(p.microbatches, 2 * p.pp - stage - 1) + std::min(p.microbatches, stage + 1)) / 2.0;
+    if (p.schedule == ScheduleKind::DualPipeV)
+        return (2 * p.pp + 1) / 2.0;
     const int total = p.microbatches * p.virtualStages;
     return double(std::min(warmupCount(shape, stage) + 1, total)) / p.virtualStages;
 }
@@ -186,7 +209,7 @@ double CostModel::activationBytes(int stage) const
 
     int first = 0, count = 0, moeLayers = 0, layers = 0;
     for (int chunk = 0; chunk < p.virtualStages; ++chunk) {
-        virtualStageLayers(chunk * p.pp + stage, first, count);
+        virtualStageLayers(p.scheduleShape().virtualStageOf(stage, chunk), first, count);
         moeLayers += m.moeLayersIn(first, count);
         layers += count;
     }
@@ -210,7 +233,7 @@ double CostModel::activationBytes(int stage) const
     double bytes = perMicrobatch * inFlight + working;
     if (stage == 0)
         bytes += (8.0 * s * b + sbh) * inFlight / (megatronSp ? t : 1.0);   // embedding input and its dropout
-    if (stage == p.pp - 1) {
+    if (stage == lastModelStage()) {
         // Inputs to the output layer and the loss (Megatron adds them when p = 1, the only case
         // where they share a stage with the first layer).
         bytes += megatronSp ? sbh * 4.0 * (1.0 + double(m.vocab) / h) / t : (s * b * double(m.vocab) / t + sbh) * 2.0;
@@ -407,7 +430,7 @@ StageWork CostModel::stageWork(int stage) const
     const ParallelSpec& p = m_spec.parallel;
     StageWork sum;
     for (int chunk = 0; chunk < p.virtualStages; ++chunk) {
-        const StageWork w = virtualStageWork(chunk * p.pp + stage);
+        const StageWork w = virtualStageWork(p.scheduleShape().virtualStageOf(stage, chunk));
         sum.forward += w.forward;
         sum.backward += w.backward;
         sum.weightGrad += w.weightGrad;
@@ -422,7 +445,7 @@ StageWork CostModel::stageWork(int stage) const
 OpCosts CostModel::opCosts() const
 {
     const ParallelSpec& p = m_spec.parallel;
-    const bool split = p.schedule == ScheduleKind::ZeroBubbleH1;
+    const bool split = splitsBackward(p.schedule);
     OpCosts costs;
     for (int vs = 0; vs < p.pp * p.virtualStages; ++vs) {
         const StageWork w = virtualStageWork(vs);
@@ -532,7 +555,7 @@ double CostModel::optimizerTime() const
 {
     // The first and last stages hold the embedding and the output layer, the most parameters;
     // pricing only them keeps the search's cost independent of pp.
-    return std::max(optimizerTime(0), optimizerTime(m_spec.parallel.pp - 1));
+    return std::max(optimizerTime(0), optimizerTime(lastModelStage()));
 }
 
 double CostModel::flopsPerStep() const

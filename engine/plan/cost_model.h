@@ -123,6 +123,9 @@ private:
     StageWork virtualStageWork(int virtualStage) const;
     // Layers [first, first + count) of the virtual stage, split into dense and MoE.
     void virtualStageLayers(int virtualStage, int& first, int& count) const;
+    // The stage holding the model's last virtual stage (the output layer and the loss): p - 1,
+    // or 0 for the V schedules.
+    int lastModelStage() const;
     double inFlightMicrobatches(int stage) const;
 
     const JobSpec& m_spec;

@@ -39,7 +39,9 @@ constexpr EnumName<TokenDtype> kTokenDtypes[] = {{"uint16", TokenDtype::Uint16},
 constexpr EnumName<ScheduleKind> kSchedules[] = {{"gpipe", ScheduleKind::GPipe},
                                                  {"1f1b", ScheduleKind::OneFOneB},
                                                  {"interleaved", ScheduleKind::Interleaved},
-                                                 {"zb-h1", ScheduleKind::ZeroBubbleH1}};
+                                                 {"zb-h1", ScheduleKind::ZeroBubbleH1},
+                                                 {"zb-v", ScheduleKind::ZeroBubbleV},
+                                                 {"dualpipev", ScheduleKind::DualPipeV}};
 
 template <typename E, std::size_t N>
 std::string_view nameOf(const EnumName<E> (&table)[N], E value)
@@ -726,8 +728,9 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
                                           " pipeline slots; the planner simulates at most " +
                                           withThousands(kMaxScheduleSlots) +
                                           ": use fewer microbatches with a larger micro_batch_size");
-    if (p.schedule != ScheduleKind::Interleaved && p.virtualStages > 1)
-        fail("parallel.virtual_stages", "virtual_stages=" + str(p.virtualStages) + " needs schedule \"interleaved\"; " +
+    if (p.schedule != ScheduleKind::Interleaved && !p.scheduleShape().vShaped() && p.virtualStages > 1)
+        fail("parallel.virtual_stages", "virtual_stages=" + str(p.virtualStages) +
+                                            " needs schedule \"interleaved\" (or 2 with \"zb-v\" or \"dualpipev\"); " +
                                             "set schedule to interleaved or virtual_stages to 1");
     else if (const std::string why = validateScheduleShape(p.scheduleShape()); !why.empty())
         fail("parallel.schedule", why);

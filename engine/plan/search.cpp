@@ -116,42 +116,54 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                         for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
                             p.recompute = recompute;
                             for (int v : divisors(model.layers / pp)) {
-                                const bool interleaved = v > 1;
-                                if (interleaved && (pp == 1 || p.microbatches % pp != 0))
-                                    continue;
                                 p.virtualStages = v;
-                                const CostModel costs(candidate, links);
-                                works.clear();
-                                for (int s = 0; s < pp; ++s)
-                                    works.push_back(costs.stageWork(s));
-                                // One pipeline stage runs every schedule the same; list it once.
-                                std::vector<ScheduleKind> kinds;
-                                if (interleaved)
-                                    kinds = {ScheduleKind::Interleaved};
-                                else if (pp == 1)
-                                    kinds = {ScheduleKind::OneFOneB};
-                                else
-                                    kinds = {ScheduleKind::OneFOneB, ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1};
-                                for (ScheduleKind kind : kinds) {
-                                    p.schedule = kind;
-                                    if (p.scheduleShape().slotCount() > kMaxScheduleSlots)
-                                        continue;
-                                    const double makespan = estimatedMakespan(p.scheduleShape(), works, costs.transferTime());
-                                    for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
-                                        p.zero = zero;
-                                        if (!agentCanRun(candidate)) {
-                                            ++result.refused;
+                                // The schedules for this many chunks per stage, in groups that place
+                                // the chunks alike (the V schedules put the model's two ends on
+                                // stage 0), each group priced with its own placement. One pipeline
+                                // stage runs every schedule the same; list it once.
+                                std::vector<std::vector<ScheduleKind>> groups;
+                                if (v == 1)
+                                    groups.push_back(pp == 1 ? std::vector<ScheduleKind>{ScheduleKind::OneFOneB}
+                                                             : std::vector<ScheduleKind>{ScheduleKind::OneFOneB,
+                                                                                         ScheduleKind::GPipe,
+                                                                                         ScheduleKind::ZeroBubbleH1});
+                                if (v > 1 && pp > 1 && p.microbatches % pp == 0)
+                                    groups.push_back({ScheduleKind::Interleaved});
+                                if (v == 2 && pp > 1)
+                                    groups.push_back(p.microbatches >= 2 * pp
+                                                         ? std::vector<ScheduleKind>{ScheduleKind::ZeroBubbleV,
+                                                                                     ScheduleKind::DualPipeV}
+                                                         : std::vector<ScheduleKind>{ScheduleKind::ZeroBubbleV});
+                                for (const std::vector<ScheduleKind>& kinds : groups) {
+                                    p.schedule = kinds.front();
+                                    const CostModel costs(candidate, links);
+                                    works.clear();
+                                    for (int s = 0; s < pp; ++s)
+                                        works.push_back(costs.stageWork(s));
+                                    for (ScheduleKind kind : kinds) {
+                                        p.schedule = kind;
+                                        if (p.scheduleShape().slotCount() > kMaxScheduleSlots)
                                             continue;
+                                        const double makespan =
+                                            estimatedMakespan(p.scheduleShape(), works, costs.transferTime());
+                                        for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+                                            p.zero = zero;
+                                            if (!agentCanRun(candidate)) {
+                                                ++result.refused;
+                                                continue;
+                                            }
+                                            ++result.evaluated;
+                                            // Stage 0 holds the most activations and the embedding, the
+                                            // last stage the output layer; the full plan below checks
+                                            // every stage.
+                                            const double memory = std::max(costs.stageMemory(0).total(),
+                                                                           costs.stageMemory(pp - 1).total());
+                                            if (memory > spec.cluster.device.memoryBytes)
+                                                continue;
+                                            ++result.fitting;
+                                            best.offer(p, makespan + costs.dataParallelTime(works.front()) +
+                                                              costs.optimizerTime());
                                         }
-                                        ++result.evaluated;
-                                        // Stage 0 holds the most activations and the embedding, the last
-                                        // stage the output layer; the full plan below checks every stage.
-                                        const double memory = std::max(costs.stageMemory(0).total(),
-                                                                       costs.stageMemory(pp - 1).total());
-                                        if (memory > spec.cluster.device.memoryBytes)
-                                            continue;
-                                        ++result.fitting;
-                                        best.offer(p, makespan + costs.dataParallelTime(works.front()) + costs.optimizerTime());
                                     }
                                 }
                             }

@@ -10,14 +10,15 @@ namespace {
 constexpr std::size_t kNoMessage = static_cast<std::size_t>(-1);
 
 struct Layout {
+    ScheduleShape shape;
     int p;
     int m;
     int v;
 
-    explicit Layout(const ScheduleShape& shape) : p(shape.stages), m(shape.microbatches), v(shape.virtualStages) {}
+    explicit Layout(const ScheduleShape& s) : shape(s), p(s.stages), m(s.microbatches), v(s.virtualStages) {}
 
     int virtualStages() const { return p * v; }
-    int virtualStage(int stage, int chunk) const { return chunk * p + stage; }
+    int virtualStage(int stage, int chunk) const { return shape.virtualStageOf(stage, chunk); }
     std::size_t slot(int mb, int vs) const { return static_cast<std::size_t>(mb) * virtualStages() + vs; }
     std::size_t slotCount() const { return static_cast<std::size_t>(m) * virtualStages(); }
     std::size_t messages() const { return 2 * slotCount(); }
@@ -53,11 +54,12 @@ std::size_t messageKey(const Layout& layout, int stage, const Op& op)
     return direction * layout.slotCount() + layout.slot(op.microbatch, receiver);
 }
 
-// The physical stage on the other side of a transfer.
-int expectedPeer(const Layout& layout, int stage, OpKind kind)
+// The physical stage on the other side of a transfer: the one holding the next virtual stage
+// (activations out, gradients in) or the previous one.
+int expectedPeer(const Layout& layout, int stage, const Op& op)
 {
-    const bool towardsNext = kind == OpKind::SendActivation || kind == OpKind::RecvGradient;
-    return towardsNext ? (stage + 1) % layout.p : (stage + layout.p - 1) % layout.p;
+    const bool towardsNext = op.kind == OpKind::SendActivation || op.kind == OpKind::RecvGradient;
+    return layout.shape.stageOf(layout.virtualStage(stage, op.chunk) + (towardsNext ? 1 : -1));
 }
 
 std::string describeOp(const Op& op)
@@ -345,9 +347,9 @@ std::string checkDependencies(const Schedule& schedule, const SimulationResult& 
                     return describeAt(s, i, op) + ": a second " + std::string(opKindName(op.kind)) +
                            " for this micro-batch and chunk";
                 *seen = timed;
-            } else if (op.peerStage != expectedPeer(layout, s, op.kind)) {
+            } else if (op.peerStage != expectedPeer(layout, s, op)) {
                 return describeAt(s, i, op) + ": peer stage " + std::to_string(op.peerStage) + ", expected " +
-                       std::to_string(expectedPeer(layout, s, op.kind));
+                       std::to_string(expectedPeer(layout, s, op));
             }
         }
     }

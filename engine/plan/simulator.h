@@ -9,8 +9,8 @@
 
 namespace meshbench::plan {
 
-// Cost of one op for one micro-batch, per virtual stage (index chunk * p + stage), in seconds
-// (or any unit, as long as all costs share it).
+// Cost of one op for one micro-batch, per virtual stage (in model order; ScheduleShape places
+// them on stages), in seconds (or any unit, as long as all costs share it).
 struct OpCosts {
     std::vector<double> forward;        // size p * v
     std::vector<double> backward;       // B: full backward, or input-gradient only when split

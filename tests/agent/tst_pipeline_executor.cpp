@@ -38,10 +38,10 @@ constexpr int kMicrobatches = 4;
 constexpr int kBatch = 2;
 constexpr std::uint64_t kSeed = 11;
 
-plan::ModelSpec tinyModel(bool tied)
+plan::ModelSpec tinyModel(bool tied, int layers)
 {
     plan::ModelSpec m;
-    m.layers = 2;
+    m.layers = layers;
     m.hidden = 8;
     m.heads = 2;
     m.kvHeads = 2;
@@ -109,7 +109,8 @@ private slots:
         QTest::addColumn<int>("kind");
         QTest::addColumn<bool>("tied");
         for (plan::ScheduleKind kind : {plan::ScheduleKind::GPipe, plan::ScheduleKind::OneFOneB,
-                                        plan::ScheduleKind::ZeroBubbleH1})
+                                        plan::ScheduleKind::ZeroBubbleH1, plan::ScheduleKind::ZeroBubbleV,
+                                        plan::ScheduleKind::DualPipeV})
             for (bool tied : {false, true})
                 QTest::addRow("%s %s", std::string(plan::scheduleName(kind)).c_str(), tied ? "tied" : "untied")
                     << int(kind) << tied;
@@ -119,7 +120,10 @@ private slots:
     {
         QFETCH(int, kind);
         QFETCH(bool, tied);
-        const plan::ModelSpec spec = tinyModel(tied);
+        // Two stages; the V schedules put two chunks of one layer each on every stage.
+        const plan::ScheduleShape shape{plan::ScheduleKind(kind), 2, kMicrobatches, 1, 0};
+        const int chunks = shape.vShaped() ? 2 : 1;
+        const plan::ModelSpec spec = tinyModel(tied, 2 * chunks);
         const auto batches = tokensOf(spec);
         const float lossScale = float(1.0 / double(kMicrobatches * kBatch * spec.seqLen)), auxScale = 0.25f;
 
@@ -134,9 +138,11 @@ private slots:
         }
         const auto expected = gradientsByName(whole, wholeBackend);
 
-        const plan::ScheduleShape shape{plan::ScheduleKind(kind), 2, kMicrobatches, 1, 0};
-        QVERIFY(plan::validateScheduleShape(shape).empty());
-        const plan::Schedule schedule = plan::buildSchedule(shape);
+        plan::ScheduleShape chunked = shape;
+        chunked.virtualStages = chunks;
+        QVERIFY(plan::validateScheduleShape(chunked).empty());
+        const plan::Schedule schedule = plan::buildSchedule(chunked);
+        const int lossStage = chunked.stageOf(2 * chunks - 1);
         InProcessGroup pipeline(2);
         std::vector<std::unique_ptr<Communicator>> members;
         members.push_back(pipeline.member(0));
@@ -151,7 +157,7 @@ private slots:
         for (int stage = 0; stage < 2; ++stage)
             threads.emplace_back([&, stage] {
                 kernels::CpuBackend backend;
-                const ModelSlice slice = ModelSlice::ofStage(spec, 2, 1, stage);
+                const ModelSlice slice = ModelSlice::ofStage(spec, chunked, stage);
                 GptModel model(spec, plan::Recompute::None, backend, &slice);
                 initialize(model, backend);
                 PipelineExecutor executor(model, backend, *members[std::size_t(stage)], schedule, stage, {0, 1});
@@ -160,14 +166,16 @@ private slots:
                 Recorder recorder;
                 executor.runStep([&](int mb) { return batches[std::size_t(mb)].data(); }, kBatch, lossScale, auxScale,
                                  results[std::size_t(stage)], 1, measurements, &recorder);
-                if (tied) {
+                if (tied && lossStage != 0) {
                     const TensorView& e = model.layout().at(model.layout().embedding());
                     sumTiedEmbeddingCopies(backend, *members[std::size_t(stage)], 1 - stage,
                                            kernels::offset(model.gradients(), e.offset), e.size);
                 }
                 got[std::size_t(stage)] = gradientsByName(model, backend);
                 heard[std::size_t(stage)] = recorder.heard;
-                sliceViews[std::size_t(stage)] = model.chunkViews(0);
+                for (int c = 0; c < chunks; ++c)
+                    for (int v : model.chunkViews(c))
+                        sliceViews[std::size_t(stage)].push_back(v);
                 for (const TensorView& v : model.layout().views())
                     names[std::size_t(stage)].push_back(v.name);
                 measurements.resolveTimeline();
@@ -177,9 +185,10 @@ private slots:
         for (std::thread& t : threads)
             t.join();
 
-        // The loss lives on the last stage: the whole model's sum, in the same order.
-        QCOMPARE(results[1].lossSum, wholeResult.lossSum);
-        QCOMPARE(results[0].lossSum, 0.0);
+        // The loss lives on the stage with the model's last chunk (stage 0 for the V schedules): the
+        // whole model's sum, in the same order.
+        QCOMPARE(results[std::size_t(lossStage)].lossSum, wholeResult.lossSum);
+        QCOMPARE(results[std::size_t(1 - lossStage)].lossSum, 0.0);
         QCOMPARE(results[0].auxLoss + results[1].auxLoss, wholeResult.auxLoss);
         for (int stage = 0; stage < 2; ++stage) {
             QCOMPARE(spanCount[std::size_t(stage)], opCount[std::size_t(stage)]);
@@ -207,7 +216,8 @@ private slots:
             QCOMPARE(int(want.size()), int(names[std::size_t(stage)].size()));
             QCOMPARE(heard[std::size_t(stage)], want);
         }
-        // Together the slices hold every tensor of the whole model (the tied embedding on both).
+        // Together the slices hold every tensor of the whole model (the tied embedding on both the
+        // first and the last stage, or once on a V schedule's stage 0).
         std::set<std::string> all(names[0].begin(), names[0].end());
         all.insert(names[1].begin(), names[1].end());
         QCOMPARE(all.size(), expected.size());

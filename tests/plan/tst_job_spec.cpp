@@ -419,7 +419,19 @@ void TestJobSpec::layoutRules_data()
     layoutRow("zero 3 with pp", R"({"parallel": {"zero": 3, "dp": 2, "pp": 4}})", "parallel.zero",
               {"ZeRO-3 cannot be combined with pipeline parallelism (pp=4)", "use zero 0 or 1"});
     layoutRow("virtual stages without interleaved", R"({"parallel": {"virtual_stages": 2}})", "parallel.virtual_stages",
-              {"virtual_stages=2 needs schedule \"interleaved\"", "set schedule to interleaved or virtual_stages to 1"});
+              {"virtual_stages=2 needs schedule \"interleaved\"", "or 2 with \"zb-v\" or \"dualpipev\"",
+               "set schedule to interleaved or virtual_stages to 1"});
+    layoutRow("zb-v without its second chunk", R"({"parallel": {"schedule": "zb-v", "microbatches": 4}})",
+              "parallel.schedule", {"zb-v places two model chunks on every stage", "set virtual stages to 2 (got 1)"});
+    // pp 2 x 2 chunks = 4 virtual stages of 24 layers; dualpipev needs 2 x 2 micro-batches.
+    layoutRow("dualpipev with too few micro-batches",
+              R"({"parallel": {"schedule": "dualpipev", "virtual_stages": 2, "microbatches": 3}})", "parallel.schedule",
+              {"dualpipev needs at least 2 x pipeline stages = 4 micro-batches (got 3)", "use 4 or more"});
+    // dp 2 x pp 4 x tp 2 = 16; 4 x 2 virtual stages do not divide 36 layers.
+    layoutRow("zb-v layers over 2 pp",
+              R"({"model": {"layers": 36}, "parallel": {"dp": 2, "pp": 4, "schedule": "zb-v", "virtual_stages": 2,
+                  "microbatches": 8}})",
+              "parallel.pp", {"36 layers do not divide into pp=4 x virtual_stages=2 stages"});
     // dp 8 x pp 1 x tp 2 = 16.
     layoutRow("interleaved with pp 1",
               R"({"parallel": {"dp": 8, "pp": 1, "schedule": "interleaved", "virtual_stages": 2, "microbatches": 4}})",
@@ -536,7 +548,7 @@ void TestJobSpec::badValues_data()
     row("norm batchnorm", R"({"model": {"norm": "batchnorm"}})", "model.norm",
         {"'batchnorm' is not allowed", "use layernorm or rmsnorm"});
     row("schedule 1f1f", R"({"parallel": {"schedule": "1f1f"}})", "parallel.schedule",
-        {"'1f1f' is not allowed; did you mean '1f1b'?", "use gpipe, 1f1b, interleaved or zb-h1"});
+        {"'1f1f' is not allowed; did you mean '1f1b'?", "use gpipe, 1f1b, interleaved, zb-h1, zb-v or dualpipev"});
     row("order", R"({"parallel": {"order": "dp-tp-pp"}})", "parallel.order", {"use tp-dp-pp or tp-pp-dp"});
     row("backend gpu", R"({"backend": "gpu"})", "backend", {"'gpu' is not allowed", "use auto, cpu or cuda"});
     row("train lr zero", R"({"train": {"lr": 0}})", "train.lr", {"0 is out of range"});

@@ -48,6 +48,28 @@ QString fullOrder(const std::vector<Op>& ops)
     return out.join(QLatin1Char(' '));
 }
 
+// Compute ops with their chunk, an overlapped F&B pair's ops bracketed: "[F3.0 B1.1 W1.1]".
+QString pairedOrder(const std::vector<Op>& ops)
+{
+    QStringList out;
+    bool open = false;
+    for (const Op& op : ops) {
+        if (!isCompute(op.kind))
+            continue;
+        QString token = QString::fromLatin1(opKindName(op.kind).data()) + QString::number(op.chunk) +
+                        QLatin1Char('.') + QString::number(op.microbatch);
+        if (op.overlapped && op.kind == OpKind::Forward) {
+            token.prepend(QLatin1Char('['));
+            open = true;
+        } else if (open && op.kind == OpKind::WeightGrad) {
+            token += QLatin1Char(']');
+            open = false;
+        }
+        out << token;
+    }
+    return out.join(QLatin1Char(' '));
+}
+
 QList<int> forwardField(const std::vector<Op>& ops, OpKind kind, bool chunk)
 {
     QList<int> out;
@@ -94,6 +116,12 @@ private slots:
     void zeroBubbleTransfers();
     void opCounts_data();
     void opCounts();
+    void vPlacement();
+    void zeroBubbleVOrder();
+    void zeroBubbleVTransfers();
+    void dualPipeVOrder();
+    void vOpCounts_data();
+    void vOpCounts();
 };
 
 void TestSchedule::names_data()
@@ -104,6 +132,8 @@ void TestSchedule::names_data()
     QTest::newRow("1f1b") << "1f1b" << int(ScheduleKind::OneFOneB);
     QTest::newRow("interleaved") << "interleaved" << int(ScheduleKind::Interleaved);
     QTest::newRow("zb-h1") << "zb-h1" << int(ScheduleKind::ZeroBubbleH1);
+    QTest::newRow("zb-v") << "zb-v" << int(ScheduleKind::ZeroBubbleV);
+    QTest::newRow("dualpipev") << "dualpipev" << int(ScheduleKind::DualPipeV);
 }
 
 void TestSchedule::names()
@@ -161,6 +191,17 @@ void TestSchedule::validate_data()
     QTest::newRow("interleaved m=p ok") << "interleaved" << 4 << 4 << 3 << 0 << QStringList();
     QTest::newRow("interleaved reference G=3") << "interleaved" << 2 << 5 << 2 << 3 << QStringList();
     QTest::newRow("interleaved remainder >= p") << "interleaved" << 4 << 10 << 2 << 6 << QStringList();
+    QTest::newRow("zb-v ok") << "zb-v" << 4 << 8 << 2 << 0 << QStringList();
+    QTest::newRow("zb-v few micro-batches ok") << "zb-v" << 4 << 1 << 2 << 0 << QStringList();
+    QTest::newRow("dualpipev ok") << "dualpipev" << 4 << 8 << 2 << 0 << QStringList();
+    QTest::newRow("zb-v one chunk") << "zb-v" << 4 << 8 << 1 << 0
+                                    << QStringList{"two model chunks", "set virtual stages to 2", "got 1"};
+    QTest::newRow("dualpipev three chunks") << "dualpipev" << 2 << 8 << 3 << 0
+                                            << QStringList{"set virtual stages to 2", "got 3"};
+    QTest::newRow("zb-v one stage") << "zb-v" << 1 << 8 << 2 << 0
+                                    << QStringList{"at least 2 pipeline stages", "\"1f1b\""};
+    QTest::newRow("dualpipev m<2p") << "dualpipev" << 4 << 7 << 2 << 0
+                                    << QStringList{"2 x pipeline stages = 8", "got 7", "use 8 or more", "\"zb-v\""};
 
     QTest::newRow("no stages") << "1f1b" << 0 << 4 << 1 << 0 << QStringList{"pipeline stages", "got 0"};
     QTest::newRow("no micro-batches") << "gpipe" << 2 << 0 << 1 << 0 << QStringList{"micro-batches", "got 0"};
@@ -465,6 +506,116 @@ void TestSchedule::opCounts()
                 }
             }
     QVERIFY(shapes >= 10);
+}
+
+void TestSchedule::vPlacement()
+{
+    // Qi et al. 2024, Fig. 8: stage s holds virtual stages s and 2p - 1 - s.
+    for (ScheduleKind kind : {ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV}) {
+        const ScheduleShape shape = shapeOf(kind, 4, 8, 2);
+        const int expected[4][2] = {{0, 7}, {1, 6}, {2, 5}, {3, 4}};
+        for (int s = 0; s < 4; ++s)
+            for (int c = 0; c < 2; ++c) {
+                const int vs = shape.virtualStageOf(s, c);
+                QCOMPARE(vs, expected[s][c]);
+                QCOMPARE(shape.stageOf(vs), s);
+                QCOMPARE(shape.chunkOf(vs), c);
+            }
+    }
+    // Interleaved keeps Megatron's c p + s.
+    const ScheduleShape interleaved = shapeOf(ScheduleKind::Interleaved, 4, 8, 2);
+    QCOMPARE(interleaved.virtualStageOf(1, 1), 5);
+    QCOMPARE(interleaved.stageOf(5), 1);
+    QCOMPARE(interleaved.chunkOf(5), 1);
+}
+
+void TestSchedule::zeroBubbleVOrder()
+{
+    // buildZeroBubbleV's phases worked by hand for p = 2, m = 3 (n = 2p - 1 = 3).
+    // Stage 0: 3 F0; 2 x (F1 B1 W1); 1 x (B0 W0 F1 B1 W1), its F0 left out as the last of
+    // p - r - 1 = 1; 2 x (B0 W0).
+    const Schedule schedule = buildSchedule(shapeOf(ScheduleKind::ZeroBubbleV, 2, 3, 2));
+    QCOMPARE(pairedOrder(schedule.stages[0]),
+             QStringLiteral("F0.0 F0.1 F0.2 F1.0 B1.0 W1.0 F1.1 B1.1 W1.1 B0.0 W0.0 F1.2 B1.2 W1.2 "
+                            "B0.1 W0.1 B0.2 W0.2"));
+    // Stage 1: 1 F0; (F1 F0); (F1 B1 W1); (F0 B0 W0 F1 B1 W1); (B0 B1); (B0 W0); W1, then W0.
+    QCOMPARE(pairedOrder(schedule.stages[1]),
+             QStringLiteral("F0.0 F1.0 F0.1 F1.1 B1.0 W1.0 F0.2 B0.0 W0.0 F1.2 B1.1 W1.1 B0.1 B1.2 "
+                            "B0.2 W0.1 W1.2 W0.2"));
+}
+
+void TestSchedule::zeroBubbleVTransfers()
+{
+    // p = 2, m = 1: stage 0 starts (chunk 0) and ends (chunk 1) the model, so neither its first
+    // input nor its last output crosses a link; stage 1 turns the V without a transfer.
+    const Schedule schedule = buildSchedule(shapeOf(ScheduleKind::ZeroBubbleV, 2, 1, 2));
+    QCOMPARE(fullOrder(schedule.stages[0]),
+             QStringLiteral("F(0,0) send-act(0,0)->1 recv-act(0,1)<-1 F(0,1) B(0,1) send-grad(0,1)->1 W(0,1) "
+                            "recv-grad(0,0)<-1 B(0,0) W(0,0)"));
+    QCOMPARE(fullOrder(schedule.stages[1]),
+             QStringLiteral("recv-act(0,0)<-0 F(0,0) F(0,1) send-act(0,1)->0 recv-grad(0,1)<-0 B(0,1) W(0,1) "
+                            "B(0,0) send-grad(0,0)->0 W(0,0)"));
+}
+
+void TestSchedule::dualPipeVOrder()
+{
+    // DualPipeVBuilder's eight steps worked by hand for p = 2, m = 4; brackets are F&B pairs.
+    // Stage 0: 2 F0; (F0 F1); (B1 split, W, F1); 1 x ([F0&B1] [F1&B0]); (B1, [F1&B0]);
+    // (B1 whole, B0 split: even stage, split from the middle iteration's B0); (W B0 split); W.
+    const Schedule schedule = buildSchedule(shapeOf(ScheduleKind::DualPipeV, 2, 4, 2));
+    QCOMPARE(pairedOrder(schedule.stages[0]),
+             QStringLiteral("F0.0 F0.1 F0.2 F1.0 B1.0 W1.0 F1.1 [F0.3 B1.1 W1.1] [F1.2 B0.0 W0.0] B1.2 W1.2 "
+                            "[F1.3 B0.1 W0.1] B1.3 W1.3 B0.2 W0.2 B0.3 W0.3"));
+    // Stage 1 (the last): 2 x (F0 F1); 2 x step 4, the first with F0 and B1 apart; 2 x (B1 B0),
+    // odd stage: split from the middle iteration's B1; the two W's owed.
+    QCOMPARE(pairedOrder(schedule.stages[1]),
+             QStringLiteral("F0.0 F1.0 F0.1 F1.1 F0.2 B1.0 W1.0 [F1.2 B0.0 W0.0] [F0.3 B1.1 W1.1] "
+                            "[F1.3 B0.1 W0.1] B1.2 W1.2 B0.2 W0.2 B1.3 B0.3 W1.3 W0.3"));
+    // A pair receives both inputs before its compute and sends both outputs after it. On the
+    // middle stage of three, the first pair is F0 of micro-batch 4 (after 2 + 2 F0's) with B1 of
+    // micro-batch 1 (after step 3's one B1); chunk 0 is virtual stage 1, chunk 1 virtual stage 4.
+    const std::vector<Op> ops = buildSchedule(shapeOf(ScheduleKind::DualPipeV, 3, 6, 2)).stages[1];
+    const auto pairF = std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.overlapped; });
+    QVERIFY(pairF - ops.begin() >= 2 && ops.end() - pairF >= 5);
+    QCOMPARE(fullOrder({pairF - 2, pairF + 5}),
+             QStringLiteral("recv-act(4,0)<-0 recv-grad(1,1)<-0 F(4,0) B(1,1) W(1,1) send-act(4,0)->2 "
+                            "send-grad(1,1)->2"));
+}
+
+void TestSchedule::vOpCounts_data()
+{
+    QTest::addColumn<QString>("kind");
+    QTest::newRow("zb-v") << "zb-v";
+    QTest::newRow("dualpipev") << "dualpipev";
+}
+
+void TestSchedule::vOpCounts()
+{
+    QFETCH(QString, kind);
+    int shapes = 0;
+    for (int p = 2; p <= 6; ++p)
+        for (int m = 1; m <= 14; ++m) {
+            const ScheduleShape shape = shapeOf(kindFromName(kind), p, m, 2);
+            if (!validateScheduleShape(shape).empty())
+                continue;
+            ++shapes;
+            const Schedule schedule = buildSchedule(shape);
+            for (int r = 0; r < p; ++r) {
+                int counts[7] = {};
+                for (const Op& op : schedule.stages[r])
+                    ++counts[int(op.kind)];
+                // Both chunks of every micro-batch: F, B and W each. Each direction crosses a link
+                // at every chunk but the model's two ends (stage 0) and the V's turn (stage p - 1).
+                const int links = 2 * m - (r == 0 ? m : 0) - (r == p - 1 ? m : 0);
+                QCOMPARE(counts[int(OpKind::Forward)], 2 * m);
+                QCOMPARE(counts[int(OpKind::Backward)], 2 * m);
+                QCOMPARE(counts[int(OpKind::WeightGrad)], 2 * m);
+                for (OpKind transfer : {OpKind::RecvActivation, OpKind::SendActivation, OpKind::RecvGradient,
+                                        OpKind::SendGradient})
+                    QCOMPARE(counts[int(transfer)], links);
+            }
+        }
+    QVERIFY(shapes >= 30);
 }
 
 QTEST_APPLESS_MAIN(TestSchedule)

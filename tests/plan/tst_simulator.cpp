@@ -70,6 +70,12 @@ private slots:
     void zeroBubble();
     void zeroBubbleFewMicrobatches_data();
     void zeroBubbleFewMicrobatches();
+    void dualPipeTable_data();
+    void dualPipeTable();
+    void zeroBubbleV_data();
+    void zeroBubbleV();
+    void vPeakInFlight_data();
+    void vPeakInFlight();
     void completesOnGrid_data();
     void completesOnGrid();
     void peakInFlight_data();
@@ -279,6 +285,121 @@ void TestSimulator::zeroBubbleFewMicrobatches()
     QCOMPARE(checkDependencies(schedule, result), std::string());
 }
 
+void TestSimulator::dualPipeTable_data()
+{
+    QTest::addColumn<int>("devices");
+    QTest::addColumn<int>("m");
+    for (const auto& [devices, m] : PairList{{2, 4}, {2, 9}, {3, 6}, {4, 8}, {4, 13}, {6, 12}, {8, 16}, {8, 40}})
+        QTest::addRow("%d devices m%d", devices, m) << devices << m;
+}
+
+void TestSimulator::dualPipeTable()
+{
+    // DualPipe README, "Pipeline Bubbles and Memory Usage Comparison", with unit costs for one
+    // pipeline stage's chunk: F = 1, W = 1, the full backward B = 2 (input gradient 1 + W) and
+    // an overlapped F&B = 3 (the simulation runs the pair's ops back to back). PP counts pipeline
+    // stages: 1F1B and ZB1P put one on each device, DualPipeV two (PP = 2 x devices).
+    QFETCH(int, devices);
+    QFETCH(int, m);
+    const double F = 1, W = 1, B = 2, FB = 3;
+    struct Row {
+        ScheduleKind kind;
+        int v;
+        double pp;
+        double bubble;
+    };
+    const double oneStagePerDevice = devices, twoStagesPerDevice = 2.0 * devices;
+    const Row rows[] = {
+        {ScheduleKind::OneFOneB, 1, oneStagePerDevice, (oneStagePerDevice - 1) * (F + B)},
+        {ScheduleKind::ZeroBubbleH1, 1, oneStagePerDevice, (oneStagePerDevice - 1) * (F + B - 2 * W)},
+        {ScheduleKind::DualPipeV, 2, twoStagesPerDevice, (twoStagesPerDevice / 2 - 1) * (FB + B - 3 * W)},
+    };
+    for (const Row& row : rows) {
+        const Schedule schedule = buildSchedule(shapeOf(row.kind, devices, m, row.v));
+        const bool split = schedule.splitBackward();
+        const SimulationResult result = simulate(schedule, OpCosts::uniform(schedule.shape, F, split ? B - W : B, W));
+        QVERIFY2(result.completed, result.error.c_str());
+        QCOMPARE(checkDependencies(schedule, result), std::string());
+        for (int r = 0; r < devices; ++r) {
+            const double idle = result.makespan - result.busy[r];
+            QVERIFY2(near(idle, row.bubble), scheduleName(row.kind).data() + (": " + describe(idle, row.bubble)));
+        }
+        // Activation per device, in chunks of activations: PP for 1F1B and ZB1P (one chunk each),
+        // PP + 1 for DualPipeV, once m reaches them.
+        const int expectedPeak = row.kind == ScheduleKind::DualPipeV ? int(row.pp) + 1 : std::min(int(row.pp), m);
+        QCOMPARE(*std::max_element(result.peakInFlight.begin(), result.peakInFlight.end()), expectedPeak);
+    }
+}
+
+void TestSimulator::zeroBubbleV_data()
+{
+    QTest::addColumn<int>("p");
+    QTest::addColumn<int>("m");
+    for (const auto& [p, m] : PairList{{2, 3}, {2, 8}, {3, 5}, {4, 7}, {4, 8}, {4, 13}, {6, 11}, {8, 15}, {8, 32}})
+        QTest::addRow("p%d m%d", p, m) << p << m;
+}
+
+void TestSimulator::zeroBubbleV()
+{
+    // zero-bubble README: ZB-V's bubble rate is 0 with T_F = T_B = T_W. Every stage runs without
+    // a gap from its first op to its last; all it waits is the forward wave reaching it, r F's at
+    // the start, and the p - 1 - r F's by which stage 0 outlasts it at the end: (p - 1) F per
+    // stage, against 1F1B's (p - 1)(F + B) with a stage's two chunks (F = 2, B = 4), a sixth.
+    QFETCH(int, p);
+    QFETCH(int, m);
+    const Schedule schedule = buildSchedule(shapeOf(ScheduleKind::ZeroBubbleV, p, m, 2));
+    const SimulationResult result = simulate(schedule, OpCosts::uniform(schedule.shape, 1, 1, 1));
+    QVERIFY2(result.completed, result.error.c_str());
+    QCOMPARE(checkDependencies(schedule, result), std::string());
+    QCOMPARE(result.makespan, 6.0 * m + p - 1);
+    for (int r = 0; r < p; ++r) {
+        const std::vector<TimedOp>& ops = result.timeline[r];
+        const auto compute = [](const TimedOp& t) { return isCompute(t.op.kind); };
+        const auto first = std::find_if(ops.begin(), ops.end(), compute);
+        const auto last = std::find_if(ops.rbegin(), ops.rend(), compute);
+        QCOMPARE(last->end - first->begin, result.busy[r]);
+        QCOMPARE(first->begin, double(r));
+        QCOMPARE(result.makespan - result.busy[r], double(p - 1));
+    }
+    const Schedule oneF = buildSchedule(shapeOf(ScheduleKind::OneFOneB, p, m));
+    const SimulationResult oneFResult = simulate(oneF, OpCosts::uniform(oneF.shape, 2, 4, 0));
+    QCOMPARE(oneFResult.makespan - oneFResult.busy[0], 6.0 * (p - 1));
+}
+
+void TestSimulator::vPeakInFlight_data()
+{
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<int>("p");
+    QTest::addColumn<int>("m");
+    for (const auto& [p, m] : PairList{{2, 1}, {2, 4}, {3, 2}, {4, 4}, {4, 8}, {4, 20}, {6, 9}, {6, 12}, {8, 16}}) {
+        QTest::addRow("zb-v p%d m%d", p, m) << "zb-v" << p << m;
+        if (m >= 2 * p)
+            QTest::addRow("dualpipev p%d m%d", p, m) << "dualpipev" << p << m;
+    }
+}
+
+void TestSimulator::vPeakInFlight()
+{
+    // In chunks of activations held (a chunk's forward to its W). ZB-V: the most is held at
+    // stage r's first B, after its warm-up's 2p - r - 1 F0's and r + 1 F1's (fewer where m runs
+    // out); from there every F is matched by a W. With m >= 2p - 1 that is 2p, 1F1B's p
+    // micro-batches (Qi et al. 2024, Sec. 6: the same peak memory as 1F1B). DualPipeV holds
+    // 2p + 1 on every stage (DualPipe README: PP + 1, PP = 2p).
+    QFETCH(QString, kind);
+    QFETCH(int, p);
+    QFETCH(int, m);
+    const ScheduleKind scheduleKind = kindFromName(kind);
+    const Schedule schedule = buildSchedule(shapeOf(scheduleKind, p, m, 2));
+    const SimulationResult result = simulate(schedule, OpCosts::uniform(schedule.shape, 1, 1, 1));
+    QVERIFY2(result.completed, result.error.c_str());
+    for (int r = 0; r < p; ++r) {
+        const int zeroBubbleV = std::min(m, 2 * p - r - 1) + std::min(m, r + 1);
+        QCOMPARE(result.peakInFlight[r], scheduleKind == ScheduleKind::DualPipeV ? 2 * p + 1 : zeroBubbleV);
+        if (m >= 2 * p - 1)
+            QCOMPARE(result.peakInFlight[r], scheduleKind == ScheduleKind::DualPipeV ? 2 * p + 1 : 2 * p);
+    }
+}
+
 void TestSimulator::completesOnGrid_data()
 {
     QTest::addColumn<QString>("kind");
@@ -286,6 +407,8 @@ void TestSimulator::completesOnGrid_data()
     QTest::newRow("1f1b") << "1f1b";
     QTest::newRow("interleaved") << "interleaved";
     QTest::newRow("zb-h1") << "zb-h1";
+    QTest::newRow("zb-v") << "zb-v";
+    QTest::newRow("dualpipev") << "dualpipev";
 }
 
 void TestSimulator::completesOnGrid()
