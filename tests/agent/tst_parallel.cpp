@@ -37,16 +37,29 @@ struct Layout {
     int tp = 1;
     bool sequenceParallel = false;
     bool overlap = true;   // the data-parallel buckets reduce during the backward
+    int layers = 4;        // the V schedules over 4 stages need 8 (two chunks of one layer each)
+    int microbatches = 4;
     int ranks() const { return dp * pp * tp; }
 };
 
+// pp 4 with a V schedule: 8 layers in 8 chunks, and dualpipev's 2p = 8 micro-batches.
+Layout fourStageV(Layout l)
+{
+    l.layers = 8;
+    l.microbatches = 8;
+    return l;
+}
+
 json job(const Layout& l)
 {
-    return equivalenceJob(l.moe,
-                          {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
-                           {"zero", l.zero}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule},
-                           {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}},
-                          l.ranks(), 10, 0.003);
+    json doc = equivalenceJob(l.moe,
+                              {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
+                               {"zero", l.zero}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule},
+                               {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}},
+                              l.ranks(), 10, 0.003);
+    doc["model"]["layers"] = l.layers;
+    doc["parallel"]["microbatches"] = l.microbatches;
+    return doc;
 }
 
 QStringList mpirun(int ranks, const QStringList& agentArgs)
@@ -150,6 +163,16 @@ void TestParallel::layoutEqualsOneDevice_data()
     QTest::newRow("dp4 ep2 moe zero-1") << Layout{4, 1, 1, "1f1b", 1, true, "selective", 2};
     QTest::newRow("dp4 ep2 moe zero-3") << Layout{4, 1, 3, "1f1b", 1, true, "selective", 2};
     QTest::newRow("dp4 pp2 ep2 moe zero-1") << Layout{4, 2, 1, "1f1b", 1, true, "selective", 2};
+    // The V schedules: two chunks per stage, stage 0 holding the model's first and last (the loss
+    // and the tied embedding's both uses).
+    QTest::newRow("pp2 zb-v") << Layout{1, 2, 0, "zb-v", 2};
+    QTest::newRow("pp4 zb-v") << fourStageV(Layout{1, 4, 0, "zb-v", 2});
+    QTest::newRow("pp2 dualpipev") << Layout{1, 2, 0, "dualpipev", 2};
+    QTest::newRow("pp4 dualpipev") << fourStageV(Layout{1, 4, 0, "dualpipev", 2});
+    QTest::newRow("pp4 tp2 sp zb-v") << fourStageV(Layout{1, 4, 0, "zb-v", 2, false, "selective", 1, 2, true});
+    QTest::newRow("dp2 pp4 ep2 moe dualpipev") << fourStageV(Layout{2, 4, 1, "dualpipev", 2, true, "selective", 2});
+    QTest::newRow("dp2 pp2 tp2 ep2 sp moe zb-v") << Layout{2, 2, 0, "zb-v", 2, true, "selective", 2, 2, true};
+    QTest::newRow("dp2 pp2 tp2 ep2 moe dualpipev") << Layout{2, 2, 1, "dualpipev", 2, true, "none", 2, 2};
 }
 
 void TestParallel::layoutEqualsOneDevice()
@@ -233,6 +256,8 @@ void TestParallel::spansReproduceTheSchedule_data()
     QTest::newRow("pp4 gpipe") << Layout{1, 4, 0, "gpipe"};
     QTest::newRow("pp2 interleaved v2") << Layout{1, 2, 0, "interleaved", 2};
     QTest::newRow("pp4 zb-h1") << Layout{1, 4, 0, "zb-h1"};
+    QTest::newRow("pp2 zb-v") << Layout{1, 2, 0, "zb-v", 2};
+    QTest::newRow("pp4 dualpipev") << fourStageV(Layout{1, 4, 0, "dualpipev", 2});
 }
 
 void TestParallel::spansReproduceTheSchedule()
@@ -241,7 +266,7 @@ void TestParallel::spansReproduceTheSchedule()
     QFETCH(Layout, layout);
     QString out;
     const auto ranks = spansOfStep(layout, QString::fromLatin1(QTest::currentDataTag()).replace(' ', '-'), 2, &out);
-    plan::ScheduleShape shape{plan::ScheduleKind::OneFOneB, layout.pp, 4, layout.virtualStages, 0};
+    plan::ScheduleShape shape{plan::ScheduleKind::OneFOneB, layout.pp, layout.microbatches, layout.virtualStages, 0};
     QVERIFY(plan::parseScheduleName(layout.schedule, shape.kind));
     const plan::Schedule expected = plan::buildSchedule(shape);
     for (int rank = 0; rank < layout.ranks(); ++rank) {

@@ -310,6 +310,19 @@ void TestAgentActivations::plannedEqualsMeasured_data()
         {{"pp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"schedule", "interleaved"}, {"virtual_stages", 2}},
         {{"moe", moe()}}};
     QTest::newRow("pp4 zb-h1 selective") << Row{{{"pp", 4}, {"schedule", "zb-h1"}}, {}};
+    // The V schedules: stage 0 holds the first chunk and the last (the logits); every backward
+    // stashes for its W, and DualPipeV runs some of them whole.
+    QTest::newRow("pp2 zb-v none") << Row{{{"pp", 2}, {"schedule", "zb-v"}, {"virtual_stages", 2}, {"recompute", "none"}},
+                                          {}};
+    QTest::newRow("pp2 zb-v full") << Row{{{"pp", 2}, {"schedule", "zb-v"}, {"virtual_stages", 2}, {"recompute", "full"}},
+                                          {}};
+    QTest::newRow("pp2 dualpipev selective moe")
+        << Row{{{"pp", 2}, {"schedule", "dualpipev"}, {"virtual_stages", 2}}, {{"moe", moe(2.0)}}};
+    QTest::newRow("pp2 tp2 sp zb-v selective") << Row{
+        {{"pp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"schedule", "zb-v"}, {"virtual_stages", 2}}, {}};
+    QTest::newRow("pp4 dualpipev none") << Row{
+        {{"pp", 4}, {"schedule", "dualpipev"}, {"virtual_stages", 2}, {"microbatches", 8}, {"recompute", "none"}},
+        {{"layers", 8}}};
 }
 
 void TestAgentActivations::plannedEqualsMeasured()
