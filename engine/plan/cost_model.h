@@ -96,6 +96,9 @@ public:
     // Parameters held by one GPU of a stage: the dense part (split by tp) and its experts (by tp x ep).
     double denseParametersOnStage(int stage) const;
     double expertParametersOnStage(int stage) const;
+    // The stage holding the model's last virtual stage (the output layer and the loss): p - 1,
+    // or 0 for the V schedules.
+    int lastModelStage() const;
     MemoryBreakdown stageMemory(int stage) const;
     double activationBytes(int stage) const;
 
@@ -123,9 +126,6 @@ private:
     StageWork virtualStageWork(int virtualStage) const;
     // Layers [first, first + count) of the virtual stage, split into dense and MoE.
     void virtualStageLayers(int virtualStage, int& first, int& count) const;
-    // The stage holding the model's last virtual stage (the output layer and the loss): p - 1,
-    // or 0 for the V schedules.
-    int lastModelStage() const;
     double inFlightMicrobatches(int stage) const;
 
     const JobSpec& m_spec;

@@ -93,6 +93,7 @@ private slots:
     void activationsMatchMegatron_data();
     void activationsMatchMegatron();
     void activationsOtherSchedulesAndRecompute();
+    void vSchedulesHoldBothEndsOnStageZero();
     void flopsMatchNarayanan();
     void singleDeviceStepIsComputeOnly();
     void gemmRooflineByHand();
@@ -292,6 +293,37 @@ void TestCostModel::activationsOtherSchedulesAndRecompute()
     QCOMPARE_REL(CostModel(specFrom(doc), {}).activationBytes(5), 11 * 6 * 2 * sbh / 8 + perLayer, 1e-12);
 }
 
+void TestCostModel::vSchedulesHoldBothEndsOnStageZero()
+{
+    // GPT-3 on pp 16 with zb-v (2 chunks of 3 layers per stage): stage 0 holds the embedding and
+    // the output layer, two V h untied, one when tied (then no copy anywhere: Megatron's
+    // (block / pp + V h) / tp); stage 15 holds neither.
+    json doc = gpt3Json();
+    doc["parallel"]["schedule"] = "zb-v";
+    doc["parallel"]["virtual_stages"] = 2;
+    const ParameterCounts p = countParameters(specFrom(doc).model);
+    const CostModel untied(specFrom(doc), {});
+    QCOMPARE(untied.lastModelStage(), 0);
+    QCOMPARE_REL(untied.denseParametersOnStage(0), (p.block / 16 + 2 * p.embedding) / 8, 1e-15);
+    QCOMPARE_REL(untied.denseParametersOnStage(15), p.block / 16 / 8, 1e-15);
+    json tiedDoc = doc;
+    tiedDoc["model"]["tied_embeddings"] = true;
+    QCOMPARE_REL(CostModel(specFrom(tiedDoc), {}).denseParametersOnStage(0), (p.block / 16 + p.embedding) / 8, 1e-15);
+
+    // Activations (SP + selective, s b h (18 + 4 f/h) / t per layer, as in
+    // activationsOtherSchedulesAndRecompute): ZB-V holds 2p chunks of 3 layers, 1F1B's p
+    // micro-batches of 6, on every stage (m = 64 >= 2p - 1); stage 0 adds the embedding's input
+    // for each of its 16 and the output layer's inputs once.
+    const double sbh = 2048.0 * 12288;
+    const double perLayer = sbh * 34 / 8;
+    const double embedding = (8.0 * 2048 + sbh) / 8, head = sbh * 4.0 * (1.0 + 51200.0 / 12288) / 8;
+    QCOMPARE_REL(untied.activationBytes(5), 16 * 6 * perLayer, 1e-12);
+    QCOMPARE_REL(untied.activationBytes(0), 16 * (6 * perLayer + embedding) + head, 1e-12);
+    // DualPipeV holds 2p + 1 = 33 chunks of 3 layers: 16.5 micro-batches' worth.
+    doc["parallel"]["schedule"] = "dualpipev";
+    QCOMPARE_REL(CostModel(specFrom(doc), {}).activationBytes(5), 16.5 * 6 * perLayer, 1e-12);
+}
+
 void TestCostModel::flopsMatchNarayanan()
 {
     // Narayanan et al. 2021, eq. (3), counts activation recomputation (4 passes over the layers):
@@ -423,12 +455,17 @@ void TestCostModel::estimateMatchesSimulationForEqualStages_data()
     QTest::newRow("interleaved 2x4x3") << int(ScheduleKind::Interleaved) << 2 << 4 << 3;
     QTest::newRow("zb-h1 4x8") << int(ScheduleKind::ZeroBubbleH1) << 4 << 8 << 1;
     QTest::newRow("zb-h1 6x12") << int(ScheduleKind::ZeroBubbleH1) << 6 << 12 << 1;
+    QTest::newRow("zb-v 4x8") << int(ScheduleKind::ZeroBubbleV) << 4 << 8 << 2;
+    QTest::newRow("zb-v 6x20") << int(ScheduleKind::ZeroBubbleV) << 6 << 20 << 2;
+    QTest::newRow("dualpipev 4x8") << int(ScheduleKind::DualPipeV) << 4 << 8 << 2;
+    QTest::newRow("dualpipev 3x13") << int(ScheduleKind::DualPipeV) << 3 << 13 << 2;
 }
 
 void TestCostModel::estimateMatchesSimulationForEqualStages()
 {
     // The search's closed form must agree with the simulator when stages are equal and transfers
-    // are free. Stage costs per micro-batch: F = 1, B = 1, W = 1 (split only in zb-h1).
+    // are free. Stage costs per micro-batch: F = 1, B = 1, W = 1 (split in zb-h1 and the V
+    // schedules), shared by the stage's v chunks.
     QFETCH(int, kind);
     QFETCH(int, p);
     QFETCH(int, m);
@@ -438,7 +475,7 @@ void TestCostModel::estimateMatchesSimulationForEqualStages()
     for (StageWork& s : stages) {
         s.forward = s.backward = s.weightGrad = 1;
     }
-    const bool split = shape.kind == ScheduleKind::ZeroBubbleH1;
+    const bool split = splitsBackward(shape.kind);
     const OpCosts costs = OpCosts::uniform(shape, 1.0 / v, (split ? 1.0 : 2.0) / v, split ? 1.0 / v : 0.0);
     const SimulationResult sim = simulate(buildSchedule(shape), costs);
     QVERIFY(sim.completed);

@@ -60,7 +60,8 @@ Counts enumerateLayouts(const JobSpec& base)
                         for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
                             for (int v = 1; v <= 8; ++v)
                                 for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
-                                                       ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleH1})
+                                                       ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleH1,
+                                                       ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV})
                                     for (int zero = 0; zero <= 3; ++zero) {
                                         if ((pp == 1 && k != ScheduleKind::OneFOneB) || (sp && tp == 1))
                                             continue;
