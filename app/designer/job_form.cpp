@@ -100,7 +100,8 @@ JobForm::JobForm(JobDocument* document, QWidget* parent) : QWidget(parent), m_do
     addField(parallel, tr("Tensor parallel (tp)"), "parallel.tp", Kind::Integer);
     addField(parallel, tr("Expert parallel (ep)"), "parallel.ep", Kind::Integer);
     addField(parallel, tr("ZeRO stage"), "parallel.zero", Kind::Integer);
-    addField(parallel, tr("Schedule"), "parallel.schedule", Kind::Choice, {"gpipe", "1f1b", "interleaved", "zb-h1"});
+    addField(parallel, tr("Schedule"), "parallel.schedule", Kind::Choice,
+             {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"});
     addField(parallel, tr("Virtual stages"), "parallel.virtual_stages", Kind::Integer);
     addField(parallel, tr("Micro-batches"), "parallel.microbatches", Kind::Integer);
     addField(parallel, tr("Micro-batch size"), "parallel.micro_batch_size", Kind::Integer);

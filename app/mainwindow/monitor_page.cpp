@@ -99,6 +99,7 @@ void MonitorPage::follow(const QString& source, const plan::JobSpec& spec)
     const plan::Mesh mesh(spec.parallel);
     m_data->clear();
     m_data->setRows(rowsForMesh(mesh));
+    markOverlappedPairs();
     m_rankTimes = std::make_unique<live::RankTimes>(mesh.worldSize());
     m_timeline->setFollowLive(true);
     m_title->setText(tr("Following %1").arg(source));
@@ -119,6 +120,7 @@ bool MonitorPage::showSession(const QString& path, QString* error)
         m_source.clear();
         m_state->setSource(QStringLiteral("-"));   // a stored session: no live source applies
         m_data->loadSession(reader);
+        markOverlappedPairs();
         m_rankTimes.reset();
         m_timeline->fitAll();
         m_title->setText(tr("Session %1 (%2)").arg(QString::fromStdString(reader.header().name), path));
@@ -131,6 +133,12 @@ bool MonitorPage::showSession(const QString& path, QString* error)
     updatePrediction();
     updateStatus();
     return true;
+}
+
+void MonitorPage::markOverlappedPairs()
+{
+    if (const auto& plan = m_state->plan())
+        m_data->setOverlappedOps(overlappedOpsOf(plan->schedule));
 }
 
 void MonitorPage::updateFindings()

@@ -47,6 +47,8 @@ signals:
     void statusChanged(const QString& text);
 
 private:
+    // Spans carry no F&B-pair flag: the run's schedule says which ops are paired.
+    void markOverlappedPairs();
     void updateFindings();
     void updateStatus();
     void updatePrediction();

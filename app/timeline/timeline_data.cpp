@@ -52,6 +52,12 @@ void TimelineData::loadPlan(const plan::Plan& plan, PlanRows rows, double nsPerU
     setStore(loadPlanTimeline(plan, rows, nsPerUnit));
 }
 
+void TimelineData::setOverlappedOps(TimelineStore::OverlappedOps ops)
+{
+    m_store.setOverlappedOps(std::move(ops));
+    scheduleChanged();
+}
+
 void TimelineData::setNotifyInterval(int ms)
 {
     m_notify.setInterval(std::max(0, ms));

@@ -35,6 +35,10 @@ public:
                      std::optional<std::pair<std::int64_t, std::int64_t>> window = std::nullopt);
     void loadPlan(const plan::Plan& plan, PlanRows rows = PlanRows::PerStage, double nsPerUnit = 0);
 
+    // Marks the spans a schedule runs as overlapped F&B pairs, those here and those to come
+    // (until the store is replaced).
+    void setOverlappedOps(TimelineStore::OverlappedOps ops);
+
     // How long appends are collected before changed() (default 50 ms); 0 = next event loop pass.
     void setNotifyInterval(int ms);
 

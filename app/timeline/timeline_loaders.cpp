@@ -14,6 +14,19 @@ std::int64_t toNs(double units, double nsPerUnit)
     return std::llround(units * nsPerUnit);
 }
 
+// "stage 1", or with chunks the virtual stages it holds in model order: "stage 1 · chunks 1, 6"
+// (the V schedules' V reads down the first numbers and up the second).
+std::string stageLabel(const plan::ScheduleShape& shape, int stage)
+{
+    std::string label = "stage " + std::to_string(stage);
+    if (shape.virtualStages < 2)
+        return label;
+    label += " \u00b7 chunks ";
+    for (int c = 0; c < shape.virtualStages; ++c)
+        label += (c ? ", " : "") + std::to_string(shape.virtualStageOf(stage, c));
+    return label;
+}
+
 }  // namespace
 
 wire::SpanKind spanKindOfOp(plan::OpKind kind)
@@ -73,6 +86,16 @@ double planNsPerUnit(const plan::Plan& plan)
     return plan.unitCosts ? 1e6 : 1e9;
 }
 
+TimelineStore::OverlappedOps overlappedOpsOf(const plan::Schedule& schedule)
+{
+    TimelineStore::OverlappedOps ops;
+    for (std::size_t s = 0; s < schedule.stages.size(); ++s)
+        for (const plan::Op& op : schedule.stages[s])
+            if (op.overlapped)
+                ops.insert(TimelineStore::overlappedKey(int(s), spanKindOfOp(op.kind), op.microbatch, op.chunk));
+    return ops;
+}
+
 TimelineStore loadPlanTimeline(const plan::Plan& plan, PlanRows rows, double nsPerUnit)
 {
     if (nsPerUnit <= 0)
@@ -91,6 +114,7 @@ TimelineStore loadPlanTimeline(const plan::Plan& plan, PlanRows rows, double nsP
             span.microbatch = op.op.microbatch;
             span.chunk = std::int16_t(op.op.chunk);
             span.stage = std::int16_t(s);
+            span.overlapped = op.op.overlapped;
             span.peer = op.op.peerStage < 0 ? -1 : peerOf(op.op.peerStage);
             spans.push_back(span);
         }
@@ -117,7 +141,7 @@ TimelineStore loadPlanTimeline(const plan::Plan& plan, PlanRows rows, double nsP
     if (rows == PlanRows::PerStage) {
         std::vector<RowInfo> infos;
         for (std::size_t s = 0; s < stages.size(); ++s)
-            infos.push_back({int(s), int(s), "stage " + std::to_string(s)});
+            infos.push_back({int(s), int(s), stageLabel(plan.schedule.shape, int(s))});
         timeline.setRows(infos);
         for (std::size_t s = 0; s < stages.size(); ++s)
             timeline.append(int(s), stageSpans(s, [](int peerStage) { return peerStage; }));

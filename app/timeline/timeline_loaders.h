@@ -34,6 +34,8 @@ wire::SpanKind spanKindOfOp(plan::OpKind kind);
 // Simulator units to ns: cost-model plans simulate in seconds (1e9); unit-cost plans have no time,
 // so one unit is drawn as one millisecond (1e6).
 double planNsPerUnit(const plan::Plan& plan);
+// The ops of a schedule that run as overlapped F&B pairs, for TimelineStore::setOverlappedOps.
+TimelineStore::OverlappedOps overlappedOpsOf(const plan::Schedule& schedule);
 // nsPerUnit <= 0 takes planNsPerUnit(plan).
 TimelineStore loadPlanTimeline(const plan::Plan& plan, PlanRows rows = PlanRows::PerStage, double nsPerUnit = 0);
 

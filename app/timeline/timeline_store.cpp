@@ -95,6 +95,7 @@ TimelineSpan TimelineRow::span(std::size_t i) const
     s.stage = m_stage[i];
     s.bytes = m_bytes[i];
     s.peer = m_peer[i];
+    s.overlapped = m_overlapped[i] != 0;
     return s;
 }
 
@@ -158,6 +159,7 @@ void TimelineRow::pushBack(const TimelineSpan& span)
     m_stage.push_back(span.stage);
     m_bytes.push_back(span.bytes);
     m_peer.push_back(span.peer);
+    m_overlapped.push_back(span.overlapped ? 1 : 0);
     m_lastEnd = m_begin.size() == 1 ? span.endNs : std::max(m_lastEnd, span.endNs);
     const std::size_t block = (m_begin.size() - 1) / kBlock;
     if (block == m_blockMaxEnd.size())
@@ -187,6 +189,7 @@ void TimelineRow::sortFrom(std::size_t first)
     permute(m_stage);
     permute(m_bytes);
     permute(m_peer);
+    permute(m_overlapped);
     rebuildBlockMaxEnd(first / kBlock);
 }
 
@@ -373,6 +376,13 @@ void TimelineStore::append(int rank, std::span<const TimelineSpan> input)
         }
         spans = clamped;
     }
+    if (!m_overlappedOps.empty()) {
+        if (clamped.empty())
+            clamped.assign(input.begin(), input.end());
+        for (TimelineSpan& s : clamped)
+            s.overlapped = s.overlapped || m_overlappedOps.count(overlappedKey(s.stage, s.kind, s.microbatch, s.chunk));
+        spans = clamped;
+    }
     std::int64_t lo = spans.front().beginNs, hi = spans.front().endNs;
     for (const TimelineSpan& s : spans) {
         lo = std::min(lo, s.beginNs);
@@ -392,6 +402,23 @@ void TimelineStore::append(int rank, std::span<const TimelineSpan> input)
             m_stepBegin.resize(std::size_t(s.step) + 1, std::numeric_limits<std::int64_t>::max());
         m_stepBegin[std::size_t(s.step)] = std::min(m_stepBegin[std::size_t(s.step)], s.beginNs);
     }
+}
+
+std::uint64_t TimelineStore::overlappedKey(int stage, wire::SpanKind kind, int microbatch, int chunk)
+{
+    return (std::uint64_t(std::uint16_t(stage)) << 48) | (std::uint64_t(std::uint8_t(kind)) << 40) |
+           (std::uint64_t(std::uint8_t(chunk)) << 32) | std::uint32_t(microbatch);
+}
+
+void TimelineStore::setOverlappedOps(OverlappedOps ops)
+{
+    m_overlappedOps = std::move(ops);
+    for (const std::unique_ptr<TimelineRow>& row : m_rows)
+        for (std::size_t i = 0; i < row->size(); ++i)
+            row->m_overlapped[i] =
+                m_overlappedOps.count(overlappedKey(row->m_stage[i], row->kind(i), row->m_microbatch[i], row->m_chunk[i]))
+                    ? 1
+                    : 0;
 }
 
 std::size_t TimelineStore::appendBatch(const wire::Batch& batch)

@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace meshbench::app {
@@ -52,6 +53,7 @@ struct TimelineSpan {
     std::int16_t stage = 0;       // as the span said; rows group by RowInfo::stage
     std::uint64_t bytes = 0;
     std::int32_t peer = -1;
+    bool overlapped = false;      // half of a DualPipeV F&B pair (drawn inside one border)
     bool operator==(const TimelineSpan&) const = default;
 
     static TimelineSpan fromRecord(const wire::SpanRecord& record);
@@ -75,6 +77,8 @@ public:
     std::int64_t end(std::size_t i) const { return m_end[i]; }
     wire::SpanKind kind(std::size_t i) const { return wire::SpanKind(m_kind[i]); }
     std::int32_t microbatch(std::size_t i) const { return m_microbatch[i]; }
+    std::int16_t chunk(std::size_t i) const { return m_chunk[i]; }
+    bool overlapped(std::size_t i) const { return m_overlapped[i] != 0; }
     TimelineSpan span(std::size_t i) const;
 
     // Largest span end in the row (spans are sorted by begin, not by end).
@@ -112,6 +116,7 @@ private:
     std::vector<std::uint8_t> m_kind;
     std::vector<std::int32_t> m_microbatch, m_step, m_peer;
     std::vector<std::int16_t> m_chunk, m_stage;
+    std::vector<std::uint8_t> m_overlapped;
     std::vector<std::uint64_t> m_bytes;
     // Running maximum of the span ends up to the end of each block of kBlock spans: scanStart's index.
     std::vector<std::int64_t> m_blockMaxEnd;
@@ -149,6 +154,13 @@ public:
     // Earliest begin of a span of `step` (steps 0 .. 2^20).
     std::optional<std::int64_t> stepBegin(int step) const;
 
+    // The ops a schedule runs as overlapped F&B pairs, by key (overlappedKey): measured spans carry
+    // no such flag, so the store marks the matching ones, those already here and those to come.
+    using OverlappedOps = std::unordered_set<std::uint64_t>;
+    static std::uint64_t overlappedKey(int stage, wire::SpanKind kind, int microbatch, int chunk);
+    void setOverlappedOps(OverlappedOps ops);
+    const OverlappedOps& overlappedOps() const { return m_overlappedOps; }
+
     // Level-0 bucket width 2^shift ns for every row; only before the first span (ignored after).
     void setBaseShift(int shift);
     int baseShift() const { return m_baseShift; }
@@ -165,6 +177,7 @@ private:
     std::int64_t m_beginTime = 0, m_endTime = 0;
     std::vector<std::int64_t> m_stepBegin;
     int m_baseShift = -1;   // not chosen yet
+    OverlappedOps m_overlappedOps;
 };
 
 // "rank 3 · dp1 pp0 tp1"

@@ -151,7 +151,8 @@ private:
                 const int left = std::max(nextFree, int(std::lround(xb)));
                 const int right = std::min(last, int(std::lround(xe)));
                 if (right > left && kindClassOf(row.kind(i)))
-                    paintBlock(row.kind(i), left, right, xe - xb, row.microbatch(i), numbers);
+                    paintBlock(row.kind(i), left, right, xe - xb, row.microbatch(i), numbers, row.chunk(i),
+                               row.overlapped(i));
                 nextFree = std::max(nextFree, right);
                 ++i;
                 continue;
@@ -233,10 +234,11 @@ private:
     }
 
     template <typename Numbers>
-    void paintBlock(wire::SpanKind kind, int left, int right, double width, std::int32_t microbatch, const Numbers& numbers)
+    void paintBlock(wire::SpanKind kind, int left, int right, double width, std::int32_t microbatch, const Numbers& numbers,
+                    int chunk, bool overlapped)
     {
         const KindClass cls = *kindClassOf(kind);
-        const QColor color = TimelineView::kindColor(kind);
+        const QColor color = TimelineView::chunkColor(kind, chunk);
         const auto [y0, y1] = verticalExtent(cls);
         if (cls == KindClass::DataParallelReduce) {
             const TimelineView::Hatch hatch = TimelineView::hatchOf(color);
@@ -248,6 +250,16 @@ private:
         }
         if (width >= 4)   // a darker left edge tells neighbouring blocks of one kind apart
             fill(left, left + 1, y0, y1, color.darker(150).rgb());
+        if (overlapped) {
+            // An F&B pair shares one border (DualPipe's figure): the F opens it, the W closes it.
+            const QRgb border = TimelineView::pairBorderColor().rgb();
+            fill(left, right, y0, y0 + 1, border);
+            fill(left, right, y1 - 1, y1, border);
+            if (kind == wire::SpanKind::Forward)
+                fill(left, left + 1, y0, y1, border);
+            if (kind == wire::SpanKind::WeightGrad)
+                fill(right - 1, right, y0, y1, border);
+        }
         if constexpr (!std::is_same_v<Numbers, std::nullptr_t>) {
             if (microbatch < 0 || cls == KindClass::PointToPoint)
                 return;
@@ -757,6 +769,16 @@ QColor TimelineView::kindColor(wire::SpanKind kind)
     return QColor(0xBA, 0xB0, 0xAC);
 }
 
+QColor TimelineView::chunkColor(wire::SpanKind kind, int chunk)
+{
+    // Later model chunks (interleaved, the V schedules) in lighter shades of the kind's colour, as
+    // the zero-bubble paper's figures tell a V's two chunks apart.
+    const QColor color = kindColor(kind);
+    return chunk > 0 ? color.lighter(100 + 35 * std::min(chunk, 3)) : color;
+}
+
+QColor TimelineView::pairBorderColor() { return QColor(0x1F, 0x1F, 0x1F); }
+
 QColor TimelineView::classColor(KindClass cls)
 {
     switch (cls) {
@@ -836,6 +858,8 @@ QString TimelineView::toolTipTextAt(QPoint pos) const
     lines << QStringLiteral("duration: %1").arg(formatDuration(s.endNs - s.beginNs));
     lines << QStringLiteral("bytes: %1").arg(s.bytes);
     lines << QStringLiteral("peer: %1").arg(s.peer >= 0 ? QString::number(s.peer) : tr("none"));
+    if (s.overlapped)
+        lines << tr("half of an overlapped F&B pair (dualpipev)");
     return lines.join(QLatin1Char('\n'));
 }
 

@@ -85,6 +85,9 @@ public:
     static QString formatDuration(std::int64_t ns);
     // Fixed categorical colours that read on light and dark backgrounds.
     static QColor kindColor(wire::SpanKind kind);
+    // A block of model chunk `chunk` (0 = kindColor), and the border around an F&B pair's blocks.
+    static QColor chunkColor(wire::SpanKind kind, int chunk);
+    static QColor pairBorderColor();
     static QColor classColor(KindClass cls);
     // Data-parallel reductions are hatched: a light fill of their colour with a dark pixel on
     // every fourth diagonal, so they read as communication next to solid compute.

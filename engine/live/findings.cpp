@@ -49,7 +49,8 @@ std::vector<const StepAggregate*> recentSteps(std::span<const StepAggregate> ste
 }
 
 // Layout changes that lower the plan's bubble, best first, as "change (plan: bubble x%)": more
-// micro-batches at the same global batch where the micro-batch size allows, interleaving, zb-h1.
+// micro-batches at the same global batch where the micro-batch size allows, interleaving, zb-h1,
+// zb-v.
 // Each candidate must pass the spec's own rules and is planned in full.
 std::vector<std::string> scheduleAlternatives(const plan::JobSpec& spec, double currentBubble)
 {
@@ -86,6 +87,12 @@ std::vector<std::string> scheduleAlternatives(const plan::JobSpec& spec, double 
         zeroBubble.parallel.schedule = plan::ScheduleKind::ZeroBubbleH1;
         zeroBubble.parallel.virtualStages = 1;
         candidates.emplace_back(zeroBubble, "schedule zb-h1");
+    }
+    if (p.schedule != plan::ScheduleKind::ZeroBubbleV) {
+        plan::JobSpec zeroBubbleV = spec;
+        zeroBubbleV.parallel.schedule = plan::ScheduleKind::ZeroBubbleV;
+        zeroBubbleV.parallel.virtualStages = 2;
+        candidates.emplace_back(zeroBubbleV, "schedule zb-v with virtual_stages 2");
     }
     std::vector<std::pair<double, std::string>> better;
     for (const auto& [candidate, change] : candidates) {

@@ -6,6 +6,8 @@
 #include "plan/planner.h"
 #include "store/session_store.h"
 
+#include <nlohmann/json.hpp>
+
 #include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -87,14 +89,18 @@ void checkSorted(const TimelineRow& row)
         QVERIFY(row.begin(i - 1) <= row.begin(i));
 }
 
-plan::Plan demoPlan(const std::optional<plan::UnitCosts>& unitCosts = std::nullopt)
+plan::Plan demoPlan(const std::optional<plan::UnitCosts>& unitCosts = std::nullopt,
+                    const nlohmann::json& parallelPatch = nullptr)
 {
     QFile file(QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json"));
     if (!file.open(QIODevice::ReadOnly))
         qFatal("demo.json missing");
-    const plan::LoadResult loaded = plan::parseJobSpec(file.readAll().toStdString());
+    nlohmann::json doc = nlohmann::json::parse(file.readAll().toStdString());
+    if (!parallelPatch.is_null())
+        doc["parallel"].merge_patch(parallelPatch);
+    const plan::LoadResult loaded = plan::loadJobSpec(doc);
     if (!loaded.valid())
-        qFatal("demo.json invalid");
+        qFatal("demo.json invalid: %s", loaded.errors.front().message.c_str());
     return plan::makePlan(*loaded.spec, unitCosts);
 }
 
@@ -114,6 +120,7 @@ private slots:
     void planLoaderPerStage();
     void planLoaderPerRankAndUnitCosts();
     void sessionLoader();
+    void overlappedPairsAreMarked();
 };
 
 void TestTimelineData::classesOfKinds()
@@ -375,6 +382,55 @@ void TestTimelineData::planLoaderPerRankAndUnitCosts()
         QCOMPARE(shape.row(s).size(), unit.simulation.timeline[s].size());
     QCOMPARE(shape.endTime(), std::llround(unit.simulation.makespan * 1e6));
     QCOMPARE(loadPlanTimeline(unit, PlanRows::PerStage, 10).endTime(), std::llround(unit.simulation.makespan * 10));
+}
+
+void TestTimelineData::overlappedPairsAreMarked()
+{
+    // dualpipev over the demo's two stages: the planned timeline marks exactly the op list's
+    // overlapped F, B and W, and labels each stage with the virtual stages it holds (0 and 3, 1 and 2).
+    const plan::Plan plan =
+        demoPlan(std::nullopt, {{"schedule", "dualpipev"}, {"virtual_stages", 2}, {"microbatches", 8}});
+    QVERIFY(plan.simulation.completed);
+    const TimelineStore planned = loadPlanTimeline(plan);
+    QCOMPARE(planned.row(0).info().label, std::string("stage 0 \u00b7 chunks 0, 3"));
+    QCOMPARE(planned.row(1).info().label, std::string("stage 1 \u00b7 chunks 1, 2"));
+    const TimelineStore::OverlappedOps ops = overlappedOpsOf(plan.schedule);
+    std::size_t expected = 0;
+    for (const auto& stage : plan.schedule.stages)
+        expected += std::size_t(std::count_if(stage.begin(), stage.end(), [](const plan::Op& op) { return op.overlapped; }));
+    // m = 8, p = 2: stage 0 runs 2 x (8 - 4 + 1) pairs in step 4 and 1 in step 5; stage 1 one
+    // fewer (its first F0 and B1 run apart), 2 x 6 - 1: 11 + 11 pairs of three ops.
+    QCOMPARE(expected, std::size_t(3 * (11 + 11)));
+    QCOMPARE(ops.size(), expected);
+    std::size_t marked = 0;
+    for (std::size_t r = 0; r < planned.rowCount(); ++r)
+        for (std::size_t i = 0; i < planned.row(r).size(); ++i)
+            marked += planned.row(r).overlapped(i);
+    QCOMPARE(marked, expected);
+
+    // Measured spans carry no flag: the store marks those the schedule pairs, already stored or not.
+    TimelineStore measured;
+    TimelineSpan paired;
+    paired.kind = wire::SpanKind::Forward;
+    const plan::Op& first = *std::find_if(plan.schedule.stages[0].begin(), plan.schedule.stages[0].end(),
+                                          [](const plan::Op& op) { return op.overlapped; });
+    paired.microbatch = first.microbatch;
+    paired.chunk = std::int16_t(first.chunk);
+    paired.beginNs = 10;
+    paired.endNs = 20;
+    TimelineSpan alone = paired;
+    alone.microbatch = 0;   // F of micro-batch 0 runs in the warm-up, never paired
+    alone.beginNs = 0;
+    alone.endNs = 5;
+    measured.append(0, std::vector<TimelineSpan>{alone, paired});
+    measured.setOverlappedOps(ops);
+    QVERIFY(!measured.row(0).overlapped(0));
+    QVERIFY(measured.row(0).overlapped(1));
+    TimelineSpan later = paired;
+    later.beginNs = 30;
+    later.endNs = 40;
+    measured.append(0, std::span(&later, 1));
+    QVERIFY(measured.row(0).overlapped(2));
 }
 
 void TestTimelineData::sessionLoader()

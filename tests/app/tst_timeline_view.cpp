@@ -70,6 +70,7 @@ private slots:
     void followLiveWindowWithoutAUserRange();
     void tooltipHasEveryField();
     void renderedPixels();
+    void chunksAndPairsPaint();
     void collapsedStageIsOneSummaryRow();
     void overlayAlignsToStep();
     void scrolledRowsPaintWhereRowRectSays();
@@ -339,6 +340,47 @@ void TestTimelineView::renderedPixels()
     QCOMPARE(image.pixel(int(view.xForTime(3700)), y), base);
     // Rank 1's F fills its whole row.
     QCOMPARE(image.pixel(int(view.xForTime(100)), view.rowRect(1).top() + 4), forward);
+}
+
+void TestTimelineView::chunksAndPairsPaint()
+{
+    // Chunk 1 in its lighter shade; an F&B pair (F [1000, 2000), B [2000, 2600), W [2600, 3000))
+    // inside one border: along its top and bottom, at the F's left and the W's right, not between.
+    TimelineData data;
+    data.setRows({{0, 0, "stage 0"}});
+    std::vector<TimelineSpan> spans{span(0, 800, wire::SpanKind::Forward), span(1000, 2000, wire::SpanKind::Forward),
+                                    span(2000, 2600, wire::SpanKind::Backward),
+                                    span(2600, 3000, wire::SpanKind::WeightGrad)};
+    spans[0].chunk = 1;
+    for (std::size_t i = 1; i < 4; ++i) {
+        spans[i].overlapped = true;
+        spans[i].chunk = std::int16_t(i == 1 ? 0 : 1);
+    }
+    data.appendSpans(0, spans);
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    view.setVisibleRange(0, 4000);   // 20 ns per pixel
+    QImage image(view.size(), QImage::Format_RGB32);
+    view.render(&image);
+    const QRect row = view.rowRect(0);
+    const int y = row.top() + row.height() / 2;
+    const QRgb border = TimelineView::pairBorderColor().rgb();
+    QCOMPARE(image.pixel(int(view.xForTime(400)), y), TimelineView::chunkColor(wire::SpanKind::Forward, 1).rgb());
+    QVERIFY(TimelineView::chunkColor(wire::SpanKind::Forward, 1) != TimelineView::kindColor(wire::SpanKind::Forward));
+    QCOMPARE(image.pixel(int(view.xForTime(1500)), y), TimelineView::kindColor(wire::SpanKind::Forward).rgb());
+    QCOMPARE(image.pixel(int(view.xForTime(2300)), y), TimelineView::chunkColor(wire::SpanKind::Backward, 1).rgb());
+    // The border: F's first column, W's last, and the top line across the pair.
+    QCOMPARE(image.pixel(int(view.xForTime(1000)), y), border);
+    QCOMPARE(image.pixel(int(view.xForTime(3000)) - 1, y), border);
+    int top = row.top();
+    while (top < row.bottom() && image.pixel(int(view.xForTime(2300)), top) != border)
+        ++top;
+    QVERIFY2(top < y, "no top border over the pair's B");
+    QCOMPARE(image.pixel(int(view.xForTime(1500)), top), border);
+    QCOMPARE(image.pixel(int(view.xForTime(2800)), top), border);
+    // The unpaired F has none.
+    QVERIFY(image.pixel(int(view.xForTime(400)), top) != border);
 }
 
 void TestTimelineView::collapsedStageIsOneSummaryRow()
