@@ -3,12 +3,17 @@
 // of a rendered frame.
 #include "timeline/timeline_view.h"
 
+#include "plan/planner.h"
+
+#include <nlohmann/json.hpp>
+
 #include <QApplication>
 #include <QImage>
 #include <QSignalSpy>
 #include <QTest>
 #include <QWheelEvent>
 
+#include <map>
 #include <random>
 
 using namespace meshbench;
@@ -71,6 +76,8 @@ private slots:
     void tooltipHasEveryField();
     void renderedPixels();
     void chunksAndPairsPaint();
+    void scheduleFigures_data();
+    void scheduleFigures();
     void collapsedStageIsOneSummaryRow();
     void overlayAlignsToStep();
     void scrolledRowsPaintWhereRowRectSays();
@@ -381,6 +388,71 @@ void TestTimelineView::chunksAndPairsPaint()
     QCOMPARE(image.pixel(int(view.xForTime(2800)), top), border);
     // The unpaired F has none.
     QVERIFY(image.pixel(int(view.xForTime(400)), top) != border);
+}
+
+void TestTimelineView::scheduleFigures_data()
+{
+    QTest::addColumn<QString>("schedule");
+    QTest::addColumn<int>("chunks");
+    for (const auto& [name, chunks] : {std::pair("gpipe", 1), std::pair("1f1b", 1), std::pair("interleaved", 2),
+                                       std::pair("zb-h1", 1), std::pair("zb-v", 2), std::pair("dualpipev", 2)})
+        QTest::newRow(name) << QString::fromLatin1(name) << chunks;
+}
+
+void TestTimelineView::scheduleFigures()
+{
+    // The Designer's picture of each schedule (README, "Pipeline schedules"): 4 stages, 8
+    // micro-batches, unit costs. Every op of the simulation is painted on its stage's row in its
+    // kind's colour and its chunk's shade, exactly where the simulation puts it.
+    // MESHBENCH_SCREENSHOT_DIR=dir saves schedule-<name>.png there.
+    QFETCH(QString, schedule);
+    QFETCH(int, chunks);
+    const plan::LoadResult loaded = plan::loadJobSpec(nlohmann::json{
+        {"model", {{"layers", 8}, {"hidden", 64}, {"heads", 4}, {"vocab", 256}, {"seq_len", 32}}},
+        {"parallel",
+         {{"pp", 4}, {"microbatches", 8}, {"schedule", schedule.toStdString()}, {"virtual_stages", chunks}}},
+        {"cluster", {{"nodes", 1}, {"devices_per_node", 4}, {"device", "cpu"}}}});
+    QVERIFY2(loaded.valid(), loaded.errors.empty() ? "" : loaded.errors.front().message.c_str());
+    const plan::Plan plan = plan::makePlan(*loaded.spec, plan::UnitCosts{1, 1, 1});
+    QVERIFY(plan.simulation.completed);
+    TimelineData data;
+    data.loadPlan(plan);
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 960, 130 + 4 * 24);
+    const std::int64_t end = data.store().endTime();
+    view.setVisibleRange(0, end);
+    QImage image(view.size(), QImage::Format_RGB32);
+    view.render(&image);
+    int ops = 0;
+    for (std::size_t s = 0; s < plan.simulation.timeline.size(); ++s) {
+        const QRect row = view.rowRect(int(s));
+        QVERIFY(image.rect().contains(row));
+        for (const plan::TimedOp& op : plan.simulation.timeline[s]) {
+            if (!plan::isCompute(op.op.kind))
+                continue;
+            // The block's commonest colour along a line above its centred micro-batch number, inside
+            // its edges (a darker left edge, a pair's border) and across any grid line.
+            const int left = int(view.xForTime(std::llround(op.begin * 1e6))) + 2;
+            const int right = int(view.xForTime(std::llround(op.end * 1e6))) - 2;
+            std::map<QRgb, int> counts;
+            for (int x = left; x < right; ++x)
+                ++counts[image.pixel(x, row.top() + 2)];
+            QVERIFY(!counts.empty());
+            const auto commonest = std::max_element(counts.begin(), counts.end(),
+                                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+            const QRgb expected = TimelineView::chunkColor(spanKindOfOp(op.op.kind), op.op.chunk).rgb() & 0xffffff;
+            QVERIFY2((commonest->first & 0xffffff) == expected,
+                     qPrintable(QStringLiteral("stage %1 %2 mb %3 chunk %4 at [%5, %6]: %7, not %8")
+                                    .arg(s).arg(QString::fromLatin1(plan::opKindName(op.op.kind).data()))
+                                    .arg(op.op.microbatch).arg(op.op.chunk).arg(left).arg(right)
+                                    .arg(commonest->first & 0xffffff, 6, 16).arg(expected, 6, 16)));
+            ++ops;
+        }
+    }
+    QCOMPARE(ops, 4 * 8 * chunks * (plan.schedule.splitBackward() ? 3 : 2));
+    if (const QByteArray dir = qgetenv("MESHBENCH_SCREENSHOT_DIR"); !dir.isEmpty())
+        QVERIFY(image.save(QStringLiteral("%1/schedule-%2.png").arg(QString::fromLocal8Bit(dir), schedule)));
 }
 
 void TestTimelineView::collapsedStageIsOneSummaryRow()
