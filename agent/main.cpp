@@ -1,6 +1,6 @@
 // meshbench-agent: runs the training stack, on one device, or as one rank of a job that mpirun
 // started (one process per device). This build runs data parallelism, pipeline
-// parallelism (gpipe, 1f1b, interleaved, zb-h1), expert and tensor parallelism (with sequence
+// parallelism (gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev), expert and tensor parallelism (with sequence
 // parallelism) and ZeRO 1-3 across ranks; what it does not run yet, plan::agentCanRun says (the rule
 // that validation, the search and the Designer ask too).
 
