@@ -414,11 +414,11 @@ void TimelineStore::setOverlappedOps(OverlappedOps ops)
 {
     m_overlappedOps = std::move(ops);
     for (const std::unique_ptr<TimelineRow>& row : m_rows)
-        for (std::size_t i = 0; i < row->size(); ++i)
-            row->m_overlapped[i] =
-                m_overlappedOps.count(overlappedKey(row->m_stage[i], row->kind(i), row->m_microbatch[i], row->m_chunk[i]))
-                    ? 1
-                    : 0;
+        for (std::size_t i = 0; i < row->size(); ++i) {
+            const std::uint64_t key =
+                overlappedKey(row->m_stage[i], row->kind(i), row->m_microbatch[i], row->m_chunk[i]);
+            row->m_overlapped[i] = m_overlappedOps.count(key) ? 1 : 0;
+        }
 }
 
 std::size_t TimelineStore::appendBatch(const wire::Batch& batch)

@@ -113,15 +113,18 @@ private:
     {
         m_ops.push_back({kind, mb, chunk, -1, overlapped});
     }
-    void transfer(OpKind kind, int mb, int chunk, int peer)
+    // A transfer with the virtual stage `step` (+1 or -1) away from this chunk's, when that one is
+    // on another stage.
+    void transfer(OpKind kind, int mb, int chunk, int step)
     {
-        if (peer >= 0)
+        if (const int peer = remote(virtualStage(chunk) + step); peer >= 0)
             m_ops.push_back({kind, mb, chunk, peer});
     }
-    void receiveActivation(int mb, int chunk) { transfer(OpKind::RecvActivation, mb, chunk, remote(virtualStage(chunk) - 1)); }
-    void sendActivation(int mb, int chunk) { transfer(OpKind::SendActivation, mb, chunk, remote(virtualStage(chunk) + 1)); }
-    void receiveGradient(int mb, int chunk) { transfer(OpKind::RecvGradient, mb, chunk, remote(virtualStage(chunk) + 1)); }
-    void sendGradient(int mb, int chunk) { transfer(OpKind::SendGradient, mb, chunk, remote(virtualStage(chunk) - 1)); }
+    // Activations come from the previous virtual stage and go to the next; gradients the other way.
+    void receiveActivation(int mb, int chunk) { transfer(OpKind::RecvActivation, mb, chunk, -1); }
+    void sendActivation(int mb, int chunk) { transfer(OpKind::SendActivation, mb, chunk, +1); }
+    void receiveGradient(int mb, int chunk) { transfer(OpKind::RecvGradient, mb, chunk, +1); }
+    void sendGradient(int mb, int chunk) { transfer(OpKind::SendGradient, mb, chunk, -1); }
 
     const ScheduleShape& m_shape;
     int m_stage;
@@ -464,7 +467,8 @@ std::string validateScheduleShape(const ScheduleShape& shape)
         return "virtual stages must be at least 1 (got " + std::to_string(v) + ")";
     if (shape.vShaped()) {
         if (p < 2)
-            return name + " needs at least 2 pipeline stages (got " + std::to_string(p) + "); use \"1f1b\" with 1 stage";
+            return name + " needs at least 2 pipeline stages (got " + std::to_string(p) +
+                   "); use \"1f1b\" with 1 stage";
         if (v != 2)
             return name + " places two model chunks on every stage, in a V: set virtual stages to 2 (got " +
                    std::to_string(v) + ")";

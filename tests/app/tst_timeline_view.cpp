@@ -40,6 +40,17 @@ void sizePlot(TimelineView& view, int plotWidth, int height = 200)
     QCOMPARE(view.plotArea().width(), plotWidth);
 }
 
+// The view over `data`, its plot `plotWidth` pixels wide showing [0, end), as painted.
+QImage rendered(TimelineView& view, TimelineData& data, int plotWidth, int height, std::int64_t end)
+{
+    view.setData(&data);
+    sizePlot(view, plotWidth, height);
+    view.setVisibleRange(0, end);
+    QImage image(view.size(), QImage::Format_RGB32);
+    view.render(&image);
+    return image;
+}
+
 // Two ranks on stage 0: rank 0 has F [1000, 2000) then B [2500, 3000) and a run of tiny B spans
 // [3200, 3600); rank 1 has one F [0, 4000).
 void fillSmall(TimelineData& data)
@@ -323,11 +334,7 @@ void TestTimelineView::renderedPixels()
     TimelineData data;
     fillSmall(data);
     TimelineView view;
-    view.setData(&data);
-    sizePlot(view, 200);
-    view.setVisibleRange(0, 4000);   // 20 ns per pixel
-    QImage image(view.size(), QImage::Format_RGB32);
-    view.render(&image);
+    const QImage image = rendered(view, data, 200, 200, 4000);   // 20 ns per pixel
     const QRect row = view.rowRect(0);
     const int y = row.top() + 4;
     const QRgb base = view.palette().color(QPalette::Base).rgb();
@@ -365,11 +372,7 @@ void TestTimelineView::chunksAndPairsPaint()
     }
     data.appendSpans(0, spans);
     TimelineView view;
-    view.setData(&data);
-    sizePlot(view, 200);
-    view.setVisibleRange(0, 4000);   // 20 ns per pixel
-    QImage image(view.size(), QImage::Format_RGB32);
-    view.render(&image);
+    const QImage image = rendered(view, data, 200, 200, 4000);   // 20 ns per pixel
     const QRect row = view.rowRect(0);
     const int y = row.top() + row.height() / 2;
     const QRgb border = TimelineView::pairBorderColor().rgb();
@@ -418,12 +421,7 @@ void TestTimelineView::scheduleFigures()
     TimelineData data;
     data.loadPlan(plan);
     TimelineView view;
-    view.setData(&data);
-    sizePlot(view, 960, 130 + 4 * 24);
-    const std::int64_t end = data.store().endTime();
-    view.setVisibleRange(0, end);
-    QImage image(view.size(), QImage::Format_RGB32);
-    view.render(&image);
+    const QImage image = rendered(view, data, 960, 130 + 4 * 24, data.store().endTime());
     int ops = 0;
     for (std::size_t s = 0; s < plan.simulation.timeline.size(); ++s) {
         const QRect row = view.rowRect(int(s));
