@@ -170,6 +170,8 @@ void TestParallel::layoutEqualsOneDevice_data()
     QTest::newRow("pp2 dualpipev") << Layout{1, 2, 0, "dualpipev", 2};
     QTest::newRow("pp4 dualpipev") << fourStageV(Layout{1, 4, 0, "dualpipev", 2});
     QTest::newRow("pp4 tp2 sp zb-v") << fourStageV(Layout{1, 4, 0, "zb-v", 2, false, "selective", 1, 2, true});
+    QTest::newRow("pp4 tp2 dualpipev") << fourStageV(Layout{1, 4, 0, "dualpipev", 2, false, "full", 1, 2});
+    QTest::newRow("dp2 pp4 ep2 moe zb-v") << fourStageV(Layout{2, 4, 0, "zb-v", 2, true, "none", 2});
     QTest::newRow("dp2 pp4 ep2 moe dualpipev") << fourStageV(Layout{2, 4, 1, "dualpipev", 2, true, "selective", 2});
     QTest::newRow("dp2 pp2 tp2 ep2 sp moe zb-v") << Layout{2, 2, 0, "zb-v", 2, true, "selective", 2, 2, true};
     QTest::newRow("dp2 pp2 tp2 ep2 moe dualpipev") << Layout{2, 2, 1, "dualpipev", 2, true, "none", 2, 2};
