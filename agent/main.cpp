@@ -96,10 +96,18 @@ std::string checkpointName(const std::string& dir, int step)
     return (std::filesystem::path(dir) / name).string();
 }
 
-std::string expertSummary(const std::vector<agent::ExpertLoad>& loads)
+// The step's expert figures over the model's MoE layers: the busiest layer's overload (max / mean
+// tokens per expert) and the share of routed tokens dropped at capacity.
+struct ExpertFigures {
+    double imbalance = 0;
+    double droppedShare = 0;
+};
+
+std::optional<ExpertFigures> expertFigures(const std::vector<agent::ExpertLoad>& loads)
 {
-    // Overload factor of the busiest MoE layer: max / mean tokens per expert, and dropped share.
-    double worst = 0;
+    if (loads.empty())
+        return std::nullopt;
+    ExpertFigures figures;
     long routed = 0, kept = 0;
     for (const agent::ExpertLoad& l : loads) {
         long sum = 0, most = 0;
@@ -110,13 +118,19 @@ std::string expertSummary(const std::vector<agent::ExpertLoad>& loads)
         }
         routed += sum;
         if (sum > 0)
-            worst = std::max(worst, double(most) * double(l.routed.size()) / double(sum));
+            figures.imbalance = std::max(figures.imbalance, double(most) * double(l.routed.size()) / double(sum));
     }
-    if (loads.empty())
+    figures.droppedShare = routed > 0 ? double(routed - kept) / double(routed) : 0.0;
+    return figures;
+}
+
+std::string expertSummary(const std::optional<ExpertFigures>& figures)
+{
+    if (!figures)
         return "";
     char text[96];
-    std::snprintf(text, sizeof text, "  experts max/mean %.2f dropped %.1f%%", worst,
-                  routed > 0 ? 100.0 * double(routed - kept) / double(routed) : 0.0);
+    std::snprintf(text, sizeof text, "  experts max/mean %.2f dropped %.1f%%", figures->imbalance,
+                  100.0 * figures->droppedShare);
     return text;
 }
 
@@ -229,8 +243,12 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     if (!leader)
         std::fclose(stdout);   // one voice per job: rank 0 reports
     std::printf("meshbench-agent: %s\n", spec.name.empty() ? options.job.c_str() : spec.name.c_str());
-    std::printf("model %zu parameters, %lld tokens per step (global batch %lld x seq %lld), backend %s\n",
-                trainer.model().layout().parameterCount(), static_cast<long long>(trainer.tokensPerStep()),
+    // The whole model's parameters; a rank of a layout holds a share of them (its stage, TP shard, experts).
+    const std::size_t modelParameters = agent::ParameterLayout(spec.model).parameterCount();
+    const std::size_t held = trainer.model().layout().parameterCount();
+    const std::string share = held == modelParameters ? "" : " (this rank holds " + std::to_string(held) + ")";
+    std::printf("model %zu parameters%s, %lld tokens per step (global batch %lld x seq %lld), backend %s\n",
+                modelParameters, share.c_str(), static_cast<long long>(trainer.tokensPerStep()),
                 static_cast<long long>(spec.parallel.globalBatch()), static_cast<long long>(spec.model.seqLen),
                 choice.reason.c_str());
     std::printf("data %s\n", trainer.data().describe().c_str());
@@ -282,16 +300,21 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
         if (plannedBubble >= 0)
             std::snprintf(bubble, sizeof bubble, "  bubble %.1f%% (plan %.1f%%)", 100 * m.bubbleRatio,
                           100 * plannedBubble);
+        const std::optional<ExpertFigures> experts = expertFigures(m.modelExpertLoads);
         std::printf("step %6d  loss %.6f  aux %.6f  grad-norm %.4f  lr %.3g  tokens/s %.0f%s%s\n", m.step, m.loss,
-                    m.auxLoss, m.gradNorm, m.learningRate, m.tokensPerSecond, bubble,
-                    expertSummary(m.expertLoads).c_str());
+                    m.auxLoss, m.gradNorm, m.learningRate, m.tokensPerSecond, bubble, expertSummary(experts).c_str());
         std::fflush(stdout);
-        if (metrics.is_open())
-            metrics << nlohmann::json{{"step", m.step}, {"loss", m.loss}, {"aux_loss", m.auxLoss},
-                                      {"grad_norm", m.gradNorm}, {"lr", m.learningRate},
-                                      {"tokens_per_s", m.tokensPerSecond}, {"bubble_ratio", m.bubbleRatio}}
-                           .dump()
-                    << "\n";
+        if (metrics.is_open()) {
+            nlohmann::json line{{"step", m.step},       {"loss", m.loss},
+                                {"aux_loss", m.auxLoss}, {"grad_norm", m.gradNorm},
+                                {"lr", m.learningRate},  {"tokens_per_s", m.tokensPerSecond},
+                                {"bubble_ratio", m.bubbleRatio}};
+            if (experts) {
+                line["expert_imbalance"] = experts->imbalance;
+                line["expert_dropped"] = experts->droppedShare;
+            }
+            metrics << line.dump() << "\n";
+        }
         if (m.step == end.step) {
             if (end.finish)
                 break;

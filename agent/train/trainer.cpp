@@ -300,6 +300,39 @@ void Trainer::sumResults(const StepBatch& batch, const ForwardResult& result, St
     }
     metrics.loss = sums[0] * batch.lossScale;
     metrics.auxLoss = sums[1] * batch.auxScale;
+    metrics.modelExpertLoads = pipelineSize() > 1 ? modelExpertLoads(metrics.expertLoads) : metrics.expertLoads;
+}
+
+std::vector<ExpertLoad> Trainer::modelExpertLoads(const std::vector<ExpertLoad>& stageLoads) const
+{
+    // Every stage's layers into one table of the model's MoE layers (routed, then kept, per
+    // expert), summed over the pipeline group: each stage fills only its own rows.
+    const plan::ModelSpec& model = m_spec.model;
+    const std::size_t experts = std::size_t(model.moe.experts);
+    std::vector<int> moeLayers;
+    for (int layer = 0; layer < model.layers; ++layer)
+        if (model.isMoeLayer(layer))
+            moeLayers.push_back(layer);
+    std::vector<double> table(moeLayers.size() * 2 * experts, 0.0);
+    const auto rowOf = [&](int layer) {
+        return std::size_t(std::lower_bound(moeLayers.begin(), moeLayers.end(), layer) - moeLayers.begin());
+    };
+    for (const ExpertLoad& load : stageLoads)
+        for (std::size_t e = 0; e < experts; ++e) {
+            table[(rowOf(load.layer) * 2) * experts + e] = load.routed[e];
+            table[(rowOf(load.layer) * 2 + 1) * experts + e] = load.kept[e];
+        }
+    m_groups->pipeline->allReduceSum(table.data(), table.size());
+    std::vector<ExpertLoad> all;
+    for (std::size_t row = 0; row < moeLayers.size(); ++row) {
+        ExpertLoad load{moeLayers[row], std::vector<int>(experts), std::vector<int>(experts)};
+        for (std::size_t e = 0; e < experts; ++e) {
+            load.routed[e] = int(table[(row * 2) * experts + e]);
+            load.kept[e] = int(table[(row * 2 + 1) * experts + e]);
+        }
+        all.push_back(std::move(load));
+    }
+    return all;
 }
 
 double Trainer::gradientNorm() const

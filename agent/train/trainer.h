@@ -42,7 +42,8 @@ struct StepMetrics {
     std::int64_t endNs = 0;
     double tokensPerSecond = 0;
     double bubbleRatio = 0;        // measured: idle share of the pipeline phase, over all stages
-    std::vector<ExpertLoad> expertLoads;   // per MoE layer, summed over the step's micro-batches
+    std::vector<ExpertLoad> expertLoads;   // per MoE layer of this stage, summed over the step's micro-batches
+    std::vector<ExpertLoad> modelExpertLoads;   // the same for every MoE layer of the model (all stages)
 };
 
 class Trainer {
@@ -96,6 +97,8 @@ private:
     int expertParallelSize() const { return m_groups ? m_groups->expert->size() : 1; }
     // Whether this rank's embedding is the last stage's copy of a tied embedding.
     bool holdsTiedCopy() const;
+    // Every MoE layer's loads, from each stage's own (collective over the pipeline group).
+    std::vector<ExpertLoad> modelExpertLoads(const std::vector<ExpertLoad>& stageLoads) const;
     // The ZeRO stage in effect: the spec's when data parallel, otherwise 0 (nothing to shard).
     int zeroStage() const { return dataParallelSize() > 1 ? m_spec.parallel.zero : 0; }
     // This rank's gradients of what it owns: the shard buffer with ZeRO, the model's without.

@@ -467,6 +467,33 @@ void TestParallel::demoEqualsOneDevice()
         for (const char* key : {"loss", "aux_loss", "grad_norm"})
             QVERIFY2(agrees(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
                      qPrintable(QStringLiteral("step %1 %2").arg(i + 1).arg(key)));
+    // The step line's expert figures cover the whole model (both stages' MoE layers, every data
+    // rank's tokens): the same routed and kept counts as one device, so the same figures, and the
+    // same words on the console.
+    const QRegularExpression expertText(QStringLiteral("experts max/mean \\S+ dropped \\S+"));
+    const auto expertLines = [&](const QString& out) {
+        QStringList lines;
+        for (const QString& line : out.split(QLatin1Char('\n')))
+            if (line.startsWith(QLatin1String("step ")))
+                lines << expertText.match(line).captured(0);
+        return lines;
+    };
+    QCOMPARE(expertLines(parallel.out), expertLines(single.out));
+    QCOMPARE(expertLines(single.out).size(), 10);
+    QVERIFY(!expertLines(single.out).front().isEmpty());
+    for (std::size_t i = 0; i < a.size(); ++i)
+        for (const char* key : {"expert_imbalance", "expert_dropped"})
+            QVERIFY2(b[i][key].get<double>() == a[i][key].get<double>(),
+                     qPrintable(QStringLiteral("step %1 %2: one device %3, 8 ranks %4").arg(i + 1).arg(key)
+                                    .arg(a[i][key].get<double>()).arg(b[i][key].get<double>())));
+    // The model line names the whole model's parameters, and rank 0's share as its share.
+    const QRegularExpression modelLine(QStringLiteral("^model (\\d+) parameters( \\(this rank holds (\\d+)\\))?,"),
+                                       QRegularExpression::MultilineOption);
+    const QRegularExpressionMatch whole = modelLine.match(single.out), ranked = modelLine.match(parallel.out);
+    QVERIFY2(whole.hasMatch() && ranked.hasMatch(), qPrintable(single.out.left(300) + parallel.out.left(300)));
+    QCOMPARE(ranked.captured(1), whole.captured(1));
+    QVERIFY(whole.captured(3).isEmpty());
+    QVERIFY(ranked.captured(3).toLongLong() > 0 && ranked.captured(3).toLongLong() < whole.captured(1).toLongLong());
     // The demo warms its learning rate up over 10 steps: Adam's reach is lr x (1 + ... + 10) / 10.
     const QString mismatch = checkpointMismatch(oneDir + "/step-000010.safetensors", eightDir + "/step-000010.safetensors", 0.003 * 5.5);
     QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
