@@ -1,5 +1,7 @@
 #include "timeline/timeline_view.h"
 
+#include "plan/report.h"
+
 #include <QHelpEvent>
 #include <QKeyEvent>
 #include <QMouseEvent>
@@ -721,35 +723,25 @@ std::int64_t TimelineView::niceTickStep(double nsPerPixel, double minPixels)
 
 QString TimelineView::formatTick(std::int64_t ns, std::int64_t step)
 {
-    struct Unit {
-        double ns;
-        const char* name;
-    };
-    static constexpr Unit kUnits[] = {{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}, {1, "ns"}};
     // The largest unit with at most one decimal at this step: 1.5 ms, 250 ns, 1230 us.
-    const Unit* unit = &kUnits[3];
-    for (const Unit& u : kUnits)
-        if (10.0 * double(std::llabs(step)) >= u.ns) {
-            unit = &u;
-            break;
-        }
-    const int decimals = std::max(0, int(std::ceil(std::log10(unit->ns / double(step)) - 1e-9)));
-    return QStringLiteral("%1 %2").arg(double(ns) / unit->ns, 0, 'f', decimals).arg(QLatin1String(unit->name));
+    const plan::TimeUnit unit = plan::timeUnitFor(10.0 * double(std::llabs(step)) * 1e-9);
+    const double unitNs = unit.seconds * 1e9;
+    const int decimals = std::max(0, int(std::ceil(std::log10(unitNs / double(step)) - 1e-9)));
+    return QStringLiteral("%1 %2").arg(double(ns) / unitNs, 0, 'f', decimals).arg(QLatin1String(unit.name));
 }
 
 QString TimelineView::formatDuration(std::int64_t ns)
 {
-    const double a = std::fabs(double(ns));
-    if (a < 1e3)
+    const plan::TimeUnit unit = plan::timeUnitFor(double(ns) * 1e-9);
+    if (unit.seconds < 1e-6)
         return QStringLiteral("%1 ns").arg(ns);
-    const auto [scale, name] = a < 1e6 ? std::pair(1e3, "us") : a < 1e9 ? std::pair(1e6, "ms") : std::pair(1e9, "s");
     // Full precision, trailing zeros dropped: 1.5 ms, 1.234567 ms.
-    QString number = QString::number(double(ns) / scale, 'f', 6);
+    QString number = QString::number(double(ns) / (unit.seconds * 1e9), 'f', 6);
     while (number.endsWith(QLatin1Char('0')))
         number.chop(1);
     if (number.endsWith(QLatin1Char('.')))
         number.chop(1);
-    return number + QLatin1Char(' ') + QLatin1String(name);
+    return number + QLatin1Char(' ') + QLatin1String(unit.name);
 }
 
 QColor TimelineView::kindColor(wire::SpanKind kind)

@@ -125,13 +125,22 @@ std::string formatNumber(const char* pattern, double value)
     return buffer;
 }
 
+TimeUnit timeUnitFor(double seconds)
+{
+    for (const TimeUnit unit : {TimeUnit{1, "s"}, TimeUnit{1e-3, "ms"}, TimeUnit{1e-6, "us"}})
+        if (std::fabs(seconds) >= unit.seconds)
+            return unit;
+    return {1e-9, "ns"};
+}
+
 std::string formatSeconds(double seconds)
 {
-    if (seconds >= 1)
-        return formatNumber("%.3f s", seconds);
-    if (seconds >= 1e-3)
-        return formatNumber("%.2f ms", seconds * 1e3);
-    return formatNumber("%.1f us", seconds * 1e6);
+    const TimeUnit unit = timeUnitFor(seconds);
+    // The precision the planner's tables print: "1.500 s", "12.34 ms", "4.2 us", "350 ns".
+    const int decimals = unit.seconds >= 1 ? 3 : unit.seconds >= 1e-3 ? 2 : unit.seconds >= 1e-6 ? 1 : 0;
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.*f %s", decimals, seconds / unit.seconds, unit.name);
+    return buffer;
 }
 
 json errorsToJson(const std::vector<SpecError>& errors)

@@ -34,7 +34,15 @@ ByteUnit byteUnitFor(double bytes);
 
 // "1.2 GB", "350 MB": in byteUnitFor's unit.
 std::string formatBytes(double bytes);
-// "12.3 ms", "1.50 s".
+
+// A time unit, as the planner's tables and the timeline print durations.
+struct TimeUnit {
+    double seconds;    // seconds per unit
+    const char* name;  // "s", "ms", "us", "ns"
+};
+// The largest of s, ms, us whose size |seconds| reaches; ns below 1 us (zero included).
+TimeUnit timeUnitFor(double seconds);
+// "12.34 ms", "1.500 s", "4.2 us", "350 ns": in timeUnitFor's unit.
 std::string formatSeconds(double seconds);
 // One number through a printf pattern, e.g. formatNumber("%.1f%%", 42.0).
 std::string formatNumber(const char* pattern, double value);

@@ -1,7 +1,8 @@
 #include "simulator.h"
 
+#include "report.h"
+
 #include <algorithm>
-#include <sstream>
 
 namespace meshbench::plan {
 
@@ -71,13 +72,6 @@ std::string describeOp(const Op& op)
 std::string describeAt(int stage, std::size_t index, const Op& op)
 {
     return "stage " + std::to_string(stage) + " op " + std::to_string(index) + " (" + describeOp(op) + ")";
-}
-
-std::string formatTime(double t)
-{
-    std::ostringstream out;
-    out << t;
-    return out.str();
 }
 
 // Shape and index sanity shared by simulate and checkDependencies.
@@ -396,8 +390,8 @@ std::string checkDependencies(const Schedule& schedule, const SimulationResult& 
                 what = "its own B";
             }
             if (before != nullptr && before->end > begin)
-                return describeAt(s, i, op) + " begins at " + formatTime(begin) + " before " + what + " ends at " +
-                       formatTime(before->end);
+                return describeAt(s, i, op) + " begins at " + formatNumber("%g", begin) + " before " + what +
+                       " ends at " + formatNumber("%g", before->end);
         }
     }
     return "";

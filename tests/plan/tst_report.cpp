@@ -190,6 +190,15 @@ void TestReport::formatting()
     QCOMPARE(formatSeconds(1.5), std::string("1.500 s"));
     QCOMPARE(formatSeconds(0.0123), std::string("12.30 ms"));
     QCOMPARE(formatSeconds(4.2e-6), std::string("4.2 us"));
+    QCOMPARE(formatSeconds(3.5e-7), std::string("350 ns"));
+    QCOMPARE(formatSeconds(0), std::string("0 ns"));
+    // timeUnitFor, as byteUnitFor: the largest unit the magnitude reaches.
+    QCOMPARE(std::string(timeUnitFor(1.0).name), std::string("s"));
+    QCOMPARE(std::string(timeUnitFor(0.999).name), std::string("ms"));
+    QCOMPARE(std::string(timeUnitFor(-2e-3).name), std::string("ms"));
+    QCOMPARE(std::string(timeUnitFor(1e-6).name), std::string("us"));
+    QCOMPARE(std::string(timeUnitFor(9.99e-7).name), std::string("ns"));
+    QCOMPARE(timeUnitFor(5e-5).seconds, 1e-6);
     QCOMPARE(errorsToText({{"parallel.pp", "bad"}}), std::string("error: parallel.pp: bad\n"));
 }
 
