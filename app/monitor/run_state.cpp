@@ -1,6 +1,6 @@
 #include "monitor/run_state.h"
 
-#include "monitor/live_json.h"
+#include "live/feed_json.h"
 
 #include <QStringList>
 
@@ -292,7 +292,7 @@ void RunState::onStep(const QString& source, const nlohmann::json& payload)
         return;
     live::StepAggregate step;
     std::string error;
-    if (fromJson(payload, step, error))
+    if (live::fromJson(payload, step, error))
         addStep(std::move(step));
     else
         reject(QString::fromStdString(error));
@@ -304,7 +304,7 @@ void RunState::onMemory(const QString& source, const nlohmann::json& payload)
         return;
     live::RankMemory memory;
     std::string error;
-    if (fromJson(payload, memory, error))
+    if (live::fromJson(payload, memory, error))
         updateMemory(memory);
     else
         reject(QString::fromStdString(error));

@@ -49,11 +49,6 @@ std::string describeSpan(std::uint32_t rank, const wire::SpanRecord& span)
            std::string(wire::spanKindName(span.kind)) + " (" + std::to_string(int(span.kind)) + ")";
 }
 
-nlohmann::json orNull(const std::optional<double>& value)
-{
-    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
-}
-
 }  // namespace
 
 struct LiveAggregator::OpenStep {
@@ -592,65 +587,6 @@ StepAggregate LiveAggregator::aggregate(OpenStep& state) const
     if (routed > 0)
         a.droppedFraction = double(dropped) / double(routed);
     return a;
-}
-
-nlohmann::json toJson(const StepAggregate& step)
-{
-    nlohmann::json stages = nlohmann::json::array();
-    for (const StageBubble& s : step.stages)
-        stages.push_back({{"stage", s.stage}, {"bubble", orNull(s.measured)}, {"planned_bubble", orNull(s.planned)},
-                          {"ranks", s.ranks}});
-    nlohmann::json layers = nlohmann::json::array();
-    for (const ExpertLayerStats& l : step.expertLayers)
-        layers.push_back({{"layer", l.layer},
-                          {"routed", l.routed},
-                          {"dropped", l.dropped},
-                          {"imbalance", orNull(l.imbalance)},
-                          {"dropped_fraction", orNull(l.droppedFraction)},
-                          {"hottest_expert", l.hottestExpert}});
-    return {{"type", "step"},
-            {"step", step.step},
-            {"partial", step.partial},
-            {"loss", orNull(step.loss)},
-            {"aux_loss", orNull(step.auxLoss)},
-            {"tokens_per_s", orNull(step.tokensPerSecond)},
-            {"step_seconds", orNull(step.stepSeconds)},
-            {"mfu", orNull(step.mfu)},
-            {"planned_step_seconds", orNull(step.plannedStepSeconds)},
-            {"planned_tokens_per_s", orNull(step.plannedTokensPerSecond)},
-            {"comm_seconds", orNull(step.commSeconds)},
-            {"bubble", orNull(step.bubble)},
-            {"planned_bubble", orNull(step.plannedBubble)},
-            {"agent_bubble", orNull(step.agentBubble)},
-            {"pipeline_begin_ns", step.pipelineBeginNs},
-            {"pipeline_end_ns", step.pipelineEndNs},
-            {"ranks_reporting", step.ranksReporting},
-            {"ranks_finished", step.ranksFinished},
-            {"stages", std::move(stages)},
-            {"expert_layers", std::move(layers)},
-            {"imbalance_p50", orNull(step.imbalanceP50)},
-            {"imbalance_p95", orNull(step.imbalanceP95)},
-            {"dropped_fraction", orNull(step.droppedFraction)}};
-}
-
-nlohmann::json toJson(const RankMemory& memory)
-{
-    nlohmann::json current = nlohmann::json::object();
-    nlohmann::json peak = nlohmann::json::object();
-    for (int c = 0; c < wire::kMemoryCategories; ++c) {
-        const std::string name(wire::memoryCategoryName(wire::MemoryCategory(c)));
-        current[name] = memory.current[std::size_t(c)];
-        peak[name] = memory.peak[std::size_t(c)];
-    }
-    return {{"type", "memory"},
-            {"rank", memory.rank},
-            {"stage", memory.stage},
-            {"step", memory.step},
-            {"time_ns", memory.timeNs},
-            {"samples", memory.samples},
-            {"current", std::move(current)},
-            {"peak", std::move(peak)},
-            {"current_total", memory.currentTotal()}};
 }
 
 }  // namespace meshbench::live

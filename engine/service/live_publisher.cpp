@@ -1,5 +1,7 @@
 #include "live_publisher.h"
 
+#include "live/feed_json.h"
+
 #include "wire/text.h"
 
 #include <algorithm>

@@ -17,7 +17,7 @@
 #include "sessions/replay_controls.h"
 #include "sessions/sessions_view.h"
 
-#include "tst_monitor_steps.h"
+#include "common/step_aggregates.h"
 
 #include <qcustomplot.h>
 
@@ -149,7 +149,7 @@ private slots:
 
         // The same aggregates as live, step by step; the same memory, peaks included.
         for (int i = 0; i < kSteps; ++i)
-            monitor_steps::compareSteps(state->steps()[std::size_t(i)], live[std::size_t(i)], 1e-12);
+            step_aggregates::compareSteps(state->steps()[std::size_t(i)], live[std::size_t(i)], 1e-12);
         QCOMPARE(state->memory().size(), liveMemory.size());
         for (const auto& [rank, track] : state->memory()) {
             QCOMPARE(track.latest.peak, liveMemory[rank].peak);
@@ -167,7 +167,7 @@ private slots:
         const SessionAggregates stored = computeSessionAggregates(store::SessionReader(session.toStdString()));
         QCOMPARE(int(stored.steps.size()), kSteps);
         for (int i = 0; i < kSteps; ++i)
-            monitor_steps::compareSteps(stored.steps[std::size_t(i)], live[std::size_t(i)], 1e-12);
+            step_aggregates::compareSteps(stored.steps[std::size_t(i)], live[std::size_t(i)], 1e-12);
     }
 
     void theScreenshotTourSavesEveryScreen()

@@ -10,6 +10,8 @@
 #include "agent/telemetry/telemetry_sender.h"
 #include "service/collector.h"
 
+#include "live/feed_json.h"
+
 #include "plan/mesh.h"
 #include "plan/planner.h"
 #include "store/session_store.h"

@@ -1,4 +1,5 @@
 #include "live/aggregator.h"
+#include "live/feed_json.h"
 
 #include "plan/mesh.h"
 #include "plan/planner.h"

@@ -1,6 +1,7 @@
 #pragma once
-// Comparing step aggregates in the Monitor suites: what a RunState holds against what the engine
-// (or an independent aggregation) produced.
+// Step aggregates and rank memory in the live feed and Monitor suites: samples with every figure set
+// (or none), and field-by-field comparison of what a RunState or a JSON round trip holds against
+// what the engine (or an independent aggregation) produced.
 
 #include "live/aggregator.h"
 
@@ -9,9 +10,83 @@
 #include <cmath>
 #include <optional>
 
-namespace monitor_steps {
+namespace step_aggregates {
 
 using namespace meshbench;
+
+inline live::StepAggregate fullStep(int number)
+{
+    live::StepAggregate s;
+    s.step = number;
+    s.partial = true;
+    s.pipelineBeginNs = 1'000'000'000'123;
+    s.pipelineEndNs = 1'000'000'900'456;
+    s.stages = {{0, 0.125, 0.1, 2}, {1, 0.375, 0.3, 2}};
+    s.bubble = 0.25;
+    s.plannedBubble = 0.2;
+    s.agentBubble = 0.26;
+    s.ranksReporting = 4;
+    s.ranksFinished = 3;
+    s.loss = 2.718281828459045;
+    s.auxLoss = 0.0123;
+    s.tokensPerSecond = 12345.678;
+    s.stepSeconds = 0.9;
+    s.mfu = 0.4321;
+    s.plannedStepSeconds = 0.85;
+    s.plannedTokensPerSecond = 4321;
+    s.commSeconds = 0.125;
+    live::ExpertLayerStats layer;
+    layer.layer = 2;
+    layer.routed = {10, 20, 30, 4'000'000'000u};
+    layer.dropped = {0, 1, 2, 3};
+    layer.routedTotal = 4'000'000'060u;
+    layer.droppedTotal = 6;
+    layer.imbalance = 3.99;
+    layer.droppedFraction = 1.5e-9;
+    layer.hottestExpert = 3;
+    s.expertLayers = {layer};
+    s.imbalanceP50 = 3.99;
+    s.imbalanceP95 = 3.99;
+    s.droppedFraction = 1.5e-9;
+    return s;
+}
+
+inline live::StepAggregate emptyStep(int number)
+{
+    live::StepAggregate s;
+    s.step = number;
+    s.stages = {{0, std::nullopt, std::nullopt, 0}};
+    live::ExpertLayerStats layer;
+    layer.layer = 0;
+    layer.routed = {0, 0};
+    layer.dropped = {0, 0};
+    s.expertLayers = {layer};
+    return s;
+}
+
+inline live::RankMemory memoryOf(std::uint32_t rank, std::int64_t timeNs, std::int64_t params, std::int64_t activations)
+{
+    live::RankMemory m;
+    m.rank = rank;
+    m.stage = int(rank % 2);
+    m.samples = 2;
+    m.step = 1;
+    m.timeNs = timeNs;
+    m.current = {params, 0, 0, activations, 0};
+    m.peak = {params, 0, 0, activations + 100, 7};
+    return m;
+}
+
+inline void compareMemory(const live::RankMemory& a, const live::RankMemory& b)
+{
+    QCOMPARE(a.rank, b.rank);
+    QCOMPARE(a.stage, b.stage);
+    QCOMPARE(a.samples, b.samples);
+    QCOMPARE(a.step, b.step);
+    QCOMPARE(a.timeNs, b.timeNs);
+    QCOMPARE(a.current, b.current);
+    QCOMPARE(a.peak, b.peak);
+}
 
 inline bool sameRatio(const std::optional<double>& a, const std::optional<double>& b, double tolerance)
 {
@@ -63,4 +138,4 @@ inline void compareSteps(const live::StepAggregate& a, const live::StepAggregate
     QCOMPARE(a.droppedFraction, b.droppedFraction);
 }
 
-}  // namespace monitor_steps
+}  // namespace step_aggregates

@@ -1,12 +1,17 @@
-#include "monitor/live_json.h"
+#include "live/feed_json.h"
 
 #include <utility>
 
-namespace meshbench::app {
+namespace meshbench::live {
 
 namespace {
 
 using nlohmann::json;
+
+nlohmann::json orNull(const std::optional<double>& value)
+{
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
 
 bool fail(std::string& error, const std::string& path, const char* expected)
 {
@@ -81,7 +86,7 @@ bool checkType(const json& payload, const char* type, std::string& error)
     return true;
 }
 
-bool readStage(const json& object, const std::string& prefix, live::StageBubble& stage, std::string& error)
+bool readStage(const json& object, const std::string& prefix, StageBubble& stage, std::string& error)
 {
     if (!object.is_object())
         return fail(error, prefix, "an object");
@@ -91,7 +96,7 @@ bool readStage(const json& object, const std::string& prefix, live::StageBubble&
            readInt(object, "ranks", p, stage.ranks, error);
 }
 
-bool readLayer(const json& object, const std::string& prefix, live::ExpertLayerStats& layer, std::string& error)
+bool readLayer(const json& object, const std::string& prefix, ExpertLayerStats& layer, std::string& error)
 {
     if (!object.is_object())
         return fail(error, prefix, "an object");
@@ -129,11 +134,11 @@ bool readArray(const json& object, const char* key, std::vector<Item>& out, std:
 
 }  // namespace
 
-bool fromJson(const nlohmann::json& json, live::StepAggregate& step, std::string& error)
+bool fromJson(const nlohmann::json& json, StepAggregate& step, std::string& error)
 {
     if (!checkType(json, "step", error))
         return false;
-    live::StepAggregate s;
+    StepAggregate s;
     const std::string top;
     const bool ok =
         readInt(json, "step", top, s.step, error) && readBool(json, "partial", s.partial, error) &&
@@ -161,11 +166,11 @@ bool fromJson(const nlohmann::json& json, live::StepAggregate& step, std::string
     return true;
 }
 
-bool fromJson(const nlohmann::json& json, live::RankMemory& memory, std::string& error)
+bool fromJson(const nlohmann::json& json, RankMemory& memory, std::string& error)
 {
     if (!checkType(json, "memory", error))
         return false;
-    live::RankMemory m;
+    RankMemory m;
     const std::string top;
     if (!(readInt(json, "rank", top, m.rank, error) && readInt(json, "stage", top, m.stage, error) &&
           readInt(json, "step", top, m.step, error) && readInt(json, "time_ns", top, m.timeNs, error) &&
@@ -186,4 +191,63 @@ bool fromJson(const nlohmann::json& json, live::RankMemory& memory, std::string&
     return true;
 }
 
-}  // namespace meshbench::app
+nlohmann::json toJson(const StepAggregate& step)
+{
+    nlohmann::json stages = nlohmann::json::array();
+    for (const StageBubble& s : step.stages)
+        stages.push_back({{"stage", s.stage}, {"bubble", orNull(s.measured)}, {"planned_bubble", orNull(s.planned)},
+                          {"ranks", s.ranks}});
+    nlohmann::json layers = nlohmann::json::array();
+    for (const ExpertLayerStats& l : step.expertLayers)
+        layers.push_back({{"layer", l.layer},
+                          {"routed", l.routed},
+                          {"dropped", l.dropped},
+                          {"imbalance", orNull(l.imbalance)},
+                          {"dropped_fraction", orNull(l.droppedFraction)},
+                          {"hottest_expert", l.hottestExpert}});
+    return {{"type", "step"},
+            {"step", step.step},
+            {"partial", step.partial},
+            {"loss", orNull(step.loss)},
+            {"aux_loss", orNull(step.auxLoss)},
+            {"tokens_per_s", orNull(step.tokensPerSecond)},
+            {"step_seconds", orNull(step.stepSeconds)},
+            {"mfu", orNull(step.mfu)},
+            {"planned_step_seconds", orNull(step.plannedStepSeconds)},
+            {"planned_tokens_per_s", orNull(step.plannedTokensPerSecond)},
+            {"comm_seconds", orNull(step.commSeconds)},
+            {"bubble", orNull(step.bubble)},
+            {"planned_bubble", orNull(step.plannedBubble)},
+            {"agent_bubble", orNull(step.agentBubble)},
+            {"pipeline_begin_ns", step.pipelineBeginNs},
+            {"pipeline_end_ns", step.pipelineEndNs},
+            {"ranks_reporting", step.ranksReporting},
+            {"ranks_finished", step.ranksFinished},
+            {"stages", std::move(stages)},
+            {"expert_layers", std::move(layers)},
+            {"imbalance_p50", orNull(step.imbalanceP50)},
+            {"imbalance_p95", orNull(step.imbalanceP95)},
+            {"dropped_fraction", orNull(step.droppedFraction)}};
+}
+
+nlohmann::json toJson(const RankMemory& memory)
+{
+    nlohmann::json current = nlohmann::json::object();
+    nlohmann::json peak = nlohmann::json::object();
+    for (int c = 0; c < wire::kMemoryCategories; ++c) {
+        const std::string name(wire::memoryCategoryName(wire::MemoryCategory(c)));
+        current[name] = memory.current[std::size_t(c)];
+        peak[name] = memory.peak[std::size_t(c)];
+    }
+    return {{"type", "memory"},
+            {"rank", memory.rank},
+            {"stage", memory.stage},
+            {"step", memory.step},
+            {"time_ns", memory.timeNs},
+            {"samples", memory.samples},
+            {"current", std::move(current)},
+            {"peak", std::move(peak)},
+            {"current_total", memory.currentTotal()}};
+}
+
+}  // namespace meshbench::live

@@ -1,0 +1,100 @@
+// The live feed's JSON both ways (engine/live/feed_json): every figure survives a round trip
+// through text, and a payload that is not a feed message is refused with the key it gets wrong,
+// leaving the output as it was.
+
+#include "live/feed_json.h"
+
+#include "common/step_aggregates.h"
+
+#include <QtTest>
+
+using namespace meshbench;
+using namespace step_aggregates;
+
+class TestFeedJson : public QObject {
+    Q_OBJECT
+private Q_SLOTS:
+    void stepRoundTrip_data()
+    {
+        QTest::addColumn<int>("which");
+        QTest::newRow("every optional set") << 0;
+        QTest::newRow("every optional unset") << 1;
+    }
+    void stepRoundTrip()
+    {
+        QFETCH(int, which);
+        const live::StepAggregate original = which == 0 ? fullStep(7) : emptyStep(8);
+        // Through text, as the feed carries it.
+        const nlohmann::json wire = nlohmann::json::parse(live::toJson(original).dump());
+        live::StepAggregate back;
+        std::string error;
+        QVERIFY2(live::fromJson(wire, back, error), error.c_str());
+        step_aggregates::compareSteps(back, original);
+        QCOMPARE(back.commSeconds, original.commSeconds);
+    }
+
+    void memoryRoundTrip()
+    {
+        for (const live::RankMemory& original :
+             {memoryOf(3, 123'456'789'012, 1LL << 40, 12345), live::RankMemory{}}) {
+            const nlohmann::json wire = nlohmann::json::parse(live::toJson(original).dump());
+            live::RankMemory back = memoryOf(9, 1, 1, 1);
+            std::string error;
+            QVERIFY2(live::fromJson(wire, back, error), error.c_str());
+            compareMemory(back, original);
+        }
+    }
+
+    void badPayloadsAreRefusedByName_data()
+    {
+        QTest::addColumn<QString>("key");
+        QTest::addColumn<QString>("value");   // JSON; empty removes the key
+        QTest::addColumn<QString>("named");
+        QTest::newRow("missing step") << "step" << "" << "\"step\"";
+        QTest::newRow("step as text") << "step" << "\"3\"" << "\"step\"";
+        QTest::newRow("step out of range") << "step" << "1099511627776" << "\"step\"";
+        QTest::newRow("loss as bool") << "loss" << "true" << "\"loss\"";
+        QTest::newRow("wrong type") << "type" << "\"memory\"" << "\"type\"";
+        QTest::newRow("stage not an object") << "stages" << "[3]" << "\"stages[0]\"";
+        QTest::newRow("negative routed") << "expert_layers"
+                                         << R"([{"layer":0,"routed":[-1],"dropped":[0],"imbalance":null,)"
+                                            R"("dropped_fraction":null,"hottest_expert":0}])"
+                                         << "\"expert_layers[0].routed\"";
+        QTest::newRow("dropped shorter") << "expert_layers"
+                                         << R"([{"layer":0,"routed":[1,2],"dropped":[0],"imbalance":null,)"
+                                            R"("dropped_fraction":null,"hottest_expert":0}])"
+                                         << "\"expert_layers[0].dropped\"";
+    }
+    void badPayloadsAreRefusedByName()
+    {
+        QFETCH(QString, key);
+        QFETCH(QString, value);
+        QFETCH(QString, named);
+        nlohmann::json payload = live::toJson(fullStep(1));
+        if (value.isEmpty())
+            payload.erase(key.toStdString());
+        else
+            payload[key.toStdString()] = nlohmann::json::parse(value.toStdString());
+        live::StepAggregate kept = fullStep(42);
+        std::string error;
+        QVERIFY(!live::fromJson(payload, kept, error));
+        QVERIFY2(QString::fromStdString(error).contains(named), error.c_str());
+        QCOMPARE(kept.step, 42);   // untouched
+    }
+
+    void memoryPayloadErrors()
+    {
+        nlohmann::json payload = live::toJson(memoryOf(1, 5, 10, 20));
+        payload["current"]["params"] = "lots";
+        live::RankMemory kept;
+        std::string error;
+        QVERIFY(!live::fromJson(payload, kept, error));
+        QVERIFY2(QString::fromStdString(error).contains("\"current.params\""), error.c_str());
+        payload = nlohmann::json::array();
+        QVERIFY(!live::fromJson(payload, kept, error));
+    }
+
+};
+
+QTEST_APPLESS_MAIN(TestFeedJson)
+#include "tst_feed_json.moc"
