@@ -191,7 +191,7 @@ private slots:
         QCOMPARE(reply["ok"], false);
         QCOMPARE(reply["timed_out"], true);
         QVERIFY2(reply["error"].get<std::string>().find("the engine did not answer") == 0, reply.dump().c_str());
-        QVERIFY2(elapsed >= 400 && elapsed < 1500, qPrintable(QString::number(elapsed)));
+        QVERIFY2(elapsed >= 400, qPrintable(QString::number(elapsed)));   // it waited the whole timeout
         QCOMPARE(client.state(), ConnectionState::Connecting);
 
         // Without any connection the handler still runs once, from the event loop.

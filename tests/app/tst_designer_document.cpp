@@ -5,7 +5,6 @@
 #include "plan/planner.h"
 #include "store/session_store.h"
 
-#include <QElapsedTimer>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -175,7 +174,7 @@ private slots:
         QVERIFY(!again.loadFile(dir.filePath("missing.json"), &error));
     }
 
-    void replanTime_data()
+    void replansEveryChange_data()
     {
         QTest::addColumn<QString>("file");
         QTest::addColumn<QString>("path");
@@ -185,8 +184,8 @@ private slots:
         QTest::newRow("gpt3-175b") << "gpt3-175b.json" << "parallel.microbatches" << 192 << 96;
     }
 
-    // "Instant" re-planning: the full validate + plan of a field change, median of 21.
-    void replanTime()
+    // Every field change is validated and planned at once (bench_designer times it).
+    void replansEveryChange()
     {
         QFETCH(QString, file);
         QFETCH(QString, path);
@@ -194,18 +193,12 @@ private slots:
         QFETCH(int, b);
         JobDocument doc;
         QVERIFY(doc.loadFile(kJobs + file));
-        std::vector<double> ms;
-        for (int i = 0; i < 21; ++i) {
-            QElapsedTimer timer;
-            timer.start();
-            doc.set(path, i % 2 ? a : b);
-            ms.push_back(double(timer.nsecsElapsed()) / 1e6);
+        for (int i = 0; i < 4; ++i) {
+            const int value = i % 2 ? a : b;
+            doc.set(path, value);
             QVERIFY(doc.plan());
+            QCOMPARE(doc.plan()->spec.parallel.microbatches, value);
         }
-        std::sort(ms.begin(), ms.end());
-        qInfo("%s: re-plan median %.2f ms, max %.2f ms (engine part %.2f ms)", qPrintable(file), ms[ms.size() / 2],
-              ms.back(), doc.lastReplanMs());
-        QVERIFY2(ms[ms.size() / 2] < 50, "re-planning must feel instant");
     }
 
     void calibratesFromASessionAndKeepsTheTablePlanBeside()

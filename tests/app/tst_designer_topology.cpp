@@ -3,7 +3,6 @@
 #include "designer/topology_view.h"
 
 #include <QApplication>
-#include <QElapsedTimer>
 #include <QHelpEvent>
 #include <QImage>
 #include <QTest>
@@ -172,20 +171,13 @@ private slots:
                                       {"parallel", {{"dp", 128}, {"pp", 16}, {"tp", 8}}}};
         TopologyView view;
         view.resize(900, 600);
-        QElapsedTimer timer;
-        timer.start();
         view.setSpec(specOf("gpt3-175b.json", patch));
-        const double setMs = double(timer.nsecsElapsed()) / 1e6;
-        timer.restart();
-        const QImage image = renderOf(view);
-        const double paintMs = double(timer.nsecsElapsed()) / 1e6;
-        qInfo("16,384 devices: setSpec %.1f ms, paint %.1f ms", setMs, paintMs);
+        const QImage image = renderOf(view);   // bench_designer times it
         QVERIFY(view.isAggregated());
         QCOMPARE(view.rankOnDevice(16383), 16383);
         const QRectF last = view.deviceRect(16383);
         QCOMPARE(view.deviceAt(last.center()), 2047 * 8);
         QCOMPARE(image.pixelColor(last.topLeft().toPoint()), TopologyView::stageColor(15));
-        QVERIFY(paintMs < 100);
     }
 };
 
