@@ -87,6 +87,22 @@ bool EngineClient::ownsEngine() const
     return m_engine && m_engine->state() != QProcess::NotRunning;
 }
 
+qint64 EngineClient::engineProcessId() const
+{
+    return ownsEngine() ? m_engine->processId() : 0;
+}
+
+void EngineClient::releaseEngine()
+{
+    if (!m_engine)
+        return;
+    // A QProcess kills its process when deleted: this one is never deleted, so the engine outlives
+    // the workbench (as a `meshbench-engine serve` started by hand would).
+    m_engine->disconnect(this);
+    m_engine->setParent(nullptr);
+    m_engine = nullptr;
+}
+
 void EngineClient::setState(ConnectionState state)
 {
     if (state == m_state)

@@ -97,6 +97,10 @@ public:
     bool usesCurve() const { return m_keys.has_value(); }
     // Whether this client started the engine it talks to (and will stop it).
     bool ownsEngine() const;
+    // The engine this client started, or 0.
+    qint64 engineProcessId() const;
+    // Leaves the engine this client started running when the client goes (a job still runs in it).
+    void releaseEngine();
     // Live messages that could not be read (a topic without payload, bad JSON, a bad span batch).
     quint64 badLiveMessages() const { return m_badLive; }
     int pendingRequests() const { return int(m_pending.size()); }

@@ -27,6 +27,7 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QPushButton>
 #include <QProgressBar>
 #include <QSettings>
 #include <QStandardPaths>
@@ -79,6 +80,11 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
         m_sessions->replayControls()->setClient(m_client);
         connect(m_client, &EngineClient::stateChanged, this, [this](ConnectionState state, const QString& endpoint) {
             m_engineLabel->setText(tr("engine: %1 %2").arg(connectionStateName(state), endpoint));
+            // An engine already serving there keeps its own environment and settings: say whose it is.
+            if (state == ConnectionState::Connected && !m_client->ownsEngine())
+                showMessage(tr("attached to an engine this workbench did not start (%1); it keeps its own "
+                               "environment, and stays when the workbench closes")
+                                .arg(endpoint));
         });
         connect(m_client, &EngineClient::engineError, this, &MainWindow::showMessage);
     }
@@ -194,6 +200,13 @@ void MainWindow::buildMenus()
     m_oneDevice->setToolTip(tr("Launch the designed model unsharded on one device: a baseline for the mesh"));
     m_oneDevice->setChecked(QSettings().value("run/one_device", false).toBool());
     connect(m_oneDevice, &QAction::toggled, this, [](bool on) { QSettings().setValue("run/one_device", on); });
+    // Open MPI refuses to start ranks as root; a root user who means it says so here (the engine
+    // then passes mpirun --allow-run-as-root), not through variables set before the workbench starts.
+    m_allowRoot = run->addAction(tr("Allow Open MPI as &Root"));
+    m_allowRoot->setCheckable(true);
+    m_allowRoot->setToolTip(tr("Let mpirun start the job's ranks as root (Open MPI's --allow-run-as-root)"));
+    m_allowRoot->setChecked(QSettings().value("run/allow_run_as_root", false).toBool());
+    connect(m_allowRoot, &QAction::toggled, this, [](bool on) { QSettings().setValue("run/allow_run_as_root", on); });
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About Meshbench"), this, [this] {
@@ -286,7 +299,9 @@ void MainWindow::launch(const QByteArray& jobJson)
     const bool oneDevice = launchesOnOneDevice();
     const plan::JobSpec spec = oneDevice ? plan::singleDeviceSpec(*loaded.spec) : *loaded.spec;
     showMessage(tr("launching..."));
-    m_client->request({{"op", "submit"}, {"job", job}, {"one_device", oneDevice}}, [this, spec, refuse](const nlohmann::json& reply) {
+    const nlohmann::json submit = {
+        {"op", "submit"}, {"job", job}, {"one_device", oneDevice}, {"allow_run_as_root", m_allowRoot->isChecked()}};
+    m_client->request(submit, [this, spec, refuse](const nlohmann::json& reply) {
         if (!reply.value("ok", false))
             return refuse(tr("the engine refused the job: %1").arg(QString::fromStdString(reply.value("error", ""))));
         m_runningJob = QString::fromStdString(reply.value("job", ""));
@@ -388,6 +403,26 @@ bool MainWindow::saveScreenshots(const QString& dir, QString* error)
 
 void MainWindow::closeEvent(QCloseEvent* event)
 {
+    // The engine this workbench started goes with it (EngineClient stops it), unless a job still
+    // runs in it: then the user chooses.
+    const RunPhase phase = m_monitor->runState()->phase();
+    const bool jobRunning = !m_runningJob.isEmpty() && m_monitor->source() == m_runningJob &&
+                            (phase == RunPhase::Starting || phase == RunPhase::Running);
+    if (m_client && m_client->ownsEngine() && jobRunning) {
+        QMessageBox ask(QMessageBox::Question, tr("A job is running"),
+                        tr("%1 is still running in the engine this workbench started.").arg(m_runningJob),
+                        QMessageBox::NoButton, this);
+        QPushButton* stop = ask.addButton(tr("Stop the Job and Quit"), QMessageBox::DestructiveRole);
+        QPushButton* keep = ask.addButton(tr("Keep It Running"), QMessageBox::AcceptRole);
+        ask.addButton(QMessageBox::Cancel);
+        ask.exec();
+        if (ask.clickedButton() == static_cast<QAbstractButton*>(keep)) {
+            m_client->releaseEngine();
+        } else if (ask.clickedButton() != static_cast<QAbstractButton*>(stop)) {
+            event->ignore();
+            return;
+        }
+    }
     QSettings settings;
     settings.setValue("window/geometry", saveGeometry());
     settings.setValue("window/state", saveState());

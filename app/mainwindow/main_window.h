@@ -85,6 +85,7 @@ private:
     QString m_runningSession;
     QString m_announcedJob;   // the last job whose end was announced
     QAction* m_oneDevice = nullptr;
+    QAction* m_allowRoot = nullptr;
 };
 
 }  // namespace meshbench::app

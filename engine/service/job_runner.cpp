@@ -335,6 +335,8 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
     });
     if (!hostsGiven && !std::getenv("SLURM_JOB_ID"))
         argv.push_back("--oversubscribe");
+    if (m_request.allowRunAsRoot && geteuid() == 0)
+        argv.push_back("--allow-run-as-root");
     argv.insert(argv.end(), m_request.mpirunArgs.begin(), m_request.mpirunArgs.end());
     argv.insert(argv.end(), agent.begin(), agent.end());
     return argv;
@@ -611,10 +613,11 @@ std::string Run::rootHint() const
     // Open MPI's mpirun refuses to start ranks as root unless two variables say so; its own
     // message lands in the session's log, where a user would not look first.
     const char* allowed = std::getenv("OMPI_ALLOW_RUN_AS_ROOT");
-    if (m_request.oneDevice || m_request.slurm || geteuid() != 0 || (allowed && *allowed))
+    if (m_request.oneDevice || m_request.slurm || m_request.allowRunAsRoot || geteuid() != 0 || (allowed && *allowed))
         return {};
     return "; note: Open MPI refuses to run as root: run as another user, or use --one-device (Run > Run on One "
-           "Device in the workbench), or, if you must, set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
+           "Device in the workbench), or, if you must, pass --allow-run-as-root (Run > Allow Open MPI as Root in the "
+           "workbench)";
 }
 
 RunResult Run::execute()

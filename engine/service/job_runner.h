@@ -38,6 +38,9 @@ struct RunRequest {
     std::string agent;                    // meshbench-agent executable
     std::optional<int> steps;             // overrides train.steps
     bool oneDevice = false;               // run the global batch in one agent, without mpirun
+    // Pass Open MPI's --allow-run-as-root to mpirun when the engine runs as root (the user said so:
+    // run/serve --allow-run-as-root, the workbench's Run > Allow Open MPI as Root).
+    bool allowRunAsRoot = false;
     std::chrono::milliseconds heartbeatTimeout{5000};
     std::chrono::milliseconds startTimeout{120000};   // launch to a rank's first heartbeat
 };

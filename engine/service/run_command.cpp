@@ -22,6 +22,7 @@ namespace {
 constexpr const char* kUsage =
     "meshbench-engine run JOB.json [--session FILE] [--steps N] [--one-device] [--collector ENDPOINT]\n"
     "                            [--hostfile FILE] [--mpirun PATH] [--slurm] [--mpi-arg ARG]...\n"
+    "                            [--allow-run-as-root]\n"
     "                            [--heartbeat-timeout S]\n"
     "                            [--profile PROFILE.json] [--verbose]";
 
@@ -148,6 +149,8 @@ int runRunCommand(const std::vector<std::string>& args)
             request.oneDevice = true;
         } else if (a == "--slurm") {
             request.slurm = true;
+        } else if (a == "--allow-run-as-root") {
+            request.allowRunAsRoot = true;
         } else if (a == "--verbose") {
             verbose = true;
         } else if (takesValue) {

@@ -48,7 +48,8 @@ std::optional<Server> startServer(const ServeOptions& options)
 
 int runServeCommand(const std::vector<std::string>& args)
 {
-    const char* usage = "meshbench-engine serve [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR] [--curve]";
+    const char* usage =
+        "meshbench-engine serve [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR] [--curve] [--allow-run-as-root]";
     ServeOptions options;
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
@@ -58,6 +59,8 @@ int runServeCommand(const std::vector<std::string>& args)
                 return status;
         } else if (a == "--curve") {
             options.curve = true;
+        } else if (a == "--allow-run-as-root") {
+            options.allowRunAsRoot = true;
         } else {
             return usageError("unknown argument '" + a + "'", usage);
         }

@@ -524,6 +524,9 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
     if (args.contains("one_device") && !args["one_device"].is_boolean())
         return controlErrorNoId("\"one_device\" must be true or false");
     request.oneDevice = args.value("one_device", false);
+    if (args.contains("allow_run_as_root") && !args["allow_run_as_root"].is_boolean())
+        return controlErrorNoId("\"allow_run_as_root\" must be true or false");
+    request.allowRunAsRoot = options.allowRunAsRoot || args.value("allow_run_as_root", false);
     // What the agent of this build would refuse is refused here, before anything launches.
     if (const std::vector<plan::SpecError> refusals =
             plan::agentRefusals(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec);

@@ -21,6 +21,7 @@ struct ServeOptions {
     std::string sessionsDir;              // where submitted jobs store their sessions
     bool exitWhenIdle = false;            // end once every job and replay has ended (replay command)
     bool curve = false;                   // CURVE even when both endpoints are on loopback
+    bool allowRunAsRoot = false;          // every job as with run --allow-run-as-root
 };
 
 class Server {

@@ -26,7 +26,13 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QStatusBar>
+#include <QSettings>
 #include <QtTest>
+
+#include <cerrno>
+#include <csignal>
+
+#include <unistd.h>
 
 using namespace meshbench;
 using namespace meshbench::app;
@@ -168,6 +174,64 @@ private slots:
         QCOMPARE(int(stored.steps.size()), kSteps);
         for (int i = 0; i < kSteps; ++i)
             step_aggregates::compareSteps(stored.steps[std::size_t(i)], live[std::size_t(i)], 1e-12);
+    }
+
+    void asRootTheSettingLaunchesAndClosingStopsTheEngine()
+    {
+        // Without Open MPI's variables (the workbench started as a user starts it), root's launch is
+        // refused with the fix named; Run > Allow Open MPI as Root then runs the demo on its 8 ranks;
+        // closing the workbench stops the engine it started.
+        if (geteuid() != 0)
+            QSKIP("only root meets Open MPI's refusal");
+        const QByteArray allow = qgetenv("OMPI_ALLOW_RUN_AS_ROOT"), confirm = qgetenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+        qunsetenv("OMPI_ALLOW_RUN_AS_ROOT");
+        qunsetenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+        struct Restore {
+            QByteArray allow, confirm;
+            ~Restore()
+            {
+                qputenv("OMPI_ALLOW_RUN_AS_ROOT", allow);
+                qputenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", confirm);
+                QSettings().remove("run/allow_run_as_root");
+            }
+        } restore{allow, confirm};
+
+        auto bench = std::make_unique<Workbench>();
+        QVERIFY(bench->openDemo(2));
+        QVERIFY(QTest::qWaitFor([&] { return bench->client.state() == ConnectionState::Connected; }, 30'000));
+        QAction* launch = menuAction(bench->window, QStringLiteral("Run"), QStringLiteral("Launch Designed Job"));
+        QAction* allowRoot = menuAction(bench->window, QStringLiteral("Run"), QStringLiteral("Allow Open MPI as Root"));
+        QVERIFY(launch && allowRoot && allowRoot->isCheckable());
+        RunState* state = bench->window.monitor()->runState();
+        const auto ended = [&] {
+            return QTest::qWaitFor(
+                [&] { return state->phase() == RunPhase::Completed || state->phase() == RunPhase::Failed; },
+                kRunTimeoutMs);
+        };
+
+        allowRoot->setChecked(false);
+        launch->trigger();
+        QVERIFY2(ended(), qPrintable(bench->window.statusMessage()));
+        QCOMPARE(runPhaseName(state->phase()), runPhaseName(RunPhase::Failed));
+        QVERIFY2(state->cause().contains(QStringLiteral("Allow Open MPI as Root")), qPrintable(state->cause()));
+
+        allowRoot->setChecked(true);
+        QVERIFY(QSettings().value("run/allow_run_as_root").toBool());
+        launch->trigger();
+        QVERIFY(QTest::qWaitFor([&] { return state->phase() == RunPhase::Starting || state->phase() == RunPhase::Running; },
+                                30'000));
+        QVERIFY2(ended(), qPrintable(bench->window.statusMessage()));
+        QCOMPARE(runPhaseName(state->phase()), runPhaseName(RunPhase::Completed));
+        QVERIFY(QTest::qWaitFor([&] { return state->steps().size() == 2 && state->memory().size() == 8; }, 5000));
+
+        const qint64 engine = bench->client.engineProcessId();
+        QVERIFY(engine > 0);
+        QVERIFY(::kill(pid_t(engine), 0) == 0);
+        QVERIFY(bench->window.close());
+        bench.reset();
+        // The engine was waited for: no such process any more.
+        QCOMPARE(::kill(pid_t(engine), 0), -1);
+        QCOMPARE(errno, ESRCH);
     }
 
     void theScreenshotTourSavesEveryScreen()
