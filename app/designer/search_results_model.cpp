@@ -61,9 +61,9 @@ QVariant SearchResultsModel::headerData(int section, Qt::Orientation orientation
         return {};
     if (orientation == Qt::Vertical)
         return section < rowCount() ? QVariant(section + 1) : QVariant();
-    static const char* const names[ColumnCount] = {"tp", "pp", "dp", "ep", "v", "mbs", "m", "zero",
-                                                   "sp", "recompute", "schedule", "step", "tokens/s",
-                                                   "MFU", "bubble", "memory"};
+    static const char* const names[ColumnCount] = {"step", "tokens/s", "MFU", "bubble", "memory", "schedule",
+                                                   "tp", "pp", "dp", "ep", "v", "mbs", "m", "zero", "sp",
+                                                   "recompute"};
     return section < ColumnCount ? QVariant(tr(names[section])) : QVariant();
 }
 

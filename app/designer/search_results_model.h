@@ -13,9 +13,10 @@ namespace meshbench::app {
 class SearchResultsModel : public QAbstractTableModel {
     Q_OBJECT
 public:
+    // The figures a user ranks by come first, so a narrow table still shows them; the layout after.
     enum Column {
-        Tp, Pp, Dp, Ep, VirtualStages, MicroBatchSize, Microbatches, Zero, SequenceParallel, Recompute,
-        Schedule, StepTime, TokensPerSecond, Mfu, Bubble, Memory, ColumnCount
+        StepTime, TokensPerSecond, Mfu, Bubble, Memory, Schedule, Tp, Pp, Dp, Ep, VirtualStages, MicroBatchSize,
+        Microbatches, Zero, SequenceParallel, Recompute, ColumnCount
     };
     static constexpr int SortRole = Qt::UserRole + 1;
 

@@ -113,6 +113,16 @@ private slots:
         QTest::mouseDClick(table->viewport(), Qt::LeftButton, {}, cell.center());
         QCOMPARE(doc.plan()->spec.parallel.tp, panel.model()->candidate(first).parallel.tp);
         QCOMPARE(doc.plan()->step.total, panel.model()->candidate(first).stepTime);
+
+        // The figures a user ranks by lead, and stay in view even when the table is narrow.
+        const QStringList leading{"step", "tokens/s", "MFU", "bubble", "memory"};
+        for (int c = 0; c < leading.size(); ++c)
+            QCOMPARE(panel.model()->headerData(c, Qt::Horizontal).toString(), leading[c]);
+        panel.resize(480, 500);
+        QCoreApplication::processEvents();
+        const QRect memory = table->visualRect(proxy->index(0, SearchResultsModel::Memory));
+        QVERIFY2(memory.right() < table->viewport()->width(),
+                 qPrintable(QStringLiteral("memory ends at %1 of %2").arg(memory.right()).arg(table->viewport()->width())));
     }
 };
 
