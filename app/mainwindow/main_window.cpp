@@ -6,6 +6,7 @@
 #include "client/engine_client.h"
 #include "designer/designer_view.h"
 #include "designer/job_document.h"
+#include "live/session_spec.h"
 #include "monitor/bubble_chart.h"
 #include "monitor/expert_load_view.h"
 #include "monitor/memory_chart.h"
@@ -106,10 +107,7 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
             [this](const QString& source, const QString& path) {
                 try {
                     const store::SessionReader reader(path.toStdString());
-                    const plan::LoadResult loaded = plan::parseJobSpec(reader.header().jobSpec);
-                    if (!loaded.spec)
-                        throw std::runtime_error("its job spec no longer parses");
-                    m_monitor->follow(source, plan::specAsRun(*loaded.spec, reader.header().ranks.size()));
+                    m_monitor->follow(source, live::sessionSpecAsRun(reader));
                     showArea(Area::Monitor);
                 } catch (const std::exception& e) {
                     showMessage(tr("cannot replay %1: %2").arg(path, QString::fromUtf8(e.what())));

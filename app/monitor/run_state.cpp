@@ -1,6 +1,7 @@
 #include "monitor/run_state.h"
 
 #include "live/feed_json.h"
+#include "live/session_spec.h"
 
 #include <QStringList>
 
@@ -98,7 +99,7 @@ QString stepTimeText(const live::StepAggregate& step)
 SessionAggregates computeSessionAggregates(const store::SessionReader& reader)
 {
     SessionAggregates out;
-    out.spec = sessionJobSpec(reader);
+    out.spec = live::sessionSpecAsRun(reader);
     const plan::Plan plan = plan::makePlan(out.spec);
     live::LiveAggregator aggregator(out.spec, &plan);
     const auto keepSteps = [&out](std::vector<live::StepAggregate> steps) {

@@ -20,10 +20,6 @@
 
 namespace meshbench::app {
 
-// The layout a stored session's agents ran: its job spec, or one device for a --one-device run
-// (the rule of the engine's replay). Throws store::StoreError when the spec no longer validates.
-plan::JobSpec sessionJobSpec(const store::SessionReader& reader);
-
 enum class RunPhase { Idle, Starting, Running, Completed, Failed, Stopped, Playing, Seeking, Ended };
 QString runPhaseName(RunPhase phase);
 

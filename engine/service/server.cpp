@@ -6,6 +6,7 @@
 #include "run_command.h"
 #include "session_commands.h"
 
+#include "live/session_spec.h"
 #include "plan/capability.h"
 #include "plan/planner.h"
 #include "plan/report.h"
@@ -118,19 +119,6 @@ std::optional<std::int64_t> recordTime(const wire::Record& record)
         record);
 }
 
-// The layout the session's agents ran: the job's, or one device for a --one-device run.
-plan::JobSpec sessionSpec(const store::SessionReader& reader, const std::string& session)
-{
-    plan::LoadResult loaded = plan::parseJobSpec(reader.header().jobSpec);
-    if (!loaded.valid()) {
-        const plan::SpecError first = loaded.errors.empty() ? plan::SpecError{"", "unknown"} : loaded.errors.front();
-        throw store::StoreError(session + ": the session's job spec no longer passes validation (" +
-                                (first.path.empty() ? "" : first.path + ": ") + first.message +
-                                "); the file is damaged, or was written by an engine with other rules");
-    }
-    return plan::specAsRun(*loaded.spec, reader.header().ranks.size());
-}
-
 // A record time a replay would wait for must lie within the run: from shortly before the session was
 // created to shortly after it ended (or now, for a session whose engine never said it ended). The
 // margin allows for clocks of other hosts; anything beyond is a damaged file, which would otherwise
@@ -172,7 +160,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     LivePublisher publisher(context, worker.source);
     // Every page is read once before anything plays (on this thread: a large session takes a while).
     reader->checkStructure();
-    const plan::JobSpec spec = sessionSpec(*reader, session);
+    const plan::JobSpec spec = live::sessionSpecAsRun(*reader, session);
     const plan::Plan plan = plan::makePlan(spec);
     // What the run lost on the way, as a live run reports it when it ends.
     std::uint64_t lost = 0;
@@ -488,7 +476,7 @@ std::string Server::Impl::openReplay(const std::string& session, double speed)
 {
     // Opened here, so that an unreadable session is an error reply rather than a silent worker.
     auto reader = std::make_shared<store::SessionReader>(session);
-    sessionSpec(*reader, session);
+    live::sessionSpecAsRun(*reader, session);
     auto worker = std::make_unique<Worker>();
     worker->source = "replay-" + std::to_string(nextReplay++);
     worker->speed = speed;
