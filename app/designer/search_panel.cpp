@@ -1,6 +1,9 @@
 #include "search_panel.h"
 
 #include "search_results_model.h"
+#include "search_scatter.h"
+
+#include "job_document.h"
 
 #include <QCheckBox>
 #include <QHBoxLayout>
@@ -10,6 +13,7 @@
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTableView>
 #include <QThread>
 #include <QVBoxLayout>
@@ -37,6 +41,15 @@ SearchPanel::SearchPanel(JobDocument* document, QWidget* parent)
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     connect(m_table, &QTableView::doubleClicked, this, [this](const QModelIndex& index) { applyRow(index.row()); });
 
+    m_scatter = new SearchScatter;
+    connect(m_scatter, &SearchScatter::candidateSelected, this, &SearchPanel::selectCandidate);
+    connect(m_scatter, &SearchScatter::candidateActivated, this, [this](int index) {
+        m_document->merge(layoutPatch(m_model->candidate(index).parallel));
+    });
+    m_views = new QTabWidget;
+    m_views->addTab(m_table, tr("Table"));
+    m_views->addTab(m_scatter, tr("Scatter"));
+
     m_run = new QPushButton(tr("Run search"));
     m_apply = new QPushButton(tr("Apply"));
     m_apply->setToolTip(tr("Write the selected layout into the job (or double-click a row)"));
@@ -61,7 +74,7 @@ SearchPanel::SearchPanel(JobDocument* document, QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(bar);
     layout->addWidget(m_status);
-    layout->addWidget(m_table, 1);
+    layout->addWidget(m_views, 1);
 
     connect(m_run, &QPushButton::clicked, this, &SearchPanel::runSearch);
     connect(m_apply, &QPushButton::clicked, this, [this] {
@@ -69,6 +82,12 @@ SearchPanel::SearchPanel(JobDocument* document, QWidget* parent)
         if (!rows.isEmpty())
             applyRow(rows.first().row());
     });
+    connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+            [this](const QModelIndex& current) {
+                const QModelIndex source = m_proxy->mapToSource(current);
+                if (source.isValid())
+                    m_scatter->select(source.row());
+            });
     connect(m_filter, &QLineEdit::textChanged, this, &SearchPanel::updateFilter);
     connect(m_sequenceParallelOnly, &QCheckBox::toggled, this, &SearchPanel::updateFilter);
 }
@@ -124,11 +143,23 @@ void SearchPanel::runSearch()
                                   .arg(result->globalBatch));
         }
         m_model->setResult(std::move(*result));
+        // The designed layout's own point: its plan's most loaded stage and throughput.
+        std::optional<QPointF> designed;
+        if (const plan::Plan* plan = m_document->plan())
+            designed = QPointF(plan->mostLoaded().total() / 1e9, plan->tokensPerSecond);
+        m_scatter->setResult(m_model->result(), designed);
         emit searchFinished();
     });
     m_run->setEnabled(false);
     m_status->setText(tr("Searching…"));
     m_worker->start();
+}
+
+void SearchPanel::selectCandidate(int index)
+{
+    const QModelIndex row = m_proxy->mapFromSource(m_model->index(index, 0));
+    if (row.isValid())
+        m_table->selectRow(row.row());
 }
 
 void SearchPanel::applyRow(int proxyRow)

@@ -11,12 +11,14 @@ class QPushButton;
 class QSortFilterProxyModel;
 class QSpinBox;
 class QTableView;
+class QTabWidget;
 class QThread;
 
 namespace meshbench::app {
 
 class JobDocument;
 class SearchResultsModel;
+class SearchScatter;
 
 class SearchPanel : public QWidget {
     Q_OBJECT
@@ -27,6 +29,9 @@ public:
     SearchResultsModel* model() const { return m_model; }
     QSortFilterProxyModel* proxy() const { return m_proxy; }
     QTableView* table() const { return m_table; }
+    // The same layouts as a picture (tokens/s against memory per GPU), in the tab beside the table.
+    SearchScatter* scatter() const { return m_scatter; }
+    QTabWidget* views() const { return m_views; }
     QLineEdit* filterEdit() const { return m_filter; }
     bool isRunning() const { return m_worker != nullptr; }
 
@@ -41,11 +46,15 @@ signals:
 
 private:
     void updateFilter();
+    // Selects the table row of the result's candidate `index` (a click on the scatter).
+    void selectCandidate(int index);
 
     JobDocument* m_document;
     SearchResultsModel* m_model;
     QSortFilterProxyModel* m_proxy;
     QTableView* m_table;
+    SearchScatter* m_scatter;
+    QTabWidget* m_views;
     QLineEdit* m_filter;
     QCheckBox* m_sequenceParallelOnly;
     QSpinBox* m_top;

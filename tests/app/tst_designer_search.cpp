@@ -2,13 +2,19 @@
 // filtering, and applying a row to the document.
 #include "designer/search_results_model.h"
 #include "designer/search_panel.h"
+#include "designer/search_scatter.h"
+
+#include <qcustomplot.h>
 
 #include <QAbstractItemModelTester>
 #include <QLineEdit>
 #include <QSignalSpy>
 #include <QSortFilterProxyModel>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTest>
+#include <QTemporaryDir>
+#include <set>
 
 using namespace meshbench::app;
 using meshbench::plan::SearchOptions;
@@ -123,6 +129,83 @@ private slots:
         const QRect memory = table->visualRect(proxy->index(0, SearchResultsModel::Memory));
         QVERIFY2(memory.right() < table->viewport()->width(),
                  qPrintable(QStringLiteral("memory ends at %1 of %2").arg(memory.right()).arg(table->viewport()->width())));
+    }
+
+    void scatterShowsTheSearchAndSelectsByClick()
+    {
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "gpt3-175b.json"));
+        SearchPanel panel(&doc);
+        QSignalSpy finished(&panel, &SearchPanel::searchFinished);
+        panel.runSearch();
+        QVERIFY(finished.wait(20000));
+        const std::vector<meshbench::plan::SearchCandidate>& best = panel.model()->result().best;
+        QVERIFY(best.size() >= 5);
+        SearchScatter* scatter = panel.scatter();
+
+        // Its points are the search's layouts: (memory per GPU in GB, tokens/s), each once, in the
+        // graph of its schedule.
+        std::multiset<std::pair<double, double>> plotted, searched;
+        for (QCPGraph* graph : scatter->scheduleGraphs())
+            for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it)
+                plotted.insert({it->key, it->value});
+        for (const auto& c : best)
+            searched.insert({c.memoryBytes / 1e9, c.tokensPerSecond});
+        QCOMPARE(plotted, searched);
+        for (QCPGraph* graph : scatter->scheduleGraphs())
+            for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) {
+                const bool ofItsSchedule = std::any_of(best.begin(), best.end(), [&](const auto& c) {
+                    return c.memoryBytes / 1e9 == it->key && c.tokensPerSecond == it->value &&
+                           graph->name() == QString::fromUtf8(meshbench::plan::scheduleName(c.parallel.schedule).data());
+                });
+                QVERIFY2(ofItsSchedule, qPrintable(graph->name()));
+            }
+        // The frontier, against a brute force: the layouts no other is both no larger and faster than.
+        std::set<std::pair<double, double>> frontier, undominated;
+        for (int i : scatter->frontier())
+            frontier.insert({best[std::size_t(i)].memoryBytes, best[std::size_t(i)].tokensPerSecond});
+        for (const auto& c : best) {
+            const bool dominated = std::any_of(best.begin(), best.end(), [&](const auto& o) {
+                return o.memoryBytes <= c.memoryBytes && o.tokensPerSecond > c.tokensPerSecond;
+            });
+            if (!dominated)
+                undominated.insert({c.memoryBytes, c.tokensPerSecond});
+        }
+        QVERIFY(!frontier.empty());
+        QCOMPARE(frontier, undominated);
+        // The designed layout is marked at its own plan's point.
+        QCOMPARE(scatter->designedGraph()->dataCount(), 1);
+        QCOMPARE(scatter->designedGraph()->data()->at(0)->key, doc.plan()->mostLoaded().total() / 1e9);
+        QCOMPARE(scatter->designedGraph()->data()->at(0)->value, doc.plan()->tokensPerSecond);
+
+        // A click on a point selects its row in the table; a double click applies its layout.
+        panel.resize(1000, 700);
+        panel.show();
+        panel.views()->setCurrentWidget(scatter);
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        scatter->plot()->replot(QCustomPlot::rpImmediateRefresh);
+        int chosen = -1;
+        for (std::size_t i = best.size(); i-- > 0 && chosen < 0;)
+            if (scatter->candidateAt(scatter->pixelOf(int(i))) == int(i))
+                chosen = int(i);   // a point no other lies on
+        QVERIFY(chosen >= 0);
+        const QPoint at = scatter->plot()->mapFrom(scatter, scatter->pixelOf(chosen));
+        QTest::mouseClick(scatter->plot(), Qt::LeftButton, {}, at);
+        QCOMPARE(scatter->selected(), chosen);
+        const QModelIndexList rows = panel.table()->selectionModel()->selectedRows();
+        QCOMPARE(rows.size(), 1);
+        QCOMPARE(panel.proxy()->mapToSource(rows.first()).row(), chosen);
+        QTest::mouseDClick(scatter->plot(), Qt::LeftButton, {}, at);
+        QCOMPARE(doc.plan()->spec.parallel.tp, best[std::size_t(chosen)].parallel.tp);
+        QCOMPARE(doc.plan()->spec.parallel.schedule, best[std::size_t(chosen)].parallel.schedule);
+        QCOMPARE(doc.plan()->step.total, best[std::size_t(chosen)].stepTime);
+        // Exported like the other charts.
+        QTemporaryDir dir;
+        QString error;
+        QVERIFY2(scatter->exportImage(dir.filePath("scatter.png"), {}, &error), qPrintable(error));
+        QVERIFY(QImage(dir.filePath("scatter.png")).width() > 0);
+        if (const QString shots = qEnvironmentVariable("MESHBENCH_SCREENSHOT_DIR"); !shots.isEmpty())
+            QVERIFY(panel.grab().save(shots + "/search-scatter.png"));
     }
 };
 
