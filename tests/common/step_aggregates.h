@@ -4,6 +4,9 @@
 // what the engine (or an independent aggregation) produced.
 
 #include "live/aggregator.h"
+#include "live/feed_json.h"
+
+#include <nlohmann/json.hpp>
 
 #include <QtTest>
 
@@ -86,6 +89,40 @@ inline void compareMemory(const live::RankMemory& a, const live::RankMemory& b)
     QCOMPARE(a.timeNs, b.timeNs);
     QCOMPARE(a.current, b.current);
     QCOMPARE(a.peak, b.peak);
+}
+
+// A step message of fullStep(1) with `key` set to the JSON `value` (removed when empty).
+inline nlohmann::json damagedStep(const QString& key, const QString& value)
+{
+    nlohmann::json payload = live::toJson(fullStep(1));
+    if (value.isEmpty())
+        payload.erase(key.toStdString());
+    else
+        payload[key.toStdString()] = nlohmann::json::parse(value.toStdString());
+    return payload;
+}
+
+// Step messages that are not one, for a data function: the key damaged, its JSON value (empty
+// removes it), and the name a refusal must give.
+inline void malformedStepRows()
+{
+        QTest::addColumn<QString>("key");
+        QTest::addColumn<QString>("value");   // JSON; empty removes the key
+        QTest::addColumn<QString>("named");
+        QTest::newRow("missing step") << "step" << "" << "\"step\"";
+        QTest::newRow("step as text") << "step" << "\"3\"" << "\"step\"";
+        QTest::newRow("step out of range") << "step" << "1099511627776" << "\"step\"";
+        QTest::newRow("loss as bool") << "loss" << "true" << "\"loss\"";
+        QTest::newRow("wrong type") << "type" << "\"memory\"" << "\"type\"";
+        QTest::newRow("stage not an object") << "stages" << "[3]" << "\"stages[0]\"";
+        QTest::newRow("negative routed") << "expert_layers"
+                                         << R"([{"layer":0,"routed":[-1],"dropped":[0],"imbalance":null,)"
+                                            R"("dropped_fraction":null,"hottest_expert":0}])"
+                                         << "\"expert_layers[0].routed\"";
+        QTest::newRow("dropped shorter") << "expert_layers"
+                                         << R"([{"layer":0,"routed":[1,2],"dropped":[0],"imbalance":null,)"
+                                            R"("dropped_fraction":null,"hottest_expert":0}])"
+                                         << "\"expert_layers[0].dropped\"";
 }
 
 inline bool sameRatio(const std::optional<double>& a, const std::optional<double>& b, double tolerance)

@@ -47,34 +47,14 @@ private Q_SLOTS:
 
     void badPayloadsAreRefusedByName_data()
     {
-        QTest::addColumn<QString>("key");
-        QTest::addColumn<QString>("value");   // JSON; empty removes the key
-        QTest::addColumn<QString>("named");
-        QTest::newRow("missing step") << "step" << "" << "\"step\"";
-        QTest::newRow("step as text") << "step" << "\"3\"" << "\"step\"";
-        QTest::newRow("step out of range") << "step" << "1099511627776" << "\"step\"";
-        QTest::newRow("loss as bool") << "loss" << "true" << "\"loss\"";
-        QTest::newRow("wrong type") << "type" << "\"memory\"" << "\"type\"";
-        QTest::newRow("stage not an object") << "stages" << "[3]" << "\"stages[0]\"";
-        QTest::newRow("negative routed") << "expert_layers"
-                                         << R"([{"layer":0,"routed":[-1],"dropped":[0],"imbalance":null,)"
-                                            R"("dropped_fraction":null,"hottest_expert":0}])"
-                                         << "\"expert_layers[0].routed\"";
-        QTest::newRow("dropped shorter") << "expert_layers"
-                                         << R"([{"layer":0,"routed":[1,2],"dropped":[0],"imbalance":null,)"
-                                            R"("dropped_fraction":null,"hottest_expert":0}])"
-                                         << "\"expert_layers[0].dropped\"";
+        malformedStepRows();
     }
     void badPayloadsAreRefusedByName()
     {
         QFETCH(QString, key);
         QFETCH(QString, value);
         QFETCH(QString, named);
-        nlohmann::json payload = live::toJson(fullStep(1));
-        if (value.isEmpty())
-            payload.erase(key.toStdString());
-        else
-            payload[key.toStdString()] = nlohmann::json::parse(value.toStdString());
+        const nlohmann::json payload = damagedStep(key, value);
         live::StepAggregate kept = fullStep(42);
         std::string error;
         QVERIFY(!live::fromJson(payload, kept, error));
