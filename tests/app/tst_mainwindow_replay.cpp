@@ -92,7 +92,14 @@ class TestMainWindowReplay : public QObject {
     Q_OBJECT
 
 private slots:
-    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+    void initTestCase()
+    {
+        QStandardPaths::setTestModeEnabled(true);
+        // CTest runs this suite offscreen and again under Xvfb (tst_mainwindow_replay_xcb): it is
+        // on the platform it was asked for.
+        if (qEnvironmentVariableIsSet("QT_QPA_PLATFORM"))
+            QCOMPARE(QGuiApplication::platformName(), qEnvironmentVariable("QT_QPA_PLATFORM"));
+    }
 
     void aReplayedSessionDrivesTheMonitorToTheLiveAggregates()
     {
