@@ -296,9 +296,8 @@ double agentActivationBytes(const JobSpec& spec, int stage)
     case ScheduleKind::DualPipeV: {
         // Walked op by op over the stage's list: a forward adds its chunk's kept bytes, a backward
         // trades them for its stash, a W frees the stash.
-        const Schedule schedule = buildSchedule(shape);
         double peak = 0, held = 0;
-        for (const Op& op : schedule.stages[std::size_t(stage)]) {
+        for (const Op& op : buildStageOps(shape, stage)) {
             const AgentChunkActivations& c = chunks[std::size_t(op.chunk)];
             if (op.kind == OpKind::Forward) {
                 peak = std::max(peak, held + c.forwardPeak);

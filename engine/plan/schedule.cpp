@@ -376,31 +376,6 @@ private:
     std::deque<std::pair<int, int>> m_deferred;   // (micro-batch, chunk) whose W is owed
 };
 
-void buildStage(const ScheduleShape& shape, int stage, std::vector<Op>& ops)
-{
-    StageBuilder builder(shape, stage, ops);
-    switch (shape.kind) {
-    case ScheduleKind::GPipe:
-        buildGPipe(shape, builder);
-        break;
-    case ScheduleKind::OneFOneB:
-        buildOneFOneB(shape, stage, builder);
-        break;
-    case ScheduleKind::Interleaved:
-        buildInterleaved(shape, stage, builder);
-        break;
-    case ScheduleKind::ZeroBubbleH1:
-        buildZeroBubbleH1(shape, stage, builder);
-        break;
-    case ScheduleKind::ZeroBubbleV:
-        buildZeroBubbleV(shape, stage, builder);
-        break;
-    case ScheduleKind::DualPipeV:
-        DualPipeVBuilder(shape, stage, builder).build();
-        break;
-    }
-}
-
 } // namespace
 
 std::string_view scheduleName(ScheduleKind kind)
@@ -529,8 +504,7 @@ int warmupCount(const ScheduleShape& shape, int stage)
     case ScheduleKind::ZeroBubbleV:
     case ScheduleKind::DualPipeV: {
         // Read off the stage's op list (2p, and 2p + 1 on dualpipev's last stage, once m >= 2p).
-        std::vector<Op> ops;
-        buildStage(shape, stage, ops);
+        const std::vector<Op> ops = buildStageOps(shape, stage);
         const auto firstBackward = std::find_if(ops.begin(), ops.end(),
                                                 [](const Op& op) { return op.kind == OpKind::Backward; });
         return int(std::count_if(ops.begin(), firstBackward, [](const Op& op) { return op.kind == OpKind::Forward; }));
@@ -546,13 +520,40 @@ int warmupCount(const ScheduleShape& shape, int stage)
     return 0;
 }
 
+std::vector<Op> buildStageOps(const ScheduleShape& shape, int stage)
+{
+    std::vector<Op> ops;
+    StageBuilder builder(shape, stage, ops);
+    switch (shape.kind) {
+    case ScheduleKind::GPipe:
+        buildGPipe(shape, builder);
+        break;
+    case ScheduleKind::OneFOneB:
+        buildOneFOneB(shape, stage, builder);
+        break;
+    case ScheduleKind::Interleaved:
+        buildInterleaved(shape, stage, builder);
+        break;
+    case ScheduleKind::ZeroBubbleH1:
+        buildZeroBubbleH1(shape, stage, builder);
+        break;
+    case ScheduleKind::ZeroBubbleV:
+        buildZeroBubbleV(shape, stage, builder);
+        break;
+    case ScheduleKind::DualPipeV:
+        DualPipeVBuilder(shape, stage, builder).build();
+        break;
+    }
+    return ops;
+}
+
 Schedule buildSchedule(const ScheduleShape& shape)
 {
     Schedule schedule;
     schedule.shape = shape;
     schedule.stages.resize(static_cast<std::size_t>(shape.stages));
     for (int stage = 0; stage < shape.stages; ++stage)
-        buildStage(shape, stage, schedule.stages[std::size_t(stage)]);
+        schedule.stages[std::size_t(stage)] = buildStageOps(shape, stage);
     return schedule;
 }
 

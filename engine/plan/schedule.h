@@ -79,6 +79,8 @@ struct Schedule {
 
 // Builds the op lists. The shape must already be valid (see validateScheduleShape).
 Schedule buildSchedule(const ScheduleShape& shape);
+// One stage's op list, as buildSchedule builds it, for a caller that needs only that stage.
+std::vector<Op> buildStageOps(const ScheduleShape& shape, int stage);
 
 // Empty when the shape can be scheduled; otherwise why not (Megatron's interleaving rules etc.).
 std::string validateScheduleShape(const ScheduleShape& shape);
