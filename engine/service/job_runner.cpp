@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <ctime>
 #include <filesystem>
 #include <regex>
+#include <thread>
 #include <variant>
 
 #include <unistd.h>
@@ -513,11 +515,23 @@ store::SessionOutcome Run::hostVerdict(const std::vector<std::uint32_t>& lost, c
     // that is this one); a remote host's are out of its sight.
     std::set<char> states;
     bool allSeen = true;
-    for (std::uint32_t r : lost) {
-        const std::optional<char> state = launchedProcessState(r);
-        allSeen = allSeen && state.has_value();
-        if (state)
-            states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
+    const auto look = [&] {
+        states.clear();
+        allSeen = true;
+        for (std::uint32_t r : lost) {
+            const std::optional<char> state = launchedProcessState(r);
+            allSeen = allSeen && state.has_value();
+            if (state)
+                states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
+        }
+    };
+    look();
+    // Processes killed together leave one by one: one still on its way out (running its exit, or
+    // not yet scheduled to on a busy machine) reads as running beside those already gone. Gone is
+    // where they all end, so mixed states with some gone are looked at again for a moment.
+    for (int i = 0; i < 20 && allSeen && states.size() > 1 && states.count('?'); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        look();
     }
     std::string seen = "the host died, froze or lost its network";
     if (allSeen && states.size() == 1) {
