@@ -1,7 +1,7 @@
 #include "timeline/span_kind_legend.h"
 
 #include "timeline/timeline_store.h"
-#include "timeline/timeline_view.h"
+#include "timeline/timeline_style.h"
 
 #include <QImage>
 #include <QPainter>
@@ -47,7 +47,7 @@ SpanKindLegend::SpanKindLegend(QWidget* parent) : QWidget(parent)
             continue;   // idle: the gap entry, last
         const auto same = std::find_if(m_entries.begin(), m_entries.end(), [&](const Entry& entry) {
             return kindClassOf(entry.kinds.front()) == cls &&
-                   TimelineView::kindColor(entry.kinds.front()) == TimelineView::kindColor(kind);
+                   TimelineStyle::kindColor(entry.kinds.front()) == TimelineStyle::kindColor(kind);
         });
         if (same != m_entries.end())
             same->kinds.push_back(kind);
@@ -121,7 +121,7 @@ void SpanKindLegend::paintSwatch(QPainter& painter, const Entry& entry, const QR
         painter.drawRect(rect.adjusted(0, 0, -1, -1));
         return;
     }
-    const QColor color = TimelineView::kindColor(kind);
+    const QColor color = TimelineStyle::kindColor(kind);
     switch (*cls) {
     case KindClass::PointToPoint: {
         // Transfers are the middle third of a row.
@@ -131,7 +131,7 @@ void SpanKindLegend::paintSwatch(QPainter& painter, const Entry& entry, const QR
     }
     case KindClass::DataParallelReduce: {
         // The row painter's hatching, as a repeating tile.
-        const TimelineView::Hatch hatch = TimelineView::hatchOf(color);
+        const TimelineStyle::Hatch hatch = TimelineStyle::hatchOf(color);
         QImage tile(4, 4, QImage::Format_RGB32);
         for (int y = 0; y < 4; ++y)
             for (int x = 0; x < 4; ++x)

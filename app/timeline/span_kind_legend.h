@@ -1,7 +1,7 @@
 #pragma once
 // A one-line key to the timeline's colours: a swatch and a name for each kind of block the
 // TimelineView paints, drawn the way the view draws it (point-to-point transfers as a thin bar,
-// data-parallel reductions hatched) and in its colours (TimelineView::kindColor), so the two can
+// data-parallel reductions hatched) and in its colours (TimelineStyle::kindColor), so the two can
 // never disagree. Kinds the view paints alike share an entry (send and receive of activations);
 // idle time, a gap in the timeline, ends the row as an empty box.
 //

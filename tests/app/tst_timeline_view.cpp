@@ -1,6 +1,6 @@
 // The timeline widget: pixel mapping at several zooms, wheel zoom around the cursor, drag pan,
-// selection zoom, keys, follow-live, tooltips, stage collapse, overlay alignment, and real pixels
-// of a rendered frame.
+// selection zoom, keys, the zoom history's keys and buttons, follow-live, tooltips, stage collapse,
+// overlay alignment, and real pixels of a rendered frame.
 #include "timeline/timeline_view.h"
 
 #include "plan/planner.h"
@@ -82,6 +82,7 @@ private slots:
     void dragPans();
     void shiftDragZoomsToSelection();
     void keysAndHome();
+    void historyKeysAndButtons();
     void followLive();
     void followLiveWindowWithoutAUserRange();
     void tooltipHasEveryField();
@@ -255,6 +256,55 @@ void TestTimelineView::keysAndHome()
     QCOMPARE(view.visibleRange(), Range(800, 2800));
     QTest::keyClick(&view, Qt::Key_Home);
     QCOMPARE(view.visibleRange(), Range(0, 4000));
+}
+
+void TestTimelineView::historyKeysAndButtons()
+{
+    TimelineData data;
+    fillSmall(data);
+    TimelineView view;
+    view.setData(&data);
+    sizePlot(view, 200);
+    const int left = view.plotArea().left();
+    QCOMPARE(view.visibleRange(), Range(0, 4000));
+    view.setVisibleRange(1000, 3000);
+    QTest::keyClick(&view, Qt::Key_Plus);    // 1600 wide about 2000
+    QTest::keyClick(&view, Qt::Key_Right);   // a tenth: 160
+    QCOMPARE(view.visibleRange(), Range(1360, 2960));
+    QTest::keyClick(&view, Qt::Key_Backspace);
+    QCOMPARE(view.visibleRange(), Range(1200, 2800));
+    QTest::keyClick(&view, Qt::Key_Left, Qt::AltModifier);
+    QCOMPARE(view.visibleRange(), Range(1000, 3000));
+    QTest::keyClick(&view, Qt::Key_Backspace);
+    QCOMPARE(view.visibleRange(), Range(0, 4000));
+    QTest::keyClick(&view, Qt::Key_Backspace);   // nothing further back
+    QCOMPARE(view.visibleRange(), Range(0, 4000));
+    QTest::keyClick(&view, Qt::Key_Right, Qt::AltModifier);
+    QTest::keyClick(&view, Qt::Key_Right, Qt::AltModifier);
+    QCOMPARE(view.visibleRange(), Range(1200, 2800));
+    // A drag is one step, and drops the steps ahead: 8 ns per pixel, 50 then 60 px right.
+    QTest::mousePress(&view, Qt::LeftButton, {}, QPoint(left + 100, 80));
+    QTest::mouseMove(&view, QPoint(left + 150, 80));
+    QCOMPARE(view.visibleRange(), Range(800, 2400));
+    QTest::mouseMove(&view, QPoint(left + 160, 80));
+    QTest::mouseRelease(&view, Qt::LeftButton, {}, QPoint(left + 160, 80));
+    QCOMPARE(view.visibleRange(), Range(720, 2320));
+    QTest::keyClick(&view, Qt::Key_Right, Qt::AltModifier);
+    QCOMPARE(view.visibleRange(), Range(720, 2320));
+    // Two wheel notches in a row are one step too; the mouse's back and forward buttons walk it.
+    sendWheel(view, QPoint(left + 100, 80), 120);
+    sendWheel(view, QPoint(left + 100, 80), 120);
+    const Range wheeled = view.visibleRange();
+    QCOMPARE(wheeled.second - wheeled.first,
+             std::llround(std::llround(1600 * std::pow(2.0, -0.25)) * std::pow(2.0, -0.25)));
+    QTest::mouseClick(&view, Qt::BackButton, {}, QPoint(left + 100, 80));
+    QCOMPARE(view.visibleRange(), Range(720, 2320));
+    QTest::keyClick(&view, Qt::Key_Backspace);
+    QCOMPARE(view.visibleRange(), Range(1200, 2800));
+    QTest::mouseClick(&view, Qt::ForwardButton, {}, QPoint(left + 100, 80));
+    QTest::mouseClick(&view, Qt::ForwardButton, {}, QPoint(left + 100, 80));
+    QCOMPARE(view.visibleRange(), wheeled);
+    QVERIFY(!view.followLive());
 }
 
 void TestTimelineView::followLive()

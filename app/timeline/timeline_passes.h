@@ -1,0 +1,85 @@
+#pragma once
+// The timeline's painting as passes over one frame (after Qt Creator's timeline render passes): the
+// view fills a TimelineFrame and runs its passes in order, each drawing its layer over the ones before.
+//   TimelineBackgroundPass  around the rows: the ruler strip, the label column, the space below the
+//                           rows; the placeholder text when there are no spans
+//   TimelineSpansPass       the rows' spans, the overlay's bands, the collapsed stages' summaries,
+//                           micro-batch numbers
+//   TimelineSelectionPass   the shade over a range being selected
+//   TimelineAxisPass        the ruler's ticks and labels, its grid lines over the rows
+//   TimelineLabelsPass      the row labels and stage headers in the label column
+// Only the background pass draws without spans.
+
+#include "timeline/timeline_layout.h"
+#include "timeline/timeline_zoom.h"
+
+#include <QCoreApplication>
+#include <QFont>
+#include <QImage>
+#include <QPalette>
+#include <QRect>
+#include <QStaticText>
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+class QPainter;
+
+namespace meshbench::app {
+
+struct TimelineFrame {
+    QRect widget;      // the whole view
+    QRect plot;        // the time axis: the ruler above it, the label column to its left
+    int scroll = 0;    // the content y at the plot's top
+    TimeScale scale;   // across plot.width()
+    const TimelineLayout* layout = nullptr;
+    const TimelineStore* data = nullptr;   // nullptr when there are no spans
+    const TimelineStore* overlay = nullptr;
+    std::int64_t overlayOffset = 0;
+    QString placeholder;                            // shown without spans
+    std::optional<std::pair<int, int>> selection;   // [x0, x1) being selected
+    QPalette palette;
+    QFont font;
+
+    // Where a line of the layout begins, in widget coordinates.
+    int top(const TimelineLayout::Line& line) const { return plot.top() + line.top - scroll; }
+};
+
+class TimelinePass {
+public:
+    virtual ~TimelinePass() = default;
+    virtual void paint(QPainter& painter, const TimelineFrame& frame) = 0;
+};
+
+class TimelineBackgroundPass : public TimelinePass {
+public:
+    void paint(QPainter& painter, const TimelineFrame& frame) override;
+};
+
+class TimelineSpansPass : public TimelinePass {
+public:
+    void paint(QPainter& painter, const TimelineFrame& frame) override;
+
+private:
+    QImage m_frame;                       // the rows' pixels, kept between paints to spare the allocation
+    std::vector<QStaticText> m_numbers;   // micro-batch labels, made on first use
+};
+
+class TimelineSelectionPass : public TimelinePass {
+public:
+    void paint(QPainter& painter, const TimelineFrame& frame) override;
+};
+
+class TimelineAxisPass : public TimelinePass {
+public:
+    void paint(QPainter& painter, const TimelineFrame& frame) override;
+};
+
+class TimelineLabelsPass : public TimelinePass {
+    Q_DECLARE_TR_FUNCTIONS(TimelineLabelsPass)
+public:
+    void paint(QPainter& painter, const TimelineFrame& frame) override;
+};
+
+}  // namespace meshbench::app
