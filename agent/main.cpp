@@ -17,6 +17,8 @@
 #include "plan/capability.h"
 #include "plan/job_spec.h"
 
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -38,24 +40,6 @@ using namespace meshbench;
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meshbench-agent --job JOB.json [--steps N] [--save DIR] [--save-every N] [--load CHECKPOINT]\n"
-    "                       [--metrics FILE] [--spans FILE] [--threads N] [--telemetry ENDPOINT]\n"
-    "                       [--clock ENDPOINT]\n"
-    "\n"
-    "  --steps N        optimizer steps to run (default: the job's train.steps)\n"
-    "  --save DIR       write DIR/step-NNNNNN.safetensors at the start, every --save-every steps, and at the end\n"
-    "  --load FILE      resume from a checkpoint written by --save\n"
-    "  --metrics FILE   also write one JSON object per step to FILE\n"
-    "  --spans FILE     write every executed op as a span, and memory by category, as JSON lines\n"
-    "                   (FILE.rank<R> for each rank under mpirun)\n"
-    "  --threads N      OpenBLAS threads (default 1)\n"
-    "  --telemetry ENDPOINT\n"
-    "                   stream spans, expert loads, memory, step metrics and heartbeats to a\n"
-    "                   meshbench-engine collector (ZeroMQ, e.g. tcp://host:port)\n"
-    "  --clock ENDPOINT the engine's clock server: the stream then carries this rank's clock offset\n"
-    "                   to the engine's, measured at the start and every few seconds\n";
-
 struct Options {
     std::string job;
     std::optional<int> steps;
@@ -69,24 +53,47 @@ struct Options {
     int threads = 1;
 };
 
-int usageError(const std::string& message)
+// The agent's command line, read into `options`.
+void addOptions(CLI::App& app, Options& options)
 {
-    std::cerr << "meshbench-agent: " << message << "\n" << kUsage;
-    return 2;
+    app.add_option("--job", options.job, "the job spec to train")->required()->type_name("JOB.json");
+    app.add_option_function<int>(
+           "--steps", [&options](int steps) { options.steps = steps; },
+           "optimizer steps to run, up to 1e9 (default: the job's train.steps)")
+        ->check(CLI::Range(0, 1'000'000'000).description(""))
+        ->type_name("N");
+    app.add_option("--save", options.saveDir,
+                   "write DIR/step-NNNNNN.safetensors at the start, every --save-every steps, and at the end")
+        ->type_name("DIR");
+    app.add_option("--save-every", options.saveEvery, "with --save, also save every N steps")
+        ->check(CLI::Range(1, 1'000'000'000).description(""))
+        ->type_name("N");
+    app.add_option("--load", options.load, "resume from a checkpoint that --save wrote")->type_name("CHECKPOINT");
+    app.add_option("--metrics", options.metrics, "also append one JSON object per step to FILE")->type_name("FILE");
+    app.add_option("--spans", options.spans,
+                   "write each executed op and memory by category as JSON lines (FILE.rank<R> under mpirun)")
+        ->type_name("FILE");
+    app.add_option("--threads", options.threads, "OpenBLAS threads (default " + std::to_string(options.threads) + ")")
+        ->check(CLI::Range(1, 1'000'000'000).description(""))
+        ->type_name("N");
+    app.add_option("--telemetry", options.telemetry,
+                   "stream spans, expert loads, memory, steps and heartbeats to an engine's collector (ZeroMQ)")
+        ->type_name("ENDPOINT");
+    app.add_option("--clock", options.clock,
+                   "the engine's clock server: the stream then carries this rank's offset to the engine's clock")
+        ->type_name("ENDPOINT");
 }
 
-bool parseCount(const std::string& text, int minimum, int& out)
+// A wrong command line: what is wrong (an argument no option takes first: it is the likely typo), the
+// usage, and where the options are described.
+std::string failureMessage(const CLI::App* app, const CLI::Error& error)
 {
-    try {
-        std::size_t used = 0;
-        const long value = std::stol(text, &used);
-        if (used != text.size() || value < minimum || value > 1'000'000'000)
-            return false;
-        out = int(value);
-        return true;
-    } catch (const std::exception&) {
-        return false;
-    }
+    std::string what = error.what();
+    if (const std::vector<std::string> left = app->remaining(); !left.empty())
+        what = (left.front().size() > 1 && left.front()[0] == '-' ? "unknown option '" : "unexpected argument '") +
+               left.front() + "'";
+    return app->get_name() + ": " + what + "\n" + CLI::Formatter().make_usage(app, app->get_name()) + "Run '" +
+           app->get_name() + " --help' for the options.\n";
 }
 
 std::string checkpointName(const std::string& dir, int step)
@@ -358,47 +365,18 @@ int main(int argc, char** argv)
 {
     kernels::reexecWithBetterOpenblasCore(argv);
     Options options;
-    const std::vector<std::string> args(argv + 1, argv + argc);
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        const bool hasValue = i + 1 < args.size();
-        if (a == "--help" || a == "-h") {
-            std::cout << kUsage;
-            return 0;
-        }
-        if (a != "--job" && a != "--steps" && a != "--save" && a != "--save-every" && a != "--load" &&
-            a != "--metrics" && a != "--spans" && a != "--threads" && a != "--telemetry" && a != "--clock")
-            return usageError("unknown option '" + a + "'");
-        if (!hasValue)
-            return usageError(a + " needs a value");
-        const std::string& value = args[++i];
-        int count = 0;
-        if (a == "--job") {
-            options.job = value;
-        } else if (a == "--save") {
-            options.saveDir = value;
-        } else if (a == "--load") {
-            options.load = value;
-        } else if (a == "--metrics") {
-            options.metrics = value;
-        } else if (a == "--spans") {
-            options.spans = value;
-        } else if (a == "--telemetry") {
-            options.telemetry = value;
-        } else if (a == "--clock") {
-            options.clock = value;
-        } else if (!parseCount(value, a == "--steps" ? 0 : 1, count)) {
-            return usageError(a + " needs a whole number, got '" + value + "'");
-        } else if (a == "--steps") {
-            options.steps = count;
-        } else if (a == "--save-every") {
-            options.saveEvery = count;
-        } else {
-            options.threads = count;
-        }
+    CLI::App app("runs the training stack: on one device, or as one rank of a job that mpirun started",
+                 "meshbench-agent");
+    app.failure_message(failureMessage);
+    addOptions(app, options);
+    app.footer("exit status: 0 done, 1 a wrong job, checkpoint or data file, 2 a wrong command line,\n"
+               "3 (under mpirun) a collective failed, most often because a peer ended first");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // --help ends here too, with status 0; anything else is a wrong command line.
+        return app.exit(e) == 0 ? 0 : 2;
     }
-    if (options.job.empty())
-        return usageError("--job is required");
     std::optional<agent::MpiRuntime> mpi;
     if (launchedByMpirun())
         mpi.emplace(argc, argv);

@@ -24,9 +24,11 @@ BackendChoice chooseBackend(BackendRequest request, int cpuThreads, int localRan
         return {std::make_unique<CpuBackend>(cpuThreads), "cpu (asked for)", {}};
     const DeviceStatus device = cudaDeviceStatus();
     if (!device.usable) {
+        // A GPU that is there but unusable (too old, or cuBLASLt missing) says its own fix.
         if (request == BackendRequest::Cuda)
             throw KernelError("backend \"cuda\": " + device.description +
-                              "; run on a machine with a GPU, or set backend to \"cpu\" or \"auto\"");
+                              (device.count == 0 ? "; run on a machine with a GPU, or" : "; or") +
+                              " set backend to \"cpu\" or \"auto\"");
         return {std::make_unique<CpuBackend>(cpuThreads), "cpu (auto: " + device.description + ")", {}};
     }
 #if MESHBENCH_HAVE_CUDA

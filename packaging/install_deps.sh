@@ -4,6 +4,10 @@
 # python3-torch is for the tests only: they check that PyTorch reproduces our training losses.
 # clang and libclang-rt-dev (libFuzzer) are for the tests only: the wire decoder's fuzz target.
 # iproute2 and util-linux are for the tests only: the test hosts (network namespaces, unshare).
+# dpkg-dev and lintian are for packaging/build_deb.sh and its test: CPack's dependency scan, and the
+# package's check. help2man writes the man pages from each program's --help at build time.
+# desktop-file-utils and appstream are for the packaging test only: it validates the installed desktop
+# entry and AppStream metadata.
 # slurmctld, slurmd, slurm-client and munge are for the tests only: a single-node Slurm that the
 # tests start under the build folder (tests/slurm/slurm_cluster.sh); the services Debian enables for
 # them are disabled again, since they would start without a configuration.
@@ -16,13 +20,15 @@ packages=(
   libzmq3-dev cppzmq-dev
   openmpi-bin libopenmpi-dev
   libsqlite3-dev sqlite3
-  nlohmann-json3-dev
+  nlohmann-json3-dev libcli11-dev
   libopenblas-dev
   xvfb xauth
   python3-torch python3-numpy
   clang libclang-rt-dev
   iproute2 util-linux
   slurmctld slurmd slurm-client munge
+  dpkg-dev lintian help2man
+  desktop-file-utils appstream
 )
 
 missing=()

@@ -1,8 +1,8 @@
 #include "agent/runtime/nccl_communicator.h"
 
-#include "agent/io/shared_library.h"
 #include "agent/runtime/host_staged_communicator.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/shared_library.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -46,7 +46,7 @@ private:
     static NcclLibrary load()
     {
         NcclLibrary l;
-        SharedLibrary library("libnccl.so.2");
+        kernels::SharedLibrary library("libnccl.so.2");
         if (!library.loaded()) {
             l.description = "libnccl.so.2 not found (" + library.loadError() + "); put NCCL's lib folder on LD_LIBRARY_PATH";
             return l;

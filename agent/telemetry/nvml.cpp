@@ -1,6 +1,6 @@
 #include "nvml.h"
 
-#include "agent/io/shared_library.h"
+#include "kernels/shared_library.h"
 
 #include <string>
 
@@ -38,7 +38,7 @@ struct Nvml::Api {
     }
 };
 
-Nvml::Nvml(const std::string& library) : m_library(std::make_unique<SharedLibrary>(library))
+Nvml::Nvml(const std::string& library) : m_library(std::make_unique<kernels::SharedLibrary>(library))
 {
     if (!m_library->loaded()) {
         m_unavailableReason = "NVML not loaded: " + m_library->loadError();

@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
-namespace meshbench::agent {
-
+namespace meshbench::kernels {
 class SharedLibrary;
+}
+
+namespace meshbench::agent {
 
 // One device's figures; -1 where NVML could not tell.
 struct GpuSample {
@@ -43,7 +45,7 @@ public:
 private:
     struct Api;   // the entry points, resolved from the library
 
-    std::unique_ptr<SharedLibrary> m_library;
+    std::unique_ptr<kernels::SharedLibrary> m_library;
     std::unique_ptr<Api> m_api;  // set once NVML is initialised
     std::string m_unavailableReason;
 };

@@ -1,7 +1,7 @@
 #include "monitor/run_state.h"
 
 #include "live/feed_json.h"
-#include "live/session_spec.h"
+#include "live/session_replay.h"
 
 #include <QStringList>
 
@@ -99,22 +99,18 @@ QString stepTimeText(const live::StepAggregate& step)
 SessionAggregates computeSessionAggregates(const store::SessionReader& reader)
 {
     SessionAggregates out;
-    out.spec = live::sessionSpecAsRun(reader);
-    const plan::Plan plan = plan::makePlan(out.spec);
-    live::LiveAggregator aggregator(out.spec, &plan);
-    const auto keepSteps = [&out](std::vector<live::StepAggregate> steps) {
+    const live::SessionReplay replay(reader);
+    out.spec = replay.spec();
+    live::SessionReplay::Handlers handlers;
+    handlers.steps = [&out](std::vector<live::StepAggregate> steps, bool) {
         for (live::StepAggregate& step : steps)
             out.steps.push_back(std::move(step));
     };
-    reader.forEachRecord([&](std::uint32_t rank, const wire::Record& record) {
-        if (aggregator.add(rank, record) != live::AddOutcome::Accepted)
-            return;
-        keepSteps(aggregator.takeCompletedSteps());
-        if (std::holds_alternative<wire::MemorySampleRecord>(record))
-            for (const live::RankMemory& memory : aggregator.takeChangedMemory())
-                mergeMemory(out.memory, memory);
-    });
-    keepSteps(aggregator.flush());
+    handlers.memory = [&out](std::vector<live::RankMemory> memory) {
+        for (const live::RankMemory& m : memory)
+            mergeMemory(out.memory, m);
+    };
+    replay.play(handlers);
     const store::SessionOutcome outcome = reader.outcome();
     out.phase = phaseOf(outcome.outcome);
     out.cause = QString::fromStdString(outcome.cause);

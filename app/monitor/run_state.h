@@ -50,7 +50,7 @@ struct SessionAggregates {
     std::uint64_t lostRecords = 0;
 };
 
-// Feeds every record of the session in time order to a live::LiveAggregator, as the engine's
+// Plays every record of the session in time order through live::SessionReplay, as the engine's
 // replay does, and keeps what it emits. Reads the whole session: call it on a worker thread for a
 // large one. Throws store::StoreError (an unreadable session) or std::invalid_argument.
 SessionAggregates computeSessionAggregates(const store::SessionReader& reader);

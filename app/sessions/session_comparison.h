@@ -1,42 +1,24 @@
 #pragma once
-// Two sessions side by side (e.g. 1F1B against interleaved): measured bubble, step time, tokens/s,
-// final loss and peak memory per rank, with B's difference from A in percent. A session that
-// cannot be read shows its error inline and leaves the other side (and the widget) usable.
+// Two or more sessions side by side (e.g. 1F1B against interleaved): a table of the measured
+// bubble, step time, tokens/s, final loss and peak memory per rank, with each later session's
+// difference from A in percent, and beside it the same sessions' curves laid over each other
+// (ComparisonChart). A session that cannot be read shows its error inline and leaves the others
+// (and the widget) usable.
 
-#include <QString>
+#include "sessions/compared_session.h"
+
+#include <QStringList>
 #include <QWidget>
 
-#include <cstdint>
 #include <optional>
 #include <vector>
 
 class QLabel;
 class QTableWidget;
 
-namespace meshbench::store {
-class SessionReader;
-}
-
 namespace meshbench::app {
 
-// What the comparison shows of one session. Step figures come from the step metrics (one record
-// per step; a step reported twice counts once). Step 1 carries the warm-up (first-touch
-// allocation, cold caches), so the means leave it out whenever later steps exist.
-struct SessionFigures {
-    QString name;
-    QString layout;
-    int steps = 0;
-    std::optional<double> meanBubble;          // mean of the steps' bubble_ratio
-    std::optional<double> meanStepSeconds;     // mean of end - begin
-    std::optional<double> tokensPerSecond;     // tokens over the steps' summed time
-    std::optional<double> finalLoss;           // the last step's loss
-    // Per rank (index = rank): the largest, over steps, of the sum over categories of each
-    // category's peak in that step (its current bytes where a sample has no peak); nullopt for a
-    // rank without samples.
-    std::vector<std::optional<std::int64_t>> peakMemoryBytes;
-};
-// Throws store::StoreError when the file turns out to be corrupt.
-SessionFigures sessionFigures(const store::SessionReader& session);
+class ComparisonChart;
 
 class SessionComparison : public QWidget {
     Q_OBJECT
@@ -44,23 +26,28 @@ class SessionComparison : public QWidget {
 public:
     explicit SessionComparison(QWidget* parent = nullptr);
 
-    // Column 0 the metric, 1 A, 2 B, 3 B vs A in percent; numbers also under Qt::UserRole (raw
-    // units: ratios, seconds, bytes; the difference in percent).
+    // Column 0 the metric, then one column per session (A, B, ...), then one per later session
+    // ("B vs A", ...) in percent; numbers also under Qt::UserRole (raw units: ratios, seconds, bytes;
+    // the difference in percent).
     QTableWidget* table() const { return m_table; }
+    // The readable sessions' curves.
+    ComparisonChart* chart() const { return m_chart; }
     QString errorText() const;
 
 public slots:
-    // Reads both files (a few queries each) and fills the table; errors go to the inline label,
-    // and the readable side is still shown.
-    void compare(const QString& pathA, const QString& pathB);
+    // Reads every file (the whole session: the chart replays its spans) and fills the table and the
+    // chart; errors go to the inline label, and the readable sessions are still shown.
+    void compare(const QStringList& paths);
+    void compare(const QString& pathA, const QString& pathB) { compare(QStringList{pathA, pathB}); }
     void clear();
 
 private:
-    void fill(const std::optional<SessionFigures>& a, const std::optional<SessionFigures>& b);
+    void fill(const std::vector<std::optional<ComparedSession>>& sessions);
 
     QLabel* m_title = nullptr;
     QLabel* m_error = nullptr;
     QTableWidget* m_table = nullptr;
+    ComparisonChart* m_chart = nullptr;
 };
 
 }  // namespace meshbench::app

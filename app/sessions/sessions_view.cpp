@@ -44,7 +44,7 @@ SessionsView::SessionsView(QWidget* parent)
     m_status->setWordWrap(true);
     m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_open->setToolTip(tr("Replay the selected session in the Monitor"));
-    m_compare->setToolTip(tr("Compare two selected sessions side by side"));
+    m_compare->setToolTip(tr("Compare the selected sessions (two or more): a table and their curves overlaid"));
 
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(m_filter, 1);
@@ -115,7 +115,7 @@ void SessionsView::updateActions()
     m_open->setEnabled(selected == 1);
     m_chrome->setEnabled(selected == 1);
     m_csv->setEnabled(selected == 1);
-    m_compare->setEnabled(selected == 2);
+    m_compare->setEnabled(selected >= 2);
 }
 
 bool SessionsView::selectSession(const QString& path)
@@ -156,12 +156,12 @@ void SessionsView::openSelected()
 void SessionsView::compareSelected()
 {
     const QStringList paths = selectedPaths();
-    if (paths.size() != 2) {
-        showStatus(tr("select exactly two readable sessions to compare"), true);
+    if (paths.size() < 2) {
+        showStatus(tr("select two or more readable sessions to compare"), true);
         return;
     }
-    m_comparison->compare(paths[0], paths[1]);
-    emit compareRequested(paths[0], paths[1]);
+    m_comparison->compare(paths);
+    emit compareRequested(paths);
 }
 
 void SessionsView::exportChromeTrace()

@@ -1,6 +1,6 @@
 #pragma once
 // The Sessions area: the sortable, filterable list of a folder's sessions, with Open (replay in
-// the Monitor), Compare (two selected, shown in the comparison pane below), Export Chrome trace,
+// the Monitor), Compare (two or more selected, shown in the comparison pane below), Export Chrome trace,
 // Export CSV and Refresh; the replay bar sits at the bottom. Errors show in the status line.
 
 #include <QString>
@@ -50,7 +50,7 @@ public slots:
 
 signals:
     void openRequested(const QString& path);
-    void compareRequested(const QString& pathA, const QString& pathB);
+    void compareRequested(const QStringList& paths);
     // An export ended: ok, and what the status line says.
     void exportFinished(bool ok, const QString& message);
 

@@ -1,43 +1,25 @@
 #include "calibrate_command.h"
 
-#include "command_line.h"
-
 #include "live/session_measurements.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "wire/text.h"
 
+#include <CLI/CLI.hpp>
+
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace meshbench::service {
 
 namespace {
 
-constexpr const char* kUsage = "meshbench-engine calibrate SESSION... [--out PROFILE.json]";
-
-}  // namespace
-
-int runCalibrateCommand(const std::vector<std::string>& args)
+int runCalibrate(const std::vector<std::string>& sessions, const std::string& out)
 {
-    std::vector<std::string> sessions;
-    std::string out;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (a == "--out") {
-            if (i + 1 >= args.size())
-                return usageError("--out needs the profile file to write", kUsage);
-            out = args[++i];
-        } else if (!a.empty() && a[0] == '-') {
-            return usageError("unknown option '" + a + "'", kUsage);
-        } else {
-            sessions.push_back(a);
-        }
-    }
-    if (sessions.empty())
-        return usageError("calibrate needs at least one session file", kUsage);
-
     std::vector<plan::MeasuredRun> runs;
     plan::CalibrationResult result;
     try {
@@ -73,6 +55,24 @@ int runCalibrateCommand(const std::vector<std::string>& args)
     }
     std::cout << "profile " << out << " (use it with --profile)\n";
     return 0;
+}
+
+}  // namespace
+
+Command addCalibrateCommand(CLI::App& engine)
+{
+    struct Arguments {
+        std::vector<std::string> sessions;
+        std::string out;
+    };
+    auto args = std::make_shared<Arguments>();
+    CLI::App* calibrate = engine.add_subcommand(
+        "calibrate", "fit the device's and links' rates to sessions' measured spans, for --profile");
+    calibrate->add_option("SESSION", args->sessions, "the session files to fit to")->required()->type_name("");
+    calibrate->add_option("--out", args->out, "write the profile here (default: print it)")->type_name("PROFILE.json");
+    calibrate->footer("exit status: 0 done, 1 a session cannot be read or holds nothing to fit, 2 the command line is "
+                      "wrong,\n5 the profile cannot be written");
+    return {calibrate, [args] { return runCalibrate(args->sessions, args->out); }};
 }
 
 }  // namespace meshbench::service

@@ -1,8 +1,9 @@
 #include "command_line.h"
 
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 #include <csignal>
-#include <iostream>
 #include <stdexcept>
 #include <thread>
 
@@ -10,21 +11,20 @@
 
 namespace meshbench::service {
 
-int usageError(const std::string& message, const char* usage)
+CLI::Validator numberThat(std::function<bool(double)> fits, const std::string& needs)
 {
-    std::cerr << "meshbench-engine: " << message << "\nusage: " << usage << "\n";
-    return 2;
-}
-
-bool parsePositive(const std::string& text, double& out)
-{
-    try {
-        std::size_t used = 0;
-        out = std::stod(text, &used);
-        return used == text.size() && std::isfinite(out) && out >= 0;
-    } catch (const std::exception&) {
-        return false;
-    }
+    return CLI::Validator(
+        [fits = std::move(fits), needs](std::string& text) {
+            try {
+                std::size_t used = 0;
+                const double value = std::stod(text, &used);
+                if (used == text.size() && std::isfinite(value) && fits(value))
+                    return std::string();
+            } catch (const std::exception&) {
+            }
+            return "needs " + needs + ", not '" + text + "'";
+        },
+        "");
 }
 
 const std::atomic<bool>& stopOnSignals()

@@ -1,10 +1,10 @@
 #include "keys_command.h"
 
-#include "command_line.h"
 #include "curve_guard.h"
 
 #include "wire/curve_keys.h"
 
+#include <CLI/CLI.hpp>
 #include <zmq.h>
 
 #include <algorithm>
@@ -13,8 +13,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -25,8 +28,6 @@ namespace meshbench::service {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kUsage = "meshbench-engine keys [--client NAME] | keys --allow PUBLIC_KEY_OR_FILE...";
 
 // A file write that failed: the command's exit status 5.
 struct WriteError : std::runtime_error {
@@ -204,38 +205,16 @@ int allow(const fs::path& dir, const std::vector<std::string>& arguments)
     return 0;
 }
 
-}  // namespace
-
-int runKeysCommand(const std::vector<std::string>& args)
-{
+struct KeysArguments {
     std::string client = wire::kClientKeyName;
-    bool namedClient = false;
-    std::vector<std::string> allowArguments;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (a == "--client" || a == "--allow") {
-            if (i + 1 >= args.size())
-                return usageError(a + " needs a value", kUsage);
-            if (a == "--allow") {
-                allowArguments.push_back(args[++i]);
-                continue;
-            }
-            client = args[++i];
-            namedClient = true;
-            if (!validName(client))
-                return usageError("--client '" + client +
-                                      "': a name is letters, digits, '-', '_' and '.' (not first), at most 64, "
-                                      "and not \"server\"",
-                                  kUsage);
-        } else {
-            return usageError("unknown argument '" + a + "'", kUsage);
-        }
-    }
-    if (namedClient && !allowArguments.empty())
-        return usageError("--client makes a key pair and --allow lets one in: one at a time", kUsage);
+    std::vector<std::string> allow;
+};
+
+int runKeys(const KeysArguments& args)
+{
     const fs::path dir = wire::keyDirectory();
     try {
-        return allowArguments.empty() ? makeKeys(dir, client) : allow(dir, allowArguments);
+        return args.allow.empty() ? makeKeys(dir, args.client) : allow(dir, args.allow);
     } catch (const wire::KeyError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
         return 1;
@@ -243,6 +222,38 @@ int runKeysCommand(const std::vector<std::string>& args)
         std::cerr << "meshbench-engine: " << e.what() << "\n";
         return 5;
     }
+}
+
+}  // namespace
+
+Command addKeysCommand(CLI::App& engine)
+{
+    auto args = std::make_shared<KeysArguments>();
+    CLI::App* keys =
+        engine.add_subcommand("keys", "make CURVE key pairs for serving off loopback, or allow clients' public keys");
+    // option_text: the left column without CLI11's "Excludes:" list.
+    CLI::Option* client =
+        keys->add_option("--client", args->client,
+                         "name the client key pair to make and allow (default " + args->client + "; not with --allow)")
+            ->check(CLI::Validator(
+                [](std::string& name) {
+                    return validName(name) ? std::string()
+                                           : "'" + name +
+                                                 "': a name is letters, digits, '-', '_' and '.' (not "
+                                                 "first), at most 64, and not \"server\"";
+                },
+                ""))
+            ->type_name("NAME")
+            ->option_text("NAME");
+    keys->add_option("--allow", args->allow,
+                     "allow a client's public key (Z85 text or its .key file); repeatable, not with --client")
+        ->type_name("PUBLIC_KEY_OR_FILE")
+        ->excludes(client)
+        ->option_text("PUBLIC_KEY_OR_FILE ...");
+    keys->footer("keys live in $XDG_CONFIG_HOME/meshbench or ~/.config/meshbench\n"
+                 "exit status: 0 done, 1 a key or key file is malformed, 2 the command line is wrong, 5 a key file "
+                 "cannot be written");
+    return {keys, [args] { return runKeys(*args); }};
 }
 
 }  // namespace meshbench::service

@@ -4,13 +4,12 @@
 // key pair, allowing the client pair it makes here; with --allow it adds client public keys to the
 // allow-list.
 
-#include <string>
-#include <vector>
+#include "command_line.h"
 
 namespace meshbench::service {
 
 // Exit status: 0 done; 1 a key or key file is malformed (reported with the fix); 2 the command line
 // is wrong; 5 a key file cannot be written.
-int runKeysCommand(const std::vector<std::string>& args);
+Command addKeysCommand(CLI::App& engine);
 
 }  // namespace meshbench::service

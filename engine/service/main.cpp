@@ -8,87 +8,80 @@
 #include "serve_command.h"
 #include "session_commands.h"
 
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meshbench-engine COMMAND [ARGS]\n"
-    "\n"
-    "  plan   JOB.json [--json] [--unit-costs F,B,W] [--profile PROFILE.json]\n"
-    "         layout, memory per GPU, FLOPs, bubble and step time of the job's layout\n"
-    "  search JOB.json [--top N] [--global-batch SEQUENCES] [--json] [--profile PROFILE.json]\n"
-    "         the fastest layouts that fit the job's cluster\n"
-    "  run    JOB.json [--session FILE] [--steps N] [--one-device] [--collector ENDPOINT]\n"
-    "         [--hostfile FILE] [--mpirun PATH] [--mpi-arg ARG]... [--heartbeat-timeout S]\n"
-    "         [--profile PROFILE.json] [--allow-run-as-root] [--verbose]\n"
-    "         launch the job, show its progress, store its session, print a summary\n"
-    "  calibrate SESSION... [--out PROFILE.json]\n"
-    "         fit the device's and links' rates to sessions' measured spans (--profile takes the result)\n"
-    "  sessions [DIR] [--json]\n"
-    "         stored sessions (default DIR: ~/.local/share/meshbench/sessions)\n"
-    "  export SESSION [--chrome-trace OUT.json] [--csv DIR]\n"
-    "         a session as a Chrome/Perfetto trace, or as CSV tables\n"
-    "  serve  [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR] [--curve] [--allow-run-as-root]\n"
-    "         the daemon the GUI talks to (default tcp://127.0.0.1:5570, live feed on the next port);\n"
-    "         off loopback, or with --curve, only CURVE clients that the allow-list names\n"
-    "  replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT] [--curve]\n"
-    "         re-publish a stored session on the live feed, as if it were running\n"
-    "  keys   [--client NAME] | --allow PUBLIC_KEY_OR_FILE...\n"
-    "         make the engine's and a client's CURVE key pairs in ~/.config/meshbench (or\n"
-    "         $XDG_CONFIG_HOME/meshbench), or add client public keys to its allow-list\n"
-    "\n"
+constexpr const char* kExitStatus =
     "exit status: 0 done, 1 the job spec is wrong or a session cannot be read, 2 the command line is wrong;\n"
     "run: 3 the job failed, 4 it was stopped, 5 it could not be started;\n"
     "export: 5 an output cannot be written; serve, replay: 5 an endpoint cannot be bound or its keys cannot be read;\n"
-    "keys: 1 a key or key file is malformed, 5 a key file cannot be written\n";
+    "keys: 1 a key or key file is malformed, 5 a key file cannot be written\n\n"
+    "'meshbench-engine COMMAND --help' describes a command's arguments";
+
+// A wrong command line: what is wrong (an argument no command takes first: it is the likely typo),
+// then the usage of the command meant, or the whole help when no command was recognised.
+std::string failureMessage(const CLI::Formatter& formatter, const CLI::App* engine, const CLI::Error& error)
+{
+    const std::vector<CLI::App*> chosen = engine->get_subcommands();
+    const CLI::App* command = chosen.empty() ? engine : chosen.front();
+    std::string what = error.what();
+    if (const std::vector<std::string> left = command->remaining(); !left.empty()) {
+        const std::string& first = left.front();
+        what = (first.size() > 1 && first[0] == '-' ? "unknown option '"
+                : command == engine                 ? "unknown command '"
+                                                    : "unexpected argument '") +
+               first + "'";
+    }
+    std::string message = engine->get_name() + ": " + what + "\n";
+    if (command == engine)
+        return message + engine->help();
+    const std::string name = engine->get_name() + " " + command->get_name();
+    return message + formatter.make_usage(command, name) + "Run '" + name + " --help' for its arguments.\n";
+}
 
 }  // namespace
 
 int main(int argc, char** argv)
 {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    if (args.empty()) {
-        std::cerr << kUsage;
-        return 2;
-    }
-    const std::string command = args.front();
-    args.erase(args.begin());
-    if (command == "--help" || command == "-h" || command == "help") {
-        std::cout << kUsage;
-        return 0;
-    }
-    if (command == "--version") {
-        std::cout << "meshbench-engine " MESHBENCH_VERSION "\n";
-        return 0;
-    }
+    using namespace meshbench::service;
+    CLI::App engine("the headless engine: plans layouts, runs jobs into session files, replays and exports them, "
+                    "and serves the GUI",
+                    "meshbench-engine");
+    // Set before the commands are added, which take the formatter and the failure message from it.
+    auto formatter = std::make_shared<CLI::Formatter>();
+    formatter->column_width(34);
+    engine.formatter(formatter);
+    engine.failure_message(
+        [formatter](const CLI::App* app, const CLI::Error& error) { return failureMessage(*formatter, app, error); });
+    engine.set_version_flag("--version", "meshbench-engine " MESHBENCH_VERSION);
+    engine.require_subcommand(1);
+    const std::vector<Command> commands{
+        addPlanCommand(engine),      addSearchCommand(engine),   addRunCommand(engine),
+        addCalibrateCommand(engine), addSessionsCommand(engine), addExportCommand(engine),
+        addServeCommand(engine),     addReplayCommand(engine),   addKeysCommand(engine)};
+    engine.footer(kExitStatus);
     try {
-        if (command == "plan")
-            return meshbench::service::runPlanCommand(args);
-        if (command == "search")
-            return meshbench::service::runSearchCommand(args);
-        if (command == "run")
-            return meshbench::service::runRunCommand(args);
-        if (command == "sessions")
-            return meshbench::service::runSessionsCommand(args);
-        if (command == "export")
-            return meshbench::service::runExportCommand(args);
-        if (command == "serve")
-            return meshbench::service::runServeCommand(args);
-        if (command == "replay")
-            return meshbench::service::runReplayCommand(args);
-        if (command == "calibrate")
-            return meshbench::service::runCalibrateCommand(args);
-        if (command == "keys")
-            return meshbench::service::runKeysCommand(args);
+        engine.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // --help and --version end here too, with status 0; anything else is a wrong command line.
+        return engine.exit(e) == 0 ? 0 : 2;
+    }
+    const CLI::App* chosen = engine.get_subcommands().front();
+    const auto command =
+        std::find_if(commands.begin(), commands.end(), [chosen](const Command& c) { return c.app == chosen; });
+    try {
+        return command->run();
     } catch (const std::exception& e) {
         // Input errors are reported by the commands; anything reaching here is a bug or an
         // exhausted machine, and still deserves a message rather than an abort.
         std::cerr << "meshbench-engine: " << e.what() << "\n";
         return 3;
     }
-    std::cerr << "meshbench-engine: unknown command '" << command << "'\n" << kUsage;
-    return 2;
 }

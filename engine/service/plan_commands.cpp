@@ -1,17 +1,19 @@
 #include "plan_commands.h"
 
-#include "command_line.h"
-
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "plan/search.h"
 #include "wire/text.h"
 
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 namespace meshbench::service {
 
@@ -82,112 +84,134 @@ bool applyProfileFile(const std::string& path, JobSpec& spec)
     return true;
 }
 
-int runPlanCommand(const std::vector<std::string>& args)
+namespace {
+
+// F,B,W of --unit-costs: three finite numbers >= 0, not all zero.
+UnitCosts parseUnitCosts(const std::string& text)
 {
-    const char* usage = "meshbench-engine plan JOB.json [--json] [--unit-costs F,B,W] [--profile PROFILE.json]";
+    std::istringstream list(text);
+    std::vector<double> values;
+    for (std::string item; std::getline(list, item, ',');) {
+        std::size_t used = 0;
+        double value = -1;
+        try {
+            value = std::stod(item, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != item.size() || !std::isfinite(value) || value < 0)
+            throw CLI::ValidationError("--unit-costs", "'" + item + "' is not a non-negative number");
+        values.push_back(value);
+    }
+    if (values.size() != 3 || values[0] + values[1] + values[2] <= 0)
+        throw CLI::ValidationError(
+            "--unit-costs", "needs three non-negative numbers F,B,W, not all zero, e.g. 1,1,1 (not '" + text + "')");
+    return {values[0], values[1], values[2]};
+}
+
+// What plan and search share: the job spec, --json and --profile.
+struct SpecArguments {
     std::string path;
     std::string profile;
     bool json = false;
+};
+
+void addSpecArguments(CLI::App& command, SpecArguments& args)
+{
+    command.add_option("JOB.json", args.path, "the job spec")->required()->type_name("");
+    command.add_flag("--json", args.json, "print one JSON document (the errors too) instead of text");
+    command
+        .add_option("--profile", args.profile, "plan with the device's and links' rates that `calibrate --out` wrote")
+        ->type_name("PROFILE.json");
+}
+
+// The spec (with its profile) when both can be used; nullopt after reporting why not.
+std::optional<SpecFile> loadSpec(const SpecArguments& args, bool layoutMustHold)
+{
+    std::optional<SpecFile> file = loadSpecFile(args.path, args.json, layoutMustHold);
+    if (!file || (!args.profile.empty() && !applyProfileFile(args.profile, file->spec)))
+        return std::nullopt;
+    return file;
+}
+
+struct PlanArguments : SpecArguments {
     std::optional<UnitCosts> unitCosts;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (a == "--json") {
-            json = true;
-        } else if (a == "--profile") {
-            if (i + 1 >= args.size())
-                return usageError("--profile needs the file `meshbench-engine calibrate --out` wrote", usage);
-            profile = args[++i];
-        } else if (a == "--unit-costs") {
-            if (i + 1 >= args.size())
-                return usageError("--unit-costs needs three numbers, e.g. --unit-costs 1,2,1", usage);
-            std::istringstream list(args[++i]);
-            std::string item;
-            std::vector<double> values;
-            double v = 0;
-            while (std::getline(list, item, ','))
-                if (parsePositive(item, v))
-                    values.push_back(v);
-                else
-                    return usageError("--unit-costs: '" + item + "' is not a non-negative number", usage);
-            if (values.size() != 3 || values[0] + values[1] + values[2] <= 0)
-                return usageError("--unit-costs needs three non-negative numbers F,B,W, not all zero, e.g. 1,1,1", usage);
-            unitCosts = UnitCosts{values[0], values[1], values[2]};
-        } else if (!a.empty() && a[0] == '-') {
-            return usageError("unknown option '" + a + "'", usage);
-        } else if (path.empty()) {
-            path = a;
-        } else {
-            return usageError("one job spec at a time ('" + path + "' and '" + a + "')", usage);
-        }
-    }
-    if (path.empty())
-        return usageError("plan needs a job spec", usage);
-    std::optional<SpecFile> file = loadSpecFile(path, json, true);
-    if (!file || (!profile.empty() && !applyProfileFile(profile, file->spec)))
+};
+
+int runPlan(const PlanArguments& args)
+{
+    std::optional<SpecFile> file = loadSpec(args, true);
+    if (!file)
         return 1;
-    const Plan plan = makePlan(file->spec, unitCosts);
+    const Plan plan = makePlan(file->spec, args.unitCosts);
     if (!plan.simulation.completed) {
         // The schedules are built to be deadlock-free; reaching this is a bug in the planner.
         const std::string error = "internal error: the schedule did not complete: " + plan.simulation.error;
         std::cerr << "meshbench-engine: " << error << "\n";
-        if (json)
+        if (args.json)
             std::cout << wire::jsonText(nlohmann::json{{"valid", false}, {"internal_error", error}}, 2) << "\n";
         return 3;
     }
-    std::cout << (json ? wire::jsonText(planToJson(plan), 2) + "\n" : planToText(plan));
+    std::cout << (args.json ? wire::jsonText(planToJson(plan), 2) + "\n" : planToText(plan));
     return 0;
 }
 
-int runSearchCommand(const std::vector<std::string>& args)
-{
-    const char* usage =
-        "meshbench-engine search JOB.json [--top N] [--global-batch SEQUENCES] [--json] [--profile PROFILE.json]";
-    std::string path;
-    std::string profile;
-    bool json = false;
+struct SearchArguments : SpecArguments {
     SearchOptions options;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (a == "--json") {
-            json = true;
-        } else if (a == "--profile") {
-            if (i + 1 >= args.size())
-                return usageError("--profile needs the file `meshbench-engine calibrate --out` wrote", usage);
-            profile = args[++i];
-        } else if (a == "--top" || a == "--global-batch") {
-            const double limit = a == "--top" ? 1000 : 1e9;
-            double v = 0;
-            if (i + 1 >= args.size() || !parsePositive(args[i + 1], v) || v < 1 || v > limit || std::floor(v) != v)
-                return usageError(a + " needs a whole number from 1 to " + (a == "--top" ? "1,000" : "1,000,000,000"),
-                                  usage);
-            ++i;
-            if (a == "--top")
-                options.top = int(v);
-            else
-                options.globalBatch = std::int64_t(v);
-        } else if (!a.empty() && a[0] == '-') {
-            return usageError("unknown option '" + a + "'", usage);
-        } else if (path.empty()) {
-            path = a;
-        } else {
-            return usageError("one job spec at a time ('" + path + "' and '" + a + "')", usage);
-        }
-    }
-    if (path.empty())
-        return usageError("search needs a job spec", usage);
-    std::optional<SpecFile> file = loadSpecFile(path, json, false);
-    if (!file || (!profile.empty() && !applyProfileFile(profile, file->spec)))
+};
+
+int runSearch(const SearchArguments& args)
+{
+    std::optional<SpecFile> file = loadSpec(args, false);
+    if (!file)
         return 1;
-    const SearchResult result = searchLayouts(file->spec, options);
+    const SearchResult result = searchLayouts(file->spec, args.options);
     if (!result.errors.empty()) {
-        if (json)
+        if (args.json)
             std::cout << wire::jsonText(searchToJson(result), 2) << "\n";
         else
             std::cerr << errorsToText(result.errors);
         return 1;
     }
-    std::cout << (json ? wire::jsonText(searchToJson(result), 2) + "\n" : searchToText(result, file->spec));
+    std::cout << (args.json ? wire::jsonText(searchToJson(result), 2) + "\n" : searchToText(result, file->spec));
     return 0;
+}
+
+constexpr const char* kSpecExitStatus =
+    "exit status: 0 done, 1 the job spec or the profile is wrong, 2 the command line is wrong";
+
+}  // namespace
+
+Command addPlanCommand(CLI::App& engine)
+{
+    auto args = std::make_shared<PlanArguments>();
+    CLI::App* plan =
+        engine.add_subcommand("plan", "layout, memory per GPU, FLOPs, bubble and step time of the job's layout");
+    addSpecArguments(*plan, *args);
+    plan->add_option_function<std::string>(
+            "--unit-costs", [args](const std::string& text) { args->unitCosts = parseUnitCosts(text); },
+            "simulate only the schedule, with these forward, backward and weight-gradient costs")
+        ->type_name("F,B,W");
+    plan->footer(kSpecExitStatus);
+    return {plan, [args] { return runPlan(*args); }};
+}
+
+Command addSearchCommand(CLI::App& engine)
+{
+    auto args = std::make_shared<SearchArguments>();
+    CLI::App* search = engine.add_subcommand("search", "the fastest layouts that fit the job's cluster");
+    addSpecArguments(*search, *args);
+    search
+        ->add_option("--top", args->options.top,
+                     "how many layouts to list, 1 to 1000 (default " + std::to_string(args->options.top) + ")")
+        ->check(CLI::Range(1, 1000).description(""))
+        ->type_name("N");
+    search
+        ->add_option("--global-batch", args->options.globalBatch,
+                     "sequences per step, up to 1e9 (default: dp x micro_batch_size x microbatches)")
+        ->check(CLI::Range(std::int64_t(1), std::int64_t(1'000'000'000)).description(""))
+        ->type_name("SEQUENCES");
+    search->footer(kSpecExitStatus);
+    return {search, [args] { return runSearch(*args); }};
 }
 
 }  // namespace meshbench::service

@@ -1,11 +1,12 @@
 #pragma once
 // `meshbench-engine plan` and `meshbench-engine search`.
 
+#include "command_line.h"
+
 #include "plan/job_spec.h"
 
 #include <optional>
 #include <string>
-#include <vector>
 
 namespace meshbench::service {
 
@@ -21,9 +22,9 @@ std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool la
 // wrong and returns false when it cannot be used.
 bool applyProfileFile(const std::string& path, plan::JobSpec& spec);
 
-// Each takes the arguments after the command name and returns the process exit status:
-// 0 done, 1 the job spec is wrong (reported), 2 the command line is wrong (reported).
-int runPlanCommand(const std::vector<std::string>& args);
-int runSearchCommand(const std::vector<std::string>& args);
+// Exit status: 0 done, 1 the job spec is wrong (reported); the engine's app reports a wrong command
+// line (status 2).
+Command addPlanCommand(CLI::App& engine);
+Command addSearchCommand(CLI::App& engine);
 
 }  // namespace meshbench::service

@@ -1,6 +1,5 @@
 #include "run_command.h"
 
-#include "command_line.h"
 #include "job_runner.h"
 #include "plan_commands.h"
 
@@ -8,23 +7,21 @@
 #include "plan/report.h"
 #include "store/session_store.h"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace meshbench::service {
 
 namespace {
-
-constexpr const char* kUsage =
-    "meshbench-engine run JOB.json [--session FILE] [--steps N] [--one-device] [--collector ENDPOINT]\n"
-    "                            [--hostfile FILE] [--mpirun PATH] [--slurm] [--mpi-arg ARG]...\n"
-    "                            [--allow-run-as-root]\n"
-    "                            [--heartbeat-timeout S]\n"
-    "                            [--profile PROFILE.json] [--verbose]";
 
 // A figure the run may not have (yet): "n/a" then.
 std::string optionalNumber(const char* pattern, std::optional<double> value, double scale)
@@ -132,68 +129,29 @@ std::string agentExecutable()
     return "meshbench-agent";
 }
 
-int runRunCommand(const std::vector<std::string>& args)
-{
+namespace {
+
+struct RunArguments {
     RunRequest request;
     std::string jobPath;
     std::string sessionPath;
     std::string profile;
+    std::string hostfile;
+    std::vector<std::string> mpiArgs;
+    double heartbeatSeconds = std::chrono::duration<double>(RunRequest().heartbeatTimeout).count();
     bool verbose = false;
-    bool mpirunAsked = false;   // --mpirun or --hostfile
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        mpirunAsked = mpirunAsked || a == "--mpirun" || a == "--hostfile";
-        const bool takesValue = a == "--session" || a == "--steps" || a == "--collector" || a == "--hostfile" ||
-                                a == "--mpirun" || a == "--mpi-arg" || a == "--heartbeat-timeout" || a == "--profile";
-        if (a == "--one-device") {
-            request.oneDevice = true;
-        } else if (a == "--slurm") {
-            request.slurm = true;
-        } else if (a == "--allow-run-as-root") {
-            request.allowRunAsRoot = true;
-        } else if (a == "--verbose") {
-            verbose = true;
-        } else if (takesValue) {
-            if (i + 1 >= args.size())
-                return usageError(a + " needs a value", kUsage);
-            const std::string& value = args[++i];
-            double number = 0;
-            if (a == "--session") {
-                sessionPath = value;
-            } else if (a == "--profile") {
-                profile = value;
-            } else if (a == "--collector") {
-                request.collectorBind = value;
-            } else if (a == "--hostfile") {
-                request.mpirunArgs.insert(request.mpirunArgs.end(), {"--hostfile", value});
-            } else if (a == "--mpirun") {
-                request.mpirun = value;
-            } else if (a == "--mpi-arg") {
-                request.mpirunArgs.push_back(value);
-            } else if (!parsePositive(value, number)) {
-                return usageError(a + " needs a number, got '" + value + "'", kUsage);
-            } else if (a == "--steps") {
-                if (number > 1e9 || std::floor(number) != number)
-                    return usageError("--steps needs a whole number up to 1,000,000,000", kUsage);
-                request.steps = int(number);
-            } else {
-                if (number < 0.5 || number > 3600)
-                    return usageError("--heartbeat-timeout needs seconds from 0.5 to 3600", kUsage);
-                request.heartbeatTimeout = std::chrono::milliseconds(std::llround(number * 1000));
-            }
-        } else if (!a.empty() && a[0] == '-') {
-            return usageError("unknown option '" + a + "'", kUsage);
-        } else if (jobPath.empty()) {
-            jobPath = a;
-        } else {
-            return usageError("one job at a time ('" + jobPath + "' and '" + a + "')", kUsage);
-        }
-    }
-    if (jobPath.empty())
-        return usageError("run needs a job spec", kUsage);
-    if (request.slurm && mpirunAsked)
-        return usageError("--slurm launches with srun; --mpirun and --hostfile are mpirun's (Slurm places the ranks)",
-                          kUsage);
+};
+
+// mpirunAsked: --mpirun or --hostfile was given.
+int runRun(RunArguments& args, bool mpirunAsked)
+{
+    RunRequest& request = args.request;
+    if (!args.hostfile.empty())
+        request.mpirunArgs = {"--hostfile", args.hostfile};
+    request.mpirunArgs.insert(request.mpirunArgs.end(), args.mpiArgs.begin(), args.mpiArgs.end());
+    request.heartbeatTimeout = std::chrono::milliseconds(std::llround(args.heartbeatSeconds * 1000));
+    const std::string& jobPath = args.jobPath;
+    std::string& sessionPath = args.sessionPath;
     // Inside an allocation (salloc, sbatch) the ranks belong to it: srun, unless mpirun was asked for.
     if (const char* allocation = std::getenv("SLURM_JOB_ID");
         allocation && *allocation && !request.slurm && !mpirunAsked && !request.oneDevice) {
@@ -203,7 +161,7 @@ int runRunCommand(const std::vector<std::string>& args)
 
     // Invalid layouts are refused here, before anything is launched.
     std::optional<SpecFile> file = loadSpecFile(jobPath, false, true);
-    if (!file || (!profile.empty() && !applyProfileFile(profile, file->spec)))
+    if (!file || (!args.profile.empty() && !applyProfileFile(args.profile, file->spec)))
         return 1;
     // So is what the agent of this build would refuse, asked of the layout as it will run.
     if (const std::vector<plan::SpecError> refusals =
@@ -234,7 +192,7 @@ int runRunCommand(const std::vector<std::string>& args)
     // Ctrl-C (or a SIGTERM) stops the job cleanly and marks the session stopped.
     const std::atomic<bool>& stop = stopOnSignals();
 
-    TerminalObserver observer(request.steps.value_or(request.spec.train.steps), verbose);
+    TerminalObserver observer(request.steps.value_or(request.spec.train.steps), args.verbose);
     RunResult result;
     try {
         result = runJob(request, observer, stop);
@@ -251,6 +209,61 @@ int runRunCommand(const std::vector<std::string>& args)
     default:
         return 3;
     }
+}
+
+}  // namespace
+
+Command addRunCommand(CLI::App& engine)
+{
+    auto args = std::make_shared<RunArguments>();
+    RunRequest& request = args->request;
+    CLI::App* run =
+        engine.add_subcommand("run", "launch the job, show its progress, store its session, print a summary");
+    run->add_option("JOB.json", args->jobPath, "the job spec")->required()->type_name("");
+    run->add_option("--session", args->sessionPath,
+                    "store the session here (default: a new file in ~/.local/share/meshbench/sessions)")
+        ->type_name("FILE");
+    run->add_option_function<int>(
+           "--steps", [args](int steps) { args->request.steps = steps; },
+           "steps to run, up to 1e9 (default: the spec's train.steps)")
+        ->check(CLI::Range(0, 1'000'000'000).description(""))
+        ->type_name("N");
+    run->add_flag("--one-device", request.oneDevice, "run the whole global batch in one agent, without mpirun");
+    run->add_option("--collector", request.collectorBind,
+                    "bind the telemetry collector where the agents reach it (default " + request.collectorBind + ")")
+        ->type_name("ENDPOINT");
+    // Excluded options keep their left column short: option_text leaves out CLI11's "Excludes:" list.
+    CLI::Option* hostfile =
+        run->add_option("--hostfile", args->hostfile, "the hosts and slots for mpirun's ranks (not with --slurm)")
+            ->check(CLI::ExistingFile.description(""))
+            ->type_name("FILE")
+            ->option_text("FILE");
+    CLI::Option* mpirun =
+        run->add_option("--mpirun", request.mpirun,
+                        "the mpirun to launch with (default " + request.mpirun + "; not with --slurm)")
+            ->type_name("PATH")
+            ->option_text("PATH");
+    run->add_flag("--slurm", request.slurm,
+                  "launch the ranks with srun, as a Slurm job step (not with --mpirun, --hostfile)")
+        ->excludes(hostfile)
+        ->excludes(mpirun)
+        ->option_text(" ");
+    run->add_option("--mpi-arg", args->mpiArgs, "pass ARG to mpirun (to srun with --slurm); repeatable")
+        ->type_name("ARG");
+    run->add_option("--heartbeat-timeout", args->heartbeatSeconds,
+                    "a rank silent for S seconds, 0.5 to 3600, has failed (default " +
+                        plan::formatNumber("%g", args->heartbeatSeconds) + ")")
+        ->check(numberThat([](double s) { return s >= 0.5 && s <= 3600; }, "seconds from 0.5 to 3600"))
+        ->type_name("S");
+    run->add_option("--profile", args->profile, "plan with the device's and links' rates that `calibrate --out` wrote")
+        ->type_name("PROFILE.json");
+    run->add_flag("--allow-run-as-root", request.allowRunAsRoot,
+                  "pass mpirun --allow-run-as-root when the engine runs as root");
+    run->add_flag("--verbose", args->verbose, "also show the job's own output (it is stored in the session)");
+    run->footer(
+        "exit status: 0 the job completed, 1 the job spec is wrong (nothing launched), 2 the command line is "
+        "wrong,\n3 the job failed, 4 it was stopped, 5 it could not be started; the session is stored from 3 on");
+    return {run, [args, hostfile, mpirun] { return runRun(*args, hostfile->count() > 0 || mpirun->count() > 0); }};
 }
 
 }  // namespace meshbench::service

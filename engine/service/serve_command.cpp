@@ -1,36 +1,31 @@
 #include "serve_command.h"
 
-#include "command_line.h"
 #include "server.h"
 
+#include "plan/report.h"
 #include "store/session_store.h"
+
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <iostream>
+#include <memory>
 #include <optional>
-
+#include <string>
 
 namespace meshbench::service {
 
 namespace {
 
-// --bind/--live/--sessions, shared by serve and replay; returns false (after reporting) on a bad one.
-bool parseEndpointOption(const std::vector<std::string>& args, std::size_t& i, ServeOptions& options, const char* usage,
-                         int& status)
+// --bind, --live and --curve, which serve and replay share.
+void addEndpointOptions(CLI::App& command, ServeOptions& options)
 {
-    const std::string& a = args[i];
-    if (i + 1 >= args.size()) {
-        status = usageError(a + " needs a value", usage);
-        return false;
-    }
-    const std::string& value = args[++i];
-    if (a == "--bind")
-        options.control = value;
-    else if (a == "--live")
-        options.live = value;
-    else
-        options.sessionsDir = value;
-    return true;
+    command.add_option("--bind", options.control, "the control socket, for the GUI (default " + options.control + ")")
+        ->type_name("ENDPOINT");
+    command.add_option("--live", options.live, "the live feed (default: the control endpoint's port + 1)")
+        ->type_name("ENDPOINT");
+    command.add_flag("--curve", options.curve,
+                     "serve CURVE clients only, on loopback too (off loopback it always does)");
 }
 
 // The server bound as asked, or nothing (the reason printed).
@@ -44,27 +39,8 @@ std::optional<Server> startServer(const ServeOptions& options)
     }
 }
 
-}  // namespace
-
-int runServeCommand(const std::vector<std::string>& args)
+int runServe(const ServeOptions& options)
 {
-    const char* usage =
-        "meshbench-engine serve [--bind ENDPOINT] [--live ENDPOINT] [--sessions DIR] [--curve] [--allow-run-as-root]";
-    ServeOptions options;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        int status = 0;
-        if (a == "--bind" || a == "--live" || a == "--sessions") {
-            if (!parseEndpointOption(args, i, options, usage, status))
-                return status;
-        } else if (a == "--curve") {
-            options.curve = true;
-        } else if (a == "--allow-run-as-root") {
-            options.allowRunAsRoot = true;
-        } else {
-            return usageError("unknown argument '" + a + "'", usage);
-        }
-    }
     const std::atomic<bool>& stop = stopOnSignals();
     std::optional<Server> server = startServer(options);
     if (!server)
@@ -77,43 +53,22 @@ int runServeCommand(const std::vector<std::string>& args)
     return 0;
 }
 
-int runReplayCommand(const std::vector<std::string>& args)
-{
-    const char* usage = "meshbench-engine replay SESSION [--speed X] [--bind ENDPOINT] [--live ENDPOINT] [--curve]";
+struct ReplayArguments {
     ServeOptions options;
-    options.exitWhenIdle = true;
     std::string session;
     double speed = 1;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        int status = 0;
-        if (a == "--bind" || a == "--live") {
-            if (!parseEndpointOption(args, i, options, usage, status))
-                return status;
-        } else if (a == "--speed") {
-            if (i + 1 >= args.size() || !parsePositive(args[i + 1], speed) || speed <= 0 || speed > 1e6)
-                return usageError("--speed needs a number above 0 (1 = real time) and at most 1,000,000", usage);
-            ++i;
-        } else if (a == "--curve") {
-            options.curve = true;
-        } else if (!a.empty() && a[0] == '-') {
-            return usageError("unknown option '" + a + "'", usage);
-        } else if (session.empty()) {
-            session = a;
-        } else {
-            return usageError("one session at a time", usage);
-        }
-    }
-    if (session.empty())
-        return usageError("replay needs a session file", usage);
+};
+
+int runReplay(const ReplayArguments& args)
+{
     const std::atomic<bool>& stop = stopOnSignals();
-    std::optional<Server> server = startServer(options);
+    std::optional<Server> server = startServer(args.options);
     if (!server)
         return 5;
     std::string source;
     try {
-        source = server->openReplay(session, speed);
-        std::cout << "replaying " << session << " as " << source << " at " << speed << "x: control "
+        source = server->openReplay(args.session, args.speed);
+        std::cout << "replaying " << args.session << " as " << source << " at " << args.speed << "x: control "
                   << server->controlEndpoint() << ", live feed " << server->liveEndpoint() << std::endl;
     } catch (const store::StoreError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
@@ -127,6 +82,44 @@ int runReplayCommand(const std::vector<std::string>& args)
     }
     std::cout << (stop.load() ? "replay stopped" : "replay ended") << std::endl;
     return 0;
+}
+
+}  // namespace
+
+Command addServeCommand(CLI::App& engine)
+{
+    auto options = std::make_shared<ServeOptions>();
+    CLI::App* serve = engine.add_subcommand("serve", "the daemon the GUI talks to (loopback by default)");
+    addEndpointOptions(*serve, *options);
+    serve
+        ->add_option("--sessions", options->sessionsDir,
+                     "store submitted jobs' sessions here (default: ~/.local/share/meshbench/sessions)")
+        ->type_name("DIR");
+    serve->add_flag("--allow-run-as-root", options->allowRunAsRoot,
+                    "pass mpirun --allow-run-as-root for every job, when run as root");
+    serve->footer("off loopback, or with --curve, only CURVE clients that the allow-list names are served (see keys)\n"
+                  "exit status: 0 stopped, 2 the command line is wrong, 5 an endpoint cannot be bound or its keys "
+                  "cannot be read");
+    return {serve, [options] { return runServe(*options); }};
+}
+
+Command addReplayCommand(CLI::App& engine)
+{
+    auto args = std::make_shared<ReplayArguments>();
+    args->options.exitWhenIdle = true;
+    CLI::App* replay =
+        engine.add_subcommand("replay", "re-publish a stored session on the live feed, as if it were running");
+    replay->add_option("SESSION", args->session, "the session file")->required()->type_name("");
+    replay
+        ->add_option("--speed", args->speed,
+                     "play at X times real time, up to 1e6 (default " + plan::formatNumber("%g", args->speed) + ")")
+        ->check(numberThat([](double x) { return x > 0 && x <= 1e6; },
+                           "a number above 0 (1 = real time) and at most 1,000,000"))
+        ->type_name("X");
+    addEndpointOptions(*replay, args->options);
+    replay->footer("exit status: 0 played to the end or stopped, 1 the session cannot be read, 2 the command line is "
+                   "wrong,\n5 an endpoint cannot be bound or its keys cannot be read");
+    return {replay, [args] { return runReplay(*args); }};
 }
 
 }  // namespace meshbench::service

@@ -6,6 +6,7 @@
 #include "run_command.h"
 #include "session_commands.h"
 
+#include "live/session_replay.h"
 #include "live/session_spec.h"
 #include "plan/capability.h"
 #include "plan/planner.h"
@@ -160,8 +161,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     LivePublisher publisher(context, worker.source);
     // Every page is read once before anything plays (on this thread: a large session takes a while).
     reader->checkStructure();
-    const plan::JobSpec spec = live::sessionSpecAsRun(*reader, session);
-    const plan::Plan plan = plan::makePlan(spec);
+    const live::SessionReplay replay(*reader, session);
     // What the run lost on the way, as a live run reports it when it ends.
     std::uint64_t lost = 0;
     for (const store::RankTraffic& traffic : reader->traffic())
@@ -171,7 +171,6 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
         stepBegins[m.record.step] = m.record.beginNs;
     int fromStep = 0;
     for (;;) {
-        live::LiveAggregator aggregator(spec, &plan);
         // Per pass: a session still being written may have grown since the last one.
         const RunWindow window = runWindow(*reader);
         const std::int64_t from = stepBegins.count(fromStep) ? stepBegins[fromStep] : INT64_MIN;
@@ -189,16 +188,6 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                 }
             lastFlush = Clock::now();
         };
-        auto publishAggregates = [&] {
-            for (const live::StepAggregate& s : aggregator.takeCompletedSteps()) {
-                publisher.step(s);
-                step = s.step;
-                publisher.job({{"state", "playing"}, {"session", session}, {"step", step},
-                               {"speed", worker.speed.load()}});
-            }
-            for (const live::RankMemory& m : aggregator.takeChangedMemory())
-                publisher.memory(m);
-        };
         auto advanceClock = [&] {
             const Clock::time_point now = Clock::now();
             if (!worker.paused.load() && position)
@@ -209,12 +198,13 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
         try {
             const auto previous = stepBegins.find(fromStep - 1);
             const std::int64_t scanFrom = previous != stepBegins.end() ? previous->second : INT64_MIN;
-            reader->forEachRecord([&](std::uint32_t rank, const wire::Record& record) {
+            live::SessionReplay::Handlers handlers;
+            handlers.admit = [&](std::uint32_t rank, const wire::Record& record) {
                 // A seek skips the records of earlier steps, and the others from before the step began.
                 const std::optional<std::int64_t> time = recordTime(record);
                 const std::optional<std::int32_t> recordOfStep = recordStep(record);
                 if (recordOfStep ? *recordOfStep < fromStep : time && *time < from)
-                    return;
+                    return false;
                 if (time) {
                     checkRecordTime(window, session, rank, *time);
                     if (!position)
@@ -231,7 +221,6 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                 }
                 if (worker.stop.load() || worker.seekStep.load() >= 0)
                     throw ReplayInterrupted{};
-                aggregator.add(rank, record);
                 if (const auto* span = std::get_if<wire::SpanRecord>(&record)) {
                     wire::Batch& batch = pendingSpans[rank];
                     batch.rank = rank;
@@ -239,13 +228,28 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                 } else if (const auto* log = std::get_if<wire::LogRecord>(&record)) {
                     publisher.log(rank, log->level, log->text);
                 }
-                publishAggregates();
                 if (Clock::now() - lastFlush > std::chrono::milliseconds(50))
                     flushSpans();
-            }, scanFrom);
+                return true;
+            };
+            handlers.steps = [&](std::vector<live::StepAggregate> steps, bool atEnd) {
+                if (atEnd)
+                    flushSpans();
+                for (const live::StepAggregate& s : steps) {
+                    publisher.step(s);
+                    if (atEnd)
+                        continue;
+                    step = s.step;
+                    publisher.job({{"state", "playing"}, {"session", session}, {"step", step},
+                                   {"speed", worker.speed.load()}});
+                }
+            };
+            handlers.memory = [&](std::vector<live::RankMemory> memory) {
+                for (const live::RankMemory& m : memory)
+                    publisher.memory(m);
+            };
+            replay.play(handlers, scanFrom);
             flushSpans();
-            for (const live::StepAggregate& s : aggregator.flush())
-                publisher.step(s);
             publisher.job({{"state", "ended"}, {"session", session}, {"step", step}, {"lost", lost}});
         } catch (const ReplayInterrupted&) {
         }

@@ -1,18 +1,20 @@
 #include "session_commands.h"
 
-#include "command_line.h"
 #include "job_runner.h"
 
 #include "store/session_export.h"
 #include "store/session_store.h"
 #include "wire/text.h"
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <string>
 
 namespace meshbench::service {
 
@@ -44,21 +46,10 @@ nlohmann::json sessionListingJson(const store::SessionListing& listing)
     return {{"sessions", sessions}, {"unreadable", unreadable}};
 }
 
-int runSessionsCommand(const std::vector<std::string>& args)
+namespace {
+
+int runSessions(std::string dir, bool json)
 {
-    const char* usage = "meshbench-engine sessions [DIR] [--json]";
-    std::string dir;
-    bool json = false;
-    for (const std::string& a : args) {
-        if (a == "--json")
-            json = true;
-        else if (!a.empty() && a[0] == '-')
-            return usageError("unknown option '" + a + "'", usage);
-        else if (dir.empty())
-            dir = a;
-        else
-            return usageError("one directory at a time", usage);
-    }
     store::SessionListing listing;
     // The default folder appears with the first run; until then there is simply nothing to list.
     if (dir.empty()) {
@@ -102,44 +93,31 @@ int runSessionsCommand(const std::vector<std::string>& args)
     return listing.unreadable.empty() ? 0 : 1;
 }
 
-int runExportCommand(const std::vector<std::string>& args)
+struct ExportArguments {
+    std::string session;
+    std::string chrome;
+    std::string csv;
+};
+
+int runExport(const ExportArguments& args)
 {
-    const char* usage = "meshbench-engine export SESSION [--chrome-trace OUT.json] [--csv DIR]";
-    std::string session, chrome, csv;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& a = args[i];
-        if (a == "--chrome-trace" || a == "--csv") {
-            if (i + 1 >= args.size())
-                return usageError(a + " needs a value", usage);
-            (a == "--csv" ? csv : chrome) = args[++i];
-        } else if (!a.empty() && a[0] == '-') {
-            return usageError("unknown option '" + a + "'", usage);
-        } else if (session.empty()) {
-            session = a;
-        } else {
-            return usageError("one session at a time ('" + session + "' and '" + a + "')", usage);
-        }
-    }
-    if (session.empty())
-        return usageError("export needs a session file", usage);
-    if (chrome.empty() && csv.empty())
-        return usageError("say what to export: --chrome-trace OUT.json and/or --csv DIR", usage);
     std::unique_ptr<store::SessionReader> reader;
     try {
-        reader = std::make_unique<store::SessionReader>(session);
+        reader = std::make_unique<store::SessionReader>(args.session);
         reader->checkStructure();
     } catch (const store::StoreError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
         return 1;
     }
     try {
-        if (!chrome.empty()) {
-            store::exportChromeTrace(*reader, chrome);
-            std::cout << "chrome trace " << chrome << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
+        if (!args.chrome.empty()) {
+            store::exportChromeTrace(*reader, args.chrome);
+            std::cout << "chrome trace " << args.chrome
+                      << " (open it in https://ui.perfetto.dev or chrome://tracing)\n";
         }
-        if (!csv.empty()) {
-            store::exportCsv(*reader, csv);
-            std::cout << "csv tables in " << csv << "\n";
+        if (!args.csv.empty()) {
+            store::exportCsv(*reader, args.csv);
+            std::cout << "csv tables in " << args.csv << "\n";
         }
     } catch (const store::ExportError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
@@ -150,6 +128,38 @@ int runExportCommand(const std::vector<std::string>& args)
         return 1;
     }
     return 0;
+}
+
+}  // namespace
+
+Command addSessionsCommand(CLI::App& engine)
+{
+    struct Arguments {
+        std::string dir;
+        bool json = false;
+    };
+    auto args = std::make_shared<Arguments>();
+    CLI::App* sessions = engine.add_subcommand("sessions", "the stored sessions of a folder, newest first");
+    sessions->add_option("DIR", args->dir, "the folder (default: ~/.local/share/meshbench/sessions)")->type_name("");
+    sessions->add_flag("--json", args->json, "print one JSON document instead of a table");
+    sessions->footer("exit status: 0 done, 1 a session cannot be read (listed on stderr), 2 the command line is wrong");
+    return {sessions, [args] { return runSessions(args->dir, args->json); }};
+}
+
+Command addExportCommand(CLI::App& engine)
+{
+    auto args = std::make_shared<ExportArguments>();
+    CLI::App* exporter = engine.add_subcommand("export", "a session as a Chrome/Perfetto trace, or as CSV tables");
+    exporter->add_option("SESSION", args->session, "the session file")->required()->type_name("");
+    CLI::Option_group* outputs = exporter->add_option_group("Outputs", "what to write: one or both");
+    outputs
+        ->add_option("--chrome-trace", args->chrome, "write the Trace Event Format (ui.perfetto.dev, chrome://tracing)")
+        ->type_name("OUT.json");
+    outputs->add_option("--csv", args->csv, "write one CSV file per table into DIR")->type_name("DIR");
+    outputs->require_option(1, 0);
+    exporter->footer("exit status: 0 done, 1 the session cannot be read, 2 the command line is wrong, 5 an output "
+                     "cannot be written");
+    return {exporter, [args] { return runExport(*args); }};
 }
 
 }  // namespace meshbench::service

@@ -1,12 +1,13 @@
 #pragma once
 // `meshbench-engine sessions` and `meshbench-engine export`.
 
+#include "command_line.h"
+
 #include "store/session_store.h"
 
 #include <nlohmann/json.hpp>
 
 #include <string>
-#include <vector>
 
 namespace meshbench::service {
 
@@ -16,7 +17,7 @@ nlohmann::json sessionListingJson(const store::SessionListing& listing);
 
 // Exit status: 0 done; 1 a session could not be read, in part or at all (reported); 2 the command
 // line is wrong; 5 an output could not be written.
-int runSessionsCommand(const std::vector<std::string>& args);
-int runExportCommand(const std::vector<std::string>& args);
+Command addSessionsCommand(CLI::App& engine);
+Command addExportCommand(CLI::App& engine);
 
 }  // namespace meshbench::service

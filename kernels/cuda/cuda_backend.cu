@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/elementwise_math.h"
+#include "kernels/shared_library.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -38,6 +39,69 @@ void check(cublasStatus_t status, const char* what)
     if (status != CUBLAS_STATUS_SUCCESS)
         throw KernelError(std::string("cuda backend: ") + what + ": cuBLASLt status " + std::to_string(int(status)));
 }
+
+// The cuBLASLt entry points used, resolved from libcublasLt.so.13 once per process, so that the
+// binaries start (and the CPU backend runs) where CUDA's libraries are not installed. cublasLt.h
+// gives their types; nothing is linked.
+struct CublasLt {
+    bool loaded = false;
+    std::string problem;   // why not, with the fix
+    decltype(&cublasLtCreate) create = nullptr;
+    decltype(&cublasLtDestroy) destroy = nullptr;
+    decltype(&cublasLtMatmul) matmul = nullptr;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) algoGetHeuristic = nullptr;
+    decltype(&cublasLtMatmulDescCreate) descCreate = nullptr;
+    decltype(&cublasLtMatmulDescDestroy) descDestroy = nullptr;
+    decltype(&cublasLtMatmulDescSetAttribute) descSetAttribute = nullptr;
+    decltype(&cublasLtMatmulPreferenceCreate) preferenceCreate = nullptr;
+    decltype(&cublasLtMatmulPreferenceDestroy) preferenceDestroy = nullptr;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) preferenceSetAttribute = nullptr;
+    decltype(&cublasLtMatrixLayoutCreate) layoutCreate = nullptr;
+    decltype(&cublasLtMatrixLayoutDestroy) layoutDestroy = nullptr;
+
+    static const CublasLt& process()
+    {
+        static const CublasLt library = load();
+        return library;
+    }
+
+private:
+    static CublasLt load()
+    {
+        constexpr const char* kName = "libcublasLt.so.13";
+        CublasLt l;
+        // The loader's path first; then where the CUDA toolkit installs it, for a machine whose
+        // toolkit is not on that path.
+        SharedLibrary library(std::vector<std::string>{kName, std::string("/usr/local/cuda/lib64/") + kName});
+        if (!library.loaded()) {
+            l.problem = std::string(kName) + " not found (" + library.loadError() +
+                        "); install CUDA 13's cuBLASLt (the toolkit, or pip's nvidia-cublas) and put its lib folder "
+                        "on LD_LIBRARY_PATH";
+            return l;
+        }
+        library.resolve("cublasLtCreate", l.create);
+        library.resolve("cublasLtDestroy", l.destroy);
+        library.resolve("cublasLtMatmul", l.matmul);
+        library.resolve("cublasLtMatmulAlgoGetHeuristic", l.algoGetHeuristic);
+        library.resolve("cublasLtMatmulDescCreate", l.descCreate);
+        library.resolve("cublasLtMatmulDescDestroy", l.descDestroy);
+        library.resolve("cublasLtMatmulDescSetAttribute", l.descSetAttribute);
+        library.resolve("cublasLtMatmulPreferenceCreate", l.preferenceCreate);
+        library.resolve("cublasLtMatmulPreferenceDestroy", l.preferenceDestroy);
+        library.resolve("cublasLtMatmulPreferenceSetAttribute", l.preferenceSetAttribute);
+        library.resolve("cublasLtMatrixLayoutCreate", l.layoutCreate);
+        library.resolve("cublasLtMatrixLayoutDestroy", l.layoutDestroy);
+        if (!library.missing().empty()) {
+            l.problem = std::string(kName) + " lacks " + library.missing() + "; install CUDA 13's cuBLASLt";
+            return l;
+        }
+        library.keepLoaded();   // for the process: every backend calls into it until exit
+        l.loaded = true;
+        return l;
+    }
+};
+
+const CublasLt& lt() { return CublasLt::process(); }
 
 constexpr int kThreads = 256;
 
@@ -613,9 +677,11 @@ public:
               },
               [](void* p) { cudaFree(p); })
     {
+        if (!lt().loaded)
+            throw KernelError("cuda backend: " + lt().problem);
         check(cudaSetDevice(device), "cudaSetDevice");
         check(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        check(cublasLtCreate(&m_lt), "cublasLtCreate");
+        check(lt().create(&m_lt), "cublasLtCreate");
         check(cudaMalloc(&m_workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
         check(cudaMalloc(&m_scalar, sizeof(double)), "cudaMalloc");
     }
@@ -625,15 +691,15 @@ public:
         for (cudaEvent_t event : m_marks)
             cudaEventDestroy(event);
         for (const auto& [key, plan] : m_gemmPlans) {
-            cublasLtMatrixLayoutDestroy(plan.out);
-            cublasLtMatrixLayoutDestroy(plan.second);
-            cublasLtMatrixLayoutDestroy(plan.first);
-            cublasLtMatmulDescDestroy(plan.op);
+            lt().layoutDestroy(plan.out);
+            lt().layoutDestroy(plan.second);
+            lt().layoutDestroy(plan.first);
+            lt().descDestroy(plan.op);
         }
         m_allocator.emptyCache();
         cudaFree(m_scalar);
         cudaFree(m_workspace);
-        cublasLtDestroy(m_lt);
+        lt().destroy(m_lt);
         cudaStreamDestroy(m_stream);
     }
 
@@ -746,9 +812,9 @@ public:
     {
         const GemmPlan& plan = gemmPlan({transA, transB, M, N, K, lda, ldb, ldc, A.dtype, B.dtype, C.dtype,
                                          alignmentOf(A.data), alignmentOf(B.data), alignmentOf(C.data)});
-        check(plan.found ? cublasLtMatmul(m_lt, plan.op, &alpha, B.data, plan.first, A.data, plan.second, &beta,
-                                          C.data, plan.out, C.data, plan.out, &plan.heuristic.algo, m_workspace,
-                                          kWorkspaceBytes, m_stream)
+        check(plan.found ? lt().matmul(m_lt, plan.op, &alpha, B.data, plan.first, A.data, plan.second, &beta, C.data,
+                                       plan.out, C.data, plan.out, &plan.heuristic.algo, m_workspace, kWorkspaceBytes,
+                                       m_stream)
                          : CUBLAS_STATUS_NOT_SUPPORTED,
               "cublasLtMatmul");
     }
@@ -1109,24 +1175,24 @@ private:
         // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt multiplies
         // B's and A's column-major views, with N and M swapped; fp32 accumulation for every dtype.
         GemmPlan plan;
-        check(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+        check(lt().descCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
         const cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N, opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-        check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)), "TRANSA");
-        check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)), "TRANSB");
+        check(lt().descSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)), "TRANSA");
+        check(lt().descSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)), "TRANSB");
         const auto u = [](int v) { return uint64_t(v); };
         // The column-major shapes as stored: B is [N, K] (rows x cols) when transposed, else [K, N].
-        check(cublasLtMatrixLayoutCreate(&plan.first, cudaTypeOf(key.b), key.transB ? u(key.K) : u(key.N),
-                                         key.transB ? u(key.N) : u(key.K), key.ldb),
+        check(lt().layoutCreate(&plan.first, cudaTypeOf(key.b), key.transB ? u(key.K) : u(key.N),
+                                key.transB ? u(key.N) : u(key.K), key.ldb),
               "layout B");
-        check(cublasLtMatrixLayoutCreate(&plan.second, cudaTypeOf(key.a), key.transA ? u(key.M) : u(key.K),
-                                         key.transA ? u(key.K) : u(key.M), key.lda),
+        check(lt().layoutCreate(&plan.second, cudaTypeOf(key.a), key.transA ? u(key.M) : u(key.K),
+                                key.transA ? u(key.K) : u(key.M), key.lda),
               "layout A");
-        check(cublasLtMatrixLayoutCreate(&plan.out, cudaTypeOf(key.c), u(key.N), u(key.M), key.ldc), "layout C");
+        check(lt().layoutCreate(&plan.out, cudaTypeOf(key.c), u(key.N), u(key.M), key.ldc), "layout C");
         cublasLtMatmulPreference_t preference = nullptr;
-        check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+        check(lt().preferenceCreate(&preference), "preference");
         const std::size_t workspace = kWorkspaceBytes;
-        check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                   sizeof(workspace)),
+        check(lt().preferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                          sizeof(workspace)),
               "workspace");
         // cuBLASLt's "A" and "B" are our B and A (the swap above); C and D are the same buffer.
         for (const auto& [attribute, alignment] :
@@ -1134,11 +1200,11 @@ private:
               std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignA},
               std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignC},
               std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignC}})
-            check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)), "alignment");
+            check(lt().preferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)), "alignment");
         int found = 0;
-        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(m_lt, plan.op, plan.first, plan.second, plan.out,
-                                                                     plan.out, preference, 1, &plan.heuristic, &found);
-        cublasLtMatmulPreferenceDestroy(preference);
+        const cublasStatus_t status = lt().algoGetHeuristic(m_lt, plan.op, plan.first, plan.second, plan.out, plan.out,
+                                                            preference, 1, &plan.heuristic, &found);
+        lt().preferenceDestroy(preference);
         plan.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
         return m_gemmPlans.emplace(key, plan).first->second;
     }
@@ -1197,6 +1263,8 @@ DeviceStatus probeDevice()
     // The kernels are built for sm_90 (with compute_90 PTX for newer chips).
     if (properties.major < 9)
         return {false, description + ": this build's kernels need compute capability 9.0 (Hopper) or newer", count};
+    if (!lt().loaded)
+        return {false, description + ": " + lt().problem, count};
     return {true, description, count};
 }
 

@@ -48,6 +48,7 @@ private slots:
     void autoSaysWhichBackendAndWhy();
     void badInput_data();
     void badInput();
+    void helpListsEveryOption();
 
 private:
     QString write(const QString& name, const QByteArray& content);
@@ -117,7 +118,8 @@ void TestAgentCli::badInput_data()
     QTest::addColumn<QString>("expected");
     QTest::newRow("no job") << "no job" << 2 << "--job is required";
     QTest::newRow("unknown option") << "unknown option" << 2 << "unknown option '--fast'";
-    QTest::newRow("bad steps") << "bad steps" << 2 << "--steps needs a whole number";
+    QTest::newRow("bad steps") << "bad steps" << 2 << "--steps: Value many not in range 0 to 1000000000";
+    QTest::newRow("value missing") << "value missing" << 2 << "--job: 1 required JOB.json missing";
     QTest::newRow("missing job file") << "missing job file" << 1 << "cannot open job spec";
     QTest::newRow("invalid spec") << "invalid spec" << 1 << "model.layers";
     QTest::newRow("cuda backend, no device") << "cuda backend" << 1
@@ -141,6 +143,8 @@ void TestAgentCli::badInput()
         args = {"--job", job, "--fast"};
     } else if (kind == "bad steps") {
         args = {"--job", job, "--steps", "many"};
+    } else if (kind == "value missing") {
+        args = {"--job"};
     } else if (kind == "missing job file") {
         args = {"--job", m_dir.filePath("absent.json")};
     } else if (kind == "invalid spec") {
@@ -178,6 +182,21 @@ void TestAgentCli::badInput()
     const Run r = agent(args);
     QCOMPARE(r.exitCode, exitCode);
     QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+}
+
+void TestAgentCli::helpListsEveryOption()
+{
+    // --help names every option on a line of its own (the man page is made from this output).
+    const Run r = agent({"--help"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("Usage: meshbench-agent [OPTIONS]\n"), qPrintable(r.out));
+    for (const char* option :
+         {"--job JOB.json", "--steps N", "--save DIR", "--save-every N", "--load CHECKPOINT", "--metrics FILE",
+          "--spans FILE", "--threads N", "--telemetry ENDPOINT", "--clock ENDPOINT"}) {
+        const QRegularExpression line("^  " + QRegularExpression::escape(option) + R"(( REQUIRED)? {2,}\S)",
+                                      QRegularExpression::MultilineOption);
+        QVERIFY2(line.match(r.out).hasMatch(), qPrintable(QString(option) + " is not described in:\n" + r.out));
+    }
 }
 
 QTEST_APPLESS_MAIN(TestAgentCli)

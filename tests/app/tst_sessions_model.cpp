@@ -176,7 +176,7 @@ private slots:
         Folder folder;
         const SessionFigures a = sessionFigures(store::SessionReader(folder.a.toStdString()));
         QCOMPARE(a.name, QStringLiteral("alpha"));
-        QCOMPARE(a.steps, 3);
+        QCOMPARE(int(a.steps.size()), 3);
         QCOMPARE(*a.meanBubble, 0.25);
         QCOMPARE(*a.meanStepSeconds, 1.5);
         QCOMPARE(*a.tokensPerSecond, 2000.0 / 3.0);

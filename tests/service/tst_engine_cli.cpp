@@ -40,6 +40,8 @@ private slots:
     void aHugeScheduleIsPlannedWithoutItsOpList();
     void badCommandLines_data();
     void badCommandLines();
+    void helpListsEveryOption_data();
+    void helpListsEveryOption();
 
 private:
     QString write(const QByteArray& content);
@@ -321,13 +323,30 @@ void TestEngineCli::badCommandLines_data()
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<int>("exitCode");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("no command") << QStringList{} << 2 << "usage";
+    const QString demo = job("demo.json");
+    QTest::newRow("no command") << QStringList{} << 2 << "Usage: meshbench-engine [OPTIONS] SUBCOMMAND";
     QTest::newRow("unknown command") << QStringList{"frobnicate"} << 2 << "unknown command 'frobnicate'";
-    QTest::newRow("plan without job") << QStringList{"plan"} << 2 << "plan needs a job spec";
-    QTest::newRow("unknown option") << QStringList{"plan", job("demo.json"), "--fast"} << 2 << "unknown option '--fast'";
-    QTest::newRow("bad unit costs") << QStringList{"plan", job("demo.json"), "--unit-costs", "1,x,1"} << 2 << "'x'";
-    QTest::newRow("two unit costs") << QStringList{"plan", job("demo.json"), "--unit-costs", "1,1"} << 2 << "three";
-    QTest::newRow("bad top") << QStringList{"search", job("demo.json"), "--top", "0"} << 2 << "--top needs";
+    QTest::newRow("plan without job") << QStringList{"plan"} << 2 << "JOB.json is required";
+    QTest::newRow("two jobs") << QStringList{"plan", demo, "other.json"} << 2 << "unexpected argument 'other.json'";
+    QTest::newRow("unknown option") << QStringList{"plan", demo, "--fast"} << 2 << "unknown option '--fast'";
+    QTest::newRow("bad unit costs") << QStringList{"plan", demo, "--unit-costs", "1,x,1"} << 2
+                                    << "--unit-costs: 'x' is not a non-negative number";
+    QTest::newRow("two unit costs") << QStringList{"plan", demo, "--unit-costs", "1,1"} << 2 << "three";
+    QTest::newRow("zero unit costs") << QStringList{"plan", demo, "--unit-costs", "0,0,0"} << 2 << "not all zero";
+    QTest::newRow("bad top") << QStringList{"search", demo, "--top", "0"} << 2
+                             << "--top: Value 0 not in range 1 to 1000";
+    QTest::newRow("value missing") << QStringList{"run", demo, "--session"} << 2
+                                   << "--session: 1 required FILE missing";
+    QTest::newRow("slurm and mpirun") << QStringList{"run", demo, "--slurm", "--mpirun", "mpirun"} << 2
+                                      << "--mpirun excludes --slurm";
+    QTest::newRow("missing hostfile") << QStringList{"run", demo, "--hostfile", "/nonexistent/hosts"} << 2
+                                      << "--hostfile: File does not exist: /nonexistent/hosts";
+    QTest::newRow("NaN heartbeat") << QStringList{"run", demo, "--heartbeat-timeout", "nan"} << 2
+                                   << "--heartbeat-timeout: needs seconds from 0.5 to 3600, not 'nan'";
+    QTest::newRow("zero speed") << QStringList{"replay", "x.meshbench", "--speed", "0"} << 2
+                                << "--speed: needs a number above 0";
+    QTest::newRow("nothing to export") << QStringList{"export", "x.meshbench"} << 2
+                                       << "At least 1 option from [--chrome-trace,--csv]";
     QTest::newRow("missing file") << QStringList{"plan", "/nonexistent/job.json"} << 1 << "cannot open job spec";
     QTest::newRow("directory") << QStringList{"plan", "/"} << 1 << "/";
 }
@@ -340,6 +359,65 @@ void TestEngineCli::badCommandLines()
     const Run r = engine(args);
     QCOMPARE(r.exitCode, exitCode);
     QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+}
+
+void TestEngineCli::helpListsEveryOption_data()
+{
+    // Each command's --help names every option it takes (the man pages are made from this output).
+    QTest::addColumn<QString>("command");
+    QTest::addColumn<QStringList>("options");
+    QTest::newRow("engine") << QString() << QStringList{"--version", "plan",   "search", "run",    "calibrate",
+                                                        "sessions",  "export", "serve",  "replay", "keys"};
+    QTest::newRow("plan") << "plan"
+                          << QStringList{"JOB.json", "--json", "--unit-costs F,B,W", "--profile PROFILE.json"};
+    QTest::newRow("search") << "search"
+                            << QStringList{"JOB.json", "--json", "--top N", "--global-batch SEQUENCES",
+                                           "--profile PROFILE.json"};
+    QTest::newRow("run") << "run"
+                         << QStringList{"JOB.json",
+                                        "--session FILE",
+                                        "--steps N",
+                                        "--one-device",
+                                        "--collector ENDPOINT",
+                                        "--hostfile FILE",
+                                        "--mpirun PATH",
+                                        "--slurm",
+                                        "--mpi-arg ARG",
+                                        "--heartbeat-timeout S",
+                                        "--profile PROFILE.json",
+                                        "--allow-run-as-root",
+                                        "--verbose"};
+    QTest::newRow("calibrate") << "calibrate" << QStringList{"SESSION", "--out PROFILE.json"};
+    QTest::newRow("sessions") << "sessions" << QStringList{"DIR", "--json"};
+    QTest::newRow("export") << "export" << QStringList{"SESSION", "--chrome-trace OUT.json", "--csv DIR"};
+    QTest::newRow("serve") << "serve"
+                           << QStringList{"--bind ENDPOINT", "--live ENDPOINT", "--sessions DIR", "--curve",
+                                          "--allow-run-as-root"};
+    QTest::newRow("replay") << "replay"
+                            << QStringList{"SESSION", "--speed X", "--bind ENDPOINT", "--live ENDPOINT", "--curve"};
+    QTest::newRow("keys") << "keys" << QStringList{"--client NAME", "--allow PUBLIC_KEY_OR_FILE"};
+}
+
+void TestEngineCli::helpListsEveryOption()
+{
+    QFETCH(QString, command);
+    QFETCH(QStringList, options);
+    const Run r = engine(command.isEmpty() ? QStringList{"--help"} : QStringList{command, "--help"});
+    QCOMPARE(r.exitCode, 0);
+    const QString usage = command.isEmpty() ? "Usage: meshbench-engine [OPTIONS] SUBCOMMAND\n"
+                                            : "Usage: meshbench-engine " + command + " [OPTIONS]";
+    QVERIFY2(r.out.contains(usage), qPrintable(r.out));
+    // One line per option: its name (and value), then its description.
+    for (const QString& option : options) {
+        const QRegularExpression line("^ +" + QRegularExpression::escape(option) + R"(( \.\.\.)?( REQUIRED)? {2,}\S)",
+                                      QRegularExpression::MultilineOption);
+        QVERIFY2(line.match(r.out).hasMatch(), qPrintable(option + " is not described in:\n" + r.out));
+    }
+    if (command.isEmpty()) {
+        const Run version = engine({"--version"});
+        QCOMPARE(version.exitCode, 0);
+        QVERIFY2(version.out.startsWith("meshbench-engine "), qPrintable(version.out));
+    }
 }
 
 QTEST_APPLESS_MAIN(TestEngineCli)

@@ -1,22 +1,31 @@
 #pragma once
 // A library loaded at run time (dlopen) rather than linked, so that one binary starts on machines
-// without it (NCCL, NVML): its entry points are resolved by name, and the first one missing is
-// remembered for the message. Failures are reported, not thrown, so each user phrases them its way.
+// without it (cuBLASLt, NCCL, NVML): its entry points are resolved by name, and the first one
+// missing is remembered for the message. Failures are reported, not thrown, so each user phrases
+// them its way.
 
 #include <dlfcn.h>
 
 #include <string>
 #include <type_traits>
+#include <vector>
 
-namespace meshbench::agent {
+namespace meshbench::kernels {
 
 class SharedLibrary {
 public:
-    explicit SharedLibrary(const std::string& name) : m_handle(dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL))
+    explicit SharedLibrary(const std::string& name) : SharedLibrary(std::vector<std::string>{name}) {}
+    // The first of `candidates` (a soname first, then fixed paths) that loads; the error kept is the
+    // first candidate's.
+    explicit SharedLibrary(const std::vector<std::string>& candidates)
     {
-        if (!m_handle) {
+        for (const std::string& name : candidates) {
+            m_handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (m_handle)
+                return;
             const char* error = dlerror();   // names the library, and why it could not be loaded
-            m_loadError = error ? error : name + ": dlopen failed";
+            if (m_loadError.empty())
+                m_loadError = error ? error : name + ": dlopen failed";
         }
     }
     ~SharedLibrary()
@@ -47,10 +56,10 @@ public:
     void keepLoaded() { m_keepLoaded = true; }
 
 private:
-    void* m_handle;
+    void* m_handle = nullptr;
     std::string m_loadError;
     std::string m_missing;
     bool m_keepLoaded = false;
 };
 
-}  // namespace meshbench::agent
+}  // namespace meshbench::kernels
