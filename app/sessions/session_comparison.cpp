@@ -7,10 +7,13 @@
 #include <QLabel>
 #include <QSplitter>
 #include <QTableWidget>
+#include <QThread>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 
 namespace meshbench::app {
 
@@ -82,8 +85,18 @@ QString SessionComparison::errorText() const
     return m_error->isHidden() ? QString() : m_error->text();
 }
 
+SessionComparison::~SessionComparison()
+{
+    // A reader holds only its own copies, but reports to this widget: it ends first, unreported.
+    for (QThread* reader : m_readers) {
+        reader->wait();
+        delete reader;
+    }
+}
+
 void SessionComparison::clear()
 {
+    ++m_generation;
     m_title->setText(tr("Select two or more sessions and press Compare."));
     m_error->clear();
     m_error->hide();
@@ -93,29 +106,54 @@ void SessionComparison::clear()
     m_chart->setSessions({});
 }
 
+struct SessionComparison::Loaded {
+    QStringList titles, errors;
+    std::vector<std::optional<ComparedSession>> sessions;
+};
+
 void SessionComparison::compare(const QStringList& paths)
 {
-    QStringList errors, titles;
-    std::vector<std::optional<ComparedSession>> sessions;
-    std::vector<ComparedSession> readable;
-    for (int i = 0; i < paths.size(); ++i) {
-        const QString side = i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1);
-        try {
-            ComparedSession session = loadComparedSession(paths[i]);
-            titles << tr("%1: %2  (%3)").arg(side, session.figures.name, session.figures.layout) +
-                          (session.planProblem.isEmpty() ? QString() : tr("; no plan: %1").arg(session.planProblem));
-            sessions.push_back(session);
-            readable.push_back(std::move(session));
-        } catch (const std::exception& e) {
-            errors << tr("%1: %2").arg(side, QString::fromUtf8(e.what()));
-            titles << tr("%1: %2").arg(side, paths[i]);
-            sessions.push_back(std::nullopt);
+    const int generation = ++m_generation;
+    m_title->setText(tr("Reading %n session(s)…", nullptr, int(paths.size())));
+    auto loaded = std::make_shared<Loaded>();
+    QThread* reader = QThread::create([paths, loaded] {
+        for (int i = 0; i < paths.size(); ++i) {
+            const QString side = i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1);
+            try {
+                ComparedSession session = loadComparedSession(paths[i]);
+                loaded->titles << tr("%1: %2  (%3)").arg(side, session.figures.name, session.figures.layout) +
+                                      (session.planProblem.isEmpty() ? QString()
+                                                                     : tr("; no plan: %1").arg(session.planProblem));
+                loaded->sessions.push_back(std::move(session));
+            } catch (const std::exception& e) {
+                loaded->errors << tr("%1: %2").arg(side, QString::fromUtf8(e.what()));
+                loaded->titles << tr("%1: %2").arg(side, paths[i]);
+                loaded->sessions.push_back(std::nullopt);
+            }
         }
-    }
-    m_title->setText(titles.join(QLatin1Char('\n')));
-    m_error->setText(errors.join(QLatin1Char('\n')));
-    m_error->setVisible(!errors.isEmpty());
-    fill(sessions);
+    });
+    m_readers.push_back(reader);
+    connect(reader, &QThread::finished, this, [this, reader, loaded, generation] {
+        m_readers.erase(std::find(m_readers.begin(), m_readers.end(), reader));
+        reader->deleteLater();
+        if (generation != m_generation)
+            return;
+        display(*loaded);
+        emit compared();
+    });
+    reader->start();
+}
+
+void SessionComparison::display(const Loaded& loaded)
+{
+    m_title->setText(loaded.titles.join(QLatin1Char('\n')));
+    m_error->setText(loaded.errors.join(QLatin1Char('\n')));
+    m_error->setVisible(!loaded.errors.isEmpty());
+    fill(loaded.sessions);
+    std::vector<ComparedSession> readable;
+    for (const std::optional<ComparedSession>& session : loaded.sessions)
+        if (session)
+            readable.push_back(*session);
     m_chart->setSessions(std::move(readable));
 }
 

@@ -2,8 +2,9 @@
 // Two or more sessions side by side (e.g. 1F1B against interleaved): a table of the measured
 // bubble, step time, tokens/s, final loss and peak memory per rank, with each later session's
 // difference from A in percent, and beside it the same sessions' curves laid over each other
-// (ComparisonChart). A session that cannot be read shows its error inline and leaves the others
-// (and the widget) usable.
+// (ComparisonChart). The sessions are read off the GUI thread (the chart replays each one's spans);
+// compared() says when the table and chart show them. A session that cannot be read shows its error
+// inline and leaves the others (and the widget) usable.
 
 #include "sessions/compared_session.h"
 
@@ -15,6 +16,7 @@
 
 class QLabel;
 class QTableWidget;
+class QThread;
 
 namespace meshbench::app {
 
@@ -25,6 +27,7 @@ class SessionComparison : public QWidget {
 
 public:
     explicit SessionComparison(QWidget* parent = nullptr);
+    ~SessionComparison() override;
 
     // Column 0 the metric, then one column per session (A, B, ...), then one per later session
     // ("B vs A", ...) in percent; numbers also under Qt::UserRole (raw units: ratios, seconds, bytes;
@@ -35,19 +38,27 @@ public:
     QString errorText() const;
 
 public slots:
-    // Reads every file (the whole session: the chart replays its spans) and fills the table and the
-    // chart; errors go to the inline label, and the readable sessions are still shown.
+    // Reads every file on a worker thread (the whole session: the chart replays its spans), then
+    // fills the table and the chart and emits compared(); errors go to the inline label, and the
+    // readable sessions are still shown. A newer compare() or clear() supersedes one under way.
     void compare(const QStringList& paths);
     void compare(const QString& pathA, const QString& pathB) { compare(QStringList{pathA, pathB}); }
     void clear();
 
+signals:
+    void compared();
+
 private:
+    struct Loaded;
+    void display(const Loaded& loaded);
     void fill(const std::vector<std::optional<ComparedSession>>& sessions);
 
     QLabel* m_title = nullptr;
     QLabel* m_error = nullptr;
     QTableWidget* m_table = nullptr;
     ComparisonChart* m_chart = nullptr;
+    int m_generation = 0;              // of the latest compare() or clear(); older results are dropped
+    std::vector<QThread*> m_readers;   // still reading; waited for on destruction
 };
 
 }  // namespace meshbench::app

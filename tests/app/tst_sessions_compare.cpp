@@ -17,6 +17,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QSignalSpy>
 #include <QTableWidget>
 #include <QtTest>
 
@@ -172,6 +173,14 @@ std::optional<double> storedValue(const wire::StepMetricsRecord& step, Figure fi
     }
 }
 
+// Compares and waits for the table and chart to show the sessions.
+bool compareAndWait(SessionComparison& comparison, const QStringList& paths)
+{
+    QSignalSpy compared(&comparison, &SessionComparison::compared);
+    comparison.compare(paths);
+    return compared.wait(60'000);
+}
+
 bool close(double a, double b)
 {
     return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)});
@@ -206,7 +215,7 @@ private slots:
         SessionComparison comparison;
         comparison.resize(1400, 700);
         comparison.show();
-        comparison.compare({m_demo, m_variant});
+        QVERIFY(compareAndWait(comparison, {m_demo, m_variant}));
         QVERIFY2(comparison.errorText().isEmpty(), qPrintable(comparison.errorText()));
         ComparisonChart& chart = *comparison.chart();
         QCOMPARE(int(chart.sessions().size()), 2);
@@ -256,7 +265,7 @@ private slots:
         SessionComparison comparison;
         comparison.resize(1400, 700);
         comparison.show();
-        comparison.compare({m_demo, m_variant});
+        QVERIFY(compareAndWait(comparison, {m_demo, m_variant}));
         ComparisonChart& chart = *comparison.chart();
 
         chart.setFigure(Figure::StageBubble);
@@ -306,7 +315,7 @@ private slots:
     void aThirdSessionGetsItsOwnColumnsAndCurves()
     {
         SessionComparison comparison;
-        comparison.compare({m_demo, m_variant, m_demo});
+        QVERIFY(compareAndWait(comparison, {m_demo, m_variant, m_demo}));
         QCOMPARE(comparison.table()->columnCount(), 1 + 3 + 2);
         QCOMPARE(comparison.table()->horizontalHeaderItem(5)->text(), QStringLiteral("C vs A"));
         QCOMPARE(int(comparison.chart()->sessions().size()), 3);

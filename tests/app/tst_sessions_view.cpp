@@ -115,8 +115,10 @@ private slots:
 
         selectRows(*view.table(), {QStringLiteral("alpha"), QStringLiteral("beta")});
         QVERIFY(compare->isEnabled() && !open->isEnabled());
+        QSignalSpy shown(view.comparison(), &SessionComparison::compared);
         QTest::mouseClick(compare, Qt::LeftButton);
         QCOMPARE(compared.count(), 1);
+        QVERIFY(shown.wait(30'000));   // read off the GUI thread
         const QStringList comparedPaths = compared.first().at(0).toStringList();
         QCOMPARE(QSet<QString>(comparedPaths.begin(), comparedPaths.end()), QSet<QString>({a, b}));
         QVERIFY(view.comparison()->table()->rowCount() >= 5);
