@@ -20,7 +20,8 @@ namespace meshbench::app {
 
 MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
     : QWidget(parent), m_client(client), m_state(new RunState(this)), m_data(new TimelineData(this)),
-      m_predicted(new TimelineData(this)), m_timeline(new TimelineView), m_charts(new MonitorCharts), m_findings(new QListWidget),
+      m_predicted(new TimelineData(this)), m_timeline(new TimelineView), m_legend(new SpanKindLegend),
+      m_charts(new MonitorCharts), m_findings(new QListWidget),
       m_title(new QLabel(tr("No run yet: launch the designed job (Ctrl+R) or open a session.")))
 {
     m_title->setWordWrap(true);
@@ -50,7 +51,7 @@ MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
     auto* timelineLayout = new QVBoxLayout(timelineBox);
     timelineLayout->setContentsMargins(0, 0, 0, 0);
     timelineLayout->setSpacing(2);
-    timelineLayout->addWidget(new SpanKindLegend);
+    timelineLayout->addWidget(m_legend);
     timelineLayout->addWidget(m_timeline, 1);
 
     auto* split = new QSplitter(Qt::Vertical);
@@ -137,8 +138,12 @@ bool MonitorPage::showSession(const QString& path, QString* error)
 
 void MonitorPage::markOverlappedPairs()
 {
-    if (const auto& plan = m_state->plan())
-        m_data->setOverlappedOps(overlappedOpsOf(plan->schedule));
+    const auto& plan = m_state->plan();
+    if (!plan)
+        return;
+    const auto overlapped = overlappedOpsOf(plan->schedule);
+    m_data->setOverlappedOps(overlapped);
+    m_legend->setScheduleMarks(plan->spec.parallel.virtualStages > 1, !overlapped.empty());
 }
 
 void MonitorPage::updateFindings()

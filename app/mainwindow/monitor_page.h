@@ -22,6 +22,7 @@ namespace meshbench::app {
 class EngineClient;
 class MonitorCharts;
 class RunState;
+class SpanKindLegend;
 class TimelineData;
 class TimelineView;
 
@@ -38,6 +39,7 @@ public:
 
     RunState* runState() const { return m_state; }
     TimelineView* timeline() const { return m_timeline; }
+    SpanKindLegend* legend() const { return m_legend; }
     MonitorCharts* charts() const { return m_charts; }
     QListWidget* findings() const { return m_findings; }
     const QString& source() const { return m_source; }
@@ -58,6 +60,7 @@ private:
     TimelineData* m_data;
     TimelineData* m_predicted;   // the plan's simulated step, laid over the latest measured one
     TimelineView* m_timeline;
+    SpanKindLegend* m_legend;
     MonitorCharts* m_charts;
     QListWidget* m_findings;
     QLabel* m_title;

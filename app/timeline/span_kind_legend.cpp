@@ -58,6 +58,20 @@ SpanKindLegend::SpanKindLegend(QWidget* parent) : QWidget(parent)
     setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Fixed);
 }
 
+void SpanKindLegend::setScheduleMarks(bool laterChunks, bool overlappedPairs)
+{
+    m_entries.erase(std::remove_if(m_entries.begin(), m_entries.end(),
+                                   [](const Entry& entry) { return entry.mark != Mark::None; }),
+                    m_entries.end());
+    if (laterChunks)
+        m_entries.push_back({{wire::SpanKind::Forward}, tr("later chunk (lighter)"), Mark::LaterChunk});
+    if (overlappedPairs)
+        m_entries.push_back(
+            {{wire::SpanKind::Forward, wire::SpanKind::Backward}, tr("F&B pair (dark border)"), Mark::OverlappedPair});
+    updateGeometry();
+    update();
+}
+
 int SpanKindLegend::lineHeight() const
 {
     return std::max(fontMetrics().height(), kSwatchHeight) + 4;
@@ -113,6 +127,24 @@ int SpanKindLegend::heightForWidth(int width) const
 void SpanKindLegend::paintSwatch(QPainter& painter, const Entry& entry, const QRect& rect) const
 {
     const wire::SpanKind kind = entry.kinds.front();
+    const QRect left(rect.left(), rect.top(), rect.width() / 2, rect.height());
+    const QRect right(left.right() + 1, rect.top(), rect.width() - left.width(), rect.height());
+    switch (entry.mark) {
+    case Mark::LaterChunk:
+        // Chunk 0 then chunk 1 of the same kind, as the view shades them.
+        painter.fillRect(left, TimelineStyle::chunkColor(kind, 0));
+        painter.fillRect(right, TimelineStyle::chunkColor(kind, 1));
+        return;
+    case Mark::OverlappedPair:
+        // The pair's forward and backward halves inside the one border the view draws round them.
+        painter.fillRect(left, TimelineStyle::kindColor(entry.kinds[0]));
+        painter.fillRect(right, TimelineStyle::kindColor(entry.kinds[1]));
+        painter.setPen(TimelineStyle::pairBorderColor());
+        painter.drawRect(rect.adjusted(0, 0, -1, -1));
+        return;
+    case Mark::None:
+        break;
+    }
     const std::optional<KindClass> cls = kindClassOf(kind);
     if (!cls) {
         // The timeline shows idle time as the row's background.

@@ -3,7 +3,9 @@
 // TimelineView paints, drawn the way the view draws it (point-to-point transfers as a thin bar,
 // data-parallel reductions hatched) and in its colours (TimelineStyle::kindColor), so the two can
 // never disagree. Kinds the view paints alike share an entry (send and receive of activations);
-// idle time, a gap in the timeline, ends the row as an empty box.
+// idle time, a gap in the timeline, ends the row as an empty box. A schedule with several model
+// chunks per stage (interleaved, the V schedules) adds the shading of later chunks, and one with
+// overlapped F&B pairs (DualPipeV) the pair's border (setScheduleMarks).
 //
 // The entries flow left to right and wrap onto more lines only when the widget is too narrow
 // (heightForWidth): at 1000 px it is a single line as tall as the text.
@@ -19,12 +21,18 @@ namespace meshbench::app {
 class SpanKindLegend : public QWidget {
     Q_OBJECT
 public:
+    // How a schedule's blocks are told apart beyond their kind.
+    enum class Mark { None, LaterChunk, OverlappedPair };
     struct Entry {
         std::vector<wire::SpanKind> kinds;   // painted alike; Idle alone for the gap entry
         QString name;
+        Mark mark = Mark::None;              // a mark entry shows the kinds its swatch is made of
     };
 
     explicit SpanKindLegend(QWidget* parent = nullptr);
+
+    // The mark entries after the kinds: later chunks' lighter shades, the F&B pair's border.
+    void setScheduleMarks(bool laterChunks, bool overlappedPairs);
 
     const std::vector<Entry>& entries() const { return m_entries; }
     // Where entry `index`'s swatch is drawn at the widget's current width.

@@ -4,6 +4,7 @@
 #include "mainwindow/main_window.h"
 #include "mainwindow/monitor_page.h"
 #include "monitor/run_state.h"
+#include "timeline/span_kind_legend.h"
 
 #include <QtTest>
 
@@ -11,10 +12,43 @@
 #include <QMessageBox>
 #include <QTabWidget>
 
+#include <algorithm>
 #include <fstream>
 
 using namespace meshbench;
 using namespace meshbench::app;
+
+namespace {
+
+// A session of the demo's 8 ranks with `schedule` (its other settings kept), one step long.
+QString writeDemoSession(const QTemporaryDir& dir, const std::string& schedule)
+{
+    std::ifstream in(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json");
+    std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string from = "\"schedule\": \"1f1b\"";
+    spec.replace(spec.find(from), from.size(), "\"schedule\": " + schedule);
+    const std::string name = schedule.substr(1, schedule.find('"', 1) - 1);   // the schedule's name
+    const QString path = dir.filePath(QString::fromStdString("demo-" + name + ".meshbench"));
+    store::SessionHeader header;
+    header.name = "demo";
+    header.jobSpec = spec;
+    for (int r = 0; r < 8; ++r)
+        header.ranks.push_back(store::RankInfo{r, 0, r / 4, 0, 0, 0, r, "host", 1 + r});
+    store::SessionWriter writer(path.toStdString(), header);
+    wire::Batch batch{0, 0, {}};
+    batch.records.emplace_back(wire::StepMetricsRecord{1, 0, 1'000'000'000, 4.5, 0.02, 1, 1e-3, 1024, 0, 1024});
+    writer.append(std::move(batch));
+    writer.setOutcome({store::Outcome::Completed, "", -1, 2});
+    return path;
+}
+
+int marks(const SpanKindLegend& legend, SpanKindLegend::Mark mark)
+{
+    return int(std::count_if(legend.entries().begin(), legend.entries().end(),
+                             [mark](const SpanKindLegend::Entry& e) { return e.mark == mark; }));
+}
+
+}  // namespace
 
 class TestMainWindowOpen : public QObject {
     Q_OBJECT
@@ -79,6 +113,24 @@ private slots:
         QCOMPARE(state->steps().size(), 1u);
         QCOMPARE(*state->steps().front().loss, 4.5);
         QCOMPARE(state->phase(), RunPhase::Completed);
+    }
+
+    // The timeline's key names the marks of the schedule shown: DualPipeV's chunk shades and F&B
+    // pair borders, then none for 1F1B.
+    void theLegendNamesTheSchedulesMarks()
+    {
+        QTemporaryDir dir;
+        MainWindow window(nullptr);
+        const SpanKindLegend& legend = *window.monitor()->legend();
+        QVERIFY(window.openFile(writeDemoSession(dir, "\"dualpipev\", \"virtual_stages\": 2")));
+        QCOMPARE(marks(legend, SpanKindLegend::Mark::LaterChunk), 1);
+        QCOMPARE(marks(legend, SpanKindLegend::Mark::OverlappedPair), 1);
+        QVERIFY(window.openFile(writeDemoSession(dir, "\"interleaved\", \"virtual_stages\": 2")));
+        QCOMPARE(marks(legend, SpanKindLegend::Mark::LaterChunk), 1);
+        QCOMPARE(marks(legend, SpanKindLegend::Mark::OverlappedPair), 0);
+        QVERIFY(window.openFile(writeDemoSession(dir, "\"1f1b\"")));
+        QCOMPARE(marks(legend, SpanKindLegend::Mark::LaterChunk), 0);
+        QCOMPARE(marks(legend, SpanKindLegend::Mark::OverlappedPair), 0);
     }
 };
 

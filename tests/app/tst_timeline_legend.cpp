@@ -4,6 +4,7 @@
 // text follows the palette.
 #include "timeline/span_kind_legend.h"
 #include "timeline/timeline_store.h"
+#include "timeline/timeline_style.h"
 #include "timeline/timeline_view.h"
 
 #include <QtTest>
@@ -90,6 +91,40 @@ private Q_SLOTS:
         QCOMPARE(int(classes.size()), app::kKindClasses);
         // Send and receive of a tensor share an entry; activations and gradients differ in colour.
         QCOMPARE(legend.entries().size(), std::size_t(8));
+    }
+
+    // A schedule's marks come after the kinds, drawn as the view draws them: chunk 0 then chunk 1 of
+    // the forward colour, and the forward and backward halves of an F&B pair inside its border.
+    void scheduleMarksAreDrawnAsTheViewDrawsThem()
+    {
+        using Mark = SpanKindLegend::Mark;
+        SpanKindLegend legend;
+        const std::size_t kinds = legend.entries().size();
+        legend.setScheduleMarks(true, true);
+        QCOMPARE(legend.entries().size(), kinds + 2);
+        QCOMPARE(legend.entries()[kinds].mark, Mark::LaterChunk);
+        QCOMPARE(legend.entries()[kinds + 1].mark, Mark::OverlappedPair);
+        const QImage image = render(legend, 1200);
+        const QRect chunk = legend.swatchRect(kinds);
+        const int y = chunk.center().y();   // the marks may wrap onto a line of their own
+        QCOMPARE(image.pixel(chunk.left() + 1, y) & 0xffffff, rgb(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 0)));
+        QCOMPARE(image.pixel(chunk.right() - 1, y) & 0xffffff, rgb(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 1)));
+        QVERIFY(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 1) != app::TimelineStyle::kindColor(wire::SpanKind::Forward));
+        const QRect pair = legend.swatchRect(kinds + 1);
+        const QRgb border = rgb(app::TimelineStyle::pairBorderColor());
+        for (const QPoint& edge : {pair.topLeft(), pair.bottomRight(), QPoint(pair.center().x(), pair.top())})
+            QCOMPARE(image.pixel(edge) & 0xffffff, border);
+        QCOMPARE(image.pixel(pair.left() + 2, pair.center().y()) & 0xffffff, rgb(TimelineView::kindColor(wire::SpanKind::Forward)));
+        QCOMPARE(image.pixel(pair.right() - 2, pair.center().y()) & 0xffffff, rgb(TimelineView::kindColor(wire::SpanKind::Backward)));
+
+        // Set again for another schedule: only what it has, never twice.
+        legend.setScheduleMarks(false, true);
+        QCOMPARE(legend.entries().size(), kinds + 1);
+        QCOMPARE(legend.entries().back().mark, Mark::OverlappedPair);
+        legend.setScheduleMarks(false, false);
+        QCOMPARE(legend.entries().size(), kinds);
+        for (const SpanKindLegend::Entry& entry : legend.entries())
+            QCOMPARE(entry.mark, Mark::None);
     }
 
     void oneShortLineAtTheMonitorsWidth()
