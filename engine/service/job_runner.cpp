@@ -609,9 +609,21 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
     // Without the launcher's end, a rank counts as gone only once it has been silent for the timeout.
     const std::string ended = exit ? "; " + launcher + " " + exit->describe() : std::string();
     const std::int64_t now = wire::wallAlignedNowNs();
-    for (std::uint32_t r : heard)
-        if (!endedBeforeTeardown(liveness(r)) && (exit || now - liveness(r).lastHeardNs > heartbeatTimeoutNs()))
-            return failedRank(r, rankWords(r) + " ended without a word (killed, e.g. SIGKILL or out of memory)" + ended);
+    // A host lost whole outweighs a rank elsewhere that the launcher's teardown ended before it could
+    // speak (on a busy machine it may not get to): the lost host's rank is named, widened to the host.
+    std::optional<std::uint32_t> silent;
+    for (std::uint32_t r : heard) {
+        if (endedBeforeTeardown(liveness(r)) || (!exit && now - liveness(r).lastHeardNs <= heartbeatTimeoutNs()))
+            continue;
+        const bool hostLost = !hostLostWith(r).empty();
+        if (!silent || hostLost)
+            silent = r;
+        if (hostLost)
+            break;
+    }
+    if (silent)
+        return failedRank(*silent,
+                          rankWords(*silent) + " ended without a word (killed, e.g. SIGKILL or out of memory)" + ended);
     if (const auto rank = firstEnded([](const RankLiveness& live) { return live.state == wire::RankState::Terminated; }))
         return failedRank(*rank, terminatedRankCause(*rank));
     if (const auto rank = firstEnded(communicationFailed))
