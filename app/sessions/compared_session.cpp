@@ -94,6 +94,11 @@ std::optional<double> stepTokensPerSecond(const wire::StepMetricsRecord& step)
     return double(step.tokens) / *seconds;
 }
 
+QString sessionLetter(int i)
+{
+    return i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1);
+}
+
 ComparedSession loadComparedSession(const QString& path)
 {
     const store::SessionReader reader(path.toStdString());

@@ -59,4 +59,7 @@ struct ComparedSession {
 // Reads the whole session. Throws store::StoreError when the file is unreadable or corrupt.
 ComparedSession loadComparedSession(const QString& path);
 
+// The name session `i` of a comparison goes by: A, B, ... Z, then 27, 28, ...
+QString sessionLetter(int i);
+
 }  // namespace meshbench::app

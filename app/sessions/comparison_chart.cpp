@@ -131,11 +131,6 @@ QSharedPointer<QCPAxisTicker> integerTicker()
     return ticker;
 }
 
-QString letter(int i)
-{
-    return i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1);
-}
-
 // Fits a value axis to what it shows, with 0 in the range when `includeZero`.
 void fitValueAxis(QCPAxis* axis, const QList<QCPAbstractPlottable*>& plottables, bool includeZero)
 {
@@ -266,7 +261,7 @@ void ComparisonChart::drawPerStep()
         const ComparedSession& session = m_sessions[i];
         const QColor colour = seriesColor(int(i));
         auto* measured = p->addGraph(key, m_values->axis(QCPAxis::atLeft));
-        measured->setName(letter(int(i)) + QStringLiteral(": ") + session.figures.name + QStringLiteral(" (") +
+        measured->setName(sessionLetter(int(i)) + QStringLiteral(": ") + session.figures.name + QStringLiteral(" (") +
                           session.figures.layout + QLatin1Char(')'));
         measured->setPen(QPen(colour, 1.8));
         measured->addToLegend();
@@ -282,7 +277,7 @@ void ComparisonChart::drawPerStep()
         if (const std::optional<double> planned = plannedStepValue(session, m_figure);
             planned && !session.figures.steps.empty()) {
             auto* graph = p->addGraph(key, m_values->axis(QCPAxis::atLeft));
-            graph->setName(letter(int(i)) + tr(" plan"));
+            graph->setName(sessionLetter(int(i)) + tr(" plan"));
             graph->setPen(QPen(colour, 1.2, Qt::DashLine));
             graph->addToLegend();
             for (const auto& entry : session.figures.steps)
@@ -293,7 +288,7 @@ void ComparisonChart::drawPerStep()
         if (i == 0)
             continue;
         auto* difference = p->addGraph(differenceKey, m_differences->axis(QCPAxis::atLeft));
-        difference->setName(letter(int(i)) + QStringLiteral(" − A"));
+        difference->setName(sessionLetter(int(i)) + QStringLiteral(" − A"));
         difference->setPen(QPen(colour, 1.5));
         const auto& reference = m_sessions.front().figures.steps;
         for (const auto& [step, record] : session.figures.steps) {
@@ -329,7 +324,7 @@ void ComparisonChart::drawPerKey()
         const std::vector<std::optional<double>> values = keyedValues(session, m_figure, false);
         keys = std::max(keys, values.size());
         auto* bars = new QCPBars(key, m_values->axis(QCPAxis::atLeft));
-        bars->setName(letter(int(i)) + QStringLiteral(": ") + session.figures.name + QStringLiteral(" (") +
+        bars->setName(sessionLetter(int(i)) + QStringLiteral(": ") + session.figures.name + QStringLiteral(" (") +
                       session.figures.layout + QLatin1Char(')'));
         bars->setPen(QPen(colour.darker(130), 1));
         bars->setBrush(colour);
@@ -345,7 +340,7 @@ void ComparisonChart::drawPerKey()
         if (std::any_of(planned.begin(), planned.end(), [](const auto& v) { return v.has_value(); })) {
             // A level per key across the group's width, so each session's plan sits over its bars.
             auto* graph = p->addGraph(key, m_values->axis(QCPAxis::atLeft));
-            graph->setName(letter(int(i)) + tr(" plan"));
+            graph->setName(sessionLetter(int(i)) + tr(" plan"));
             graph->setPen(QPen(colour, 1.5, Qt::DashLine));
             graph->setLineStyle(QCPGraph::lsStepCenter);
             graph->addToLegend();
@@ -359,7 +354,7 @@ void ComparisonChart::drawPerKey()
         if (i == 0)
             continue;
         auto* difference = new QCPBars(differenceKey, m_differences->axis(QCPAxis::atLeft));
-        difference->setName(letter(int(i)) + QStringLiteral(" − A"));
+        difference->setName(sessionLetter(int(i)) + QStringLiteral(" − A"));
         difference->setPen(QPen(colour.darker(130), 1));
         difference->setBrush(colour);
         difference->setWidth(width);

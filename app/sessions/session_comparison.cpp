@@ -118,7 +118,7 @@ void SessionComparison::compare(const QStringList& paths)
     auto loaded = std::make_shared<Loaded>();
     QThread* reader = QThread::create([paths, loaded] {
         for (int i = 0; i < paths.size(); ++i) {
-            const QString side = i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1);
+            const QString side = sessionLetter(i);
             try {
                 ComparedSession session = loadComparedSession(paths[i]);
                 loaded->titles << tr("%1: %2  (%3)").arg(side, session.figures.name, session.figures.layout) +
@@ -187,7 +187,7 @@ void SessionComparison::fill(const std::vector<std::optional<ComparedSession>>& 
     const int n = int(sessions.size());
     QStringList headers{tr("Metric")};
     for (int i = 0; i < n; ++i)
-        headers << (i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1));
+        headers << sessionLetter(i);
     for (int i = 1; i < n; ++i)
         headers << tr("%1 vs A").arg(headers[i + 1]);
     m_table->setColumnCount(int(headers.size()));
