@@ -321,7 +321,7 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     // the backward recomputes the scores and runs four more products, 2.5x the forward's FLOPs
     // (Dao 2023, Sec. 3.1).
     const double attentionFlops = 2.0 * b * s * s * h / t;
-    const double attentionRate = d.matmulPeak * d.rateShare * d.attentionEfficiency;
+    const double attentionRate = d.matmulPeak * d.rateShare * d.attentionEfficiency * d.inStepShare;
     const double attentionForward = attentionFlops / attentionRate + d.kernelOverhead / d.rateShare;
     const double attentionBackward =
         2.5 * attentionFlops / (attentionRate * d.attentionBackwardRate) + d.kernelOverhead / d.rateShare;

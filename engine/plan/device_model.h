@@ -21,7 +21,10 @@ struct DevicePerformance {
     double tileDepthOverhead = 0;
     double attentionEfficiency = 0;    // causal flash-attention forward, FLOPs counted causal
     double attentionBackwardRate = 0;  // the backward's FLOP rate relative to the forward's
-    double memoryBandwidth = 0;        // bytes/s that streaming kernels reach
+    double memoryBandwidth = 0;        // bytes/s that streaming kernels reach on their own
+    // Share of their own rates (attentionEfficiency, memoryBandwidth) that attention and the
+    // streaming kernels keep inside a training step, between the GEMMs (see device_model.cpp).
+    double inStepShare = 1;
     double kernelOverhead = 0;         // seconds each kernel or CPU op costs beyond its work
     double rateShare = 1;              // share of the device a rank gets (cpu: of a core, see devicePerformance)
     double activationBytes = 2;        // element size of activations: bf16, or fp32 for the cpu device
