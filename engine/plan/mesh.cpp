@@ -1,6 +1,8 @@
 #include "mesh.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <numeric>
 
 namespace meshbench::plan {
 
@@ -112,11 +114,20 @@ bool groupsStayInDomain(const Mesh& mesh, GroupKind kind, const ClusterSpec& clu
     if (size == 1)
         return true;
     // Members increase with their group index and domains are contiguous rank ranges, so a
-    // group stays inside a domain exactly when its first and last members do.
-    const int span = (size - 1) * mesh.groupStride(kind);
-    for (int rank = 0; rank < mesh.worldSize(); ++rank)
-        if (mesh.indexInGroup(kind, rank) == 0 && rank / cluster.nvlinkDomain != (rank + span) / cluster.nvlinkDomain)
-            return false;
+    // group stays inside a domain exactly when its first and last members do: only a group led
+    // from the last `span` ranks of a domain leaves it. A rank's index in its group repeats
+    // every stride x size ranks and the domains every `domain`, so one common period is enough.
+    const int stride = mesh.groupStride(kind);
+    const int span = (size - 1) * stride;
+    const int domain = cluster.nvlinkDomain;
+    if (span >= domain)
+        return false;
+    const std::int64_t period = std::lcm<std::int64_t>(domain, std::int64_t(stride) * size);
+    const int ranks = int(std::min<std::int64_t>(mesh.worldSize(), period));
+    for (int end = domain; end - span < ranks; end += domain)
+        for (int rank = end - span; rank < std::min(end, ranks); ++rank)
+            if (mesh.indexInGroup(kind, rank) == 0)
+                return false;
     return true;
 }
 

@@ -8,6 +8,7 @@
 #include "plan/presets.h"
 #include "plan/search.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -39,7 +40,14 @@ double seconds(std::chrono::steady_clock::time_point since)
 void searchOn(const char* label, JobSpec spec, const char* preset, std::int64_t globalBatch)
 {
     spec.cluster = *clusterPreset(preset);
-    const SearchResult r = searchLayouts(spec, {10, globalBatch});
+    // The fastest of three searches: the first also pays for faulting in its memory, and this
+    // machine is shared.
+    SearchResult r = searchLayouts(spec, {10, globalBatch});
+    for (int repeat = 0; repeat < 2; ++repeat) {
+        const SearchResult again = searchLayouts(spec, {10, globalBatch});
+        r.evaluationSeconds = std::min(r.evaluationSeconds, again.evaluationSeconds);
+        r.totalSeconds = std::min(r.totalSeconds, again.totalSeconds);
+    }
     std::printf("%-36s %6lld GPUs  batch %6lld  %9llu candidates  %7.1f ms pricing  %6.2f M candidates/s  %7.1f ms in all"
                 "  (target < 1000 ms)\n",
                 label, static_cast<long long>(spec.cluster.devices()), static_cast<long long>(globalBatch),

@@ -102,6 +102,8 @@ private slots:
     void placeRank();
     void groupsStayInDomain_data();
     void groupsStayInDomain();
+    void groupsStayInDomainMatchesMembers_data();
+    void groupsStayInDomainMatchesMembers();
     void placementWarnings_data();
     void placementWarnings();
     void presetNamesResolve();
@@ -393,6 +395,28 @@ void TestMesh::groupsStayInDomain()
     ClusterSpec cluster = *clusterPreset(preset.toStdString());
     cluster.nodes = nodes;
     QCOMPARE(meshbench::plan::groupsStayInDomain(mesh, kind, cluster), stays);
+}
+
+void TestMesh::groupsStayInDomainMatchesMembers_data() { addMeshRows(); }
+
+void TestMesh::groupsStayInDomainMatchesMembers()
+{
+    // groupsStayInDomain reads one period of the rank pattern; every group's member list, domain
+    // by domain, must give the same answer for every kind and domain size.
+    const Mesh mesh = fetchMesh();
+    ClusterSpec cluster = *clusterPreset("dgx-h100");
+    for (int domain : {1, 2, 3, 4, 6, 8, 12, 16, 72}) {
+        cluster.nvlinkDomain = domain;
+        for (GroupKind kind : {GroupKind::Tensor, GroupKind::Pipeline, GroupKind::Data, GroupKind::Expert,
+                               GroupKind::ExpertData}) {
+            bool everyGroupInside = true;
+            for (const std::vector<int>& group : mesh.groups(kind))
+                for (int rank : group)
+                    everyGroupInside = everyGroupInside && rank / domain == group.front() / domain;
+            QVERIFY2(meshbench::plan::groupsStayInDomain(mesh, kind, cluster) == everyGroupInside,
+                     qPrintable(QString("domain %1, kind %2").arg(domain).arg(int(kind))));
+        }
+    }
 }
 
 void TestMesh::placementWarnings_data()
