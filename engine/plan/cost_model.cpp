@@ -346,6 +346,9 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     // pipelined with the GEMM it feeds or drains: only its first chunk, or what outlasts the
     // GEMM, stays exposed.
     const LinkPerformance tpLink = m_perf.collective(m_links.tensor);
+    // Transformer Engine's overlap exchanges the chunks through CUDA IPC buffers, so only a TP
+    // group inside one NVLink domain can overlap.
+    const bool overlapTp = p.tpCommOverlap && p.tp > 1 && m_links.tensor.insideDomain;
     const double blockBytes = tokens * h * e;
     const double halfCollective = p.sequenceParallel ? allGatherTime(blockBytes, p.tp, tpLink)
                                                      : allReduceTime(blockBytes, p.tp, tpLink) / 2.0;
@@ -357,7 +360,7 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     double tpForward = 0, tpHidden = 0;
     for (double gemm : paired) {
         const double exposed =
-            p.tpCommOverlap && p.tp > 1 ? std::max(halfCollective - gemm, halfCollective / t) : halfCollective;
+            overlapTp ? std::max(halfCollective - gemm, halfCollective / t) : halfCollective;
         tpForward += exposed;
         tpHidden += halfCollective - exposed;
     }
@@ -532,11 +535,10 @@ double CostModel::exposedGather(const DataParallelCosts& dp, double window) cons
     return gather + dp.layerGathers;
 }
 
-double CostModel::dataParallelTime(const StageWork& first) const
+double CostModel::dataParallelTime(const DataParallelCosts& dp, const StageWork& first) const
 {
     // Without a simulated timeline: stage 0 finishes last in every schedule, its last backward is
     // the window the reduction hides under and its first forward the gather's.
-    const DataParallelCosts dp = dataParallelCosts(0);
     return exposedReduction(dp, first.backward + first.weightGrad) + exposedGather(dp, first.forward);
 }
 

@@ -110,8 +110,9 @@ public:
     // forward) compute can hide it.
     double exposedReduction(const DataParallelCosts& dp, double window) const;
     double exposedGather(const DataParallelCosts& dp, double window) const;
-    // Exposed DP communication per step without a simulation, from stage 0's work (stageWork(0)).
-    double dataParallelTime(const StageWork& first) const;
+    // Exposed DP communication per step without a simulation, from stage 0's collectives
+    // (dataParallelCosts(0)) and work (stageWork(0)).
+    double dataParallelTime(const DataParallelCosts& dp, const StageWork& first) const;
     double optimizerTime(int stage) const;   // AdamW over the stage's optimizer shard
     double optimizerTime() const;            // the slowest stage's
     const Performance& performance() const { return m_perf; }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 namespace meshbench::plan {
 
@@ -96,6 +97,18 @@ std::string gantt(const SimulationResult& sim, int width)
             << formatNumber("%.1f%%", 100.0 * sim.bubbleRatio[std::size_t(s)]) << "\n";
     }
     return out.str();
+}
+
+// The overlaps a layout runs, as the search table's key gives them: g the data-parallel
+// reduction, p ZeRO's weight gather, t the TP collectives; "-" for none.
+std::string overlapLetters(const ParallelSpec& p)
+{
+    std::string letters;
+    for (const auto& [on, letter] : {std::pair{p.overlapGradReduce, 'g'}, std::pair{p.overlapParamGather, 'p'},
+                                     std::pair{p.tpCommOverlap, 't'}})
+        if (on)
+            letters += letters.empty() ? std::string(1, letter) : std::string(",") + letter;
+    return letters.empty() ? "-" : letters;
 }
 
 }  // namespace
@@ -303,11 +316,12 @@ json searchToJson(const SearchResult& result)
                         {"sequence_parallel", p.sequenceParallel}, {"recompute", recomputeName(p.recompute)},
                         {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
                         {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
-                        {"step_time_s", c.stepTime}, {"tokens_per_s", c.tokensPerSecond}, {"mfu", c.mfu},
+                        {"overlap_grad_reduce", p.overlapGradReduce}, {"overlap_param_gather", p.overlapParamGather},
+                        {"tp_comm_overlap", p.tpCommOverlap}, {"step_time_s", c.stepTime}, {"tokens_per_s", c.tokensPerSecond}, {"mfu", c.mfu},
                         {"memory_bytes", c.memoryBytes}, {"bubble_ratio", c.bubbleRatio}});
     }
     return {{"valid", result.errors.empty()}, {"errors", errorsToJson(result.errors)},
-            {"global_batch", result.globalBatch}, {"refused", result.refused}, {"evaluated", result.evaluated},
+            {"global_batch", result.globalBatch}, {"planned_only", result.plannedOnly}, {"refused", result.refused}, {"evaluated", result.evaluated},
             {"fitting", result.fitting},
             {"evaluation_s", result.evaluationSeconds}, {"total_s", result.totalSeconds}, {"best", best}};
 }
@@ -325,6 +339,8 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
         << " simulated in full, " << formatSeconds(result.totalSeconds) << " in all\n";
     if (result.refused > 0)
         out << result.refused << " more valid layouts skipped: meshbench-agent of this build does not run them\n";
+    if (result.plannedOnly)
+        out << "Planned only: Megatron-LM's overlaps and layouts meshbench-agent does not run are ranked too\n";
     out << "\n";
     if (result.best.empty()) {
         out << "No layout fits in " << formatBytes(c.device.memoryBytes)
@@ -333,7 +349,7 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
     }
     out << "  " << pad("#", 3) << pad("tp", 5) << pad("pp", 5) << pad("dp", 6) << pad("ep", 5) << pad("v", 4)
         << pad("mbs", 5) << pad("m", 6) << pad("zero", 5) << pad("sp", 4) << "  " << pad("recompute", 10, false)
-        << pad("schedule", 12, false) << pad("step", 11) << pad("tokens/s", 12) << pad("MFU", 7) << pad("bubble", 8)
+        << pad("schedule", 12, false) << pad("overlap", 8, false) << pad("step", 11) << pad("tokens/s", 12) << pad("MFU", 7) << pad("bubble", 8)
         << pad("memory", 10) << "\n";
     int rank = 1;
     for (const SearchCandidate& cand : result.best) {
@@ -343,10 +359,12 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
             << pad(std::to_string(p.microBatchSize), 5) << pad(std::to_string(p.microbatches), 6)
             << pad(std::to_string(p.zero), 5) << pad(p.sequenceParallel ? "on" : "off", 4) << "  "
             << pad(std::string(recomputeName(p.recompute)), 10, false) << pad(std::string(scheduleName(p.schedule)), 12, false)
-            << pad(formatSeconds(cand.stepTime), 11) << pad(formatNumber("%.0f", cand.tokensPerSecond), 12)
+            << pad(overlapLetters(p), 8, false) << pad(formatSeconds(cand.stepTime), 11) << pad(formatNumber("%.0f", cand.tokensPerSecond), 12)
             << pad(formatNumber("%.1f%%", 100 * cand.mfu), 7) << pad(formatNumber("%.1f%%", 100 * cand.bubbleRatio), 8)
             << pad(formatBytes(cand.memoryBytes), 10) << "\n";
     }
+    out << "\noverlap: g the data-parallel reduction under the backward, p ZeRO's weight gather under the forward, "
+           "t the TP collectives under their GEMMs\n";
     return out.str();
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 
 namespace meshbench::plan {
 namespace {
@@ -74,9 +75,14 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
         return result;
     }
 
+    result.plannedOnly = options.plannedOnly || spec.parallel.overlapParamGather || spec.parallel.tpCommOverlap;
+    const bool plannedOnly = result.plannedOnly;
     // What the agent refuses whatever the layout (the backend, the model) leaves nothing to rank;
-    // one device is a layout every clause about the layout accepts.
-    if (std::vector<SpecError> refusals = agentRefusals(singleDeviceSpec(spec)); !refusals.empty()) {
+    // one device is a layout every clause about the layout accepts. The spec's planned-only
+    // overlaps are not the layout's: the search chooses them.
+    JobSpec oneDevice = singleDeviceSpec(spec);
+    oneDevice.parallel.overlapParamGather = oneDevice.parallel.tpCommOverlap = false;
+    if (std::vector<SpecError> refusals = agentRefusals(oneDevice); !plannedOnly && !refusals.empty()) {
         result.errors = std::move(refusals);
         return result;
     }
@@ -87,8 +93,14 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
     JobSpec candidate = spec;
     ParallelSpec& p = candidate.parallel;
     p.order = RankOrder::TpDpPp;
+    p.overlapParamGather = p.tpCommOverlap = false;
     BestList best(std::size_t(std::max(1, options.top)) * 4);   // margin for re-ranking after simulation
-    std::vector<StageWork> works;
+    std::vector<StageWork> works, overlappedWorks;
+    const auto priceStages = [&](const CostModel& costs, std::vector<StageWork>& out) {
+        out.clear();
+        for (int s = 0; s < p.pp; ++s)
+            out.push_back(costs.stageWork(s));
+    };
 
     for (int tp : divisors(std::gcd(tpCommon, world))) {
         for (int pp : divisors(std::gcd(std::int64_t(model.layers), world / tp))) {
@@ -137,18 +149,28 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                 for (const std::vector<ScheduleKind>& kinds : groups) {
                                     p.schedule = kinds.front();
                                     const CostModel costs(candidate, links);
-                                    works.clear();
-                                    for (int s = 0; s < pp; ++s)
-                                        works.push_back(costs.stageWork(s));
+                                    priceStages(costs, works);
+                                    // TP overlap changes every layer's cost: the stages priced with it.
+                                    std::optional<CostModel> overlapped;
+                                    if (plannedOnly && tp > 1 && links.tensor.insideDomain) {
+                                        p.tpCommOverlap = true;
+                                        overlapped.emplace(candidate, links);
+                                        priceStages(*overlapped, overlappedWorks);
+                                        p.tpCommOverlap = false;
+                                    }
                                     for (ScheduleKind kind : kinds) {
                                         p.schedule = kind;
                                         if (p.scheduleShape().slotCount() > kMaxScheduleSlots)
                                             continue;
                                         const double makespan =
                                             estimatedMakespan(p.scheduleShape(), works, costs.transferTime());
+                                        const double overlappedMakespan =
+                                            overlapped ? estimatedMakespan(p.scheduleShape(), overlappedWorks,
+                                                                           overlapped->transferTime())
+                                                       : 0.0;
                                         for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
                                             p.zero = zero;
-                                            if (!agentCanRun(candidate)) {
+                                            if (!plannedOnly && !agentCanRun(candidate)) {
                                                 ++result.refused;
                                                 continue;
                                             }
@@ -161,8 +183,38 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                             if (memory > spec.cluster.device.memoryBytes)
                                                 continue;
                                             ++result.fitting;
-                                            best.offer(p, makespan + costs.dataParallelTime(works.front()) +
-                                                              costs.optimizerTime());
+                                            // Every set of the overlaps that apply, defaults first so that
+                                            // one hiding nothing stays as the spec's default.
+                                            const DataParallelCosts dpCosts = costs.dataParallelCosts(0);
+                                            const double optimizer = costs.optimizerTime();
+                                            ParallelSpec fastest = p;
+                                            double fastestTime = 1e300;
+                                            for (int tpOverlap = 0; tpOverlap <= (overlapped ? 1 : 0); ++tpOverlap) {
+                                                const CostModel& c = tpOverlap ? *overlapped : costs;
+                                                const double span = tpOverlap ? overlappedMakespan : makespan;
+                                                const StageWork& first = tpOverlap ? overlappedWorks.front()
+                                                                                   : works.front();
+                                                p.tpCommOverlap = tpOverlap == 1;
+                                                for (bool gradOverlap : {true, false}) {
+                                                    if (!gradOverlap && dp == 1)
+                                                        continue;
+                                                    p.overlapGradReduce = gradOverlap;
+                                                    for (bool gather : {false, true}) {
+                                                        if (gather && !(plannedOnly && zero >= 1 && dp > 1))
+                                                            continue;
+                                                        p.overlapParamGather = gather;
+                                                        const double time =
+                                                            span + c.dataParallelTime(dpCosts, first) + optimizer;
+                                                        if (time < fastestTime) {
+                                                            fastestTime = time;
+                                                            fastest = p;
+                                                        }
+                                                    }
+                                                }
+                                            }
+                                            p.tpCommOverlap = p.overlapParamGather = false;
+                                            p.overlapGradReduce = true;
+                                            best.offer(fastest, fastestTime);
                                         }
                                     }
                                 }

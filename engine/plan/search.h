@@ -1,7 +1,9 @@
 #pragma once
 // Layout search: every valid (tp, pp, dp, ep, sequence parallel, virtual stages, micro-batch
 // size, ZeRO stage, recompute, schedule) for a model, cluster and global batch that this build's
-// meshbench-agent runs (agentCanRun), ranked by predicted step time.
+// meshbench-agent runs (agentCanRun), ranked by predicted step time. Each layout is priced with
+// every set of the overlaps that apply to it (overlap_grad_reduce; with plannedOnly also
+// overlap_param_gather and tp_comm_overlap) and takes the fastest.
 
 #include "job_spec.h"
 
@@ -13,6 +15,9 @@ namespace meshbench::plan {
 struct SearchOptions {
     int top = 10;
     std::int64_t globalBatch = 0;   // sequences per step; 0 takes dp x micro_batch_size x microbatches of the spec
+    // Also rank what only the planner prices: Megatron-LM's overlaps the agent does not perform
+    // and layouts the agent refuses. Implied when the spec turns either of those overlaps on.
+    bool plannedOnly = false;
 };
 
 struct SearchCandidate {
@@ -27,6 +32,7 @@ struct SearchCandidate {
 struct SearchResult {
     std::vector<SearchCandidate> best;   // fastest first
     std::int64_t globalBatch = 0;
+    bool plannedOnly = false;            // the options' plannedOnly, or implied by the spec
     std::uint64_t refused = 0;           // valid layouts the agent refuses (agentCanRun), skipped unpriced
     std::uint64_t evaluated = 0;         // candidates priced by the closed-form model
     std::uint64_t fitting = 0;           // of those, the ones that fit in device memory

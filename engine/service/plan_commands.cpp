@@ -210,6 +210,9 @@ Command addSearchCommand(CLI::App& engine)
                      "sequences per step, up to 1e9 (default: dp x micro_batch_size x microbatches)")
         ->check(CLI::Range(std::int64_t(1), std::int64_t(1'000'000'000)).description(""))
         ->type_name("SEQUENCES");
+    search->add_flag("--planned-only", args->options.plannedOnly,
+                     "also rank what only the planner prices: Megatron-LM's overlap_param_gather and tp_comm_overlap, "
+                     "and layouts meshbench-agent refuses (implied when the spec turns either overlap on)");
     search->footer(kSpecExitStatus);
     return {search, [args] { return runSearch(*args); }};
 }

@@ -85,6 +85,9 @@ private slots:
     void findsAtLeastTheHandPickedLayout();
     void reportsWhenNothingFits();
     void reportsWhenTheAgentRunsNoLayout();
+    void plannedOnlyRanksEveryValidLayout();
+    void plannedOnlyTakesEveryOverlapThatHelps();
+    void runnableSearchLeavesPlannedOnlyOverlapsOff();
 };
 
 void TestSearch::enumeratesExactlyTheValidLayouts()
@@ -190,6 +193,93 @@ void TestSearch::reportsWhenTheAgentRunsNoLayout()
     QCOMPARE(QString::fromStdString(result.errors.front().path), QString("model.hidden"));
     QCOMPARE(result.evaluated, std::uint64_t(0));
     QVERIFY(result.best.empty());
+}
+
+void TestSearch::plannedOnlyRanksEveryValidLayout()
+{
+    // Planned only, the search skips nothing the agent refuses: it prices every valid layout of
+    // the independent enumeration, refused ones included.
+    json doc = smallMoeJson();
+    doc["parallel"]["microbatches"] = 1024;
+    const JobSpec base = specFrom(doc);
+    const Counts counts = enumerateLayouts(base);
+    SearchOptions options{5, 0};
+    options.plannedOnly = true;
+    const SearchResult result = searchLayouts(base, options);
+    QVERIFY(result.errors.empty());
+    QVERIFY(result.plannedOnly);
+    QCOMPARE(result.refused, std::uint64_t(0));
+    QCOMPARE(result.evaluated, counts.valid + counts.refused);
+}
+
+namespace {
+
+// GPT-style dense model on two 8-GPU nodes, planning Megatron-LM: the spec asks for both of
+// its planned-only overlaps, which implies a planned-only search.
+JobSpec megatronSpec()
+{
+    return specFrom({{"model",
+                      {{"layers", 8}, {"hidden", 1024}, {"heads", 16}, {"ffn_hidden", 4096}, {"vocab", 32000},
+                       {"seq_len", 2048}}},
+                     {"parallel",
+                      {{"dp", 16}, {"microbatches", 4}, {"overlap_param_gather", true}, {"tp_comm_overlap", true}}},
+                     {"cluster", {{"preset", "dgx-h100"}, {"nodes", 2}}}});
+}
+
+}  // namespace
+
+void TestSearch::plannedOnlyTakesEveryOverlapThatHelps()
+{
+    // Each overlap only hides time, so the best layouts take every one that applies (the
+    // reduction with dp > 1, the gather with ZeRO and dp > 1, TP's with a TP group inside a node),
+    // and turning any of them off plans the same layout slower in full. The best hundred hold
+    // layouts with and without TP.
+    const JobSpec spec = megatronSpec();
+    const SearchResult result = searchLayouts(spec, {100, 0});
+    QVERIFY(result.errors.empty());
+    QVERIFY(result.plannedOnly);
+    QVERIFY(!result.best.empty());
+    bool sawTpOverlap = false, sawGatherOverlap = false;
+    for (const SearchCandidate& c : result.best) {
+        const ParallelSpec& p = c.parallel;
+        QCOMPARE(p.overlapGradReduce, true);
+        QCOMPARE(p.overlapParamGather, p.zero >= 1 && p.dp > 1);
+        QCOMPARE(p.tpCommOverlap, p.tp > 1 && p.tp <= 8);
+        sawTpOverlap = sawTpOverlap || p.tpCommOverlap;
+        sawGatherOverlap = sawGatherOverlap || p.overlapParamGather;
+        JobSpec ranked = spec;
+        ranked.parallel = p;
+        QCOMPARE(makePlan(ranked).step.total, c.stepTime);
+        for (bool ParallelSpec::*flag :
+             {&ParallelSpec::overlapGradReduce, &ParallelSpec::overlapParamGather, &ParallelSpec::tpCommOverlap}) {
+            if (!(p.*flag))
+                continue;
+            JobSpec without = ranked;
+            without.parallel.*flag = false;
+            QVERIFY(makePlan(without).step.total > c.stepTime);
+        }
+    }
+    QVERIFY(sawTpOverlap);
+    QVERIFY(sawGatherOverlap);
+}
+
+void TestSearch::runnableSearchLeavesPlannedOnlyOverlapsOff()
+{
+    // Asked for what the agent runs, the same model ranks layouts without Megatron's planned-only
+    // overlaps, each one the agent accepts.
+    JobSpec spec = megatronSpec();
+    spec.parallel.overlapParamGather = spec.parallel.tpCommOverlap = false;
+    const SearchResult result = searchLayouts(spec, {8, 0});
+    QVERIFY(result.errors.empty());
+    QVERIFY(!result.plannedOnly);
+    QVERIFY(!result.best.empty());
+    for (const SearchCandidate& c : result.best) {
+        QVERIFY(!c.parallel.overlapParamGather);
+        QVERIFY(!c.parallel.tpCommOverlap);
+        JobSpec ranked = spec;
+        ranked.parallel = c.parallel;
+        QVERIFY(agentCanRun(ranked));
+    }
 }
 
 QTEST_APPLESS_MAIN(TestSearch)
