@@ -45,6 +45,7 @@ QVariant SearchResultsModel::data(const QModelIndex& index, int role) const
     case SequenceParallel: return display ? QVariant(p.sequenceParallel ? tr("yes") : tr("no")) : QVariant(int(p.sequenceParallel));
     case Recompute: return QString::fromUtf8(plan::recomputeName(p.recompute).data());
     case Schedule: return QString::fromUtf8(plan::scheduleName(p.schedule).data());
+    case Overlap: return QString::fromStdString(plan::overlapLetters(p));
     case StepTime: return display ? QVariant(QString::fromStdString(plan::formatSeconds(c.stepTime))) : QVariant(c.stepTime);
     case TokensPerSecond: return display ? QVariant(QString::number(c.tokensPerSecond, 'f', 0)) : QVariant(c.tokensPerSecond);
     case Mfu: return display ? QVariant(QString::number(c.mfu * 100, 'f', 1) + u'%') : QVariant(c.mfu);
@@ -63,7 +64,7 @@ QVariant SearchResultsModel::headerData(int section, Qt::Orientation orientation
         return section < rowCount() ? QVariant(section + 1) : QVariant();
     static const char* const names[ColumnCount] = {"step", "tokens/s", "MFU", "bubble", "memory", "schedule",
                                                    "tp", "pp", "dp", "ep", "v", "mbs", "m", "zero", "sp",
-                                                   "recompute"};
+                                                   "recompute", "overlap"};
     return section < ColumnCount ? QVariant(tr(names[section])) : QVariant();
 }
 
@@ -73,7 +74,9 @@ nlohmann::json layoutPatch(const plan::ParallelSpec& p)
              {{"dp", p.dp}, {"pp", p.pp}, {"tp", p.tp}, {"ep", p.ep}, {"zero", p.zero},
               {"sequence_parallel", p.sequenceParallel}, {"recompute", plan::recomputeName(p.recompute)},
               {"schedule", plan::scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
-              {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize}}}};
+              {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
+              {"overlap_grad_reduce", p.overlapGradReduce}, {"overlap_param_gather", p.overlapParamGather},
+              {"tp_comm_overlap", p.tpCommOverlap}}}};
 }
 
 }  // namespace meshbench::app

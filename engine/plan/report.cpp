@@ -99,18 +99,6 @@ std::string gantt(const SimulationResult& sim, int width)
     return out.str();
 }
 
-// The overlaps a layout runs, as the search table's key gives them: g the data-parallel
-// reduction, p ZeRO's weight gather, t the TP collectives; "-" for none.
-std::string overlapLetters(const ParallelSpec& p)
-{
-    std::string letters;
-    for (const auto& [on, letter] : {std::pair{p.overlapGradReduce, 'g'}, std::pair{p.overlapParamGather, 'p'},
-                                     std::pair{p.tpCommOverlap, 't'}})
-        if (on)
-            letters += letters.empty() ? std::string(1, letter) : std::string(",") + letter;
-    return letters.empty() ? "-" : letters;
-}
-
 }  // namespace
 
 ByteUnit byteUnitFor(double bytes)
@@ -324,6 +312,16 @@ json searchToJson(const SearchResult& result)
             {"global_batch", result.globalBatch}, {"planned_only", result.plannedOnly}, {"refused", result.refused}, {"evaluated", result.evaluated},
             {"fitting", result.fitting},
             {"evaluation_s", result.evaluationSeconds}, {"total_s", result.totalSeconds}, {"best", best}};
+}
+
+std::string overlapLetters(const ParallelSpec& p)
+{
+    std::string letters;
+    for (const auto& [on, letter] : {std::pair{p.overlapGradReduce, 'g'}, std::pair{p.overlapParamGather, 'p'},
+                                     std::pair{p.tpCommOverlap, 't'}})
+        if (on)
+            letters += letters.empty() ? std::string(1, letter) : std::string(",") + letter;
+    return letters.empty() ? "-" : letters;
 }
 
 std::string searchToText(const SearchResult& result, const JobSpec& spec)

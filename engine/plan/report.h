@@ -20,6 +20,9 @@ nlohmann::json planToJson(const Plan& plan);
 nlohmann::json searchToJson(const SearchResult& result);
 
 std::string planToText(const Plan& plan);
+// The overlaps a layout runs, as the search table keys them: g the data-parallel reduction, p
+// ZeRO's weight gather, t the TP collectives ("g,p,t"); "-" for none.
+std::string overlapLetters(const ParallelSpec& p);
 std::string searchToText(const SearchResult& result, const JobSpec& spec);
 std::string errorsToText(const std::vector<SpecError>& errors);
 

@@ -3,6 +3,7 @@
 #include "designer/search_results_model.h"
 #include "designer/search_panel.h"
 #include "designer/search_scatter.h"
+#include "plan/report.h"
 
 #include <qcustomplot.h>
 
@@ -129,6 +130,33 @@ private slots:
         const QRect memory = table->visualRect(proxy->index(0, SearchResultsModel::Memory));
         QVERIFY2(memory.right() < table->viewport()->width(),
                  qPrintable(QStringLiteral("memory ends at %1 of %2").arg(memory.right()).arg(table->viewport()->width())));
+    }
+
+    void appliesMegatronOverlapsWithTheLayout()
+    {
+        // A document planning Megatron-LM's overlaps searches planned only; the row's overlaps
+        // show as letters and travel with the layout it applies, so the plan is the row's.
+        JobDocument doc;
+        QVERIFY(doc.loadFile(kJobs + "gpt3-175b.json"));
+        doc.merge({{"parallel", {{"overlap_param_gather", true}, {"tp_comm_overlap", true}}}});
+        SearchPanel panel(&doc);
+        QSignalSpy finished(&panel, &SearchPanel::searchFinished);
+        panel.runSearch();
+        QVERIFY(finished.wait(20000));
+        QVERIFY(panel.model()->rowCount() > 0);
+        const int row = panel.proxy()->mapToSource(panel.proxy()->index(0, 0)).row();
+        const auto chosen = panel.model()->candidate(row).parallel;
+        QVERIFY(chosen.tpCommOverlap || chosen.overlapParamGather);
+        QCOMPARE(panel.model()->data(panel.model()->index(row, SearchResultsModel::Overlap)).toString(),
+                 QString::fromStdString(meshbench::plan::overlapLetters(chosen)));
+        doc.merge({{"parallel", {{"overlap_param_gather", !chosen.overlapParamGather},
+                                 {"tp_comm_overlap", !chosen.tpCommOverlap}}}});
+        panel.applyRow(0);
+        const auto& p = doc.plan()->spec.parallel;
+        QCOMPARE(p.overlapGradReduce, chosen.overlapGradReduce);
+        QCOMPARE(p.overlapParamGather, chosen.overlapParamGather);
+        QCOMPARE(p.tpCommOverlap, chosen.tpCommOverlap);
+        QCOMPARE(doc.plan()->step.total, panel.model()->candidate(row).stepTime);
     }
 
     void scatterShowsTheSearchAndSelectsByClick()
