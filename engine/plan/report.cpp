@@ -305,12 +305,13 @@ json searchToJson(const SearchResult& result)
                         {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
                         {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
                         {"overlap_grad_reduce", p.overlapGradReduce}, {"overlap_param_gather", p.overlapParamGather},
-                        {"tp_comm_overlap", p.tpCommOverlap}, {"step_time_s", c.stepTime}, {"tokens_per_s", c.tokensPerSecond}, {"mfu", c.mfu},
-                        {"memory_bytes", c.memoryBytes}, {"bubble_ratio", c.bubbleRatio}});
+                        {"tp_comm_overlap", p.tpCommOverlap}, {"step_time_s", c.stepTime},
+                        {"tokens_per_s", c.tokensPerSecond}, {"mfu", c.mfu}, {"memory_bytes", c.memoryBytes},
+                        {"bubble_ratio", c.bubbleRatio}});
     }
     return {{"valid", result.errors.empty()}, {"errors", errorsToJson(result.errors)},
-            {"global_batch", result.globalBatch}, {"planned_only", result.plannedOnly}, {"refused", result.refused}, {"evaluated", result.evaluated},
-            {"fitting", result.fitting},
+            {"global_batch", result.globalBatch}, {"planned_only", result.plannedOnly}, {"refused", result.refused},
+            {"evaluated", result.evaluated}, {"fitting", result.fitting},
             {"evaluation_s", result.evaluationSeconds}, {"total_s", result.totalSeconds}, {"best", best}};
 }
 
@@ -347,8 +348,8 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
     }
     out << "  " << pad("#", 3) << pad("tp", 5) << pad("pp", 5) << pad("dp", 6) << pad("ep", 5) << pad("v", 4)
         << pad("mbs", 5) << pad("m", 6) << pad("zero", 5) << pad("sp", 4) << "  " << pad("recompute", 10, false)
-        << pad("schedule", 12, false) << pad("overlap", 8, false) << pad("step", 11) << pad("tokens/s", 12) << pad("MFU", 7) << pad("bubble", 8)
-        << pad("memory", 10) << "\n";
+        << pad("schedule", 12, false) << pad("overlap", 8, false) << pad("step", 11) << pad("tokens/s", 12)
+        << pad("MFU", 7) << pad("bubble", 8) << pad("memory", 10) << "\n";
     int rank = 1;
     for (const SearchCandidate& cand : result.best) {
         const ParallelSpec& p = cand.parallel;
@@ -357,12 +358,12 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
             << pad(std::to_string(p.microBatchSize), 5) << pad(std::to_string(p.microbatches), 6)
             << pad(std::to_string(p.zero), 5) << pad(p.sequenceParallel ? "on" : "off", 4) << "  "
             << pad(std::string(recomputeName(p.recompute)), 10, false) << pad(std::string(scheduleName(p.schedule)), 12, false)
-            << pad(overlapLetters(p), 8, false) << pad(formatSeconds(cand.stepTime), 11) << pad(formatNumber("%.0f", cand.tokensPerSecond), 12)
-            << pad(formatNumber("%.1f%%", 100 * cand.mfu), 7) << pad(formatNumber("%.1f%%", 100 * cand.bubbleRatio), 8)
+            << pad(overlapLetters(p), 8, false) << pad(formatSeconds(cand.stepTime), 11)
+            << pad(formatNumber("%.0f", cand.tokensPerSecond), 12) << pad(formatNumber("%.1f%%", 100 * cand.mfu), 7) << pad(formatNumber("%.1f%%", 100 * cand.bubbleRatio), 8)
             << pad(formatBytes(cand.memoryBytes), 10) << "\n";
     }
-    out << "\noverlap: g the data-parallel reduction under the backward, p ZeRO's weight gather under the forward, "
-           "t the TP collectives under their GEMMs\n";
+    out << "\noverlap: g the data-parallel reduction under the backward, p ZeRO's weight gather under the\n"
+           "         forward, t the TP collectives under their GEMMs\n";
     return out.str();
 }
 
