@@ -80,11 +80,13 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
     // What the agent refuses whatever the layout (the backend, the model) leaves nothing to rank;
     // one device is a layout every clause about the layout accepts. The spec's planned-only
     // overlaps are not the layout's: the search chooses them.
-    JobSpec oneDevice = singleDeviceSpec(spec);
-    oneDevice.parallel.overlapParamGather = oneDevice.parallel.tpCommOverlap = false;
-    if (std::vector<SpecError> refusals = agentRefusals(oneDevice); !plannedOnly && !refusals.empty()) {
-        result.errors = std::move(refusals);
-        return result;
+    if (!plannedOnly) {
+        JobSpec oneDevice = singleDeviceSpec(spec);
+        oneDevice.parallel.overlapParamGather = oneDevice.parallel.tpCommOverlap = false;
+        if (std::vector<SpecError> refusals = agentRefusals(oneDevice); !refusals.empty()) {
+            result.errors = std::move(refusals);
+            return result;
+        }
     }
 
     // The same divisibility rules as validateLayout, used to enumerate only valid layouts.
@@ -100,6 +102,42 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
         out.clear();
         for (int s = 0; s < p.pp; ++s)
             out.push_back(costs.stageWork(s));
+    };
+    // The layout `p` with the set of overlaps that apply to it and price it fastest, tried
+    // defaults first so that one hiding nothing stays at its default. With `tpOverlapPriced`,
+    // overlappedWorks and `overlappedMakespan` price the stages with tp_comm_overlap.
+    const auto offerFastestOverlaps = [&](const CostModel& costs, double makespan, bool tpOverlapPriced,
+                                          double overlappedMakespan) {
+        const DataParallelCosts dpCosts = costs.dataParallelCosts(0);
+        const double optimizer = costs.optimizerTime();
+        const bool gatherApplies = plannedOnly && p.zero >= 1 && p.dp > 1;
+        ParallelSpec fastest = p;
+        double fastestTime = 1e300;
+        for (bool tpOverlap : {false, true}) {
+            if (tpOverlap && !tpOverlapPriced)
+                continue;
+            const double span = tpOverlap ? overlappedMakespan : makespan;
+            const StageWork& first = tpOverlap ? overlappedWorks.front() : works.front();
+            p.tpCommOverlap = tpOverlap;
+            for (bool gradOverlap : {true, false}) {
+                if (!gradOverlap && p.dp == 1)
+                    continue;
+                p.overlapGradReduce = gradOverlap;
+                for (bool gather : {false, true}) {
+                    if (gather && !gatherApplies)
+                        continue;
+                    p.overlapParamGather = gather;
+                    const double time = span + costs.dataParallelTime(dpCosts, first) + optimizer;
+                    if (time < fastestTime) {
+                        fastestTime = time;
+                        fastest = p;
+                    }
+                }
+            }
+        }
+        p.tpCommOverlap = p.overlapParamGather = false;
+        p.overlapGradReduce = true;
+        best.offer(fastest, fastestTime);
     };
 
     for (int tp : divisors(std::gcd(tpCommon, world))) {
@@ -183,38 +221,8 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                                             if (memory > spec.cluster.device.memoryBytes)
                                                 continue;
                                             ++result.fitting;
-                                            // Every set of the overlaps that apply, defaults first so that
-                                            // one hiding nothing stays as the spec's default.
-                                            const DataParallelCosts dpCosts = costs.dataParallelCosts(0);
-                                            const double optimizer = costs.optimizerTime();
-                                            ParallelSpec fastest = p;
-                                            double fastestTime = 1e300;
-                                            for (int tpOverlap = 0; tpOverlap <= (overlapped ? 1 : 0); ++tpOverlap) {
-                                                const CostModel& c = tpOverlap ? *overlapped : costs;
-                                                const double span = tpOverlap ? overlappedMakespan : makespan;
-                                                const StageWork& first = tpOverlap ? overlappedWorks.front()
-                                                                                   : works.front();
-                                                p.tpCommOverlap = tpOverlap == 1;
-                                                for (bool gradOverlap : {true, false}) {
-                                                    if (!gradOverlap && dp == 1)
-                                                        continue;
-                                                    p.overlapGradReduce = gradOverlap;
-                                                    for (bool gather : {false, true}) {
-                                                        if (gather && !(plannedOnly && zero >= 1 && dp > 1))
-                                                            continue;
-                                                        p.overlapParamGather = gather;
-                                                        const double time =
-                                                            span + c.dataParallelTime(dpCosts, first) + optimizer;
-                                                        if (time < fastestTime) {
-                                                            fastestTime = time;
-                                                            fastest = p;
-                                                        }
-                                                    }
-                                                }
-                                            }
-                                            p.tpCommOverlap = p.overlapParamGather = false;
-                                            p.overlapGradReduce = true;
-                                            best.offer(fastest, fastestTime);
+                                            offerFastestOverlaps(costs, makespan, overlapped.has_value(),
+                                                                 overlappedMakespan);
                                         }
                                     }
                                 }
