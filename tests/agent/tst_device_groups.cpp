@@ -1,11 +1,14 @@
 // agent/runtime's choice of communicators: plain MPI groups stay as they are on host memory; on
 // device memory whose ranks share a GPU every group is host-staged, and says why; NCCL, where this
-// build has it, is found at run time and named with its version.
+// build has it, is found at run time and named with its version. The ranks choose together: with
+// the fake NCCL (tests/agent/fake_nccl.cpp), a rank whose own view forbids NCCL keeps every rank
+// from creating a communicator, where a rank that chose alone would wait for it until the deadline.
 
 #include "agent/runtime/device_groups.h"
 #include "agent/runtime/in_process_communicator.h"
 #if MESHBENCH_HAVE_CUDA
 #include "agent/runtime/nccl_communicator.h"
+#include "fake_nccl.h"
 #endif
 #include "far_backend.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -13,6 +16,8 @@
 #include <QRegularExpression>
 #include <QtTest>
 
+#include <functional>
+#include <set>
 #include <thread>
 
 using namespace meshbench;
@@ -28,13 +33,60 @@ plan::Mesh demoMesh()
     return plan::Mesh(p);
 }
 
+plan::Mesh dataParallel(int ranks)
+{
+    plan::ParallelSpec p;
+    p.dp = ranks;
+    return plan::Mesh(p);
+}
+
 // The communicators of one rank's groups, in a fixed order.
 std::vector<const Communicator*> members(const ProcessGroups& g)
 {
     return {g.world.get(), g.tensor.get(), g.pipeline.get(), g.data.get(), g.expert.get(), g.expertData.get()};
 }
 
-}  // namespace
+// Runs `body` for every rank of the mesh, each on a thread of its own, and gives what each said or
+// the error it threw.
+std::vector<std::string> onEveryRank(InProcessMesh& mesh, const std::function<std::string(int)>& body)
+{
+    std::vector<std::string> said(std::size_t(mesh.worldSize()));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < mesh.worldSize(); ++r)
+        threads.emplace_back([&, r] {
+            try {
+                said[std::size_t(r)] = body(r);
+            } catch (const std::exception& e) {
+                said[std::size_t(r)] = std::string("threw: ") + e.what();
+            }
+        });
+    for (std::thread& t : threads)
+        t.join();
+    return said;
+}
+
+#if MESHBENCH_HAVE_CUDA
+// Streams whose work is always done: the fake moves no data.
+class HostStream final : public NcclStream {
+public:
+    cudaStream_t handle() const override { return nullptr; }
+    void afterCompute() override {}
+    std::unique_ptr<Mark> mark() override { return std::make_unique<Done>(); }
+
+private:
+    struct Done final : Mark {
+        bool reached() override { return true; }
+    };
+};
+
+NcclContext contextOf(const NcclLibrary& library)
+{
+    // Short: on a wrong choice, the ranks that entered NCCL would end here instead of hanging.
+    return {library, [] { return std::make_unique<HostStream>(); }, std::chrono::seconds(10)};
+}
+#endif
+
+} // namespace
 
 class TestDeviceGroups : public QObject {
     Q_OBJECT
@@ -45,7 +97,10 @@ private slots:
         InProcessMesh mesh(demoMesh());
         kernels::CpuBackend cpu;
         const std::vector<const Communicator*> before = members(mesh.groups(0));
-        QCOMPARE(QString::fromStdString(attachDeviceCommunicators(mesh.groups(0), cpu, true)), QString("mpi"));
+        const std::vector<std::string> said =
+            onEveryRank(mesh, [&](int r) { return attachDeviceCommunicators(mesh.groups(r), cpu, true); });
+        for (const std::string& s : said)
+            QCOMPARE(QString::fromStdString(s), QString("mpi"));
         QVERIFY(members(mesh.groups(0)) == before);
     }
 
@@ -53,26 +108,20 @@ private slots:
     {
         InProcessMesh mesh(demoMesh());
         testing::FarBackend far;
-        std::vector<std::string> said(std::size_t(mesh.worldSize()));
-        std::vector<std::thread> threads;
-        for (int r = 0; r < mesh.worldSize(); ++r)
-            threads.emplace_back([&, r] {
-                said[std::size_t(r)] = attachDeviceCommunicators(mesh.groups(r), far, true);
-                // A data-parallel sum over device memory through the staged group.
-                const kernels::DevPtr x = far.allocate(3, kernels::DType::F32);
-                const float mine[3] = {float(r), 1.0f, 0.5f};
-                far.copyFromHost(x, mine, 3);
-                mesh.groups(r).data->allReduceSum(x, 3);
-                float sum[3];
-                far.copyToHost(sum, x, 3);
-                far.release(x);
-                const int other = mesh.groups(r).coord.dp == 0 ? r + mesh.groups(r).mesh.groupStride(plan::GroupKind::Data)
-                                                                : r - mesh.groups(r).mesh.groupStride(plan::GroupKind::Data);
-                if (sum[0] != float(r + other) || sum[1] != 2.0f || sum[2] != 1.0f)
-                    said[std::size_t(r)] = "wrong sum";
-            });
-        for (std::thread& t : threads)
-            t.join();
+        const std::vector<std::string> said = onEveryRank(mesh, [&](int r) {
+            std::string description = attachDeviceCommunicators(mesh.groups(r), far, true);
+            // A data-parallel sum over device memory through the staged group.
+            const kernels::DevPtr x = far.allocate(3, kernels::DType::F32);
+            const float mine[3] = {float(r), 1.0f, 0.5f};
+            far.copyFromHost(x, mine, 3);
+            mesh.groups(r).data->allReduceSum(x, 3);
+            float sum[3];
+            far.copyToHost(sum, x, 3);
+            far.release(x);
+            const int other = mesh.groups(r).coord.dp == 0 ? r + mesh.groups(r).mesh.groupStride(plan::GroupKind::Data)
+                                                           : r - mesh.groups(r).mesh.groupStride(plan::GroupKind::Data);
+            return sum[0] == float(r + other) && sum[1] == 2.0f && sum[2] == 1.0f ? description : "wrong sum";
+        });
         for (const std::string& s : said)
             QCOMPARE(QString::fromStdString(s), QString("mpi, host-staged (ranks share a GPU, which NCCL refuses)"));
     }
@@ -83,10 +132,76 @@ private slots:
         const NcclAvailability nccl = ncclAvailability();
         const QString description = QString::fromStdString(nccl.description);
         if (nccl.available)
-            QVERIFY2(QRegularExpression("^NCCL 2\\.\\d+\\.\\d+$").match(description).hasMatch(), qPrintable(description));
+            QVERIFY2(QRegularExpression("^NCCL 2\\.\\d+\\.\\d+$").match(description).hasMatch(),
+                     qPrintable(description));
         else
             QVERIFY2(description.contains("libnccl.so.2") && description.contains("LD_LIBRARY_PATH"),
                      qPrintable(description));
+#else
+        QSKIP("this build has no CUDA, so no NCCL");
+#endif
+    }
+
+    // Issue 27, finding 20: each rank's view differs, the choice must not.
+    void everyRankMakesTheSameChoice_data()
+    {
+        QTest::addColumn<int>("ranks");
+        QTest::addColumn<QList<int>>("sharing");     // ranks whose GPU another rank of theirs has
+        QTest::addColumn<QList<int>>("withoutNccl"); // ranks whose machine has no NCCL
+        QTest::addColumn<QList<int>>("onTheCpu");    // ranks whose backend is host memory
+        QTest::addColumn<QStringList>("expected");   // what each rank says
+        const QString sharing = "mpi, host-staged (ranks share a GPU, which NCCL refuses)";
+        QTest::newRow("5 ranks on 4 GPUs")
+            << 5 << QList<int>{0, 4} << QList<int>{} << QList<int>{} << QStringList(5, sharing);
+        QTest::newRow("a node without NCCL")
+            << 4 << QList<int>{} << QList<int>{2, 3} << QList<int>{}
+            << QStringList{"mpi, host-staged (rank 3 cannot use NCCL, and every rank must)",
+                           "mpi, host-staged (rank 3 cannot use NCCL, and every rank must)",
+                           "mpi, host-staged (/nonexistent/libnccl.so.2 not found", "mpi, host-staged (/nonexistent"};
+        QTest::newRow("a rank on the CPU") << 3 << QList<int>{} << QList<int>{} << QList<int>{1}
+                                           << QStringList{"mpi, host-staged (rank 1 computes in host memory)", "mpi",
+                                                          "mpi, host-staged (rank 1 computes in host memory)"};
+        QTest::newRow("every rank can") << 4 << QList<int>{} << QList<int>{} << QList<int>{}
+                                        << QStringList(4,
+                                                       "nccl (NCCL 2.99.0; pipeline messages over MPI, host-staged)");
+    }
+    void everyRankMakesTheSameChoice()
+    {
+#if MESHBENCH_HAVE_CUDA
+        QFETCH(int, ranks);
+        QFETCH(QList<int>, sharing);
+        QFETCH(QList<int>, withoutNccl);
+        QFETCH(QList<int>, onTheCpu);
+        QFETCH(QStringList, expected);
+        testing::FakeNccl fake;
+        const NcclLibrary missing = NcclLibrary::load("/nonexistent/libnccl.so.2");
+        InProcessMesh mesh(dataParallel(ranks));
+        const std::vector<std::string> said = onEveryRank(mesh, [&](int r) {
+            testing::FarBackend far;
+            kernels::CpuBackend cpu;
+            kernels::Backend& backend = onTheCpu.contains(r) ? static_cast<kernels::Backend&>(cpu) : far;
+            const NcclContext nccl = contextOf(withoutNccl.contains(r) ? missing : fake.library);
+            std::string description = attachDeviceCommunicators(mesh.groups(r), backend, sharing.contains(r), nccl);
+            // The groups still sum across ranks, whatever each took.
+            const kernels::DevPtr x = backend.allocate(1, kernels::DType::F32);
+            const float one = 1.0f;
+            backend.copyFromHost(x, &one, 1);
+            mesh.groups(r).world->allReduceSum(x, 1);
+            float sum = 0;
+            backend.copyToHost(&sum, x, 1);
+            backend.release(x);
+            return sum == float(ranks) ? description : "world sum " + std::to_string(sum);
+        });
+        for (int r = 0; r < ranks; ++r)
+            QVERIFY2(QString::fromStdString(said[std::size_t(r)]).startsWith(expected[r]),
+                     said[std::size_t(r)].c_str());
+        const bool nccl = expected.front().startsWith("nccl");
+        // NCCL was entered by every rank or by none; only the world's creation and its split into
+        // the data groups (and the expert-data ones, the same ranks with ep 1) when it was.
+        QCOMPARE(fake.calls("ncclCommInitRankConfig"), nccl ? ranks : 0);
+        QCOMPARE(fake.calls("ncclCommSplit"), nccl ? 2 * ranks : 0);
+        QCOMPARE(fake.misuses(), 0);
+        QCOMPARE(fake.aborted(), 0);
 #else
         QSKIP("this build has no CUDA, so no NCCL");
 #endif
