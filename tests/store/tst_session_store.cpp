@@ -5,6 +5,7 @@
 #include "store/session_store.h"
 #include "store_samples.h"
 
+#include "common/other_user.h"
 #include "common/session_checks.h"
 
 #include <QtTest>
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -617,25 +619,50 @@ void TestSessionStore::corruptPagesGiveErrorsNotCrashes()
 
 void TestSessionStore::sessionInReadOnlyFolderOpens()
 {
+    // Root ignores folder modes (and CI runs as root), so as root the reader runs as an unprivileged
+    // user who owns the folder and the file, as a user reading their own session in a folder they
+    // made read-only; otherwise it runs as the test's own user.
+    std::optional<OtherUser> user;
+    if (geteuid() == 0) {
+        std::string why;
+        user = otherTestUser(&why);
+        if (!user)
+            QFAIL(qPrintable("running as root, the reader must run as another user: " + QString::fromStdString(why)));
+    }
     QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    if (user) // QTemporaryDir makes a 0700 folder of root's: let the user reach the folder inside
+        QVERIFY(chmod(dir.path().toLocal8Bit().constData(), 0711) == 0);
     const std::string folder = dir.filePath("read-only").toStdString();
     QVERIFY(QDir().mkpath(QString::fromStdString(folder)));
     const std::string path = folder + "/copy #1?.meshbench";   // URI characters in the name
     writeSpanSession(path, 100);
-    QVERIFY(chmod(folder.c_str(), 0555) == 0);
-    const bool enforced = access(folder.c_str(), W_OK) != 0;   // not for root
-    std::string message;
-    std::uint64_t spans = 0;
-    try {
-        spans = store::SessionReader(path).spanCount();
-    } catch (const StoreError& error) {
-        message = error.what();
+    if (user) {
+        QVERIFY(chown(folder.c_str(), user->uid, user->gid) == 0);
+        QVERIFY(chown(path.c_str(), user->uid, user->gid) == 0);
     }
+    QVERIFY(chmod(folder.c_str(), 0555) == 0);
+    const auto readSession = [&](std::string& message) {
+        if (access(folder.c_str(), W_OK) == 0) {
+            message = "the folder is writable by uid " + std::to_string(getuid()) + ": nothing would be tested";
+            return 2;
+        }
+        try {
+            const std::uint64_t spans = store::SessionReader(path).spanCount();
+            if (spans != 100) {
+                message = "read " + std::to_string(spans) + " spans, wrote 100";
+                return 3;
+            }
+        } catch (const StoreError& error) {
+            message = error.what();
+            return 1;
+        }
+        return 0;
+    };
+    std::string message;
+    const int status = user ? runAsOtherUser(*user, readSession, message) : readSession(message);
     chmod(folder.c_str(), 0755);
-    if (!enforced)
-        QSKIP("running as root: folder permissions are not enforced");
-    QVERIFY2(message.empty(), message.c_str());
-    QCOMPARE(spans, std::uint64_t(100));
+    QVERIFY2(status == 0, qPrintable(QString("status %1: %2").arg(status).arg(QString::fromStdString(message))));
 }
 
 void TestSessionStore::killedWriterLeavesCompleteBatches()
