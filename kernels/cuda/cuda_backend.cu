@@ -718,8 +718,12 @@ public:
     // The block goes back to the cache at once: the work queued on it runs first, in stream order,
     // before any later user of the block.
     void release(DevPtr p) override { m_allocator.release(p.data); }
+    // Nothing to move for n == 0: a launch of zero blocks fails, and its error, left pending, would
+    // be reported by the next unrelated check under that operation's name.
     void upload(DevPtr dst, const float* src, std::size_t n) override
     {
+        if (n == 0)
+            return;
         if (dst.dtype == DType::F32) {
             check(cudaMemcpyAsync(dst.data, src, n * sizeof(float), cudaMemcpyHostToDevice, m_stream), "upload");
             check(cudaStreamSynchronize(m_stream), "upload");
@@ -729,11 +733,14 @@ public:
         const DevPtr staging{m_allocator.allocate(n * sizeof(float)), DType::F32};
         check(cudaMemcpyAsync(staging.data, src, n * sizeof(float), cudaMemcpyHostToDevice, m_stream), "upload");
         convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(staging.data, DType::F32, dst.data, dst.dtype, n);
+        launched("upload");
         check(cudaStreamSynchronize(m_stream), "upload");
         release(staging);
     }
     void download(float* dst, ConstDevPtr src, std::size_t n) override
     {
+        if (n == 0)
+            return;
         if (src.dtype == DType::F32) {
             check(cudaMemcpyAsync(dst, src.data, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
             check(cudaStreamSynchronize(m_stream), "download");
@@ -741,6 +748,7 @@ public:
         }
         const DevPtr staging{m_allocator.allocate(n * sizeof(float)), DType::F32};
         convertKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(src.data, src.dtype, staging.data, DType::F32, n);
+        launched("download");
         check(cudaMemcpyAsync(dst, staging.data, n * sizeof(float), cudaMemcpyDeviceToHost, m_stream), "download");
         check(cudaStreamSynchronize(m_stream), "download");
         release(staging);

@@ -93,6 +93,21 @@ private slots:
         QCOMPARE(filled.read(x.size()), std::vector<float>(x.size(), 2.5f));
     }
 
+    void emptyTransfersLeaveNoErrorBehind()
+    {
+        // A bf16 upload or download of nothing used to launch a zero-block conversion, whose error the
+        // next operation then reported as its own (issue 27, finding 23).
+        const DevPtr p = m_cuda->allocate(4, DType::BF16);
+        std::vector<float> host{1, 2, 3, 4};
+        m_cuda->upload(p, host.data(), 0);
+        m_cuda->download(host.data(), p, 0);
+        QCOMPARE(host, (std::vector<float>{1, 2, 3, 4}));
+        m_cuda->fill(p, 1.5f, host.size());
+        m_cuda->download(host.data(), p, host.size());
+        QCOMPARE(host, std::vector<float>(host.size(), 1.5f));
+        m_cuda->release(p);
+    }
+
     void rawCopiesAndTheAllocatorsFigures()
     {
         // Raw bf16 words go out and back unconverted (what host staging moves).
