@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The device check, run on the GPU machine (see the README's "On GPUs"). Needs .device-bin/ and
 # .device-runtime/ carried (both from fetch_runtime.sh, run here first); unpacks the packages into a
-# private prefix, never into /, and uses the machine's own CUDA 13 libraries (and the NCCL of its Python
-# environment, if any). Nothing of the machine's own Open MPI is used, if it has one: mpirun is the carried
-# orterun, by its full path.
+# private prefix, never into /, and uses the machine's own CUDA 13 libraries (the toolkit's, else those of
+# its Python environment's pip packages, NCCL among them). Nothing of the machine's own Open MPI is used, if
+# it has one: mpirun is the carried orterun, by its full path.
 #   (libraries) every carried binary and shared library (Open MPI's MCA components too) has each library
 #       it needs, from the prefix or the machine; any "not found" fails the check, naming it;
 #   (a) tst_cuda_kernels: every CUDA kernel against the CPU's, fp32 and bf16;
@@ -41,7 +41,7 @@ steps=${MESHBENCH_CHECK_STEPS-a b d e c}
 layouts=${MESHBENCH_CHECK_LAYOUTS:-2 2 1 1 1;4 2 1 2 1;4 2 2 1 2}
 train_steps=${MESHBENCH_CHECK_TRAIN_STEPS:-20}
 [[ $train_steps =~ ^[1-9][0-9]*$ ]] || die "MESHBENCH_CHECK_TRAIN_STEPS is '$train_steps'; give a positive count"
-carried=${MESHBENCH_DEVICE_DIR:-.}
+carried=$(cd "${MESHBENCH_DEVICE_DIR:-.}" && pwd) || die "MESHBENCH_DEVICE_DIR names no folder"
 bin=$carried/.device-bin
 runtime=$carried/.device-runtime
 for b in tst_cuda_kernels meshbench-agent bench_gpu; do
@@ -68,7 +68,8 @@ for s in $steps; do
     *) die "MESHBENCH_CHECK_STEPS names '$s'; the steps are a b c d e" ;;
   esac
 done
-((worst <= 540)) || die "the steps asked for may take ${worst} s, over the 540 s the device machine allows; ask for fewer"
+((worst <= 540)) ||
+  die "the steps asked for may take ${worst} s, over the 540 s the device machine allows; ask for fewer"
 limited() { local l=${limit[$1]}; shift; timeout -k "$grace" "$l" "$@"; }   # limited STEP COMMAND...
 
 mkdir -p "$out"
@@ -78,7 +79,8 @@ summary="$out/summary.txt"
 work=$(mktemp -d /tmp/meshbench-check.XXXXXX)
 prefix=$(mktemp -d /tmp/meshbench-runtime.XXXXXX)
 finish() {
-  limited tar tar -czf "$out/results.tar.gz" -C "$work" . || echo "check: could not pack $work into $out/results.tar.gz" >&2
+  limited tar tar -czf "$out/results.tar.gz" -C "$work" . ||
+    echo "check: could not pack $work into $out/results.tar.gz" >&2
   rm -rf "$prefix" "$work"
 }
 trap finish EXIT
@@ -111,11 +113,16 @@ done < "$runtime/links.txt"
 record "unpack" pass "$(find "$runtime" -name '*.deb' | wc -l) packages into $prefix"
 
 # The library path: every folder a carried library was found in where fetch_runtime.sh ran (/lib and
-# /usr/lib apart, as the packages have them; RUNPATHs as UCX's), then the machine's CUDA and NCCL.
-nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib"))' 2> /dev/null || true)
+# /usr/lib apart, as the packages have them; RUNPATHs as UCX's), then CUDA 13's cuBLASLt and NCCL: the
+# toolkit's, then those of python3's pip packages (nvidia-cublas, nvidia-nccl-cu13) where they are.
+nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2> /dev/null || true)
+pip_libs=$([[ -n $nvidia ]] && find "$nvidia" -maxdepth 4 \( -name libcublasLt.so.13 -o -name libnccl.so.2 \) \
+  -printf '%h\n' 2> /dev/null | sort -u | paste -sd: || true)
+nccl=$([[ -n $nvidia ]] && find "$nvidia" -maxdepth 4 -name libnccl.so.2 -printf '%h\n' 2> /dev/null | head -1 || true)
 libpath=$(sed "s|^|$prefix|" "$runtime/libdirs.txt" | paste -sd:)
 lib=$prefix/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH="$libpath:$lib:$prefix/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+libpath+=":$lib:$prefix/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${pip_libs:+:$pip_libs}"
+export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$prefix/usr/bin:$PATH" OPAL_PREFIX="$prefix/usr" OPAL_SYSCONFDIR="$prefix/etc/openmpi"
 # Debian's PMIx names its folders absolutely (not under its prefix) and its component path in its own
 # pmix-mca-params.conf: each is set here, or it looks in /usr/lib/x86_64-linux-gnu/pmix2 and does without.
@@ -198,8 +205,12 @@ model() {   # model LIMIT NAME RANKS BACKEND DP PP TP EP: one job, bounded so th
       --metrics "$work/$name.metrics" > "$work/$name.log" 2>&1
   fi
 }
-why() {   # why STATUS: a timeout said as one
-  [[ $1 == 124 || $1 == 137 ]] && echo "timed out" || echo "exited $1"
+why() {   # why STATUS: a timeout or a failed start said as one
+  case $1 in
+    124 | 137) echo "timed out" ;;
+    127) echo "did not start (127: a program or library missing)" ;;
+    *) echo "exited $1" ;;
+  esac
 }
 
 step_a() {
@@ -285,5 +296,8 @@ step_c() {
 
 for s in $steps; do "step_$s"; done
 
-echo "check: $( ((failed)) && echo FAILED || echo passed) in $((SECONDS - started)) s; summary.txt and results.tar.gz in $out"
+echo "-- summary.txt"
+cat "$summary"   # again, last: a caller that keeps only the end of the output keeps this
+echo "check: $( ((failed)) && echo FAILED || echo passed) in $((SECONDS - started)) s;" \
+  "summary.txt and results.tar.gz in $out"
 exit "$failed"

@@ -25,8 +25,8 @@ fail() { echo "fetch_runtime: $*" >&2; exit 1; }
 
 binaries=("$build/bin/tst_cuda_kernels" "$build/bin/meshbench-agent" "$build/bin/bench_gpu")
 for b in "${binaries[@]}"; do
-  [[ -x $b ]] || fail "$b is not built; build it first (cmake --build $build --target $(basename "$b")); bench_gpu and" \
-    "the CUDA kernels need a CUDA 13 toolkit at /usr/local/cuda"
+  [[ -x $b ]] || fail "$b is not built; build it first (cmake --build $build --target $(basename "$b"));" \
+    "bench_gpu and the CUDA kernels need a CUDA 13 toolkit at /usr/local/cuda"
 done
 for tool in orterun orted; do
   command -v "$tool" > /dev/null || fail "$tool is not installed here; install openmpi-bin (packaging/install_deps.sh)"
@@ -71,7 +71,8 @@ owner_of() {   # owner_of LIB: sets owner[LIB] to the package that installed LIB
   return 1
 }
 
-libraries() {   # libraries FILE...: the libraries that the ELF files among FILEs load; "not found LIB FILE" for each unresolved
+# libraries FILE...: the libraries that the ELF files among FILEs load; "not found LIB FILE" for each unresolved
+libraries() {
   local f
   for f in "$@"; do
     is_elf "$f" || continue
@@ -80,7 +81,9 @@ libraries() {   # libraries FILE...: the libraries that the ELF files among FILE
   done | sort -u
 }
 
-needs() {   # needs FILE...: the packages of what FILEs load (glibc's and the compiler's left out); fails on any unresolved
+# needs FILE...: sets needed to the packages of what FILEs load (glibc's and the compiler's left out); fails on
+# any library unresolved or from no package
+needs() {
   local lib missing=0 found=()
   while read -r lib; do
     case $lib in
@@ -89,7 +92,9 @@ needs() {   # needs FILE...: the packages of what FILEs load (glibc's and the co
                      echo "fetch_runtime: $file needs $name, which is not installed here" >&2; missing=1 ;;
       /usr/local/cuda/*) ;;   # the GPU machine's CUDA is used
       *) if owner_of "$lib"; then found+=("${owner[$lib]}")
-         else echo "fetch_runtime: $lib is from no Debian package; the check carries only packages" >&2; missing=1; fi ;;
+         else echo "fetch_runtime: $lib is from no Debian package; the check carries only packages" >&2
+           missing=1
+         fi ;;
     esac
   done < <(libraries "$@")
   ((missing == 0)) || fail "install what is missing (apt-get install, or packaging/install_deps.sh) and run this again"
@@ -120,7 +125,7 @@ while read -r p; do
   deb="${p}_${version//:/%3a}_${arch}.deb"
   if [[ -f /var/cache/apt/archives/$deb ]]; then
     cp "/var/cache/apt/archives/$deb" "$dest/.device-runtime/"
-  elif [[ $(apt-cache show "$p=$version" 2> /dev/null) == *$'\nFilename: '* ]]; then   # in a registry, not only installed
+  elif [[ $(apt-cache show "$p=$version" 2> /dev/null) == *$'\nFilename: '* ]]; then   # in a registry too
     wanted+=("$p=$version")
   else
     # Superseded in the registry (a security update not yet installed here): the registry's version travels,
@@ -143,15 +148,18 @@ fi
 for deb in "$dest/.device-runtime"/*.deb; do dpkg-deb --show --showformat='${Package} ${Version}\n' "$deb"; done \
   > "$dest/.device-runtime/packages.txt"
 
-# The device machine takes 64 MiB in all: the working tree that travels and the two carried folders.
+# The device machine takes 64 MiB in all: the working tree that travels and the two carried folders
+# (MESHBENCH_CARRY_LIMIT_MIB sets another limit, to try this).
+limit_mib=${MESHBENCH_CARRY_LIMIT_MIB:-64}
 mib() { echo $((($1 + 1048575) / 1048576)); }
 bin_bytes=$(du -sb "$dest/.device-bin" | cut -f1)
 deb_bytes=$(du -sb "$dest/.device-runtime" | cut -f1)
-tree_bytes=$(git ls-files -z -c -o --exclude-standard | xargs -0 -r du -cb 2> /dev/null | tail -1 | cut -f1)
+tree_bytes=$(git ls-files -z -c -o --exclude-standard | du -cb --files0-from=- 2> /dev/null | tail -1 | cut -f1)
 total=$((bin_bytes + deb_bytes + tree_bytes))
-summary="$(wc -l < "$dest/.device-runtime/packages.txt") packages $(mib "$deb_bytes") MiB, binaries $(mib "$bin_bytes") MiB,"
-summary+=" working tree $(mib "$tree_bytes") MiB: $(mib "$total") MiB of the device machine's 64"
-((total <= 64 * 1048576)) ||
-  fail "too large to carry: $summary. Build the binaries for sm_90 only, or leave a package out (check.sh's ldd" \
-    "will say whether it was needed)"
+summary="$(wc -l < "$dest/.device-runtime/packages.txt") packages $(mib "$deb_bytes") MiB,"
+summary+=" binaries $(mib "$bin_bytes") MiB,"
+summary+=" working tree $(mib "$tree_bytes") MiB: $(mib "$total") MiB of the device machine's $limit_mib"
+((total <= limit_mib * 1048576)) ||
+  fail "too large to carry: $summary. Make the binaries smaller (CUDA code for sm_90 only, strip --strip-unneeded)," \
+    "or move large untracked files out of the working tree"
 echo "fetch_runtime: $summary; in $dest/.device-bin/ and $dest/.device-runtime/"

@@ -109,7 +109,8 @@ while read -r root; do
   [[ -z $below ]] || fail "cannot hide what is in $root: an overlay there would also hide the mount $below"
 done < "$work/roots.txt"
 echo "rehearse: hiding $(wc -l < "$work/hidden_dirs.txt") folders and $(wc -l < "$work/hidden_files.txt") files" \
-  "of this machine's ($(wc -l < "$work/roots.txt") overlays); keeping the $(echo "$keep" | wc -l) files the tools themselves run on"
+  "of this machine's ($(wc -l < "$work/roots.txt") overlays); keeping the $(echo "$keep" | wc -l) files" \
+  "the tools themselves run on"
 
 # The run: (a), (d) and (e) only load their binaries on the CPU; (b) and one layout of (c) train 3 steps.
 status=0
