@@ -63,6 +63,11 @@ grep -qw overlay /proc/filesystems || skip "the kernel has no overlayfs"
 started=$SECONDS
 
 rm -rf "$work" && mkdir -p "$work/ns" "$work/carry"
+# A CI image may come without apt's lists (and so without any registry to download from).
+if ! compgen -G '/var/lib/apt/lists/*_Packages*' > /dev/null; then
+  echo "rehearse: apt has no package lists; apt-get update"
+  apt-get update -qq || fail "apt-get update failed: fetch_runtime.sh needs the package registry"
+fi
 echo "rehearse: fetching the runtime into $work/carry"
 "$src/tests/device/fetch_runtime.sh" "$build" "$work/carry"
 runtime=$work/carry/.device-runtime
@@ -77,7 +82,11 @@ done
 # alternatives links to Open MPI, less what this script and check.sh run on. Paths are canonical in their
 # folders (/lib is /usr/lib here), the file itself left unresolved.
 export LC_ALL=C
-canonical() { while read -r p; do [[ $p == /* ]] && echo "$(realpath -m "$(dirname "$p")")/$(basename "$p")"; done; }
+canonical() {   # each absolute path read, its folder resolved (dpkg -L also prints lines that are no paths)
+  while read -r p; do
+    if [[ $p == /* ]]; then echo "$(realpath -m "$(dirname "$p")")/$(basename "$p")"; fi
+  done
+}
 tools=(bash sh env python3 dpkg-deb tar gzip timeout find xargs sed awk grep sort cut paste tr od du mktemp realpath
   readlink dirname basename ln rm mkdir cat tee wc head comm id ls mount mknod unshare nvidia-smi)
 keep=$(for t in "${tools[@]}"; do
