@@ -3,7 +3,8 @@
 # .device-runtime/ carried (both from fetch_runtime.sh, run here first); unpacks the packages into a
 # private prefix, never into /, and uses the machine's own CUDA 13 libraries (the toolkit's, else those of
 # its Python environment's pip packages, NCCL among them). Nothing of the machine's own Open MPI is used, if
-# it has one: mpirun is the carried orterun, by its full path.
+# it has one: mpirun is the carried orterun, by its full path, and the machine's OMPI_*, OPAL_*, PMIX_*
+# settings are cleared; the carried libraries are on the path of the carried programs only.
 #   (libraries) every carried binary and shared library (Open MPI's MCA components too) has each library
 #       it needs, from the prefix or the machine; any "not found" fails the check, naming it;
 #   (a) tst_cuda_kernels: every CUDA kernel against the CPU's, fp32 and bf16;
@@ -41,9 +42,9 @@ steps=${MESHBENCH_CHECK_STEPS-a b d e c}
 layouts=${MESHBENCH_CHECK_LAYOUTS:-2 2 1 1 1;4 2 1 2 1;4 2 2 1 2}
 train_steps=${MESHBENCH_CHECK_TRAIN_STEPS:-20}
 [[ $train_steps =~ ^[1-9][0-9]*$ ]] || die "MESHBENCH_CHECK_TRAIN_STEPS is '$train_steps'; give a positive count"
-carried=$(cd "${MESHBENCH_DEVICE_DIR:-.}" && pwd) || die "MESHBENCH_DEVICE_DIR names no folder"
-bin=$carried/.device-bin
-runtime=$carried/.device-runtime
+device_dir=$(cd "${MESHBENCH_DEVICE_DIR:-.}" && pwd) || die "MESHBENCH_DEVICE_DIR names no folder"
+bin=$device_dir/.device-bin
+runtime=$device_dir/.device-runtime
 for b in tst_cuda_kernels meshbench-agent bench_gpu; do
   [[ -x $bin/$b ]] || die "$bin/$b is missing; run tests/device/fetch_runtime.sh here first and carry $bin"
 done
@@ -122,7 +123,14 @@ nccl=$([[ -n $nvidia ]] && find "$nvidia" -maxdepth 4 -name libnccl.so.2 -printf
 libpath=$(sed "s|^|$prefix|" "$runtime/libdirs.txt" | paste -sd:)
 lib=$prefix/usr/lib/x86_64-linux-gnu
 libpath+=":$lib:$prefix/lib/x86_64-linux-gnu:/usr/local/cuda/lib64${pip_libs:+:$pip_libs}"
-export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Only the carried programs get it ("${carried[@]}" COMMAND...): the machine's own tools (python3, tar) keep
+# their libraries.
+libpath+=${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+carried=(env "LD_LIBRARY_PATH=$libpath")
+# An MPI of the machine's own (a CUDA image's HPC-X, say) may have left settings that would steer the carried
+# one (OMPI_MCA_pml=ucx, OPAL_PREFIX): they go.
+inherited=$(compgen -e | grep -E '^(OMPI|OPAL|ORTE|PMIX|PRTE)_' || true)
+for v in $inherited; do unset "$v"; done
 export PATH="$prefix/usr/bin:$PATH" OPAL_PREFIX="$prefix/usr" OPAL_SYSCONFDIR="$prefix/etc/openmpi"
 # Debian's PMIx names its folders absolutely (not under its prefix) and its component path in its own
 # pmix-mca-params.conf: each is set here, or it looks in /usr/lib/x86_64-linux-gnu/pmix2 and does without.
@@ -140,7 +148,7 @@ status=0
   cd "$prefix"
   find . \( -name '*.so' -o -name '*.so.*' -o -path './usr/bin/*' \) -type f -print0 | sed -z "s|^\.|$prefix|"
   find "$bin" -type f -print0
-) | limited libraries xargs -0 -r -n 64 ldd /dev/null > "$work/libraries.txt" 2>&1 || status=$?
+) | limited libraries "${carried[@]}" xargs -0 -r -n 64 ldd /dev/null > "$work/libraries.txt" 2>&1 || status=$?
 # A library too old for a carried file (glibc, libstdc++) is as missing as an absent one.
 missing=$(awk '/^[^\t ].*:$/ {file = substr($0, 1, length($0) - 1)} /=> not found/ {print file ": " $1}
                /version `.*. not found/ {sub(/^[^:]*: /, ""); print file ": " $0}' "$work/libraries.txt" | sort -u)
@@ -166,7 +174,8 @@ fi
     echo "no nvidia-smi"
   fi
   echo "NCCL from: ${nccl:-none found}"
-  echo "mpirun: $mpirun ($("$mpirun" --version 2>&1 | head -1))"
+  echo "mpirun: $mpirun ($("${carried[@]}" "$mpirun" --version 2>&1 | head -1))"
+  echo "MPI settings of the machine's, cleared: ${inherited:-none}" | paste -sd' '
 } > "$work/device.txt"
 sed 's/^/  /' "$work/device.txt" | tee -a "$summary"
 
@@ -198,11 +207,11 @@ model() {   # model LIMIT NAME RANKS BACKEND DP PP TP EP: one job, bounded so th
   job "$work/$name.json" "$4" "$5" "$6" "$7" "$8"
   rm -f "$work/$name.metrics"
   if [[ $ranks == 1 ]]; then
-    limited "$step" "$bin/meshbench-agent" --job "$work/$name.json" --metrics "$work/$name.metrics" \
+    limited "$step" "${carried[@]}" "$bin/meshbench-agent" --job "$work/$name.json" --metrics "$work/$name.metrics" \
       > "$work/$name.log" 2>&1
   else
-    limited "$step" "$mpirun" -np "$ranks" --oversubscribe "$bin/meshbench-agent" --job "$work/$name.json" \
-      --metrics "$work/$name.metrics" > "$work/$name.log" 2>&1
+    limited "$step" "${carried[@]}" "$mpirun" -np "$ranks" --oversubscribe "$bin/meshbench-agent" \
+      --job "$work/$name.json" --metrics "$work/$name.metrics" > "$work/$name.log" 2>&1
   fi
 }
 why() {   # why STATUS: a timeout or a failed start said as one
@@ -216,12 +225,13 @@ why() {   # why STATUS: a timeout or a failed start said as one
 step_a() {
   local status=0 totals
   if [[ $gpu == cpu ]]; then
-    limited a "$bin/tst_cuda_kernels" -functions > "$work/cuda_kernels.log" 2>&1 || status=$?
+    limited a "${carried[@]}" "$bin/tst_cuda_kernels" -functions > "$work/cuda_kernels.log" 2>&1 || status=$?
     if [[ $status == 0 ]]; then record "a cuda kernels" skip "no GPU in cpu mode; the binary loads"
     else record "a cuda kernels" FAIL "the binary does not start: $(why "$status") (see cuda_kernels.log)"; fi
     return
   fi
-  limited a "$bin/tst_cuda_kernels" -o "$work/cuda_kernels.txt,txt" > "$work/cuda_kernels.log" 2>&1 || status=$?
+  limited a "${carried[@]}" "$bin/tst_cuda_kernels" -o "$work/cuda_kernels.txt,txt" > "$work/cuda_kernels.log" 2>&1 ||
+    status=$?
   totals=$(grep -E '^Totals' "$work/cuda_kernels.txt" 2> /dev/null || echo "no totals: $(why "$status")")
   [[ $totals == *" 0 skipped"* ]] || status=1   # skipped kernels were not checked
   record "a cuda kernels" "$(verdict "$status")" "$totals"
@@ -249,7 +259,7 @@ loads_only() {   # loads_only NAME LOG STATUS
 step_d() {
   local status=0
   # Two layers and three repetitions: the figures are per layer, and the check's time is bounded.
-  limited d "$bin/bench_gpu" --layers 2 --reps 3 > "$work/bench_gpu.txt" 2>&1 || status=$?
+  limited d "${carried[@]}" "$bin/bench_gpu" --layers 2 --reps 3 > "$work/bench_gpu.txt" 2>&1 || status=$?
   [[ $gpu == cpu ]] && { loads_only "d bench_gpu" "$work/bench_gpu.txt" "$status"; return; }
   record "d bench_gpu" "$(verdict "$status")" "$(grep -E '^layer stack' "$work/bench_gpu.txt" || why "$status")"
   cat "$work/bench_gpu.txt"
@@ -257,7 +267,7 @@ step_d() {
 
 step_e() {
   local status=0
-  limited e "$bin/bench_gpu" --megatron-shapes --reps 5 > "$work/megatron_shapes.txt" 2>&1 || status=$?
+  limited e "${carried[@]}" "$bin/bench_gpu" --megatron-shapes --reps 5 > "$work/megatron_shapes.txt" 2>&1 || status=$?
   [[ $gpu == cpu ]] && { loads_only "e megatron GEMM shapes" "$work/megatron_shapes.txt" "$status"; return; }
   record "e megatron GEMM shapes" "$(verdict "$status")" \
     "$(grep -c 'one layer' "$work/megatron_shapes.txt" || true) runs timed, $(why "$status")"
