@@ -154,6 +154,8 @@ bool NcclComm::pollUntil(const std::function<bool()>& done)
     while (!done()) {
         if (std::chrono::steady_clock::now() > deadline)
             return false;
+        if (m_progress)
+            m_progress();
         // The CPU is not needed while NCCL works; ranks may outnumber cores.
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

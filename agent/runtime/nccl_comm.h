@@ -62,6 +62,9 @@ public:
     bool poll(const std::function<bool()>& reached, const char* what);
     // Polls until `reached`, a failure, or the deadline.
     void waitUntil(const std::function<bool()>& reached, const char* what);
+    // Called at each poll of a wait: MPI moves messages only inside MPI calls, and a peer may need
+    // one of this rank's before it joins the NCCL call this rank waits in.
+    void whilePolling(std::function<void()> progress) { m_progress = std::move(progress); }
 
 private:
     NcclComm(const NcclLibrary& library, ncclComm_t comm, std::chrono::milliseconds timeout)
@@ -78,6 +81,7 @@ private:
     const NcclLibrary& m_library;
     ncclComm_t m_comm;
     std::chrono::milliseconds m_timeout;
+    std::function<void()> m_progress;
     bool m_aborted = false;
 };
 

@@ -110,6 +110,7 @@ public:
                      std::unique_ptr<NcclComm> comm)
         : LayeredCommunicator(std::move(host)), m_stream(std::move(stream)), m_comm(std::move(comm))
     {
+        m_comm->whilePolling([this] { this->host().progress(); });
     }
 
     PendingComm startAllReduce(kernels::DevPtr data, std::size_t n) override

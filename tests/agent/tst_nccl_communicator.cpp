@@ -3,8 +3,8 @@
 // agent makes, in the order it makes them, with no GPU. One world communicator is created and the
 // summing groups are split from it, the pipeline getting none; a failed call inside a group ends
 // the group before the communicator is aborted (issue 27, finding 21); a peer that never comes
-// ends creation, a split or the first collective at the deadline, and a peer's failure ends a wait
-// at once (finding 22).
+// ends creation, a split or the first collective at the deadline, a wait keeps the host's messages
+// moving, and a peer's failure ends a wait at once (finding 22).
 
 #include "agent/runtime/device_groups.h"
 #include "agent/runtime/in_process_communicator.h"
@@ -275,6 +275,31 @@ private slots:
         });
         QCOMPARE(QString::fromStdString(failure), expected);
         QCOMPARE(fake.aborted(), peerCalls ? 0 : 1);
+        QCOMPARE(fake.misuses(), 0);
+    }
+
+    void theHostAdvancesWhileAWaitPolls()
+    {
+        // The peer joins the collective only once this rank's host has moved (as a peer waiting for
+        // one of our MPI messages would): the wait must make progress, not only watch the clock.
+        testing::FakeNccl fake;
+        ncclUniqueId id{};
+        QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
+        const Peer peer(fake.library, id);
+        const std::unique_ptr<NcclComm> comm = NcclComm::initRank(fake.library, 2, id, 0, kLong);
+        float x = 0;
+        int polls = 0;
+        comm->whilePolling([&] {
+            if (++polls == 3)
+                fake.library.allReduce(&x, &x, 1, ncclFloat32, ncclSum, peer.comm, nullptr);
+        });
+        const std::string failure = commErrorOf([&] {
+            comm->enqueued(fake.library.allReduce(&x, &x, 1, ncclFloat32, ncclSum, comm->handle(), nullptr),
+                           "ncclAllReduce");
+        });
+        QCOMPARE(QString::fromStdString(failure), QString());
+        QCOMPARE(polls, 3);
+        QCOMPARE(fake.aborted(), 0);
         QCOMPARE(fake.misuses(), 0);
     }
 
