@@ -34,7 +34,22 @@ hide_and_check() {   # hide_and_check OUT CARRY STEPS LAYOUTS
       mkdir -p "$layer/upper/$(dirname "$rel")"
       mknod "$layer/upper/$rel" c 0 0
     done < <(awk -F'\t' -v root="$root" '$1 == root {print $2}' "$work/whiteouts.txt")
+    # An overlay hides what is mounted below its folder (a bind-mounted driver library, say): each such
+    # mount is held aside and mounted again on top.
+    local below=() m k=0
+    mapfile -t below < <(findmnt -rn -o TARGET | awk -v root="$root" 'index($0, root "/") == 1')
+    for m in "${below[@]}"; do
+      mkdir -p "$layer/held"
+      if [[ -d $m ]]; then mkdir "$layer/held/$k"; else : > "$layer/held/$k"; fi
+      mount --bind "$m" "$layer/held/$k"
+      k=$((k + 1))
+    done
     mount -t overlay overlay -o "lowerdir=$root,upperdir=$layer/upper,workdir=$layer/work" "$root"
+    k=0
+    for m in "${below[@]}"; do
+      mount --bind "$layer/held/$k" "$m" || fail "could not mount $m again over the overlay on $root"
+      k=$((k + 1))
+    done
     n=$((n + 1))
   done < "$work/roots.txt"
   while read -r name; do mount -t tmpfs -o size=1m,mode=755 hidden "$name"; done < "$work/hidden_dirs.txt"
@@ -114,8 +129,6 @@ awk -F/ -v OFS='\t' '{ r = ($2 == "usr") ? ((NF > 4) ? "/usr/" $3 "/" $4 : "/usr
 cut -f1 "$work/whiteouts.txt" | sort -u > "$work/roots.txt"
 while read -r root; do
   [[ -d $root && ! -L $root ]] || fail "cannot hide what is in $root: it is not a folder"
-  below=$(findmnt -rn -o TARGET | awk -v root="$root" 'index($0, root "/") == 1' | head -1)
-  [[ -z $below ]] || fail "cannot hide what is in $root: an overlay there would also hide the mount $below"
 done < "$work/roots.txt"
 echo "rehearse: hiding $(wc -l < "$work/hidden_dirs.txt") folders and $(wc -l < "$work/hidden_files.txt") files" \
   "of this machine's ($(wc -l < "$work/roots.txt") overlays); keeping the $(echo "$keep" | wc -l) files" \
