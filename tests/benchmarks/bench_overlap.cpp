@@ -9,7 +9,9 @@
 // gain on a laptop or CI box is smaller than on one core per rank.
 //
 // usage: bench_overlap [STEPS]   (default 8; the first step is a warm-up and not counted)
-// As root, Open MPI needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 set.
+// As root, Open MPI needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 set; the
+// benchmark does not set them for itself (as bench_calibration does not) and refuses to start
+// without them. A run that fails prints its log's end and no figures, and the exit status is 1.
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +24,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 using nlohmann::json;
 
@@ -65,18 +70,40 @@ struct Result {
     double hiddenShare = 0;   // of the reduction's time, under the backward
     double reduceSeconds = 0; // per step and rank, the reduction's span union
     bool ok = false;
+    std::string error; // why not, when !ok
 };
+
+// The last `lines` lines of a file, for a failed run's message.
+std::string tailOf(const std::filesystem::path& file, std::size_t lines)
+{
+    std::ifstream in(file);
+    std::vector<std::string> kept;
+    for (std::string line; std::getline(in, line);) {
+        kept.push_back(line);
+        if (kept.size() > lines)
+            kept.erase(kept.begin());
+    }
+    std::string text;
+    for (const std::string& line : kept)
+        text += "    " + line + "\n";
+    return text.empty() ? "    (the log is empty)\n" : text;
+}
 
 Result run(const std::filesystem::path& dir, const std::string& name, json job, int ranks)
 {
     const std::filesystem::path jobFile = dir / (name + ".json"), spans = dir / (name + ".spans");
     std::ofstream(jobFile) << job.dump(2);
+    for (int rank = 0; rank < ranks; ++rank) // a previous run's spans must not pass for this one's
+        std::filesystem::remove(spans.string() + ".rank" + std::to_string(rank));
     const std::string command = std::string(MESHBENCH_MPIRUN) + " --oversubscribe -np " + std::to_string(ranks) + " " +
                                 MESHBENCH_AGENT + " --job " + jobFile.string() + " --spans " + spans.string() +
                                 " > " + (dir / (name + ".log")).string() + " 2>&1";
     Result result;
-    if (std::system(command.c_str()) != 0) {
-        std::fprintf(stderr, "bench_overlap: %s failed; see %s\n", name.c_str(), (dir / (name + ".log")).c_str());
+    if (const int status = std::system(command.c_str()); status != 0) {
+        const std::filesystem::path log = dir / (name + ".log");
+        result.error = "mpirun exited with status " +
+                       std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+                       "; the end of " + log.string() + ":\n" + tailOf(log, 15);
         return result;
     }
     // Per (rank, step): reduce and backward intervals; per step: first begin and last end.
@@ -112,11 +139,17 @@ Result run(const std::filesystem::path& dir, const std::string& name, json job, 
     std::vector<double> steps;
     for (const auto& [step, span] : stepSpan)
         steps.push_back(span.second - span.first);
-    if (steps.empty() || byRankStep.empty())
+    if (steps.empty() || byRankStep.empty()) {
+        result.error = "the run wrote no spans after the warm-up step to " + spans.string() + ".rank*";
         return result;
+    }
+    if (reduceTotal <= 0) {
+        result.error = "the run's spans hold no dp-reduce span: nothing to measure the overlap of";
+        return result;
+    }
     std::sort(steps.begin(), steps.end());
     result.medianStepSeconds = steps[steps.size() / 2];
-    result.hiddenShare = reduceTotal > 0 ? hidden / reduceTotal : 0;
+    result.hiddenShare = hidden / reduceTotal;
     result.reduceSeconds = reduceTotal / double(byRankStep.size());
     result.ok = true;
     return result;
@@ -136,12 +169,21 @@ int main(int argc, char** argv)
     const std::filesystem::path dir = std::filesystem::temp_directory_path() / "meshbench-bench-overlap";
     std::filesystem::create_directories(dir);
 
-    std::printf("demo model, %d steps (first not counted), 1 MiB gradient buckets, CPU backend under mpirun\n", steps);
-    std::printf("%-10s %-8s %14s %14s %18s %16s\n", "layout", "overlap", "step (ms)", "vs off", "reduce/rank (ms)",
-                "hidden under B");
+    if (geteuid() == 0 && !(std::getenv("OMPI_ALLOW_RUN_AS_ROOT") && std::getenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"))) {
+        std::fprintf(stderr, "bench_overlap: running as root, and Open MPI's mpirun refuses root unless "
+                             "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set: set both, or "
+                             "run it as another user\n");
+        return 1;
+    }
+
+    struct Row {
+        const char* label;
+        bool overlapOn;
+        Result result;
+    };
+    std::vector<Row> rows;
     int failures = 0;
     for (const auto& [label, ep] : {std::pair{"dp2", 1}, std::pair{"dp2 ep2", 2}}) {
-        Result results[2];
         for (const bool overlapOn : {false, true}) {
             json job = demo;
             job["parallel"] = {{"dp", 2},         {"pp", 1},      {"tp", 1}, {"ep", ep}, {"zero", 0},
@@ -151,15 +193,30 @@ int main(int argc, char** argv)
             job["train"]["steps"] = steps;
             const std::string name = std::string(label == std::string("dp2") ? "dp2" : "dp2-ep2") +
                                      (overlapOn ? "-on" : "-off");
-            results[overlapOn] = run(dir, name, job, 2);
-            failures += !results[overlapOn].ok;
-        }
-        for (const bool overlapOn : {false, true}) {
-            const Result& r = results[overlapOn];
-            const double ratio = results[0].medianStepSeconds > 0 ? r.medianStepSeconds / results[0].medianStepSeconds : 0;
-            std::printf("%-10s %-8s %14.1f %13.2fx %18.1f %15.0f%%\n", label, overlapOn ? "on" : "off",
-                        1e3 * r.medianStepSeconds, ratio, 1e3 * r.reduceSeconds, 100 * r.hiddenShare);
+            rows.push_back({label, overlapOn, run(dir, name, job, 2)});
+            if (!rows.back().result.ok) {
+                ++failures;
+                std::fprintf(stderr, "bench_overlap: the %s run with overlap %s failed: %s", label,
+                             overlapOn ? "on" : "off", rows.back().result.error.c_str());
+                if (rows.back().result.error.back() != '\n')
+                    std::fputc('\n', stderr);
+            }
         }
     }
-    return failures == 0 ? 0 : 1;
+    if (failures > 0) {
+        std::fprintf(stderr, "bench_overlap: %d of %zu runs failed; no figures\n", failures, rows.size());
+        return 1;
+    }
+
+    std::printf("demo model, %d steps (first not counted), 1 MiB gradient buckets, CPU backend under mpirun\n", steps);
+    std::printf("%-10s %-8s %14s %14s %18s %16s\n", "layout", "overlap", "step (ms)", "vs off", "reduce/rank (ms)",
+                "hidden under B");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const Result& r = rows[i].result;
+        const Result& off = rows[i - (rows[i].overlapOn ? 1 : 0)].result; // each layout's off row comes first
+        std::printf("%-10s %-8s %14.1f %13.2fx %18.1f %15.0f%%\n", rows[i].label, rows[i].overlapOn ? "on" : "off",
+                    1e3 * r.medianStepSeconds, r.medianStepSeconds / off.medianStepSeconds, 1e3 * r.reduceSeconds,
+                    100 * r.hiddenShare);
+    }
+    return 0;
 }
