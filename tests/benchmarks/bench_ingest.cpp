@@ -3,7 +3,9 @@
 // records/s. Encoding the frames is outside the timing. The reference, measured in the same run:
 // a bare SQLite loop inserting the same rows into identical tables (schema.h, same pragmas) with
 // one prepared statement per table, bound by index, committing every 10,000 records as the writer
-// does. Targets: >= 0.8 of the reference and >= 500k records/s.
+// does. Targets: >= 0.8 of the reference and >= 500k records/s; a missed target makes the exit
+// status 1. Before any figure, the session is read back: every record type's count must be the
+// number sent, or the benchmark fails without figures.
 //
 // The collector decodes on its own thread while the writer thread stores, as in the engine, so the
 // wall-clock rate is the writer thread's; CPU seconds of both threads are printed beside it.
@@ -22,6 +24,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -262,6 +265,45 @@ private:
 
 }  // namespace
 
+// The records of each type in `batches`, by wire::Record index.
+std::vector<std::size_t> countByType(const std::vector<wire::Batch>& batches)
+{
+    std::vector<std::size_t> counts(std::variant_size_v<wire::Record>, 0);
+    for (const wire::Batch& batch : batches)
+        for (const wire::Record& record : batch.records)
+            ++counts[record.index()];
+    return counts;
+}
+
+// What the session holds of each type, by the same index; fails with the type's name on a mismatch.
+void checkStored(const store::SessionReader& reader, const std::vector<std::size_t>& sent)
+{
+    const std::vector<std::pair<std::size_t, std::pair<const char*, std::size_t>>> stored{
+        {wire::Record(wire::SpanRecord{}).index(), {"spans", std::size_t(reader.spanCount())}},
+        {wire::Record(wire::ExpertLoadRecord{}).index(), {"expert loads", reader.expertLoads().size()}},
+        {wire::Record(wire::MemorySampleRecord{}).index(), {"memory samples", reader.memorySamples().size()}},
+        {wire::Record(wire::StepMetricsRecord{}).index(), {"step metrics", reader.stepMetrics().size()}},
+        {wire::Record(wire::NodeSampleRecord{}).index(), {"node samples", reader.nodeSamples().size()}},
+        {wire::Record(wire::LogRecord{}).index(), {"log lines", reader.logs().size()}},
+        {wire::Record(wire::HeartbeatRecord{}).index(), {"heartbeats", reader.heartbeats().size()}},
+    };
+    std::size_t checked = 0;
+    std::string missing;
+    for (const auto& [index, named] : stored) {
+        checked += sent[index];
+        if (named.second != sent[index])
+            missing += std::string(missing.empty() ? "" : ", ") + named.first + ": " + std::to_string(named.second) +
+                       " stored of " + std::to_string(sent[index]) + " sent";
+    }
+    std::size_t total = 0;
+    for (std::size_t n : sent)
+        total += n;
+    if (checked != total)
+        missing += (missing.empty() ? "" : ", ") + std::to_string(total - checked) + " records of a type not checked";
+    if (!missing.empty())
+        die("the session does not hold every record sent (" + missing + "); no figures");
+}
+
 int main(int argc, char** argv)
 {
     const long requested = argc > 1 ? std::atol(argv[1]) : 1'000'000;
@@ -294,7 +336,7 @@ int main(int argc, char** argv)
     std::printf("Session ingest, %zu records in %d frames of %d from %d ranks (97%% spans):\n", records, frames,
                 kRecordsPerFrame, kRanks);
     Timing endToEnd;
-    {
+    try {
         store::SessionWriter writer(sessionPath, header);
         endToEnd = timed([&] {
             for (const auto& bytes : encoded) {
@@ -305,7 +347,17 @@ int main(int argc, char** argv)
             }
             writer.flush();
         });
+    } catch (const std::exception& e) {
+        die(std::string("the session writer failed: ") + e.what());
     }
+    const std::vector<std::size_t> sent = countByType(decoded);
+    std::optional<store::SessionReader> reader;
+    try {
+        reader.emplace(sessionPath);
+    } catch (const std::exception& e) {
+        die(std::string("the session just written does not open: ") + e.what());
+    }
+    checkStored(*reader, sent);
     Timing bare;
     {
         BareLoop loop(barePath);
@@ -317,23 +369,28 @@ int main(int argc, char** argv)
                 endToEnd.wall, endToEnd.cpu);
     std::printf("  bare SQLite prepared-insert loop        %9.0f records/s  %6.2f s wall  %6.2f s CPU\n", reference,
                 bare.wall, bare.cpu);
-    std::printf("  ratio %.2f (target >= 0.80), end to end %s 500k records/s\n", rate / reference,
-                rate >= 500'000 ? "meets" : "MISSES");
+    const bool ratioMet = rate / reference >= 0.80, rateMet = rate >= 500'000;
+    std::printf("  ratio %.2f (target >= 0.80: %s), end to end %s 500k records/s\n", rate / reference,
+                ratioMet ? "meets" : "MISSES", rateMet ? "meets" : "MISSES");
+    std::printf("  read back: all %zu records, by type\n", records);
 
     // The queries the GUI and replay ask of it, on the session just written.
-    const store::SessionReader reader(sessionPath);
-    const auto [first, last] = reader.timeRange();
+    const auto [first, last] = reader->timeRange();
     const std::int64_t t0 = first + (last - first) / 2;
     const std::uint32_t ranks[] = {2, 5};
     std::size_t hits = 0;
-    const Timing window = timed([&] {
-        reader.spans(t0, t0 + 1'000'000, ranks, [&](const store::StoredSpan&) { ++hits; });
-    });
+    const Timing window =
+        timed([&] { reader->spans(t0, t0 + 1'000'000, ranks, [&](const store::StoredSpan&) { ++hits; }); });
     std::size_t loads = 0;
-    const Timing step = timed([&] { loads = reader.expertLoads(frames / kRanks / 2).size(); });
+    const Timing step = timed([&] { loads = reader->expertLoads(frames / kRanks / 2).size(); });
     std::printf("  of %llu spans: ranks 2 and 5 over 1 ms: %zu spans in %.2f ms; expert loads of one step: %zu in "
                 "%.2f ms\n",
-                static_cast<unsigned long long>(reader.spanCount()), hits, window.wall * 1e3, loads, step.wall * 1e3);
+                static_cast<unsigned long long>(reader->spanCount()), hits, window.wall * 1e3, loads, step.wall * 1e3);
+    reader.reset();
     std::filesystem::remove_all(dir);
+    if (!ratioMet || !rateMet) {
+        std::fprintf(stderr, "bench_ingest: missed a target (ratio >= 0.80, >= 500k records/s)\n");
+        return 1;
+    }
     return 0;
 }

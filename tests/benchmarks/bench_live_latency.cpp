@@ -5,6 +5,11 @@
 // PUB -> SUB. The reference, measured in the same run: one bare message per step through the same
 // sockets (PUSH -> PULL -> PUB -> SUB) with no decoding, storing or aggregating.
 //
+// A record lost on the way, a step whose aggregate never arrives, or a lost reference message fails
+// the run: the reason on stderr, no figures, exit status 1. Both subscribers wait for a first message
+// (a probe the publisher repeats) before anything is measured, so no step is lost to ZeroMQ's
+// subscription handshake.
+//
 // usage: bench_live_latency [RECORDS_PER_SECOND] [SECONDS]   (default 100000 3)
 
 #include "agent/telemetry/telemetry_sender.h"
@@ -91,7 +96,28 @@ private:
 struct Percentiles {
     double p50 = 0, p99 = 0;
     std::size_t count = 0;
+    std::string failure; // why the figures are not to be trusted, or empty
 };
+
+// Publishes `probe` on `pub` until `sub` (subscribed to it) receives one: the subscription has then
+// reached the publisher, and everything published after it is delivered. Whatever probes were still
+// on their way are read off here too, so the first message after is not a probe. False after 10 s.
+bool awaitSubscription(zmq::socket_t& pub, zmq::socket_t& sub, const std::string& probe)
+{
+    const int timeout = sub.get(zmq::sockopt::rcvtimeo);
+    sub.set(zmq::sockopt::rcvtimeo, 20);
+    bool subscribed = false;
+    for (int attempt = 0; attempt < 500 && !subscribed; ++attempt) {
+        pub.send(zmq::buffer(probe), zmq::send_flags::none);
+        zmq::message_t message;
+        subscribed = bool(sub.recv(message));
+    }
+    zmq::message_t late;
+    while (subscribed && sub.recv(late))
+        ;
+    sub.set(zmq::sockopt::rcvtimeo, timeout);
+    return subscribed;
+}
 
 Percentiles percentiles(std::vector<double> values)
 {
@@ -130,7 +156,13 @@ Percentiles measureEngine(const plan::JobSpec& spec, double rate, double seconds
     header.name = "bench";
     store::SessionWriter writer(session, header);
     collector.attach(writer);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));   // the subscription reaches the publisher
+    // A topic the "step" subscription takes, alone in its message: the subscriber below skips any
+    // late one (a step is a topic and a payload).
+    if (!awaitSubscription(pub, sub, "step-probe")) {
+        Percentiles none;
+        none.failure = "the live subscriber never received a probe from the publisher";
+        return none;
+    }
 
     std::mutex mutex;
     std::map<int, Clock::time_point> completedAt;   // step -> when its last record was handed over
@@ -184,6 +216,8 @@ Percentiles measureEngine(const plan::JobSpec& spec, double rate, double seconds
                     continue;
                 break;
             }
+            if (!topic.more())
+                continue; // a probe
             if (!sub.recv(payload))
                 continue;
             const Clock::time_point now = Clock::now();
@@ -209,9 +243,16 @@ Percentiles measureEngine(const plan::JobSpec& spec, double rate, double seconds
     std::filesystem::remove(session);
     std::filesystem::remove(session + "-wal");
     std::filesystem::remove(session + "-shm");
-    if (collector.ingest().lostRecords() > 0)
-        std::printf("warning: %llu records lost\n", static_cast<unsigned long long>(collector.ingest().lostRecords()));
-    return percentiles(latencies);
+    Percentiles p = percentiles(latencies);
+    if (const std::uint64_t lost = collector.ingest().lostRecords(); lost > 0)
+        p.failure = std::to_string(lost) + " records lost between the senders and the collector";
+    else if (latencies.size() != completedAt.size())
+        p.failure = "the aggregates of " +
+                    std::to_string(completedAt.size() - std::min(completedAt.size(), latencies.size())) + " of " +
+                    std::to_string(completedAt.size()) + " steps never reached the subscriber";
+    else if (latencies.empty())
+        p.failure = "no step was completed";
+    return p;
 }
 
 // The same hops with nothing done at the engine: PUSH -> PULL -> PUB -> SUB, one message per step.
@@ -219,6 +260,7 @@ Percentiles measureBareSockets(int messages)
 {
     zmq::context_t context;
     zmq::socket_t pull(context, zmq::socket_type::pull);
+    pull.set(zmq::sockopt::rcvtimeo, 2000);
     pull.bind("tcp://127.0.0.1:*");
     zmq::socket_t push(context, zmq::socket_type::push);
     push.connect(pull.get(zmq::sockopt::last_endpoint));
@@ -226,8 +268,13 @@ Percentiles measureBareSockets(int messages)
     pub.bind("tcp://127.0.0.1:*");
     zmq::socket_t sub(context, zmq::socket_type::sub);
     sub.set(zmq::sockopt::subscribe, "");
+    sub.set(zmq::sockopt::rcvtimeo, 2000);
     sub.connect(pub.get(zmq::sockopt::last_endpoint));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (!awaitSubscription(pub, sub, "probe")) {
+        Percentiles none;
+        none.failure = "the reference's subscriber never received a probe from its publisher";
+        return none;
+    }
     std::thread relay([&] {
         for (int i = 0; i < messages; ++i) {
             zmq::message_t m;
@@ -246,8 +293,12 @@ Percentiles measureBareSockets(int messages)
         latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
         std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
-    relay.join();
-    return percentiles(latencies);
+    relay.join(); // it gives up 2 s after the last message, when one was lost
+    Percentiles p = percentiles(latencies);
+    if (latencies.size() != std::size_t(messages))
+        p.failure = "the reference lost message " + std::to_string(latencies.size()) + " of " +
+                    std::to_string(messages) + " (none arrived within 2 s)";
+    return p;
 }
 
 }  // namespace
@@ -263,11 +314,19 @@ int main(int argc, char** argv)
     const plan::JobSpec spec = demoSpec();
     double achieved = 0;
     const Percentiles engine = measureEngine(spec, rate, seconds, achieved);
+    if (!engine.failure.empty()) {
+        std::fprintf(stderr, "bench_live_latency: %s; no figures\n", engine.failure.c_str());
+        return 1;
+    }
     const Percentiles bare = measureBareSockets(int(std::min<std::size_t>(engine.count, 2000)) + 100);
+    if (!bare.failure.empty()) {
+        std::fprintf(stderr, "bench_live_latency: %s; no figures\n", bare.failure.c_str());
+        return 1;
+    }
     std::printf("live latency, record handed to the agent's sender -> step aggregate at a subscriber\n");
     std::printf("  load %.0f records/s (asked %.0f) from %d ranks, %zu steps\n", achieved, rate,
                 int(spec.parallel.worldSize()), engine.count);
     std::printf("  meshbench path:      p50 %8.0f us   p99 %8.0f us\n", engine.p50, engine.p99);
     std::printf("  bare ZeroMQ hops:    p50 %8.0f us   p99 %8.0f us   (reference, same run)\n", bare.p50, bare.p99);
-    return engine.count > 0 ? 0 : 1;
+    return 0;
 }
