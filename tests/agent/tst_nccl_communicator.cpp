@@ -14,6 +14,10 @@
 #include "fake_nccl.h"
 #endif
 #include "far_backend.h"
+#include "kernels/backend_choice.h"
+#if MESHBENCH_HAVE_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 
 #include <QtTest>
 
@@ -327,6 +331,35 @@ private slots:
                  QString("NCCL: ncclAllReduce did not finish within 50 ms (a peer stopped, or MESHBENCH_NCCL_TIMEOUT_S "
                          "is too short for this message)"));
         QCOMPARE(fake.aborted(), 1);
+    }
+
+    void theSameCallsRunOnNcclItself()
+    {
+        // For the device check (no GPU here): creation, a split and a collective on one rank with the
+        // real libnccl.so.2, non-blocking as the agent makes them.
+        const kernels::DeviceStatus device = kernels::cudaDeviceStatus();
+        if (!device.usable)
+            QSKIP(qPrintable(QString::fromStdString(device.description)));
+        const NcclLibrary& nccl = NcclLibrary::process();
+        if (!nccl.loaded)
+            QSKIP(qPrintable(QString::fromStdString(nccl.description)));
+        const std::unique_ptr<kernels::Backend> cuda = kernels::cuda::makeBackend(0);
+        ncclUniqueId id{};
+        QCOMPARE(nccl.getUniqueId(&id), ncclSuccess);
+        const std::unique_ptr<NcclComm> world = NcclComm::initRank(nccl, 1, id, 0, kLong);
+        const std::unique_ptr<NcclComm> group = world->split(0, 0);
+        const std::vector<float> values{1, 2, 3, 4};
+        const kernels::DevPtr in = cuda->allocate(values.size(), kernels::DType::F32);
+        const kernels::DevPtr out = cuda->allocate(values.size(), kernels::DType::F32);
+        cuda->upload(in, values.data(), values.size());
+        const auto stream = static_cast<cudaStream_t>(kernels::cuda::computeStream(*cuda));
+        group->enqueued(nccl.allReduce(in.data, out.data, values.size(), ncclFloat32, ncclSum, group->handle(), stream),
+                        "ncclAllReduce");
+        std::vector<float> sum(values.size());
+        cuda->download(sum.data(), out, sum.size()); // in stream order, after the reduction
+        QCOMPARE(sum, values);                       // one rank's sum is its own block
+        cuda->release(out);
+        cuda->release(in);
     }
 
     void aCommunicatorLeftInOrderIsFinalisedAndDestroyed()
