@@ -9,9 +9,11 @@
 
 namespace meshbench::live {
 
-// Throws store::StoreError for a file that cannot be read and std::invalid_argument, naming the
-// file, for a session that holds nothing to calibrate from (a spec that no longer loads, no
-// completed step).
+// Throws store::StoreError for a file that cannot be read, is damaged (SQLite's quick_check) or
+// whose spec no longer loads, and std::invalid_argument, naming the file, for a session that holds
+// nothing to calibrate from (no completed step) or contradicts itself: a step that ends before it
+// begins, an op or a step stored twice, a rank's compute spans busy for longer than their step.
+// A --one-device session is measured as the one-device layout it ran (plan::specAsRun).
 plan::MeasuredRun measureSession(const std::string& path);
 
-}  // namespace meshbench::live
+} // namespace meshbench::live

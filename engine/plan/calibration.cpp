@@ -1,6 +1,7 @@
 #include "calibration.h"
 
 #include "cost_model.h"
+#include "device_model.h"
 #include "mesh.h"
 #include "planner.h"
 #include "report.h"
@@ -12,12 +13,19 @@
 namespace meshbench::plan {
 namespace {
 
-// The device's rates scaled by 1 / slowdown.
+// How far apart (as a factor either way) the speed the runs' steps need may be from the one their
+// compute spans show: the bisection's bracket. A pipeline's bubble and its communication lengthen a
+// step beyond its compute, which the plans price; a larger gap means the spans and the steps are
+// not of one run.
+constexpr double kStepsFromSpans = 8.0;
+
+// The device's rates scaled by 1 / slowdown. Nothing is capped at the device's peak: a fit above it
+// is refused (calibrationBoundsErrors), not quietly made possible.
 CalibrationSpec scaled(const Performance& table, double slowdown)
 {
     CalibrationSpec cal;
-    cal.matmulEfficiency = std::min(1.0, table.device.matmulEfficiency / slowdown);
-    cal.attentionEfficiency = std::min(1.0, table.device.attentionEfficiency / slowdown);
+    cal.matmulEfficiency = table.device.matmulEfficiency / slowdown;
+    cal.attentionEfficiency = table.device.attentionEfficiency / slowdown;
     cal.memoryBandwidth = table.device.memoryBandwidth / slowdown;
     cal.kernelOverhead = table.device.kernelOverhead * slowdown;
     return cal;
@@ -36,7 +44,7 @@ double stepError(const std::vector<MeasuredRun>& runs, const CalibrationSpec& ca
     return sum / double(runs.size());
 }
 
-}  // namespace
+} // namespace
 
 CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
 {
@@ -63,6 +71,14 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
             throw std::invalid_argument(run.source + " has compute spans for " +
                                         std::to_string(run.stageComputeSeconds.size()) + " of its " +
                                         std::to_string(pp) + " pipeline stages; calibrate from a completed run");
+        if (!(std::isfinite(run.stepSeconds) && run.stepSeconds > 0))
+            throw std::invalid_argument(run.source + " has no measured step time (" +
+                                        formatNumber("%g", run.stepSeconds) +
+                                        " s); calibrate from a run that completed steps");
+        for (double seconds : run.stageComputeSeconds)
+            if (!(std::isfinite(seconds) && seconds >= 0))
+                throw std::invalid_argument(run.source + " measured " + formatNumber("%g", seconds) +
+                                            " s of compute in a stage's step; its spans are damaged");
         for (int s = 0; s < pp; ++s) {
             measured += run.stageComputeSeconds[std::size_t(s)];
             planned += datasheet.parallel.microbatches * model.stageWork(s).total();
@@ -94,19 +110,36 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
     // The spans say how far the device's kernels are from the table; the step is what a plan must
     // predict, so the speed is then refined until the plans of the runs meet their measured steps
     // (bisection on log speed, where planned step time falls as the device gets faster).
-    double low = std::log(measured / planned) - std::log(8.0), high = low + 2.0 * std::log(8.0);
-    for (int i = 0; i < 48 && high - low > 1e-4; ++i) {
+    const double fromSpans = measured / planned;
+    double low = std::log(fromSpans) - std::log(kStepsFromSpans), high = low + 2.0 * std::log(kStepsFromSpans);
+    const double bracketLow = low, bracketHigh = high;
+    for (int i = 0; i < 64 && high - low > kFitPrecision; ++i) {
         const double mid = 0.5 * (low + high);
         (stepError(runs, scaled(table, std::exp(mid))) > 0 ? high : low) = mid;
     }
     const double slowdown = std::exp(0.5 * (low + high));
-    cal = scaled(table, slowdown);
+    std::string names;
     for (const std::string& source : sources)
-        cal.source += (cal.source.empty() ? "" : ", ") + source;
+        names += (names.empty() ? "" : ", ") + source;
     const auto f3 = [](double value) { return formatNumber("%.3f", value); };
     const auto f2 = [](double value) { return formatNumber("%.2f", value); };
-    result.report.push_back("compute: measured " + f3(measured * 1e3) + " ms of F, B and W per step over all stages, "
-                            "planned " + f3(planned * 1e3) + " ms from the table; the runs' steps fit a device at " +
+    const auto g3 = [](double value) { return formatNumber("%.3g", value); };
+    // A fit that ended at its bracket's edge met no step: the steps need a device more than
+    // kStepsFromSpans times faster or slower than the spans show.
+    if (low <= bracketLow + kFitPrecision || high >= bracketHigh - kFitPrecision)
+        throw std::invalid_argument(
+            names + ": the steps and the spans disagree: the compute spans show a device at " + g3(1.0 / fromSpans) +
+            " of its table's rates (" + f3(measured * 1e3) + " ms of F, B and W per step, " + f3(planned * 1e3) +
+            " ms planned), and the measured steps need one more than " + formatNumber("%.0f", kStepsFromSpans) +
+            " times " + (low <= bracketLow + kFitPrecision ? "faster" : "slower") +
+            " than that; the spans or the step metrics are damaged (spans too short or too long for their steps), "
+            "so calibrate from another session");
+    cal = scaled(table, slowdown);
+    cal.source = names;
+    result.report.push_back("compute: measured " + f3(measured * 1e3) +
+                            " ms of F, B and W per step over all stages, "
+                            "planned " +
+                            f3(planned * 1e3) + " ms from the table; the runs' steps fit a device at " +
                             f3(1.0 / slowdown) + " of its table's rates");
     result.report.push_back("  matmul efficiency " + f3(table.device.matmulEfficiency) + " -> " +
                             f3(cal.matmulEfficiency) + ", memory bandwidth " + f2(table.device.memoryBandwidth / 1e9) +
@@ -126,11 +159,20 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
         const LinkPerformance& before = table.link(insideDomain);
         (insideDomain ? cal.intraBandwidth : cal.interBandwidth) = bandwidth;
         result.report.push_back("data parallel: " + std::to_string(spans) + " dp-reduce spans moved " +
-                                f3(volume / 1e6) + " MB of bus volume in " + f3(seconds * 1e3) + " ms: " +
-                                (insideDomain ? "intra-node" : "inter-node") + " bus bandwidth " +
+                                f3(volume / 1e6) + " MB of bus volume in " + f3(seconds * 1e3) +
+                                " ms: " + (insideDomain ? "intra-node" : "inter-node") + " bus bandwidth " +
                                 f3(before.busBandwidth / 1e9) + " -> " + f3(bandwidth / 1e9) + " GB/s");
+    }
+    // The fit must describe the device that ran: every rate finite, none above its peak, none
+    // below the table's floor.
+    if (const std::vector<SpecError> errors = calibrationBoundsErrors(datasheetCluster, cal); !errors.empty()) {
+        std::string message = names + ": the fitted rates cannot be " + first.cluster.device.kind +
+                              " rates (a device at " + g3(1.0 / slowdown) + " of its table's):";
+        for (const SpecError& e : errors)
+            message += "\n  " + e.path + ": " + e.message;
+        throw std::invalid_argument(message);
     }
     return result;
 }
 
-}  // namespace meshbench::plan
+} // namespace meshbench::plan

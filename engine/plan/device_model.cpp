@@ -1,5 +1,7 @@
 #include "device_model.h"
 
+#include "report.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string_view>
@@ -13,7 +15,7 @@ struct KernelRow {
     double matmulEfficiency;
     double computeUnits;
     double attentionEfficiency;
-    double memoryEfficiency;   // achieved share of the datasheet's HBM bandwidth
+    double memoryEfficiency; // achieved share of the datasheet's HBM bandwidth
 };
 
 // What each GPU kind's kernels reach, and where the figure comes from:
@@ -87,12 +89,18 @@ const KernelRow& kernelRow(std::string_view kind)
     return kUnknownGpu;
 }
 
-double orDefault(double calibrated, double otherwise) { return calibrated > 0 ? calibrated : otherwise; }
+double orDefault(double calibrated, double otherwise)
+{
+    return calibrated > 0 ? calibrated : otherwise;
+}
 
 // ceil(x / unit) * unit
-double roundUp(double x, double unit) { return std::ceil(x / unit) * unit; }
+double roundUp(double x, double unit)
+{
+    return std::ceil(x / unit) * unit;
+}
 
-}  // namespace
+} // namespace
 
 Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode, double busyShare)
 {
@@ -148,6 +156,78 @@ Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode, doub
     return perf;
 }
 
+CalibrationBounds calibrationBounds(const ClusterSpec& cluster)
+{
+    ClusterSpec datasheet = cluster;
+    datasheet.calibration = {};
+    const Performance table = devicePerformance(datasheet, 1);
+    const auto slowest = [](double rate) { return rate / kSlowestCalibration; };
+    CalibrationBounds bounds;
+    bounds.matmulEfficiency = {slowest(table.device.matmulEfficiency), 1.0};
+    bounds.attentionEfficiency = {slowest(table.device.attentionEfficiency), 1.0};
+    bounds.memoryBandwidth = {slowest(table.device.memoryBandwidth), cluster.device.memoryBandwidth};
+    bounds.kernelOverhead = {0.0, table.device.kernelOverhead * kSlowestCalibration};
+    bounds.intraBandwidth = {slowest(table.intra.busBandwidth), cluster.intraBandwidth};
+    bounds.interBandwidth = {slowest(table.inter.busBandwidth), cluster.interBandwidth};
+    return bounds;
+}
+
+std::vector<SpecError> calibrationBoundsErrors(const ClusterSpec& cluster, const CalibrationSpec& calibration)
+{
+    const CalibrationBounds bounds = calibrationBounds(cluster);
+    const std::string device = "the " + cluster.device.kind + " device";
+    std::vector<SpecError> errors;
+    // `value` shown in the profile's unit (`scale` of the spec's); zero is unset.
+    const auto check = [&](const char* key, double value, const RateRange& range, double scale, const char* unit,
+                           const std::string& peak) {
+        if (value == 0)
+            return;
+        const auto shown = [&](double v) { return formatNumber("%.4g", v / scale) + unit; };
+        if (!std::isfinite(value) || value < 0)
+            errors.push_back({key, "is " + formatNumber("%g", value / scale) +
+                                       ", not a finite positive rate: the spans or steps it was fitted to are "
+                                       "damaged; calibrate from another session"});
+        else if (range.highest > 0 && value > range.highest)
+            errors.push_back({key, shown(value) + " is above " + shown(range.highest) + " (" + peak +
+                                       "): no device runs faster than its peak, so the session's spans and steps "
+                                       "are too short (damaged, or timed in the wrong unit), or cluster.device "
+                                       "is not the device that ran them"});
+        else if (value < range.lowest)
+            errors.push_back({key, shown(value) + " is below " + shown(range.lowest) + " (1/" +
+                                       formatNumber("%.0f", kSlowestCalibration) + " of " + device +
+                                       "'s table): a device that slow is not the one the table describes, so "
+                                       "the session's spans and steps are too long (damaged, or timed in the "
+                                       "wrong unit), or cluster.device is not the device that ran them"});
+    };
+    // The overhead is bounded the other way: a slower device pays more per op. Negative is unset.
+    const auto checkOverhead = [&](double value) {
+        if (std::isfinite(value) && value < 0)
+            return;
+        if (!std::isfinite(value))
+            errors.push_back({"kernel_overhead_us", "is not a finite number: the spans or steps it was fitted to "
+                                                    "are damaged; calibrate from another session"});
+        else if (value > bounds.kernelOverhead.highest)
+            errors.push_back({"kernel_overhead_us",
+                              formatNumber("%.4g us", value * 1e6) + " is above " +
+                                  formatNumber("%.4g us", bounds.kernelOverhead.highest * 1e6) + " (" +
+                                  formatNumber("%.0f", kSlowestCalibration) + " times " + device +
+                                  "'s table): the session's spans and steps are too long (damaged, or timed in the "
+                                  "wrong unit), or cluster.device is not the device that ran them"});
+    };
+    check("matmul_efficiency", calibration.matmulEfficiency, bounds.matmulEfficiency, 1.0, "",
+          device + "'s peak FLOP/s");
+    check("attention_efficiency", calibration.attentionEfficiency, bounds.attentionEfficiency, 1.0, "",
+          device + "'s peak FLOP/s");
+    check("memory_bandwidth_GBps", calibration.memoryBandwidth, bounds.memoryBandwidth, 1e9, " GB/s",
+          device + "'s datasheet memory bandwidth");
+    checkOverhead(calibration.kernelOverhead);
+    check("intra_node_bus_bandwidth_GBps", calibration.intraBandwidth, bounds.intraBandwidth, 1e9, " GB/s",
+          "the line rate of the cluster's intra-node links");
+    check("inter_node_bus_bandwidth_GBps", calibration.interBandwidth, bounds.interBandwidth, 1e9, " GB/s",
+          "the line rate of the cluster's inter-node links");
+    return errors;
+}
+
 LinkPerformance Performance::collective(const GroupLink& group) const
 {
     if (group.insideDomain)
@@ -201,11 +281,20 @@ double allGatherTime(double bytes, int n, const LinkPerformance& link)
     return n <= 1 ? 0.0 : (n - 1) * link.latency + double(n - 1) / n * bytes / link.busBandwidth;
 }
 
-double reduceScatterTime(double bytes, int n, const LinkPerformance& link) { return allGatherTime(bytes, n, link); }
+double reduceScatterTime(double bytes, int n, const LinkPerformance& link)
+{
+    return allGatherTime(bytes, n, link);
+}
 
 // Each rank keeps 1/n of its buffer and sends the rest, one part to each peer.
-double allToAllTime(double bytes, int n, const LinkPerformance& link) { return allGatherTime(bytes, n, link); }
+double allToAllTime(double bytes, int n, const LinkPerformance& link)
+{
+    return allGatherTime(bytes, n, link);
+}
 
-double sendTime(double bytes, const LinkPerformance& link) { return link.latency + bytes / link.busBandwidth; }
+double sendTime(double bytes, const LinkPerformance& link)
+{
+    return link.latency + bytes / link.busBandwidth;
+}
 
-}  // namespace meshbench::plan
+} // namespace meshbench::plan

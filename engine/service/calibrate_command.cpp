@@ -18,6 +18,8 @@ namespace meshbench::service {
 
 namespace {
 
+// Every session is checked before anything is fitted (measureSession: its structure, its steps
+// and its spans), and the fit before anything is written (plan::calibrate: the device's bounds).
 int runCalibrate(const std::vector<std::string>& sessions, const std::string& out)
 {
     std::vector<plan::MeasuredRun> runs;
@@ -39,7 +41,9 @@ int runCalibrate(const std::vector<std::string>& sessions, const std::string& ou
         fitted.cluster.calibration = result.calibration;
         const double before = plan::makePlan(datasheet).step.total, after = plan::makePlan(fitted).step.total;
         const auto ms = [](double seconds) { return plan::formatNumber("%.2f ms", seconds * 1e3); };
-        const auto off = [&](double planned) { return plan::formatNumber("%+.0f%%", 100 * (planned / run.stepSeconds - 1)); };
+        const auto off = [&](double planned) {
+            return plan::formatNumber("%+.0f%%", 100 * (planned / run.stepSeconds - 1));
+        };
         std::cout << run.source << ": measured step " << ms(run.stepSeconds) << "; planned " << ms(before)
                   << " from the table (" << off(before) << "), " << ms(after) << " calibrated (" << off(after) << ")\n";
     }
@@ -57,7 +61,7 @@ int runCalibrate(const std::vector<std::string>& sessions, const std::string& ou
     return 0;
 }
 
-}  // namespace
+} // namespace
 
 Command addCalibrateCommand(CLI::App& engine)
 {
@@ -70,9 +74,11 @@ Command addCalibrateCommand(CLI::App& engine)
         "calibrate", "fit the device's and links' rates to sessions' measured spans, for --profile");
     calibrate->add_option("SESSION", args->sessions, "the session files to fit to")->required()->type_name("");
     calibrate->add_option("--out", args->out, "write the profile here (default: print it)")->type_name("PROFILE.json");
-    calibrate->footer("exit status: 0 done, 1 a session cannot be read or holds nothing to fit, 2 the command line is "
-                      "wrong,\n5 the profile cannot be written");
+    calibrate->footer(
+        "exit status: 0 done, 1 a session cannot be read, is damaged, contradicts itself or holds nothing "
+        "to fit,\nor the fitted rates are outside what the device can do (nothing is written), 2 the "
+        "command line is wrong,\n5 the profile cannot be written");
     return {calibrate, [args] { return runCalibrate(args->sessions, args->out); }};
 }
 
-}  // namespace meshbench::service
+} // namespace meshbench::service

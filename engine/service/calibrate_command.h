@@ -5,8 +5,9 @@
 
 namespace meshbench::service {
 
-// Exit status: 0 done; 1 a session cannot be read or holds nothing to fit (reported); 2 the
-// command line is wrong; 5 the profile cannot be written.
+// Exit status: 0 done; 1 a session cannot be read, is damaged, contradicts itself or holds nothing
+// to fit, or the fit is outside the device's bounds (reported; nothing written); 2 the command line
+// is wrong; 5 the profile cannot be written.
 Command addCalibrateCommand(CLI::App& engine);
 
-}  // namespace meshbench::service
+} // namespace meshbench::service

@@ -7,6 +7,7 @@
 #include "run_command.h"
 #include "serve_command.h"
 #include "session_commands.h"
+#include "wire/text.h"
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -46,7 +48,7 @@ std::string failureMessage(const CLI::Formatter& formatter, const CLI::App* engi
     return message + formatter.make_usage(command, name) + "Run '" + name + " --help' for its arguments.\n";
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv)
 {
@@ -71,7 +73,16 @@ int main(int argc, char** argv)
         engine.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         // --help and --version end here too, with status 0; anything else is a wrong command line.
-        return engine.exit(e) == 0 ? 0 : 2;
+        if (engine.exit(e) == 0)
+            return 0;
+        // A command whose --json promises one document keeps the promise for a wrong command line.
+        const std::vector<CLI::App*> chosen = engine.get_subcommands();
+        if (!chosen.empty() && chosen.front()->get_option_no_throw("--json") &&
+            std::find(argv + 1, argv + argc, std::string_view("--json")) != argv + argc)
+            std::cout << meshbench::wire::jsonText(
+                             {{"valid", false}, {"errors", {{{"path", ""}, {"message", std::string(e.what())}}}}}, 2)
+                      << "\n";
+        return 2;
     }
     const CLI::App* chosen = engine.get_subcommands().front();
     const auto command =

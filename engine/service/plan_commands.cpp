@@ -23,7 +23,7 @@ namespace {
 
 constexpr std::streamoff kMaxSpecBytes = 16 << 20;
 
-}  // namespace
+} // namespace
 
 std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool layoutMustHold)
 {
@@ -56,32 +56,40 @@ std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool la
         std::cout << wire::jsonText(nlohmann::json{{"valid", false}, {"errors", errorsToJson(errors)}}, 2) << "\n";
     else
         std::cerr << path << ": the job spec has " << errors.size() << " problem" << (errors.size() == 1 ? "" : "s")
-                  << ":\n" << errorsToText(errors);
+                  << ":\n"
+                  << errorsToText(errors);
     return std::nullopt;
 }
 
-bool applyProfileFile(const std::string& path, JobSpec& spec)
+bool applyProfileFile(const std::string& path, JobSpec& spec, bool json)
 {
     std::ifstream file(path, std::ios::binary);
-    if (!file) {
-        std::cerr << "cannot open calibration profile '" << path << "': check the path\n";
-        return false;
-    }
-    std::ostringstream contents;
-    contents << file.rdbuf();
-    const nlohmann::json profile = nlohmann::json::parse(contents.str(), nullptr, false);
     std::vector<SpecError> errors;
-    if (profile.is_discarded())
-        errors.push_back({"", "not JSON; give the file `meshbench-engine calibrate --out` wrote"});
     std::optional<CalibrationSpec> calibration;
-    if (errors.empty())
-        calibration = readCalibrationProfile(profile, errors);
-    if (!calibration) {
-        std::cerr << path << ": the calibration profile cannot be used:\n" << errorsToText(errors);
-        return false;
+    if (!file) {
+        errors.push_back({"", "cannot open calibration profile '" + path + "': check the path"});
+    } else {
+        std::ostringstream contents;
+        contents << file.rdbuf();
+        const nlohmann::json profile = nlohmann::json::parse(contents.str(), nullptr, false);
+        if (profile.is_discarded())
+            errors.push_back({"", "not JSON; give the file `meshbench-engine calibrate --out` wrote"});
+        else
+            calibration = readCalibrationProfile(profile, errors);
     }
-    spec.cluster.calibration = *calibration;
-    return true;
+    if (calibration) {
+        spec.cluster.calibration = *calibration;
+        return true;
+    }
+    if (json)
+        std::cout << wire::jsonText(
+                         nlohmann::json{{"valid", false}, {"profile", path}, {"errors", errorsToJson(errors)}}, 2)
+                  << "\n";
+    else if (file)
+        std::cerr << path << ": the calibration profile cannot be used:\n" << errorsToText(errors);
+    else
+        std::cerr << errors.front().message << "\n";
+    return false;
 }
 
 namespace {
@@ -128,9 +136,20 @@ void addSpecArguments(CLI::App& command, SpecArguments& args)
 std::optional<SpecFile> loadSpec(const SpecArguments& args, bool layoutMustHold)
 {
     std::optional<SpecFile> file = loadSpecFile(args.path, args.json, layoutMustHold);
-    if (!file || (!args.profile.empty() && !applyProfileFile(args.profile, file->spec)))
+    if (!file || (!args.profile.empty() && !applyProfileFile(args.profile, file->spec, args.json)))
         return std::nullopt;
     return file;
+}
+
+// What reached no answer (a bug in the planner, or an exhausted machine): said on stderr, and as
+// the one document --json promises. Exit status 3, as the engine's own last resort.
+int internalError(const SpecArguments& args, const std::string& what)
+{
+    const std::string error = "internal error: " + what;
+    std::cerr << "meshbench-engine: " << error << "\n";
+    if (args.json)
+        std::cout << wire::jsonText(nlohmann::json{{"valid", false}, {"internal_error", error}}, 2) << "\n";
+    return 3;
 }
 
 struct PlanArguments : SpecArguments {
@@ -142,16 +161,17 @@ int runPlan(const PlanArguments& args)
     std::optional<SpecFile> file = loadSpec(args, true);
     if (!file)
         return 1;
-    const Plan plan = makePlan(file->spec, args.unitCosts);
-    if (!plan.simulation.completed) {
+    std::string output;
+    try {
+        const Plan plan = makePlan(file->spec, args.unitCosts);
         // The schedules are built to be deadlock-free; reaching this is a bug in the planner.
-        const std::string error = "internal error: the schedule did not complete: " + plan.simulation.error;
-        std::cerr << "meshbench-engine: " << error << "\n";
-        if (args.json)
-            std::cout << wire::jsonText(nlohmann::json{{"valid", false}, {"internal_error", error}}, 2) << "\n";
-        return 3;
+        if (!plan.simulation.completed)
+            return internalError(args, "the schedule did not complete: " + plan.simulation.error);
+        output = args.json ? wire::jsonText(planToJson(plan), 2) + "\n" : planToText(plan);
+    } catch (const std::exception& e) {
+        return internalError(args, e.what());
     }
-    std::cout << (args.json ? wire::jsonText(planToJson(plan), 2) + "\n" : planToText(plan));
+    std::cout << output;
     return 0;
 }
 
@@ -164,22 +184,29 @@ int runSearch(const SearchArguments& args)
     std::optional<SpecFile> file = loadSpec(args, false);
     if (!file)
         return 1;
-    const SearchResult result = searchLayouts(file->spec, args.options);
-    if (!result.errors.empty()) {
-        if (args.json)
-            std::cout << wire::jsonText(searchToJson(result), 2) << "\n";
-        else
-            std::cerr << errorsToText(result.errors);
-        return 1;
+    std::string output;
+    try {
+        const SearchResult result = searchLayouts(file->spec, args.options);
+        if (!result.errors.empty()) {
+            if (args.json)
+                std::cout << wire::jsonText(searchToJson(result), 2) << "\n";
+            else
+                std::cerr << errorsToText(result.errors);
+            return 1;
+        }
+        output = args.json ? wire::jsonText(searchToJson(result), 2) + "\n" : searchToText(result, file->spec);
+    } catch (const std::exception& e) {
+        return internalError(args, e.what());
     }
-    std::cout << (args.json ? wire::jsonText(searchToJson(result), 2) + "\n" : searchToText(result, file->spec));
+    std::cout << output;
     return 0;
 }
 
 constexpr const char* kSpecExitStatus =
-    "exit status: 0 done, 1 the job spec or the profile is wrong, 2 the command line is wrong";
+    "exit status: 0 done, 1 the job spec or the profile is wrong, 2 the command line is wrong, 3 an internal "
+    "error;\nwith --json, every outcome prints one JSON document on stdout";
 
-}  // namespace
+} // namespace
 
 Command addPlanCommand(CLI::App& engine)
 {
@@ -217,4 +244,4 @@ Command addSearchCommand(CLI::App& engine)
     return {search, [args] { return runSearch(*args); }};
 }
 
-}  // namespace meshbench::service
+} // namespace meshbench::service
