@@ -55,9 +55,11 @@ std::unique_ptr<NcclComm> NcclComm::split(int color, int key)
         fail("ncclCommSplit: " + errorText(result));
     if (!child)
         fail("ncclCommSplit gave no communicator for colour " + std::to_string(color));
-    // The new communicator's state says when the split is done.
+    // The new communicator's state says when the split is done; the parent's is polled too, so
+    // that the next split starts from a parent that is ready again whichever of the two NCCL marks.
     std::unique_ptr<NcclComm> created(new NcclComm(m_library, child, m_timeout));
     created->enqueued(result, "ncclCommSplit");
+    enqueued(result, "ncclCommSplit");
     return created;
 }
 
