@@ -39,16 +39,20 @@ int main(int argc, char** argv)
                                         "it; otherwise the three areas as they are",
                                         "DIR");
     const QCommandLineOption steps("steps", "with --screenshot: run the job for N steps only", "N");
-    const QCommandLineOption engine("engine", "the engine's control endpoint (default: a local engine on tcp://127.0.0.1:5570, "
-                                              "started if none runs)", "ENDPOINT");
+    const QCommandLineOption engine(
+        "engine",
+        "the engine's control endpoint (default: this user's local engine, on an ipc socket "
+        "in a folder only this user enters, started if none runs)",
+        "ENDPOINT");
     const QCommandLineOption serverKey("server-key",
                                        "with --engine: the engine's CURVE public key, or its server.key file (default: "
-                                       "server.key in the key folder, off loopback)",
+                                       "server.key in the key folder, for tcp:// endpoints)",
                                        "KEY_OR_FILE");
-    const QCommandLineOption clientKey("client-key",
-                                       "with --engine: this workbench's CURVE key pair, the client.key_secret file of "
-                                       "`meshbench-engine keys` (default: the one in the key folder, off loopback)",
-                                       "FILE");
+    const QCommandLineOption clientKey(
+        "client-key",
+        "with --engine: this workbench's CURVE key pair, the client.key_secret file of "
+        "`meshbench-engine keys` (default: the one in the key folder, for tcp:// endpoints)",
+        "FILE");
     const QCommandLineOption offline("offline", "do not connect to or start an engine");
     parser.addOptions({screenshot, steps, engine, serverKey, clientKey, offline});
     parser.process(application);

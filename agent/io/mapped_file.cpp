@@ -12,13 +12,19 @@ namespace meshbench::agent {
 
 MappedFile::MappedFile(const std::string& path)
 {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Only a regular file is opened: opening a FIFO blocks until a writer comes, and a device may act
+    // on being opened. O_NONBLOCK keeps a file swapped in after the check from blocking the open.
+    struct stat info {};
+    if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) {
+        m_failure = S_ISDIR(info.st_mode) ? Failure::Directory : Failure::NotRegular;
+        return;
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         m_failure = Failure::Open;
         m_error = std::strerror(errno);
         return;
     }
-    struct stat info {};
     if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
         m_failure = S_ISDIR(info.st_mode) ? Failure::Directory : Failure::NotRegular;
         ::close(fd);

@@ -17,7 +17,7 @@ QString argumentOrFile(const QString& argument, const std::filesystem::path& fil
 
 ClientKeysChoice chooseClientKeys(const QString& control, const QString& serverKey, const QString& clientKey)
 {
-    if (serverKey.isEmpty() && clientKey.isEmpty() && wire::isLocalEndpoint(control.toStdString()))
+    if (serverKey.isEmpty() && clientKey.isEmpty() && wire::isPrivateEndpoint(control.toStdString()))
         return {};
     const std::filesystem::path dir = wire::keyDirectory();
     const QString server = argumentOrFile(serverKey, wire::publicKeyPath(dir, wire::kServerKeyName));
@@ -25,10 +25,12 @@ ClientKeysChoice chooseClientKeys(const QString& control, const QString& serverK
     const QString serverKeyHint = QStringLiteral("give the engine's public key with --server-key FILE (the server.key "
                                                  "that `meshbench-engine keys` wrote on the engine's host)");
     if (server.isEmpty())
-        return {std::nullopt, serverKey.isEmpty() && !clientKey.isEmpty() && wire::isLocalEndpoint(control.toStdString())
-                                  ? QStringLiteral("--client-key goes with the engine's key: ") + serverKeyHint
-                                  : QStringLiteral("%1 is off loopback, where the engine serves with CURVE keys: %2")
-                                        .arg(control, serverKeyHint)};
+        return {std::nullopt,
+                serverKey.isEmpty() && !clientKey.isEmpty() && wire::isPrivateEndpoint(control.toStdString())
+                    ? QStringLiteral("--client-key goes with the engine's key: ") + serverKeyHint
+                    : QStringLiteral("%1 is open to other users, so the engine serves it with CURVE keys "
+                                     "only: %2")
+                          .arg(control, serverKeyHint)};
     if (client.isEmpty())
         return {std::nullopt,
                 QStringLiteral("the engine at %1 lets in only the client keys it allows, and this workbench has none: "

@@ -1,6 +1,7 @@
 #include "engine_client.h"
 
 #include "wire/control.h"
+#include "wire/endpoints.h"
 
 #include <QCoreApplication>
 #include <QDir>
@@ -121,6 +122,7 @@ void EngineClient::closeSockets()
     m_subNotifier = nullptr;
     m_dealer.reset();
     m_sub.reset();
+    m_liveConfirmed = false;
     ++m_connection;
     // Every pending handler hears about it, now rather than at its timeout.
     std::map<int, Pending> pending;
@@ -342,6 +344,14 @@ void EngineClient::dispatchLive(const std::string& topic, const void* data, std:
         emit spansArrived(source, *decoded.batch);
         return;
     }
+    if (kind == wire::liveKindName(wire::LiveKind::Subscribed)) {
+        // This client subscribes to everything, so the first confirmation to reach it is its own.
+        if (!m_liveConfirmed) {
+            m_liveConfirmed = true;
+            emit liveFeedReady();
+        }
+        return;
+    }
     using Signal = void (EngineClient::*)(const QString&, const nlohmann::json&);
     Signal signal = nullptr;
     if (kind == wire::liveKindName(wire::LiveKind::Step))
@@ -380,8 +390,18 @@ QString EngineClient::engineExecutable()
     return QStandardPaths::findExecutable(QStringLiteral("meshbench-engine"));
 }
 
-void EngineClient::startLocalEngine(const QString& control, const QString& live, const QString& sessionsDir)
+void EngineClient::startLocalEngine(const QString& endpoint, const QString& live, const QString& sessionsDir)
 {
+    QString control = endpoint;
+    if (control.isEmpty()) {
+        try {
+            control = QString::fromStdString(wire::defaultControlEndpoint());
+        } catch (const wire::EndpointError& e) {
+            disconnectFromEngine();
+            emit engineError(QString::fromStdString(e.what()));
+            return;
+        }
+    }
     connectTo(control, live);
     const int connection = m_connection;
     request({{"op", "hello"}},

@@ -62,7 +62,6 @@ class EngineClient : public QObject {
 public:
     using ReplyHandler = std::function<void(const nlohmann::json& reply)>;
 
-    static constexpr const char* kDefaultControl = "tcp://127.0.0.1:5570";
     static constexpr int kDefaultTimeoutMs = 10000;
 
     explicit EngineClient(QObject* parent = nullptr);
@@ -76,12 +75,12 @@ public:
     void connectTo(const QString& control, const QString& live = {}, std::optional<wire::ClientKeys> keys = {});
     void disconnectFromEngine();
 
-    // The local engine: asks `control` for hello (1 s); when nothing answers, starts
+    // The local engine: asks `control` (by default wire::defaultControlEndpoint(), this user's own
+    // ipc socket) for hello (1 s); when nothing answers, starts
     // `meshbench-engine serve --bind control [--live live] [--sessions dir]` and connects to it.
     // The executable is $MESHBENCH_ENGINE, else meshbench-engine beside this executable, else the
     // one on PATH. Failures (not found, exited) come as engineError and state Disconnected.
-    void startLocalEngine(const QString& control = QString::fromLatin1(kDefaultControl), const QString& live = {},
-                          const QString& sessionsDir = {});
+    void startLocalEngine(const QString& control = {}, const QString& live = {}, const QString& sessionsDir = {});
     static QString engineExecutable();
 
     // Sends `body` (an object with "op" and its arguments). `onReply` runs on the GUI thread exactly
@@ -94,6 +93,9 @@ public:
     ConnectionState state() const { return m_state; }
     QString controlEndpoint() const { return m_control; }
     QString liveEndpoint() const { return m_live; }
+    // Whether the engine has said it took in this connection's live subscription (its
+    // "subscribed" message): from then on nothing it publishes is lost to this client.
+    bool liveFeedConfirmed() const { return m_liveConfirmed; }
     bool usesCurve() const { return m_keys.has_value(); }
     // Whether this client started the engine it talks to (and will stop it).
     bool ownsEngine() const;
@@ -112,6 +114,8 @@ signals:
     void jobChanged(const QString& source, const nlohmann::json& status);
     void logArrived(const QString& source, const nlohmann::json& line);
     void spansArrived(const QString& source, const meshbench::wire::Batch& batch);
+    // The engine took in the live subscription (liveFeedConfirmed turns true).
+    void liveFeedReady();
     // A live message dropped unread; `count` is the total so far.
     void badLiveMessage(const QString& topic, const QString& error, quint64 count);
     // The local engine could not be started or stopped unexpectedly.
@@ -152,6 +156,7 @@ private:
     int m_connection = 0;            // bumped per connectTo, so an old hello reply is ignored
     bool m_draining = false;
     quint64 m_badLive = 0;
+    bool m_liveConfirmed = false;
     QPointer<QProcess> m_engine;     // the engine we started, if any
 };
 

@@ -142,10 +142,14 @@ public:
 
     void fail(std::string_view key, std::string message) { m_errors.push_back({pathOf(key), std::move(message)}); }
 
+    // The key's value; nullptr when it is absent, or null, which is refused for every key alike: a
+    // default is had by leaving the key out, so that null never stands for a value silently.
     const json* find(std::string_view key)
     {
         m_known.emplace_back(key);
         const auto it = m_object.find(std::string(key));
+        if (it != m_object.end() && it->is_null())
+            fail(key, "is null; leave the key out for its default, or give it a value");
         return it == m_object.end() || it->is_null() ? nullptr : &*it;
     }
 
@@ -660,19 +664,32 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
     const std::int64_t stages = std::int64_t(p.pp) * p.virtualStages;
     if (m.layers % stages != 0) {
         // Proper divisors first; 1 and one layer per stage only when nothing else divides.
+        // Interleaved and the V schedules need two stages, so 1 is offered only to the others.
+        const std::int64_t fewestStages =
+            p.schedule == ScheduleKind::Interleaved || p.scheduleShape().vShaped() ? 2 : 1;
         std::vector<std::int64_t> fits;
         if (m.layers % p.virtualStages == 0) {
             const std::int64_t perChunk = m.layers / p.virtualStages;
             for (std::int64_t d : divisorsOf(perChunk))
                 if (d > 1 && d < perChunk)
                     fits.push_back(d);
-            if (fits.empty())
+            if (fits.empty() && fewestStages == 1)
                 fits = perChunk > 1 ? std::vector<std::int64_t>{1, perChunk} : std::vector<std::int64_t>{1};
+            else if (fits.empty() && perChunk > 1)
+                fits = {perChunk};
         }
-        fail("parallel.pp", str(m.layers) + " layers do not divide into pp=" + str(p.pp) + " x virtual_stages=" +
-                                str(p.virtualStages) + " stages; " +
-                                (m.layers % p.virtualStages == 0 ? listValues(fits, "pp")
-                                                                 : "use virtual_stages that divides " + str(m.layers)));
+        std::string fix;
+        if (m.layers % p.virtualStages != 0)
+            fix = p.scheduleShape().vShaped() ? std::string(scheduleName(p.schedule)) +
+                                                    " places two chunks on every stage; use an even model.layers"
+                                              : "use virtual_stages that divides " + str(m.layers);
+        else if (fits.empty())
+            fix = "no pp of 2 or more fits " + str(m.layers / p.virtualStages) +
+                  " layers per chunk; use more layers or another schedule";
+        else
+            fix = listValues(fits, "pp");
+        fail("parallel.pp", str(m.layers) + " layers do not divide into pp=" + str(p.pp) +
+                                " x virtual_stages=" + str(p.virtualStages) + " stages; " + fix);
     }
 
     const std::vector<std::int64_t> tpFits = divisorsOf(tensorParallelBound(m));
@@ -893,6 +910,12 @@ JobSpec singleDeviceSpec(JobSpec spec)
     p.microbatches = int(p.globalBatch() / p.microBatchSize);
     p.dp = p.pp = p.tp = p.ep = 1;
     p.virtualStages = 1;
+    // One stage has no pipeline to interleave or fold into a V: those schedules run as the
+    // one-stage schedule with the same backward (zb-h1 splits W off as zb-v and dualpipev do).
+    if (p.schedule == ScheduleKind::Interleaved)
+        p.schedule = ScheduleKind::OneFOneB;
+    else if (p.scheduleShape().vShaped())
+        p.schedule = ScheduleKind::ZeroBubbleH1;
     p.zero = 0;
     p.sequenceParallel = false;
     spec.cluster.nodes = 1;

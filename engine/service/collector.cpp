@@ -1,5 +1,7 @@
 #include "collector.h"
 
+#include "wire/endpoints.h"
+
 #include <variant>
 
 namespace meshbench::service {
@@ -26,8 +28,8 @@ Collector::Collector(zmq::context_t& context, const std::string& bind, std::uint
             setup(m_socket, "telemetry collector");
         m_socket.bind(bind);
     } catch (const zmq::error_t& e) {
-        throw std::runtime_error("cannot bind the telemetry collector to '" + bind + "': " + e.what() +
-                                 " (use --collector tcp://HOST:PORT with a free port)");
+        throw std::runtime_error("cannot bind the telemetry collector to '" + bind +
+                                 "': " + wire::bindFailure(e.num(), bind) + " (--collector tcp://HOST:PORT sets it)");
     }
 }
 

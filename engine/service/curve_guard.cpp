@@ -3,15 +3,19 @@
 #include "wire/curve_keys.h"
 #include "wire/text.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 #include <vector>
+
+#include <sys/socket.h>
 
 namespace meshbench::service {
 
@@ -23,12 +27,27 @@ constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";   // RFC 27: wher
 constexpr const char* kStopEndpoint = "inproc://meshbench-curve-guard-stop";
 constexpr std::size_t kMaxRememberedRefusals = 10000;
 
-// A guarded socket's handshake events, as its monitor reports them.
+// A guarded socket's handshake events, as its monitor reports them, and its open connections: each
+// accepted file descriptor with the addresses it had then, so that a descriptor ZeroMQ has closed
+// and the system has given to another socket is never taken for one of them.
 struct Watched {
     zmq::socket_t& socket;
     zmq::socket_t monitor;
     std::string name;
+    std::map<int, std::string> connections;
 };
+
+// A connected socket's own and its peer's address, as bytes; empty when it is not a socket.
+std::string addressesOf(int fd)
+{
+    sockaddr_storage own{}, peer{};
+    socklen_t ownSize = sizeof own, peerSize = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&own), &ownSize) != 0 ||
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerSize) != 0)
+        return {};
+    return std::string(reinterpret_cast<const char*>(&own), ownSize) + "|" +
+           std::string(reinterpret_cast<const char*>(&peer), peerSize);
+}
 
 std::string peerText(const std::string& address)
 {
@@ -48,8 +67,11 @@ struct CurveGuard::Impl {
     zmq::context_t& context;
     std::filesystem::path allowListFile;      // empty for a fixed list
     std::string fixedListName;
-    std::set<std::string> allowed;            // the guard thread's, once started
-    std::atomic<std::size_t> allowedCount{0};  // its size, for any thread
+    // The guard thread (ZAP) and the server's thread (each request) both read the list.
+    mutable std::mutex allowedMutex;
+    std::set<std::string> allowed;
+    std::atomic<std::size_t> allowedCount{0}; // its size, for any thread
+    bool revoked = false;                      // a reload took a key away: close every connection
     // The allow-list as last read, to notice a change.
     std::optional<std::filesystem::file_time_type> allowListTime;
     std::uintmax_t allowListSize = 0;
@@ -67,8 +89,10 @@ struct CurveGuard::Impl {
     void serve();
     void answerZap();
     void readMonitor(Watched& w);
+    void closeConnectionsIfRevoked();
     void refuse(const std::string& signature, const std::string& message);
-    void rereadAllowListIfChanged();
+    bool admits(const std::string& key);
+    void rereadAllowListIfChanged(); // with allowedMutex held
     void bindHandler();
 };
 
@@ -125,7 +149,8 @@ void CurveGuard::guard(zmq::socket_t& socket, const std::string& secretKey, cons
     socket.set(zmq::sockopt::zap_domain, name);
     const std::string endpoint = "inproc://meshbench-curve-monitor-" + std::to_string(d.watched.size());
     if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0)
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CLOSED) != 0)
         throw zmq::error_t();
     zmq::socket_t monitor(d.context, zmq::socket_type::pair);
     monitor.connect(endpoint);
@@ -135,6 +160,45 @@ void CurveGuard::guard(zmq::socket_t& socket, const std::string& secretKey, cons
 void CurveGuard::start()
 {
     m_impl->thread = std::thread([this] { m_impl->serve(); });
+}
+
+bool CurveGuard::Impl::admits(const std::string& key)
+{
+    const std::lock_guard lock(allowedMutex);
+    rereadAllowListIfChanged();
+    return allowed.count(key) > 0;
+}
+
+bool CurveGuard::allows(const std::string& key)
+{
+    return m_impl->admits(key);
+}
+
+void CurveGuard::Impl::closeConnectionsIfRevoked()
+{
+    {
+        const std::lock_guard lock(allowedMutex);
+        rereadAllowListIfChanged();
+        if (!revoked)
+            return;
+        revoked = false;
+    }
+    // What the monitors hold first, so that no connection ZeroMQ has closed is still listed.
+    for (Watched& w : watched)
+        while (w.monitor.get(zmq::sockopt::events) & ZMQ_POLLIN)
+            readMonitor(w);
+    // ZeroMQ gives no way to drop one peer of a ROUTER or XPUB; shutting its descriptor down makes
+    // ZeroMQ end the connection as if the peer had. Every client goes through ZAP again as it
+    // reconnects, and those no longer allowed are turned away there.
+    std::size_t closed = 0;
+    for (Watched& w : watched)
+        for (const auto& [fd, addresses] : w.connections)
+            if (addressesOf(fd) == addresses && ::shutdown(fd, SHUT_RDWR) == 0)
+                ++closed;
+    std::fprintf(stderr,
+                 "meshbench-engine: a key left the allow-list: %zu client connections were closed, and only allowed "
+                 "clients reconnect\n",
+                 closed);
 }
 
 std::size_t CurveGuard::allowedKeys() const
@@ -155,7 +219,8 @@ void CurveGuard::Impl::serve()
     for (;;) {
         // Whatever a client sends, the guard answers on; only the stop message ends it.
         try {
-            zmq::poll(items, std::chrono::milliseconds(-1));
+            // Woken at least this often to read the allow-list again, for revocations nobody asks about.
+            zmq::poll(items, std::chrono::milliseconds(allowListFile.empty() ? -1 : 100));
             if (items[0].revents & ZMQ_POLLIN)
                 return;
             if (items[1].revents & ZMQ_POLLIN)
@@ -163,6 +228,7 @@ void CurveGuard::Impl::serve()
             for (std::size_t i = 0; i < watched.size(); ++i)
                 if (items[2 + i].revents & ZMQ_POLLIN)
                     readMonitor(watched[i]);
+            closeConnectionsIfRevoked();
         } catch (const zmq::error_t& e) {
             if (e.num() == ETERM)
                 return;
@@ -194,8 +260,7 @@ void CurveGuard::Impl::answerZap()
     } else if (mechanism == "CURVE" && frames.size() == 7 && frames[6].size() == 32) {
         char key[wire::kZ85KeyLength + 1];
         zmq_z85_encode(key, static_cast<const std::uint8_t*>(frames[6].data()), 32);
-        rereadAllowListIfChanged();
-        if (allowed.count(key)) {
+        if (admits(key)) {
             status = "200";
             statusText = "allowed";
             userId = key;
@@ -237,6 +302,15 @@ void CurveGuard::Impl::readMonitor(Watched& w)
     std::uint32_t value = 0;
     std::memcpy(&id, event.data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+    const int fd = int(value);
+    if (id == ZMQ_EVENT_ACCEPTED) {
+        w.connections[fd] = addressesOf(fd);
+        return;
+    }
+    if (id == ZMQ_EVENT_DISCONNECTED || id == ZMQ_EVENT_CLOSED) {
+        w.connections.erase(fd);
+        return;
+    }
     const std::string client =
         "a client on the " + w.name + " (" + wire::printableText(endpoint.to_string_view()) +
         "; ZeroMQ names no peer address before CURVE starts)";
@@ -297,12 +371,16 @@ void CurveGuard::Impl::rereadAllowListIfChanged()
         std::set<std::string> keys;
         for (const std::string& key : wire::readAllowList(allowListFile))
             keys.insert(key);
+        if (!std::includes(keys.begin(), keys.end(), allowed.begin(), allowed.end()))
+            revoked = true;
         allowed = std::move(keys);
         allowedCount = allowed.size();
         std::fprintf(stderr, "meshbench-engine: %s changed: %s allowed\n", allowListFile.string().c_str(),
                      clientKeys(allowed.size()).c_str());
     } catch (const wire::KeyError& e) {
         // Fail closed: a list that cannot be read is no reason to trust the one it replaced.
+        if (!allowed.empty())
+            revoked = true;
         allowed.clear();
         allowedCount = 0;
         std::fprintf(stderr, "meshbench-engine: %s; no client is let in until the allow-list reads again\n",

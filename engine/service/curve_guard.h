@@ -12,10 +12,14 @@
 //
 // The allow-list file is read again when it changes, so `meshbench-engine keys --allow` takes
 // effect for the next connection; a change that does not read (malformed, removed) is reported,
-// and lets nobody in until the file reads again.
+// and lets nobody in until the file reads again. A key taken off the list is refused at once: the
+// server asks allows() for every request's key, and the guard, which reads the list again every
+// 100 ms, closes every open connection when a key has left it, so that a revoked client cannot go
+// on with a connection it opened before (the others reconnect, through ZAP again).
 
 #include <zmq.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -44,6 +48,9 @@ public:
     void guard(zmq::socket_t& socket, const std::string& secretKey, const std::string& name);
     // Starts answering: the thread takes over the handler's sockets.
     void start();
+    // Whether the allow-list, read again if it changed, holds a client's Z85 key (the User-Id
+    // ZeroMQ gives each message of a client that ZAP let in). Any thread.
+    bool allows(const std::string& key);
     std::size_t allowedKeys() const;
     const std::filesystem::path& allowList() const;
 

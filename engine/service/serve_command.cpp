@@ -20,12 +20,15 @@ namespace {
 // --bind, --live and --curve, which serve and replay share.
 void addEndpointOptions(CLI::App& command, ServeOptions& options)
 {
-    command.add_option("--bind", options.control, "the control socket, for the GUI (default " + options.control + ")")
+    command
+        .add_option("--bind", options.control,
+                     "the control socket, for the GUI (default ipc://RUNTIME/control, RUNTIME being this user's "
+                     "private folder $XDG_RUNTIME_DIR/meshbench or /tmp/meshbench-UID); a tcp:// endpoint, loopback "
+                     "too, is served with CURVE keys only")
         ->type_name("ENDPOINT");
-    command.add_option("--live", options.live, "the live feed (default: the control endpoint's port + 1)")
+    command.add_option("--live", options.live, "the live feed (default: the control port + 1, or its path + .live)")
         ->type_name("ENDPOINT");
-    command.add_flag("--curve", options.curve,
-                     "serve CURVE clients only, on loopback too (off loopback it always does)");
+    command.add_flag("--curve", options.curve, "serve CURVE clients only, on an ipc socket too (tcp:// always does)");
 }
 
 // The server bound as asked, or nothing (the reason printed).
@@ -89,7 +92,7 @@ int runReplay(const ReplayArguments& args)
 Command addServeCommand(CLI::App& engine)
 {
     auto options = std::make_shared<ServeOptions>();
-    CLI::App* serve = engine.add_subcommand("serve", "the daemon the GUI talks to (loopback by default)");
+    CLI::App* serve = engine.add_subcommand("serve", "the daemon the GUI talks to (this user's alone by default)");
     addEndpointOptions(*serve, *options);
     serve
         ->add_option("--sessions", options->sessionsDir,
@@ -97,7 +100,7 @@ Command addServeCommand(CLI::App& engine)
         ->type_name("DIR");
     serve->add_flag("--allow-run-as-root", options->allowRunAsRoot,
                     "pass mpirun --allow-run-as-root for every job, when run as root");
-    serve->footer("off loopback, or with --curve, only CURVE clients that the allow-list names are served (see keys)\n"
+    serve->footer("on tcp://, or with --curve, only CURVE clients that the allow-list names are served (see keys)\n"
                   "exit status: 0 stopped, 2 the command line is wrong, 5 an endpoint cannot be bound or its keys "
                   "cannot be read");
     return {serve, [options] { return runServe(*options); }};

@@ -14,17 +14,24 @@
 #include "store/session_store.h"
 #include "wire/control.h"
 #include "wire/curve_keys.h"
+#include "wire/endpoints.h"
 #include "wire/text.h"
 
 #include <zmq.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
 #include <variant>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 namespace meshbench::service {
 
@@ -103,54 +110,6 @@ std::optional<std::int32_t> recordStep(const wire::Record& record)
         record);
 }
 
-std::optional<std::int64_t> recordTime(const wire::Record& record)
-{
-    return std::visit(
-        [](const auto& r) -> std::optional<std::int64_t> {
-            using T = std::decay_t<decltype(r)>;
-            if constexpr (std::is_same_v<T, wire::SpanRecord>)
-                return r.beginNs;
-            else if constexpr (std::is_same_v<T, wire::StepMetricsRecord>)
-                return r.endNs;
-            else if constexpr (std::is_same_v<T, wire::ExpertLoadRecord>)
-                return std::nullopt;
-            else
-                return r.timeNs;
-        },
-        record);
-}
-
-// A record time a replay would wait for must lie within the run: from shortly before the session was
-// created to shortly after it ended (or now, for a session whose engine never said it ended). The
-// margin allows for clocks of other hosts; anything beyond is a damaged file, which would otherwise
-// make the replay sleep for as long as the damage says.
-constexpr std::int64_t kClockMarginNs = 60'000'000'000;
-
-struct RunWindow {
-    std::int64_t begin = 0;
-    std::int64_t end = 0;
-};
-
-RunWindow runWindow(const store::SessionReader& reader)
-{
-    const std::int64_t endedNs = reader.outcome().endedNs;
-    return {reader.header().createdNs - kClockMarginNs,
-            (endedNs > 0 ? endedNs : wire::wallAlignedNowNs()) + kClockMarginNs};
-}
-
-void checkRecordTime(const RunWindow& window, const std::string& session, std::uint32_t rank, std::int64_t time)
-{
-    const std::int64_t begin = window.begin, end = window.end;
-    if (time >= begin && time <= end)
-        return;
-    const double hours = double(time < begin ? begin - time : time - end) / 3.6e12;
-    char offset[32];
-    std::snprintf(offset, sizeof offset, "%.1f h", hours);
-    throw store::StoreError(session + " is damaged: a record of rank " + std::to_string(rank) + " is dated " + offset +
-                            (time < begin ? " before the session began" : " after the session ended") +
-                            "; export what is readable with `meshbench-engine export`, or replay another session");
-}
-
 // Re-publishes a stored session in time order at `speed` x real time, through the same aggregates
 // as a live run. Seeking restarts the pass from the chosen step's first record: the store is read
 // from the step before's beginning on (no rank starts step N before the pipeline's first rank began
@@ -172,7 +131,7 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     int fromStep = 0;
     for (;;) {
         // Per pass: a session still being written may have grown since the last one.
-        const RunWindow window = runWindow(*reader);
+        const store::RunWindow window = reader->runWindow();
         const std::int64_t from = stepBegins.count(fromStep) ? stepBegins[fromStep] : INT64_MIN;
         // The replay clock: session time advanced by wall time x speed while playing.
         std::optional<std::int64_t> position;
@@ -201,12 +160,12 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
             live::SessionReplay::Handlers handlers;
             handlers.admit = [&](std::uint32_t rank, const wire::Record& record) {
                 // A seek skips the records of earlier steps, and the others from before the step began.
-                const std::optional<std::int64_t> time = recordTime(record);
+                const std::optional<std::int64_t> time = wire::recordTimeNs(record);
                 const std::optional<std::int32_t> recordOfStep = recordStep(record);
                 if (recordOfStep ? *recordOfStep < fromStep : time && *time < from)
                     return false;
                 if (time) {
-                    checkRecordTime(window, session, rank, *time);
+                    window.check(session, rank, *time);
                     if (!position)
                         position = *time;
                     // Wait until the replay clock reaches the record, in short naps so that a
@@ -266,15 +225,23 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
     worker.done = true;
 }
 
-// The live feed's default endpoint: the control port + 1 (an ephemeral port stays ephemeral).
-std::string withPortPlusOne(const std::string& endpoint)
+// The live feed's default endpoint: the control port + 1 (an ephemeral port stays ephemeral), or
+// the control socket's path + ".live".
+std::string liveBeside(const std::string& endpoint)
 {
+    if (endpoint.rfind("ipc://", 0) == 0)
+        return endpoint + ".live";
     const std::size_t colon = endpoint.rfind(':');
     const std::string port = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
     if (endpoint.rfind("tcp://", 0) != 0 || port.empty() ||
         (port != "*" && port.find_first_not_of("0123456789") != std::string::npos) || port.size() > 5)
         throw std::runtime_error("give the live feed's endpoint with --live (cannot derive it from '" + endpoint + "')");
-    return endpoint.substr(0, colon + 1) + (port == "*" ? port : std::to_string(std::stoi(port) + 1));
+    if (port == "*")
+        return endpoint;
+    if (std::stoi(port) >= 65535)
+        throw std::runtime_error("the live feed goes on the control port + 1, and " + port +
+                                 " is the last port; choose a lower control port, or give --live ENDPOINT");
+    return endpoint.substr(0, colon + 1) + std::to_string(std::stoi(port) + 1);
 }
 
 // The "source" a request names ("job-N", "replay-N"); empty when absent or not a string.
@@ -285,13 +252,15 @@ std::string sourceArgument(const nlohmann::json& args)
 }
 
 // Whether an endpoint is one this engine serves on (`why` says what is wrong when it is not), and
-// whether only this machine reaches it.
-enum class EndpointReach { Invalid, Local, Network };
+// who can reach it: this user alone, every user of this machine, or other machines too.
+enum class EndpointReach { Invalid, ThisUser, ThisMachine, Network };
 
 EndpointReach endpointReach(const std::string& endpoint, std::string& why)
 {
+    if (wire::isPrivateEndpoint(endpoint))
+        return EndpointReach::ThisUser;
     if (wire::isLocalEndpoint(endpoint))
-        return EndpointReach::Local;
+        return EndpointReach::ThisMachine;
     if (endpoint.rfind("tcp://", 0) != 0) {
         why = "'" + endpoint + "' is not an endpoint this engine serves on; use tcp://HOST:PORT or ipc:///PATH";
         return EndpointReach::Invalid;
@@ -304,13 +273,22 @@ EndpointReach endpointReach(const std::string& endpoint, std::string& why)
     return EndpointReach::Network;
 }
 
+// Why CURVE guards an endpoint others can reach, for the error when its keys are missing.
+std::string curveReason(const std::string& what, const std::string& endpoint, EndpointReach reach)
+{
+    return "serving the " + what + " on '" + endpoint + "', which " +
+           (reach == EndpointReach::Network    ? std::string("other machines reach,")
+            : endpoint.rfind("tcp://", 0) == 0 ? std::string("every user of this machine can reach,")
+                                               : std::string("sits in a folder other users may enter,"));
+}
+
 }  // namespace
 
 struct Server::Impl {
     ServeOptions options;
     zmq::context_t context{1};
     zmq::socket_t control{context, zmq::socket_type::router};
-    zmq::socket_t live{context, zmq::socket_type::pub};
+    zmq::socket_t live{context, zmq::socket_type::xpub}; // a PUB that hears each subscription
     zmq::socket_t feed{context, zmq::socket_type::pull};
     std::unique_ptr<CurveGuard> guard;   // with CURVE; goes before the sockets it guards
     std::string controlEndpoint, liveEndpoint;
@@ -340,11 +318,32 @@ struct Server::Impl {
     std::string openReplay(const std::string& session, double speed);
     Worker* replay(const nlohmann::json& args, std::string& error);
     void forwardFeed();
+    void confirmSubscriptions();
     void reapWorkers();
+    bool admitted(const zmq::message_t& request);
     bool idle() const;
 };
 
 namespace {
+
+// Whether an engine (or anything) already answers on an ipc socket's path. ZeroMQ removes the file
+// before it binds, which would silently take the socket from an engine still serving there.
+bool ipcPathAnswers(const std::string& endpoint)
+{
+    const std::string path = endpoint.substr(6);
+    sockaddr_un address{};
+    if (endpoint.rfind("ipc://", 0) != 0 || path.empty() || path.front() == '@' ||
+        path.size() >= sizeof address.sun_path)
+        return false;
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, path.data(), path.size());
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    const bool answers = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+    ::close(fd);
+    return answers;
+}
 
 void bindOrThrow(zmq::socket_t& socket, const std::string& endpoint, const char* what)
 {
@@ -358,11 +357,13 @@ void bindOrThrow(zmq::socket_t& socket, const std::string& endpoint, const char*
         else if (!host.empty() && host.front() == '[')
             socket.set(zmq::sockopt::ipv6, true);
     }
+    const std::string failure = std::string("cannot bind the ") + what + " to '" + endpoint + "': ";
+    if (ipcPathAnswers(endpoint))
+        throw std::runtime_error(failure + wire::bindFailure(EADDRINUSE, endpoint));
     try {
         socket.bind(address);
     } catch (const zmq::error_t& e) {
-        throw std::runtime_error(std::string("cannot bind the ") + what + " to '" + endpoint + "': " + e.what() +
-                                 " (is another engine serving there? choose another port)");
+        throw std::runtime_error(failure + wire::bindFailure(e.num(), endpoint));
     }
 }
 
@@ -393,6 +394,11 @@ std::unique_ptr<CurveGuard> guardWithKeys(zmq::context_t& context, const std::fi
     return guard;
 }
 
+// Requests one client may have waiting (each up to kMaxRequestBytes), and the longest subscription
+// topic a live feed client may send.
+constexpr int kMaxQueuedRequests = 64;
+constexpr std::int64_t kMaxSubscriptionBytes = 4096;
+
 // Replies held for one client whose queue is full; beyond either bound it is not reading them.
 constexpr std::size_t kMaxPendingReplies = 100'000;
 constexpr std::size_t kMaxPendingBytes = std::size_t(256) << 20;
@@ -417,11 +423,19 @@ Server::Server(ServeOptions options) : m_impl(std::make_unique<Impl>())
     d.options = std::move(options);
     if (d.options.sessionsDir.empty())
         d.options.sessionsDir = defaultSessionDir();
+    if (d.options.control.empty())
+        d.options.control = wire::defaultControlEndpoint();
     if (d.options.live.empty())
-        d.options.live = withPortPlusOne(d.options.control);
+        d.options.live = liveBeside(d.options.control);
     d.control.set(zmq::sockopt::linger, 0);
     d.control.set(zmq::sockopt::router_mandatory, true);
+    // Bounded buffering, before authentication and after: a frame larger than any request ends its
+    // connection as its header arrives, and each client may queue only so many requests.
+    d.control.set(zmq::sockopt::maxmsgsize, std::int64_t(wire::kMaxRequestBytes));
+    d.control.set(zmq::sockopt::rcvhwm, kMaxQueuedRequests);
     d.live.set(zmq::sockopt::linger, 0);
+    d.live.set(zmq::sockopt::maxmsgsize, kMaxSubscriptionBytes);
+    d.live.set(zmq::sockopt::xpub_verbose, true); // every client's subscription, not only the first
     d.feed.bind(kLiveInproc);
     std::string why;
     const EndpointReach controlReach = endpointReach(d.options.control, why);
@@ -430,12 +444,12 @@ Server::Server(ServeOptions options) : m_impl(std::make_unique<Impl>())
     const EndpointReach liveReach = endpointReach(d.options.live, why);
     if (liveReach == EndpointReach::Invalid)
         throw std::runtime_error(why);
-    if (d.options.curve || controlReach == EndpointReach::Network || liveReach == EndpointReach::Network) {
+    // Keyless only where no other user can connect at all; CURVE everywhere else.
+    if (d.options.curve || controlReach != EndpointReach::ThisUser || liveReach != EndpointReach::ThisUser) {
         const std::string reason =
-            controlReach == EndpointReach::Network ? "serving on '" + d.options.control + "', which other machines reach,"
-            : liveReach == EndpointReach::Network  ? "serving the live feed on '" + d.options.live +
-                                                        "', which other machines reach,"
-                                                   : std::string("serving with --curve");
+            controlReach != EndpointReach::ThisUser ? curveReason("control socket", d.options.control, controlReach)
+            : liveReach != EndpointReach::ThisUser  ? curveReason("live feed", d.options.live, liveReach)
+                                                    : std::string("serving with --curve");
         d.guard = guardWithKeys(d.context, wire::keyDirectory(), reason,
                                 {{&d.control, "control socket"}, {&d.live, "live feed"}});
     }
@@ -675,11 +689,37 @@ void Server::Impl::forwardFeed()
     }
 }
 
+void Server::Impl::confirmSubscriptions()
+{
+    // XPUB hands up each subscription as one frame: 1 (or 0 to unsubscribe), then the topic prefix.
+    const std::string topic = wire::liveTopic(wire::LiveKind::Subscribed, wire::kEngineSource);
+    for (int n = 0; n < 1000; ++n) {
+        zmq::message_t subscription;
+        if (!live.recv(subscription, zmq::recv_flags::dontwait))
+            return;
+        const std::string_view frame = subscription.to_string_view();
+        if (frame.empty() || frame.front() != 1)
+            continue;
+        const std::string payload = wire::jsonText({{"topic", wire::validUtf8(frame.substr(1))}});
+        live.send(zmq::buffer(topic), zmq::send_flags::sndmore);
+        live.send(zmq::buffer(payload), zmq::send_flags::none);
+    }
+}
+
 void Server::Impl::reapWorkers()
 {
     for (auto& [name, worker] : workers)
         if (worker->done.load() && worker->thread.joinable())
             worker->thread.join();
+}
+
+bool Server::Impl::admitted(const zmq::message_t& request)
+{
+    if (!guard)
+        return true;
+    // ZAP's user id, which the guard sets to the client's key.
+    const char* key = zmq_msg_gets(request.handle(), "User-Id");
+    return key && guard->allows(key);
 }
 
 bool Server::Impl::idle() const
@@ -764,18 +804,17 @@ std::string Server::Impl::replyText(const std::optional<wire::ControlRequest>& r
             reply["id"] = request->id;
     }
     std::string text = wire::jsonText(reply);
-    if (text.size() > wire::kMaxControlBytes) {
+    if (text.size() > wire::kMaxReplyBytes) {
         const std::string op = request ? std::string(wire::controlOpName(request->op)) : "request";
         text = wire::jsonText(wire::controlError(
             request ? request->id : parsed.id,
             "the " + op + " reply would be " + std::to_string(text.size()) + " bytes, over the " +
-                std::to_string(wire::kMaxControlBytes >> 20) + " MiB a reply may hold" +
+                std::to_string(wire::kMaxReplyBytes >> 20) + " MiB a reply may hold" +
                 (request && request->op == wire::ControlOp::Plan
                      ? "; the schedule's op list is what grows: lower parallel.microbatches (with a larger "
                        "micro_batch_size) or parallel.pp"
-                 : request && request->op == wire::ControlOp::Sessions
-                     ? "; list a folder with fewer sessions (\"dir\")"
-                     : "")));
+                 : request && request->op == wire::ControlOp::Sessions ? "; list a folder with fewer sessions (\"dir\")"
+                                                                       : "")));
     }
     return text;
 }
@@ -784,9 +823,12 @@ void Server::run(const std::atomic<bool>& stop)
 {
     Impl& d = *m_impl;
     while (!stop.load()) {
-        std::vector<zmq::pollitem_t> items{{d.control.handle(), 0, ZMQ_POLLIN, 0}, {d.feed.handle(), 0, ZMQ_POLLIN, 0}};
+        std::vector<zmq::pollitem_t> items{{d.control.handle(), 0, ZMQ_POLLIN, 0},
+                                           {d.feed.handle(), 0, ZMQ_POLLIN, 0},
+                                           {d.live.handle(), 0, ZMQ_POLLIN, 0}};
         // Replies waiting for a client to read are retried soon.
         zmq::poll(items, std::chrono::milliseconds(d.pending.empty() ? 100 : 5));
+        d.confirmSubscriptions();
         d.forwardFeed();
         d.reapWorkers();
         d.sendPending();
@@ -803,8 +845,8 @@ void Server::run(const std::atomic<bool>& stop)
                     break;
                 parts.push_back(std::move(more));
             }
-            if (parts.size() < 2)
-                continue;   // no body: nothing to answer
+            if (parts.size() < 2 || !d.admitted(parts.back()))
+                continue; // no body, or a client whose key was taken off the allow-list: no answer
             const wire::ParsedControl parsed = wire::parseControlRequest(parts.back().to_string_view());
             const std::string body = d.replyText(parsed.request, parsed);
             parts.pop_back();

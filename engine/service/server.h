@@ -4,10 +4,13 @@
 // worker thread of its own and reaches the feed through an in-process socket (see
 // live_publisher.h). Protocol: wire/control.h.
 //
-// Security: on loopback (127.0.0.1, ::1, localhost, lo, ipc://) the server takes any client of
-// this machine. Anywhere else it serves with CURVE (ZeroMQ RFC 26) on both sockets: the engine's
-// key pair and the allow-list of client keys come from wire::keyDirectory(), and a
-// CurveGuard lets in only the clients the list names. `curve` turns the same on for loopback.
+// Security: the engine acts for its own user only. Without keys it serves only where no other user
+// can connect: an ipc socket in a folder private to this user (wire::isPrivateEndpoint), by
+// default wire::defaultControlEndpoint(). Anywhere else, a TCP port on loopback included, it
+// serves with CURVE (ZeroMQ RFC 26) on both sockets: the engine's key pair and the allow-list of
+// client keys come from wire::keyDirectory(), and a CurveGuard lets in only the clients the list
+// names (a key taken off it loses its open connections too). `curve` turns the same on for ipc.
+// Every connection is held to wire::kMaxRequestBytes a frame, before authentication and after.
 
 #include <atomic>
 #include <memory>
@@ -16,8 +19,8 @@
 namespace meshbench::service {
 
 struct ServeOptions {
-    std::string control = "tcp://127.0.0.1:5570";
-    std::string live;                     // empty: the control endpoint's port + 1
+    std::string control;                  // empty: wire::defaultControlEndpoint()
+    std::string live;                     // empty: the control port + 1, or the ipc path + ".live"
     std::string sessionsDir;              // where submitted jobs store their sessions
     bool exitWhenIdle = false;            // end once every job and replay has ended (replay command)
     bool curve = false;                   // CURVE even when both endpoints are on loopback

@@ -105,6 +105,7 @@ int runExport(const ExportArguments& args)
     try {
         reader = std::make_unique<store::SessionReader>(args.session);
         reader->checkStructure();
+        reader->checkRecordTimes();
     } catch (const store::StoreError& e) {
         std::cerr << "meshbench-engine: " << e.what() << "\n";
         return 1;

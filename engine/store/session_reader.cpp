@@ -381,22 +381,16 @@ std::string fileUri(const std::string& path)
 
 Connection openSession(const std::string& path, const struct stat& st)
 {
-    {
-        Connection db(path, SQLITE_OPEN_READONLY);
-        try {
-            checkSession(db, st);
-            return db;
-        } catch (const StoreError&) {
-            struct stat wal {};
-            const int code = db.errorCode();
-            if ((code != SQLITE_CANTOPEN && code != SQLITE_READONLY) || ::stat((path + "-wal").c_str(), &wal) == 0)
-                throw;
-        }
+    // Without a WAL file no writer is at work (a writer keeps one while it has the session open), so
+    // the file cannot change and SQLite may read it as immutable: without locks, and without the
+    // -wal and -shm files a WAL reader makes beside it (in a folder it may not even write).
+    struct stat wal {};
+    if (::stat((path + "-wal").c_str(), &wal) != 0) {
+        Connection db(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, fileUri(path) + "?immutable=1");
+        checkSession(db, st);
+        return db;
     }
-    // A session in a folder we cannot write (a read-only copy): a WAL reader must create the WAL's
-    // shared-memory file there. Without a WAL file no writer is at work, so the file cannot change
-    // and SQLite may read it as immutable, without locks or shared memory.
-    Connection db(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, fileUri(path) + "?immutable=1");
+    Connection db(path, SQLITE_OPEN_READONLY);
     checkSession(db, st);
     return db;
 }
@@ -554,6 +548,34 @@ void SessionReader::checkStructure() const
         throw StoreError(detail::quoted(m_impl->path) + " is corrupt: " + row.text(0) +
                          " (SQLite's quick_check); export what is readable table by table with the sqlite3 shell's "
                          ".recover, or use another session");
+}
+
+void RunWindow::check(const std::string& session, std::uint32_t rank, std::int64_t timeNs) const
+{
+    if (timeNs >= beginNs && timeNs <= endNs)
+        return;
+    const double hours = double(timeNs < beginNs ? beginNs - timeNs : timeNs - endNs) / 3.6e12;
+    char offset[32];
+    std::snprintf(offset, sizeof offset, "%.1f h", hours);
+    throw StoreError(session + " is damaged: a record of rank " + std::to_string(rank) + " is dated " + offset +
+                     (timeNs < beginNs ? " before the session began" : " after the session ended") +
+                     "; use another session of the run, or a copy from before the damage");
+}
+
+RunWindow SessionReader::runWindow() const
+{
+    const std::int64_t endedNs = outcome().endedNs;
+    return {m_impl->header.createdNs - kClockMarginNs,
+            (endedNs > 0 ? endedNs : wire::wallAlignedNowNs()) + kClockMarginNs};
+}
+
+void SessionReader::checkRecordTimes() const
+{
+    const RunWindow window = runWindow();
+    forEachRecord([&](std::uint32_t rank, const wire::Record& record) {
+        if (const std::optional<std::int64_t> time = wire::recordTimeNs(record))
+            window.check(m_impl->path, rank, *time);
+    });
 }
 
 SessionSummary SessionReader::summary() const

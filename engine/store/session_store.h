@@ -133,6 +133,18 @@ struct SessionSummary {
     std::optional<double> finalLoss;
 };
 
+// The times a session's records may carry: from kClockMarginNs before the session was created to as
+// long after it ended (or after now, for a session whose engine never said it ended); the margin
+// allows for other hosts' clocks. A record dated beyond is damage, which would make a replay sleep,
+// and an export draw, for as long as it says.
+constexpr std::int64_t kClockMarginNs = 60'000'000'000;
+struct RunWindow {
+    std::int64_t beginNs = 0;
+    std::int64_t endNs = 0;
+    // Throws StoreError naming `session`, the rank and how far outside the window `timeNs` lies.
+    void check(const std::string& session, std::uint32_t rank, std::int64_t timeNs) const;
+};
+
 // Reads a session, also one an engine is still writing (it sees what is committed). One reader may
 // be used from several threads: SQLite serializes its connection. Every query throws StoreError
 // when the file turns out to be corrupt.
@@ -153,6 +165,10 @@ public:
     // StoreError, naming the file, at the first damage: for those that read a whole session (export,
     // replay), which then fail before they write or play anything. Linear in the file's size.
     void checkStructure() const;
+    // The window as the session stands now (it moves while an engine writes the session).
+    RunWindow runWindow() const;
+    // RunWindow::check for every record, in one pass: for those that read a whole session (export).
+    void checkRecordTimes() const;
     // First span begin and last span end over all ranks, or {0, 0} without spans.
     std::pair<std::int64_t, std::int64_t> timeRange() const;
 

@@ -44,9 +44,9 @@ std::string_view controlOpName(ControlOp op)
 ParsedControl parseControlRequest(std::string_view frame)
 {
     ParsedControl parsed;
-    if (frame.size() > kMaxControlBytes) {
+    if (frame.size() > kMaxRequestBytes) {
         parsed.error = "the request is " + std::to_string(frame.size()) + " bytes; at most " +
-                       std::to_string(kMaxControlBytes) + " are accepted";
+                       std::to_string(kMaxRequestBytes) + " are accepted";
         return parsed;
     }
     std::vector<JsonProblem> problems;
@@ -110,6 +110,8 @@ std::string_view liveKindName(LiveKind kind)
         return "log";
     case LiveKind::Spans:
         return "spans";
+    case LiveKind::Subscribed:
+        return "subscribed";
     }
     return "unknown";
 }

@@ -22,7 +22,10 @@
 // Live feed (ZeroMQ PUB): two frames, a topic "<kind>/<source>" (subscribe by prefix: "step/",
 // "step/job-3") and a payload. Kinds: step, memory (live::toJson), job (state changes and
 // progress), log, and spans, whose payload is a telemetry batch (wire::encodeBatch) of a rank's
-// spans, decimated for the timeline. Sources are "job-N" (a run) and "replay-N" (a replay).
+// spans, decimated for the timeline. Sources are "job-N" (a run) and "replay-N" (a replay). And
+// "subscribed/engine", {"topic": PREFIX}, sent on each subscription as the engine takes it in: a
+// client that waits for it knows it gets everything published after (a PUB drops what comes before
+// a subscription arrives), e.g. before it submits a job it means to watch from the start.
 
 #include <nlohmann/json.hpp>
 
@@ -33,7 +36,11 @@
 namespace meshbench::wire {
 
 constexpr int kControlVersion = 1;
-constexpr std::size_t kMaxControlBytes = std::size_t(16) << 20;
+// A request is a job spec at most, far below this; the engine's control socket hangs up on a client
+// whose frame claims more (ZMQ_MAXMSGSIZE), authenticated or not, before it buffers any of it.
+constexpr std::size_t kMaxRequestBytes = std::size_t(1) << 20;
+// A reply may carry a plan's op list or a long session listing.
+constexpr std::size_t kMaxReplyBytes = std::size_t(16) << 20;
 
 enum class ControlOp { Hello, Plan, Submit, Stop, Jobs, Sessions, Open, Seek, Pause, Resume, Speed, Close };
 std::string_view controlOpName(ControlOp op);
@@ -55,7 +62,9 @@ ParsedControl parseControlRequest(std::string_view frame);
 nlohmann::json controlReply(const nlohmann::json& id, nlohmann::json results = nlohmann::json::object());
 nlohmann::json controlError(const nlohmann::json& id, const std::string& error);
 
-enum class LiveKind { Step, Memory, Job, Log, Spans };
+enum class LiveKind { Step, Memory, Job, Log, Spans, Subscribed };
+// The source of the engine's own messages (subscribed).
+constexpr std::string_view kEngineSource = "engine";
 std::string_view liveKindName(LiveKind kind);
 std::string liveTopic(LiveKind kind, std::string_view source);
 

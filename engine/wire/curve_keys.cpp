@@ -279,20 +279,4 @@ std::string allowListHeader()
            "# meshbench-engine keys --allow KEY_OR_FILE. The engine reads this file again when it changes.\n";
 }
 
-std::string tcpHost(std::string_view endpoint)
-{
-    if (endpoint.rfind("tcp://", 0) != 0)
-        return {};
-    const std::string_view hostPort = endpoint.substr(6);
-    return std::string(hostPort.substr(0, hostPort.rfind(':')));
-}
-
-bool isLocalEndpoint(std::string_view endpoint)
-{
-    if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0)
-        return true;
-    const std::string host = tcpHost(endpoint);
-    return host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "lo";
-}
-
 }  // namespace meshbench::wire

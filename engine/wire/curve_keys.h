@@ -63,10 +63,4 @@ std::string publicKeyText(std::string_view name, std::string_view publicKey);
 std::string keyPairText(std::string_view name, const KeyPair& pair);
 std::string allowListHeader();
 
-// The host of tcp://HOST:PORT ("[::1]" keeps its brackets); empty for other transports.
-std::string tcpHost(std::string_view endpoint);
-// Whether only this machine can reach a ZeroMQ endpoint: ipc://, inproc://, or tcp:// on 127.0.0.1,
-// localhost, [::1] or the interface lo. The engine serves these without keys unless told otherwise.
-bool isLocalEndpoint(std::string_view endpoint);
-
 }  // namespace meshbench::wire

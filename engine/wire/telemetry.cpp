@@ -882,4 +882,21 @@ std::string localHostName()
     return gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
 }
 
+std::optional<std::int64_t> recordTimeNs(const Record& record)
+{
+    return std::visit(
+        [](const auto& r) -> std::optional<std::int64_t> {
+            using T = std::decay_t<decltype(r)>;
+            if constexpr (std::is_same_v<T, SpanRecord>)
+                return r.beginNs;
+            else if constexpr (std::is_same_v<T, StepMetricsRecord>)
+                return r.endNs;
+            else if constexpr (std::is_same_v<T, ExpertLoadRecord>)
+                return std::nullopt;
+            else
+                return r.timeNs;
+        },
+        record);
+}
+
 }  // namespace meshbench::wire

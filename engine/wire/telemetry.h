@@ -209,6 +209,10 @@ struct ClockOffsetRecord {
 
 using Record = std::variant<SpanRecord, ExpertLoadRecord, MemorySampleRecord, StepMetricsRecord, NodeSampleRecord,
                             LogRecord, HeartbeatRecord, ClockOffsetRecord>;
+// A record's time: a span's begin, a step's end, a sample's time; none for an expert load (it is
+// the end of its step, which its rank's other records give).
+std::optional<std::int64_t> recordTimeNs(const Record& record);
+
 RecordType recordType(const Record& record);
 
 struct Batch {

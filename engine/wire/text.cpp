@@ -102,6 +102,12 @@ public:
         const auto follow = [this](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
             return visit(depth, event, parsed);
         };
+        // nlohmann-json takes a NUL byte for the end of the input and would ignore what follows it.
+        if (const std::size_t nul = m_text.find('\0'); nul != std::string_view::npos) {
+            problems.push_back(
+                {"", position(nul + 1) + ": a NUL byte, which JSON text cannot hold (write \\u0000 inside a string)"});
+            return std::nullopt;
+        }
         try {
             nlohmann::json document = nlohmann::json::parse(m_text.begin(), m_text.end(), follow);
             if (!m_duplicates.empty()) {

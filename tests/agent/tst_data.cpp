@@ -4,6 +4,8 @@
 
 #include <QtTest>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -374,6 +376,15 @@ void TestData::fileRefusesBadFiles()
     QVERIFY2(has(message, "nowhere.bin") && has(message, "No such file"), message.c_str());
     message = dataError([&] { TokenFileSource(dir.path().toStdString(), plan::TokenDtype::Uint16, 100, 4); });
     QVERIFY2(has(message, "directory"), message.c_str());
+
+    // Issue 27, finding 10: a FIFO (or a device) is refused before it is opened; opening a FIFO for
+    // reading blocks until a writer comes, which hung the run for ever.
+    const std::string fifo = dir.filePath("tokens.fifo").toStdString();
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    message = dataError([&] { TokenFileSource(fifo, plan::TokenDtype::Uint16, 100, 4); });
+    QVERIFY2(has(message, "tokens.fifo") && has(message, "it is not a regular file"), message.c_str());
+    message = dataError([&] { TokenFileSource("/dev/zero", plan::TokenDtype::Uint16, 100, 4); });
+    QVERIFY2(has(message, "it is not a regular file"), message.c_str());
 }
 
 void TestData::fileIsMovable()

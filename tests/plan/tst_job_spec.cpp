@@ -1,10 +1,12 @@
 #include "plan/job_spec.h"
+#include "plan/planner.h"
 
 #include <QtTest>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 using namespace meshbench::plan;
@@ -202,12 +204,16 @@ private slots:
     void unknownKeys();
     void badValues_data();
     void badValues();
+    void nullIsRefusedForEveryKey();
     void badDocuments_data();
     void badDocuments();
     void trainDataRules_data();
     void trainDataRules();
     void trainDataValues();
     void validateLayoutDirectly();
+    void oneDeviceSpecRunsEverySchedule_data();
+    void oneDeviceSpecRunsEverySchedule();
+    void suggestedPipelineSizesAreAccepted();
     void roundTrip_data();
     void roundTrip();
     // Last, because a stack overflow here would end the run.
@@ -561,6 +567,37 @@ void TestJobSpec::badValues()
     checkRejection(loadJobSpec(patched(input)));
 }
 
+// Issue 27, finding 14: null stood for the default of whichever key it was given to
+// (grad_bucket_mb, the overlap flags, backend, precision...), silently. It is refused for every key
+// of the spec, each with its path.
+void TestJobSpec::nullIsRefusedForEveryKey()
+{
+    const json explicitSpec = toJson(*loadJobSpec(baseSpec()).spec);
+    QVERIFY(loadJobSpec(explicitSpec).valid());
+    std::vector<json::json_pointer> keys;
+    const std::function<void(const json&, const json::json_pointer&)> collect = [&](const json& value,
+                                                                                    const json::json_pointer& at) {
+        for (const auto& [key, member] : value.items()) {
+            keys.push_back(at / key);
+            if (member.is_object())
+                collect(member, at / key);
+        }
+    };
+    collect(explicitSpec, json::json_pointer());
+    QVERIFY(keys.size() > 50);
+    for (const json::json_pointer& key : keys) {
+        json document = explicitSpec;
+        document[key] = nullptr;
+        std::string path = key.to_string().substr(1);
+        std::replace(path.begin(), path.end(), '/', '.');
+        const LoadResult loaded = loadJobSpec(document);
+        const bool refused = std::any_of(loaded.errors.begin(), loaded.errors.end(), [&](const SpecError& e) {
+            return e.path == path && e.message == "is null; leave the key out for its default, or give it a value";
+        });
+        QVERIFY2(refused, qPrintable(qs(path) + QStringLiteral(": ") + listErrors(loaded.errors)));
+    }
+}
+
 void TestJobSpec::badDocuments_data()
 {
     addRejectionColumns();
@@ -693,6 +730,90 @@ void TestJobSpec::validateLayoutDirectly()
     spec.parallel.dp = 8;
     spec.parallel.pp = 1;
     QVERIFY2(validateLayout(spec).empty(), qPrintable(listErrors(validateLayout(spec))));
+}
+
+void TestJobSpec::oneDeviceSpecRunsEverySchedule_data()
+{
+    QTest::addColumn<QString>("schedule");
+    QTest::addColumn<int>("virtualStages");
+    QTest::addColumn<QString>("oneStageSchedule"); // what one device runs
+    QTest::newRow("gpipe") << "gpipe" << 1 << "gpipe";
+    QTest::newRow("1f1b") << "1f1b" << 1 << "1f1b";
+    QTest::newRow("zb-h1") << "zb-h1" << 1 << "zb-h1";
+    QTest::newRow("interleaved") << "interleaved" << 2 << "1f1b";
+    QTest::newRow("zb-v") << "zb-v" << 2 << "zb-h1";
+    QTest::newRow("dualpipev") << "dualpipev" << 2 << "zb-h1";
+}
+
+// Issue 27, findings 1 and 8: the one-device form of every valid layout is itself valid (the V
+// schedules kept pp 1 and crashed makePlan; interleaved kept its name and was refused).
+void TestJobSpec::oneDeviceSpecRunsEverySchedule()
+{
+    QFETCH(QString, schedule);
+    QFETCH(int, virtualStages);
+    QFETCH(QString, oneStageSchedule);
+    const LoadResult loaded =
+        loadJobSpec(patched(QStringLiteral(R"({"parallel": {"schedule": "%1", "virtual_stages": %2,
+                                                                   "microbatches": 8}})")
+                                .arg(schedule)
+                                .arg(virtualStages)
+                                .toUtf8()));
+    QVERIFY2(loaded.valid(), qPrintable(listErrors(loaded.errors)));
+    const JobSpec one = singleDeviceSpec(*loaded.spec);
+    QVERIFY2(validateLayout(one).empty(), qPrintable(listErrors(validateLayout(one))));
+    QCOMPARE(qs(scheduleName(one.parallel.schedule)), oneStageSchedule);
+    // The global batch of dp 4 x 8 micro-batches goes through the one pipeline.
+    QCOMPARE(one.parallel.microbatches, 32);
+    const Plan plan = makePlan(one);
+    QCOMPARE(plan.worldSize, 1);
+    QCOMPARE(int(plan.stages.size()), 1);
+}
+
+// Issue 27, finding 13: every pp the layer rule suggests is accepted by every rule that reads
+// pp, for each schedule (zb-v was told "use pp 1 or 2", then refused pp 1).
+void TestJobSpec::suggestedPipelineSizesAreAccepted()
+{
+    const JobSpec base = *loadJobSpec(baseSpec()).spec;
+    int suggestionsTried = 0;
+    for (const ScheduleKind kind :
+         {ScheduleKind::OneFOneB, ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV}) {
+        const int v = kind == ScheduleKind::OneFOneB ? 1 : 2;
+        for (int layers = 2; layers <= 36; layers += 2) {
+            for (int pp = 2; pp <= 12; ++pp) {
+                JobSpec spec = base;
+                spec.model.layers = layers;
+                spec.parallel.schedule = kind;
+                spec.parallel.virtualStages = v;
+                spec.parallel.pp = pp;
+                std::string message;
+                for (const SpecError& e : validateLayout(spec))
+                    if (e.path == "parallel.pp")
+                        message = e.message;
+                const std::size_t use = message.find("use pp ");
+                if (use == std::string::npos)
+                    continue;
+                std::string list = message.substr(use + 7);
+                std::replace(list.begin(), list.end(), ',', ' ');
+                std::istringstream words(list);
+                for (std::string word; words >> word;) {
+                    if (word == "or")
+                        continue;
+                    // Each suggestion, on a cluster of its size with enough micro-batches for it.
+                    JobSpec fixed = spec;
+                    fixed.parallel.pp = std::stoi(word);
+                    fixed.parallel.dp = fixed.parallel.tp = 1;
+                    fixed.parallel.microbatches = 2 * fixed.parallel.pp;
+                    fixed.cluster.nodes = 1;
+                    fixed.cluster.devicesPerNode = fixed.parallel.pp;
+                    QVERIFY2(validateLayout(fixed).empty(),
+                             qPrintable(qs(message) + QStringLiteral(" -> pp ") + qs(word) + QStringLiteral(": ") +
+                                        listErrors(validateLayout(fixed))));
+                    ++suggestionsTried;
+                }
+            }
+        }
+    }
+    QVERIFY(suggestionsTried > 100);
 }
 
 void TestJobSpec::roundTrip_data()

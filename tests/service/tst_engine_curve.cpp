@@ -1,14 +1,19 @@
 // meshbench-engine keys, and serve with CURVE: the keys made once, secrets readable by their owner
-// alone, malformed keys refused with the fix; an off-loopback bind without keys refused; a plaintext
-// client, one without the engine's key and one whose key is not allowed each refused on both sockets
-// and logged with what is known of it, while an allowed client (and one allowed while the engine
-// runs; nobody while the allow-list does not read) plans, submits and watches the demo. On loopback with --curve always; on the test hosts'
-// bridge (10.250.77.1) as tst_engine_curve_hosts, beside the test_hosts fixture. And a job named with
-// shell syntax is run and stored as named, with no shell ever reading the name.
+// alone, malformed keys refused with the fix; a TCP bind without keys refused; a plaintext client,
+// one without the engine's key and one whose key is not allowed each refused on both sockets and
+// logged with what is known of it, while an allowed client (and one allowed while the engine runs;
+// nobody while the allow-list does not read) plans, submits and watches the demo. Loopback TCP is
+// served with CURVE as any other port is, so another local user gets no answer; a key taken off
+// the list loses its open connections; a frame larger than any request ends its connection before
+// the handshake. On the test hosts' bridge (10.250.77.1) as tst_engine_curve_hosts, beside the
+// test_hosts fixture. And a job named with shell syntax is run and stored as named, with no shell
+// ever reading the name.
 
 #include "wire/curve_keys.h"
 
+#include "common/other_user.h"
 #include "common/process_run.h"
+#include "common/zmtp_probe.h"
 
 #include <QtTest>
 
@@ -135,7 +140,9 @@ struct Served {
 // monitor that tells how its handshakes end.
 class Client {
 public:
-    Client(const std::string& control, const std::string& live, const std::optional<wire::ClientKeys>& keys)
+    // With `disconnects`, the monitors tell each connection's end too (ZMQ_EVENT_DISCONNECTED).
+    Client(const std::string& control, const std::string& live, const std::optional<wire::ClientKeys>& keys,
+           bool disconnects = false)
         : m_dealer(m_context, zmq::socket_type::dealer), m_sub(m_context, zmq::socket_type::sub),
           m_dealerEvents(m_context, zmq::socket_type::pair), m_subEvents(m_context, zmq::socket_type::pair)
     {
@@ -150,7 +157,8 @@ public:
             const std::string endpoint = "inproc://client-monitor-" + std::to_string(++monitors);
             zmq_socket_monitor(socket->handle(), endpoint.c_str(),
                                ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+                                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                   (disconnects ? ZMQ_EVENT_DISCONNECTED : 0));
             events->set(zmq::sockopt::rcvtimeo, 120000);
             events->connect(endpoint);
         }
@@ -160,9 +168,11 @@ public:
         m_sub.connect(live);
     }
 
-    // How the first handshake of each socket ended: ZMQ_EVENT_HANDSHAKE_SUCCEEDED or a failure.
-    int controlHandshake() { return firstEvent(m_dealerEvents); }
-    int liveHandshake() { return firstEvent(m_subEvents); }
+    // How the next handshake of each socket ended: ZMQ_EVENT_HANDSHAKE_SUCCEEDED or a failure (or,
+    // with `disconnects`, ZMQ_EVENT_DISCONNECTED when the connection ends first); 0 after two
+    // minutes without one.
+    int controlHandshake() { return nextEvent(m_dealerEvents); }
+    int liveHandshake() { return nextEvent(m_subEvents); }
 
     // Queues a request without waiting; a refused client's never reaches the engine.
     void send(nlohmann::json body)
@@ -193,7 +203,7 @@ public:
     }
 
 private:
-    static int firstEvent(zmq::socket_t& events)
+    static int nextEvent(zmq::socket_t& events)
     {
         zmq::message_t event, endpoint;
         if (!events.recv(event) || event.size() < 6)
@@ -265,9 +275,11 @@ void refusalsAreLogged(Served& served, const std::string& address)
     std::ifstream in(allowList);
     const std::string good{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     std::ofstream(allowList, std::ios::app) << "garbled\n";
+    QVERIFY(served.logs({"'garbled' is neither a key", "no client is let in until the allow-list reads again"}));
+    // The keys it held are taken away with it: the open connections end, as for a revoked key.
+    QVERIFY(served.logs({"a key left the allow-list: ", " client connections were closed"}));
     Client locked(served.control, served.live, allowed);
     QCOMPARE(locked.controlHandshake(), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
-    QVERIFY(served.logs({"'garbled' is neither a key", "no client is let in until the allow-list reads again"}));
     std::ofstream(allowList, std::ios::trunc) << good;
     Client restored(served.control, served.live, allowed);
     QCOMPARE(restored.controlHandshake(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
@@ -292,7 +304,7 @@ void allowedClientRunsTheDemo(Served& served)
     QVERIFY2(submitted["ok"] == true, submitted.dump().c_str());
     const std::string job = submitted["job"];
     std::map<int, nlohmann::json> liveSteps;
-    nlohmann::json status;
+    nlohmann::json status = nlohmann::json::object();
     QVERIFY(client.watch([&](const std::string& topic, const zmq::message_t& payload) {
         if (topic == "step/" + job) {
             const nlohmann::json s = nlohmann::json::parse(payload.to_string_view());
@@ -432,13 +444,104 @@ private slots:
     void curveOnLoopbackRefusesAndLogsAndServesTheAllowed()
     {
         QCOMPARE(runProcess(kEngine, {"keys"}).exitCode, 0);
-        Served served("tcp://127.0.0.1:*", {"--curve"});
+        // No --curve: every local user reaches a loopback port, so CURVE is on by itself. localhost
+        // is bound as 127.0.0.1 (ZeroMQ binds addresses, not host names).
+        Served served("tcp://localhost:*", {});
         QVERIFY2(served.running(), served.why().constData());
         QVERIFY2(served.said.contains("CURVE, 1 client key allowed"), served.said.constData());
         refusalsAreLogged(served, "127.0.0.1");
         if (QTest::currentTestFailed())
             return;
         allowedClientRunsTheDemo(served);
+    }
+
+    // Issue 27, finding 2: another user of this machine, who cannot read the engine's keys, gets
+    // no answer on loopback: a plain client and one with a key of its own are both turned away.
+    void anotherUserGetsNoAnswerOnLoopback()
+    {
+        std::string why;
+        const std::optional<OtherUser> user = otherTestUser(&why);
+        if (!user) {
+            if (geteuid() == 0)
+                QFAIL(why.c_str());
+            QSKIP(why.c_str());
+        }
+        QCOMPARE(runProcess(kEngine, {"keys"}).exitCode, 0);
+        Served served("tcp://127.0.0.1:*", {});
+        QVERIFY2(served.running(), served.why().constData());
+        const std::string serverKey = allowedKeys().serverKey; // public: suppose the other user has it
+        const nlohmann::json job = demoJob();
+        std::string message;
+        const int status = runAsOtherUser(
+            *user,
+            [&](std::string& out) {
+                Client plain(served.control, served.live, std::nullopt);
+                plain.send({{"op", "submit"}, {"job", job}});
+                if (const int event = plain.controlHandshake(); event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED || event == 0) {
+                    out = "a plain client's handshake did not fail (event " + std::to_string(event) + ")";
+                    return 1;
+                }
+                Client own(served.control, served.live, wire::ClientKeys{serverKey, freshPair()});
+                own.send({{"op", "submit"}, {"job", job}});
+                if (const int event = own.controlHandshake(); event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+                    out = "a client with a key of its own was not refused (event " + std::to_string(event) + ")";
+                    return 2;
+                }
+                return 0;
+            },
+            message);
+        QVERIFY2(status == 0, message.c_str());
+        Client client(served.control, served.live, allowedKeys());
+        const nlohmann::json jobs = client.request({{"op", "jobs"}});
+        QVERIFY2(jobs["ok"] == true, jobs.dump().c_str());
+        QCOMPARE(jobs["jobs"].size(), 0u);
+    }
+
+    // Issue 27, finding 12: a key taken off the allow-list loses the connection it already has;
+    // every other client reconnects and is served on.
+    void aRevokedKeyLosesItsOpenConnection()
+    {
+        QCOMPARE(runProcess(kEngine, {"keys"}).exitCode, 0);
+        const wire::ClientKeys kept = allowedKeys();
+        const wire::ClientKeys revoked{kept.serverKey, freshPair()};
+        QCOMPARE(runProcess(kEngine, {"keys", "--allow", QString::fromStdString(revoked.client.publicKey)}).exitCode,
+                 0);
+        Served served("tcp://127.0.0.1:*", {});
+        QVERIFY2(served.running(), served.why().constData());
+        Client keeper(served.control, served.live, kept, true);
+        Client leaver(served.control, served.live, revoked, true);
+        QCOMPARE(keeper.controlHandshake(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+        QCOMPARE(leaver.controlHandshake(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+        QCOMPARE(leaver.request({{"op", "hello"}})["ok"], true);
+
+        const std::filesystem::path allowList = wire::allowListPath(wire::keyDirectory());
+        std::ofstream(allowList, std::ios::trunc) << wire::allowListHeader() << kept.client.publicKey << "\n";
+        QCOMPARE(leaver.controlHandshake(), ZMQ_EVENT_DISCONNECTED);
+        QCOMPARE(leaver.controlHandshake(), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+        QCOMPARE(leaver.liveHandshake(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+        QCOMPARE(leaver.liveHandshake(), ZMQ_EVENT_DISCONNECTED);
+        QVERIFY(served.logs({"a key left the allow-list: ", " client connections were closed"}));
+        QCOMPARE(keeper.controlHandshake(), ZMQ_EVENT_DISCONNECTED);
+        QCOMPARE(keeper.controlHandshake(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+        QCOMPARE(keeper.request({{"op", "hello"}})["ok"], true);
+    }
+
+    // Issue 27, finding 3: before its CURVE handshake a client may not make the engine hold a
+    // frame larger than any request: the connection ends at the frame's header.
+    void anOversizedFrameBeforeTheHandshakeEndsItsConnection()
+    {
+        QCOMPARE(runProcess(kEngine, {"keys"}).exitCode, 0);
+        Served served("tcp://127.0.0.1:*", {});
+        QVERIFY2(served.running(), served.why().constData());
+        ZmtpProbe probe(served.control);
+        QVERIFY2(probe.connected(), probe.error().c_str());
+        QVERIFY(probe.greet("CURVE"));
+        const std::uint64_t limit = std::uint64_t(64) << 20;
+        const std::uint64_t taken = probe.streamClaimedFrame(std::uint64_t(1) << 30, limit, true);
+        QVERIFY2(taken < limit, qPrintable(QStringLiteral("the engine took %1 bytes of a 1 GiB frame").arg(taken)));
+        Client client(served.control, served.live, allowedKeys());
+        QCOMPARE(client.controlHandshake(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+        QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
     }
 
     void curveOverTheTestHostsBridge()
@@ -477,7 +580,7 @@ private slots:
         const nlohmann::json submitted = client.request({{"op", "submit"}, {"job", job}, {"steps", 1}});
         QVERIFY2(submitted["ok"] == true, submitted.dump().c_str());
         const std::string source = submitted["job"];
-        nlohmann::json status;
+        nlohmann::json status = nlohmann::json::object();
         QVERIFY(client.watch([&](const std::string& topic, const zmq::message_t& payload) {
             if (topic == "job/" + source)
                 status = nlohmann::json::parse(payload.to_string_view());

@@ -15,6 +15,8 @@
 
 #include <QtTest>
 
+#include <sys/stat.h>
+
 #include <sqlite3.h>
 #include <zmq.hpp>
 
@@ -511,6 +513,48 @@ private slots:
         }
     }
 
+    // Issue 27, finding 10: a token file that is a FIFO fails the run with the reason; opening it
+    // waited for a writer for ever, the heartbeat saying "running" at step 0.
+    void aTokenFifoFailsTheRun()
+    {
+        QTemporaryDir dir;
+        const QString fifo = dir.filePath("tokens.fifo");
+        QCOMPARE(::mkfifo(fifo.toUtf8().constData(), 0600), 0);
+        nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
+        doc["train"]["data"] = {{"source", "file"}, {"path", fifo.toStdString()}, {"dtype", "uint16"}};
+        const QString job = dir.filePath("fifo.json");
+        std::ofstream(job.toStdString()) << doc.dump();
+        const ProcessRun run =
+            runProcess(kEngine, {"run", job, "--one-device", "--steps", "1", "--session", dir.filePath("f.meshbench")});
+        QVERIFY2(run.exitCode != 0 && run.err.contains("tokens.fifo") && run.err.contains("it is not a regular file"),
+                 qPrintable(run.err));
+    }
+
+    // Issue 27: the readers of a finished session (sessions, export, replay) leave nothing beside it;
+    // each left an empty -wal and a 32 KiB -shm, as a WAL reader does.
+    void readersLeaveNoFilesBesideAFinishedSession()
+    {
+        QTemporaryDir dir;
+        const QString session = dir.filePath("done.meshbench");
+        const ProcessRun run =
+            runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", "2", "--session", session});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        const QStringList beside = {session + "-wal", session + "-shm"};
+        for (const QString& file : beside)
+            QVERIFY2(!QFileInfo::exists(file), qPrintable(file));
+        const std::vector<QStringList> readers = {
+            {"sessions", dir.path()},
+            {"export", session, "--csv", dir.filePath("csv"), "--chrome-trace", dir.filePath("trace.json")},
+            {"replay", session, "--speed", "1000000", "--bind", "ipc://" + dir.filePath("c"), "--live",
+             "ipc://" + dir.filePath("l")}};
+        for (const QStringList& reader : readers) {
+            const ProcessRun read = runProcess(kEngine, reader);
+            QVERIFY2(read.exitCode == 0, qPrintable(reader.join(' ') + ": " + read.err));
+            for (const QString& file : beside)
+                QVERIFY2(!QFileInfo::exists(file), qPrintable(reader.front() + " left " + file));
+        }
+    }
+
     void aKilledEngineLeavesASoundSession()
     {
         QTemporaryDir dir;
@@ -548,6 +592,7 @@ private slots:
         QCOMPARE(int(last.size()), 8);
         for (const auto& [rank, state] : last)
             QCOMPARE(state, wire::RankState::Terminated);
+        QCOMPARE(reader.traffic().size(), std::size_t(8));
         for (const store::RankTraffic& t : reader.traffic())
             QCOMPARE(t.lost, 0u);
     }
@@ -604,6 +649,33 @@ private slots:
             problems += log.rank == store::kEngineRank && log.record.level == wire::LogLevel::Warning &&
                         QString::fromStdString(log.record.text).startsWith("collector: ");
         QCOMPARE(problems, 4);
+    }
+
+    // Issue 27, findings 1 and 8: the schedules that need two stages run on one device as the
+    // one-stage schedule (they crashed in makePlan, or were refused for pp 1).
+    void everyScheduleRunsOnOneDevice_data()
+    {
+        QTest::addColumn<QString>("schedule");
+        QTest::addColumn<int>("virtualStages");
+        QTest::newRow("interleaved") << "interleaved" << 2;
+        QTest::newRow("zb-v") << "zb-v" << 2;
+        QTest::newRow("dualpipev") << "dualpipev" << 2;
+    }
+
+    void everyScheduleRunsOnOneDevice()
+    {
+        QFETCH(QString, schedule);
+        QFETCH(int, virtualStages);
+        QTemporaryDir dir;
+        nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
+        doc["parallel"]["schedule"] = schedule.toStdString();
+        doc["parallel"]["virtual_stages"] = virtualStages;
+        const QString spec = dir.filePath("schedule.json");
+        std::ofstream(spec.toStdString()) << doc.dump();
+        const QString session = dir.filePath("one.meshbench");
+        const ProcessRun run = runProcess(kEngine, {"run", spec, "--one-device", "--steps", "2", "--session", session});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+        QCOMPARE(integrityCheck(session), std::string("ok"));
     }
 
     void aSessionFromTheFutureIsRefused()

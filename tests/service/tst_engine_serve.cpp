@@ -6,7 +6,9 @@
 #include "wire/control.h"
 #include "wire/telemetry.h"
 
+#include "common/other_user.h"
 #include "common/process_run.h"
+#include "common/zmtp_probe.h"
 
 #include <QtTest>
 
@@ -17,6 +19,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+
+#include <sys/stat.h>
 
 using namespace meshbench;
 
@@ -58,6 +62,13 @@ public:
         if (reply["id"] != m_id)
             qFatal("reply for another request: %s", reply.dump().c_str());
         return reply;
+    }
+
+    // Until the engine confirms the feed's subscription (its "subscribed" message): from then on no
+    // live message is lost to this client. False if none comes in two minutes.
+    bool waitSubscribed()
+    {
+        return watch([](const std::string& topic, const zmq::message_t&) { return topic == "subscribed/engine"; });
     }
 
     // Live messages until `done` says so or the time runs out; returns false on timeout.
@@ -300,25 +311,148 @@ private slots:
         job["parallel"]["microbatches"] = 65537;
         const nlohmann::json reply = client.request({{"op", "plan"}, {"job", job}});
         QVERIFY2(reply["ok"] == true, reply.dump().substr(0, 2000).c_str());
+        QCOMPARE(reply["plan"]["schedule"].size(), std::size_t(job["parallel"]["pp"].get<int>()));
         for (const nlohmann::json& stage : reply["plan"]["schedule"])
             QVERIFY(stage["ops"].empty());
         QVERIFY(reply["plan"]["warnings"].back().get<std::string>().find("parallel.microbatches") != std::string::npos);
-        QVERIFY(reply.dump().size() < wire::kMaxControlBytes / 16);
+        QVERIFY(reply.dump().size() < wire::kMaxReplyBytes / 16);
         QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
     }
 
-    void localhostIsServedOnLoopback()
+    // Issue 27, finding 1: a V schedule submitted to run on one device runs (serve died in makePlan).
+    void aVScheduleRunsOnOneDeviceThroughServe()
     {
-        // Issue 11: localhost passed the loopback check and then failed with "No such device":
-        // ZeroMQ binds addresses, not host names. Port * is any free port.
+        Served served;
+        Client client(served.control, served.live);
+        QVERIFY(client.waitSubscribed());
+        nlohmann::json job = demoJob();
+        job["parallel"]["schedule"] = "zb-v";
+        job["parallel"]["virtual_stages"] = 2;
+        const nlohmann::json reply =
+            client.request({{"op", "submit"}, {"job", job}, {"steps", 2}, {"one_device", true}});
+        QVERIFY2(reply["ok"] == true, reply.dump().c_str());
+        std::string state;
+        QVERIFY(client.watch([&](const std::string& topic, const zmq::message_t& payload) {
+            if (topic == "job/" + reply["job"].get<std::string>())
+                state = nlohmann::json::parse(payload.to_string_view()).value("state", state);
+            return state == "completed" || state == "failed";
+        }));
+        QCOMPARE(state, std::string("completed"));
+        QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+    }
+
+    // Issue 27, finding 2: a TCP port, loopback too, is open to every user of the machine, so the
+    // engine serves it with CURVE keys only; without them it refuses to start, saying why.
+    void tcpWithoutKeysIsRefused()
+    {
         const ProcessRun refused = runProcess(kEngine, {"serve", "--bind", "tcp://localhost:notaport"});
         QCOMPARE(refused.exitCode, 5);
-        Served served("tcp://localhost:*");
-        QByteArray said = served.process.readAllStandardOutput();
-        const QRegularExpressionMatch endpoint =
-            QRegularExpression("control (tcp://127\\.0\\.0\\.1:\\d+)").match(QString::fromUtf8(said));
-        QVERIFY2(endpoint.hasMatch(), said.constData() + served.process.readAllStandardError());
-        Client client(endpoint.captured(1).toStdString(), "inproc://unused");
+        QTemporaryDir config; // a key folder with no keys in it
+        const QByteArray saved = qgetenv("XDG_CONFIG_HOME");
+        qputenv("XDG_CONFIG_HOME", config.path().toUtf8());
+        const ProcessRun keyless = runProcess(kEngine, {"serve", "--bind", "tcp://localhost:*"});
+        qputenv("XDG_CONFIG_HOME", saved);
+        QCOMPARE(keyless.exitCode, 5);
+        QVERIFY2(keyless.err.contains("serving the control socket on 'tcp://localhost:*', which every user of this "
+                                      "machine can reach, needs the engine's CURVE keys") &&
+                     keyless.err.contains("run `meshbench-engine keys`"),
+                 qPrintable(keyless.err));
+    }
+
+    // Issue 27, finding 2: with no --bind the engine serves on an ipc socket in this user's
+    // private folder, and another local user gets nothing from it: no connection, no answer. (On
+    // loopback TCP, as before, any user's plain client was answered, and could submit jobs.)
+    void anotherUserGetsNothingFromTheDefaultEngine()
+    {
+        std::string why;
+        const std::optional<OtherUser> user = otherTestUser(&why);
+        if (!user) {
+            if (geteuid() == 0)
+                QFAIL(why.c_str());
+            QSKIP(why.c_str());
+        }
+        // A runtime folder other users may pass through, so that only the engine's own folder inside
+        // it keeps them out.
+        QTemporaryDir runtime;
+        QCOMPARE(::chmod(runtime.path().toUtf8().constData(), 0711), 0);
+        QProcess engine;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("XDG_RUNTIME_DIR", runtime.path());
+        engine.setProcessEnvironment(env);
+        engine.start(kEngine, {"serve", "--sessions", runtime.path()});
+        QByteArray said;
+        while (!said.contains("(Ctrl-C to stop)") && engine.waitForReadyRead(60000))
+            said += engine.readAllStandardOutput();
+        const QRegularExpressionMatch m =
+            QRegularExpression("control (\\S+), live feed (\\S+)").match(QString::fromUtf8(said));
+        QVERIFY2(m.hasMatch(), said.constData() + engine.readAllStandardError());
+        const std::string control = m.captured(1).toStdString(), live = m.captured(2).toStdString();
+        QCOMPARE(control, "ipc://" + runtime.filePath("meshbench/control").toStdString());
+        QCOMPARE(live, control + ".live");
+
+        std::string message;
+        const int status = runAsOtherUser(
+            *user,
+            [&](std::string& out) {
+                const ZmtpProbe probe(control);
+                if (probe.connected() || probe.connectError() != EACCES) {
+                    out = "connected to the engine's socket, or failed otherwise: " + probe.error();
+                    return 1;
+                }
+                // ZeroMQ's own client, as a script would use it: no reply comes.
+                zmq::context_t context;
+                zmq::socket_t dealer(context, zmq::socket_type::dealer);
+                dealer.set(zmq::sockopt::linger, 0);
+                dealer.set(zmq::sockopt::rcvtimeo, 3000);
+                dealer.connect(control);
+                dealer.send(zmq::str_buffer(R"({"v": 1, "id": 1, "op": "jobs"})"));
+                zmq::message_t reply;
+                if (dealer.recv(reply)) {
+                    out = "answered: " + reply.to_string();
+                    return 2;
+                }
+                return 0;
+            },
+            message);
+        QVERIFY2(status == 0, message.c_str());
+        // The engine was there all along, for its own user.
+        Client client(control, live);
+        QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+        engine.terminate();
+        QVERIFY(engine.waitForFinished(30000));
+    }
+
+    // Issue 27, finding 3: a frame that claims more than any request ends its connection at its
+    // header: the engine takes no more than a socket buffer's worth of it, and serves on.
+    void anOversizedFrameEndsItsConnection()
+    {
+        Served served;
+        ZmtpProbe probe(served.control);
+        QVERIFY2(probe.connected(), probe.error().c_str());
+        QVERIFY(probe.greet("NULL"));
+        QVERIFY(probe.nullHandshake());
+        const std::uint64_t limit = std::uint64_t(64) << 20;
+        const std::uint64_t taken = probe.streamClaimedFrame(std::uint64_t(1) << 30, limit, false);
+        QVERIFY2(taken < limit, qPrintable(QStringLiteral("the engine took %1 bytes of a 1 GiB frame").arg(taken)));
+        Client client(served.control, served.live);
+        QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+    }
+
+    // Issue 27, finding 17: a bind that fails says why, and a second engine does not take the
+    // socket of one that is serving (ZeroMQ would remove its file and bind over it).
+    void bindFailuresSayWhy()
+    {
+        const ProcessRun last = runProcess(kEngine, {"serve", "--bind", "tcp://127.0.0.1:65535"});
+        QCOMPARE(last.exitCode, 5);
+        QVERIFY2(last.err.contains("the live feed goes on the control port + 1, and 65535 is the last port"),
+                 qPrintable(last.err));
+        Served served;
+        const ProcessRun second = runProcess(kEngine, {"serve", "--bind", QString::fromStdString(served.control),
+                                                       "--live", QString::fromStdString(served.live + "2")});
+        QCOMPARE(second.exitCode, 5);
+        QVERIFY2(second.err.contains("Address already in use: another program (another engine?) serves there"),
+                 qPrintable(second.err));
+        Client client(served.control, served.live);
         QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
     }
 
@@ -326,7 +460,7 @@ private slots:
     {
         Served served;
         Client client(served.control, served.live);
-        QTest::qWait(300);   // let the subscription reach the publisher
+        QVERIFY(client.waitSubscribed());
         const int steps = 4;
         nlohmann::json reply = client.request({{"op", "submit"}, {"job", demoJob()}, {"steps", steps}});
         QVERIFY2(reply["ok"] == true, reply.dump().c_str());
@@ -481,6 +615,22 @@ private slots:
         QCOMPARE(early.exitCode, 1);
         QVERIFY2(early.err.contains(before + " is damaged") && early.err.contains("before the session began"),
                  qPrintable(early.err));
+        // Issue 27, finding 7: export holds records to the same window (it wrote a trace a century
+        // long, and exited 0), and writes nothing.
+        const QString century = damagedCopy(session, dir.filePath("century.meshbench"),
+                                            "UPDATE memory_samples SET time_ns = time_ns + 100 * 8766 * 3600000000000 "
+                                            "WHERE rowid = (SELECT MAX(rowid) FROM memory_samples)");
+        for (const QStringList& output : {QStringList{"--chrome-trace", dir.filePath("century.json")},
+                                          QStringList{"--csv", dir.filePath("century-csv")}}) {
+            const ProcessRun exported = runProcess(kEngine, QStringList{"export", century} + output);
+            QCOMPARE(exported.exitCode, 1);
+            QVERIFY2(exported.err.contains(century + " is damaged") && exported.err.contains("876600.0 h after the "
+                                                                                             "session ended"),
+                     qPrintable(exported.err));
+            QVERIFY(!QFileInfo::exists(output.back()));
+        }
+        const ProcessRun replayedCentury = replay(century);
+        QCOMPARE(replayedCentury.exitCode, 1);
 
         const QString badKind = damagedCopy(session, dir.filePath("bad-kind.meshbench"),
                                             "UPDATE spans SET kind = 77 WHERE seq = (SELECT MIN(seq) FROM spans)");

@@ -101,6 +101,22 @@ private slots:
         QVERIFY2(contains(inJob.error, "job.model.layers: this key appears more than once"), inJob.error.c_str());
         QVERIFY(wire::parseControlRequest(R"({"v": 1, "op": "hello"})").request);
     }
+
+    // Issue 27, finding 16: the whole frame is the request. nlohmann-json stops at a NUL byte, so
+    // "\0junk" after a valid object was accepted; a NUL inside a string is refused the same way.
+    void bytesAfterANulAreRefused()
+    {
+        using namespace std::string_literals;
+        const wire::ParsedControl trailing = wire::parseControlRequest("{\"v\":1,\"id\":7,\"op\":\"hello\"}\0junk"s);
+        QVERIFY(!trailing.request);
+        QVERIFY2(contains(trailing.error, "line 1, column 28: a NUL byte"), trailing.error.c_str());
+        QCOMPARE(problemsOf("{\"a\": 1}\0"s),
+                 std::vector<std::string>{": line 1, column 9: a NUL byte, which JSON text cannot hold (write \\u0000 "
+                                          "inside a string)"});
+        const std::vector<std::string> inString = problemsOf("{\"a\": \"x\0y\"}"s);
+        QCOMPARE(inString.size(), 1u);
+        QVERIFY2(contains(inString[0], "column 9: a NUL byte"), inString[0].c_str());
+    }
 };
 
 QTEST_APPLESS_MAIN(TestText)
