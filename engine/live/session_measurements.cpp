@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
-#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -27,27 +27,48 @@ std::string milliseconds(double seconds)
     return plan::formatNumber("%.3f ms", seconds * 1e3);
 }
 
-// The time a rank was busy in `intervals` (begin, end): their union, so that ops that overlap
-// count once.
-double busySeconds(std::vector<std::pair<std::int64_t, std::int64_t>>& intervals)
+// One compute op of a rank's step: the span and its times.
+struct ComputeOp {
+    wire::SpanRecord span;
+    std::int64_t beginNs = 0, endNs = 0;
+};
+
+// How long rank `rank` computed in `step`: the union of its ops' times, so that ops that overlap
+// count once (what overlap allows). Throws, naming the session, when an op of its schedule is
+// stored twice (a rank runs each once a step; one without a micro-batch is told apart by its
+// time) or when its ops keep it busy for longer than the step took.
+double checkedBusySeconds(const std::string& path, std::uint32_t rank, int step, std::vector<ComputeOp>& ops,
+                          double stepSeconds)
 {
-    std::sort(intervals.begin(), intervals.end());
-    std::int64_t busy = 0, begin = 0, end = 0;
-    bool open = false;
-    for (const auto& [b, e] : intervals) {
-        if (open && b <= end) {
-            end = std::max(end, e);
-            continue;
+    const auto key = [](const ComputeOp& op) {
+        const wire::SpanRecord& s = op.span;
+        return std::tuple(s.stage, s.chunk, s.microbatch, int(s.kind), s.microbatch < 0 ? op.beginNs : 0);
+    };
+    std::sort(ops.begin(), ops.end(), [&](const ComputeOp& a, const ComputeOp& b) { return key(a) < key(b); });
+    for (std::size_t i = 1; i < ops.size(); ++i)
+        if (key(ops[i - 1]) == key(ops[i]))
+            throw std::invalid_argument(path + ": rank " + std::to_string(rank) + "'s " + wire::spanLabel(ops[i].span) +
+                                        " of step " + std::to_string(step) +
+                                        " is stored more than once, where a rank runs each op of its schedule once "
+                                        "a step: the session's spans were copied; calibrate from the run's own file");
+    std::sort(ops.begin(), ops.end(), [](const ComputeOp& a, const ComputeOp& b) { return a.beginNs < b.beginNs; });
+    std::int64_t busy = 0, begin = 0, end = std::numeric_limits<std::int64_t>::min();
+    for (const ComputeOp& op : ops) {
+        if (op.beginNs > end) {
+            busy += end > begin ? end - begin : 0;
+            begin = op.beginNs;
         }
-        if (open)
-            busy += end - begin;
-        begin = b;
-        end = e;
-        open = true;
+        end = std::max(end, op.endNs);
     }
-    if (open)
-        busy += end - begin;
-    return double(busy) * 1e-9;
+    busy += end > begin ? end - begin : 0;
+    const double seconds = double(busy) * 1e-9;
+    if (seconds > stepSeconds)
+        throw std::invalid_argument(path + ": rank " + std::to_string(rank) + "'s compute spans of step " +
+                                    std::to_string(step) + " keep it busy for " + milliseconds(seconds) +
+                                    ", longer than the step's " + milliseconds(stepSeconds) +
+                                    ": the spans' times are damaged (or in another unit than the steps'); "
+                                    "calibrate from another session");
+    return seconds;
 }
 
 } // namespace
@@ -90,51 +111,45 @@ plan::MeasuredRun measureSession(const std::string& path)
     run.stepSeconds = median(steps);
     const int counted = int(steps.size());
 
-    // Per rank and counted step, its compute ops' times; spans of a step without metrics (the
-    // step a stopped run was in) are left out. Each op of a rank's schedule runs once a step: one
-    // that is stored twice was copied.
-    std::map<std::pair<std::uint32_t, int>, std::vector<std::pair<std::int64_t, std::int64_t>>> compute;
+    // Per rank, the compute ops of the counted step it is in; spans of a step without metrics (the
+    // step a stopped run was in) are left out. The reader gives each rank's spans by begin time, and
+    // a rank's steps follow one another, so a step is checked when its rank's next one begins.
+    struct OpenStep {
+        int step = -1;
+        std::vector<ComputeOp> ops;
+    };
+    std::map<std::uint32_t, OpenStep> open;
     std::map<std::uint32_t, int> stageOf;
-    std::set<std::tuple<std::uint32_t, int, int, int, int, int, std::int64_t>> ops;
-    std::string duplicate;
+    std::map<std::uint32_t, double> busy;
+    const auto close = [&](std::uint32_t rank, OpenStep& current) {
+        if (current.step >= 0)
+            busy[rank] += checkedBusySeconds(path, rank, current.step, current.ops, stepSeconds.at(current.step));
+        current.ops.clear();
+    };
     const auto [t0, t1] = reader.timeRange();
     reader.spans(t0, t1, {}, [&](const store::StoredSpan& stored) {
         const wire::SpanRecord& span = stored.span;
         if (span.step < firstCounted || !stepSeconds.count(span.step) || span.endNs <= span.beginNs)
             return;
         if (wire::isComputeKind(span.kind)) {
-            // An op without a micro-batch is told apart by its time.
-            const std::int64_t when = span.microbatch < 0 ? span.beginNs : 0;
-            if (!ops.emplace(stored.rank, span.step, span.stage, span.chunk, span.microbatch, int(span.kind), when)
-                     .second &&
-                duplicate.empty())
-                duplicate = "rank " + std::to_string(stored.rank) + "'s " + wire::spanLabel(span) + " of step " +
-                            std::to_string(span.step);
+            OpenStep& current = open[stored.rank];
+            if (span.step < current.step)
+                throw std::invalid_argument(path + ": rank " + std::to_string(stored.rank) + "'s " +
+                                            wire::spanLabel(span) + " of step " + std::to_string(span.step) +
+                                            " begins after its spans of step " + std::to_string(current.step) +
+                                            ": the session's spans are damaged; calibrate from another session");
+            if (span.step != current.step) {
+                close(stored.rank, current);
+                current.step = span.step;
+            }
+            current.ops.push_back({span, span.beginNs, span.endNs});
             stageOf[stored.rank] = span.stage;
-            compute[{stored.rank, span.step}].emplace_back(span.beginNs, span.endNs);
         } else if (span.kind == wire::SpanKind::DataParallelReduce && span.bytes > 0) {
             run.reductions.push_back({double(span.bytes), double(span.endNs - span.beginNs) * 1e-9});
         }
     });
-    if (!duplicate.empty())
-        throw std::invalid_argument(path + ": " + duplicate +
-                                    " is stored more than once, where a rank runs each op of its schedule once "
-                                    "a step: the session's spans were copied; calibrate from the run's own file");
-
-    // A rank computes one op at a time, so its ops in a step cannot keep it busy for longer than
-    // the step took (ops that overlap count once: what overlap allows).
-    std::map<std::uint32_t, double> busy;
-    for (auto& [key, intervals] : compute) {
-        const double seconds = busySeconds(intervals);
-        const double step = stepSeconds.at(key.second);
-        if (seconds > step)
-            throw std::invalid_argument(path + ": rank " + std::to_string(key.first) + "'s compute spans of step " +
-                                        std::to_string(key.second) + " keep it busy for " + milliseconds(seconds) +
-                                        ", longer than the step's " + milliseconds(step) +
-                                        ": the spans' times are damaged (or in another unit than the steps'); "
-                                        "calibrate from another session");
-        busy[key.first] += seconds;
-    }
+    for (auto& [rank, current] : open)
+        close(rank, current);
 
     const int pp = run.spec.parallel.pp;
     std::vector<double> sum(std::size_t(pp), 0.0);

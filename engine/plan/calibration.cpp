@@ -75,9 +75,9 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
             throw std::invalid_argument(run.source + " has no measured step time (" +
                                         formatNumber("%g", run.stepSeconds) +
                                         " s); calibrate from a run that completed steps");
-        for (double seconds : run.stageComputeSeconds)
-            if (!(std::isfinite(seconds) && seconds >= 0))
-                throw std::invalid_argument(run.source + " measured " + formatNumber("%g", seconds) +
+        for (double stage : run.stageComputeSeconds)
+            if (!(std::isfinite(stage) && stage >= 0))
+                throw std::invalid_argument(run.source + " measured " + formatNumber("%g", stage) +
                                             " s of compute in a stage's step; its spans are damaged");
         for (int s = 0; s < pp; ++s) {
             measured += run.stageComputeSeconds[std::size_t(s)];
@@ -129,18 +129,17 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
     if (low <= bracketLow + kFitPrecision || high >= bracketHigh - kFitPrecision)
         throw std::invalid_argument(
             names + ": the steps and the spans disagree: the compute spans show a device at " + g3(1.0 / fromSpans) +
-            " of its table's rates (" + f3(measured * 1e3) + " ms of F, B and W per step, " + f3(planned * 1e3) +
-            " ms planned), and the measured steps need one more than " + formatNumber("%.0f", kStepsFromSpans) +
+            " of its table's rates (" + g3(measured * 1e3) + " ms of F, B and W per step, " + f3(planned * 1e3) +
+            " ms planned), and the measured steps need a device more than " + formatNumber("%.0f", kStepsFromSpans) +
             " times " + (low <= bracketLow + kFitPrecision ? "faster" : "slower") +
             " than that; the spans or the step metrics are damaged (spans too short or too long for their steps), "
             "so calibrate from another session");
     cal = scaled(table, slowdown);
     cal.source = names;
     result.report.push_back("compute: measured " + f3(measured * 1e3) +
-                            " ms of F, B and W per step over all stages, "
-                            "planned " +
-                            f3(planned * 1e3) + " ms from the table; the runs' steps fit a device at " +
-                            f3(1.0 / slowdown) + " of its table's rates");
+                            " ms of F, B and W per step over all stages, planned " + f3(planned * 1e3) +
+                            " ms from the table; the runs' steps fit a device at " + f3(1.0 / slowdown) +
+                            " of its table's rates");
     result.report.push_back("  matmul efficiency " + f3(table.device.matmulEfficiency) + " -> " +
                             f3(cal.matmulEfficiency) + ", memory bandwidth " + f2(table.device.memoryBandwidth / 1e9) +
                             " -> " + f2(cal.memoryBandwidth / 1e9) + " GB/s, overhead per op " +
@@ -170,7 +169,10 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
                               " rates (a device at " + g3(1.0 / slowdown) + " of its table's):";
         for (const SpecError& e : errors)
             message += "\n  " + e.path + ": " + e.message;
-        throw std::invalid_argument(message);
+        throw std::invalid_argument(message + "\nno device runs faster than its peak, nor this far below its table: "
+                                              "the session's spans and steps are damaged or timed in the wrong unit, "
+                                              "or cluster.device is not the device that ran them; calibrate from an "
+                                              "undamaged session of a run on this device");
     }
     return result;
 }

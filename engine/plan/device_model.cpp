@@ -184,35 +184,24 @@ std::vector<SpecError> calibrationBoundsErrors(const ClusterSpec& cluster, const
             return;
         const auto shown = [&](double v) { return formatNumber("%.4g", v / scale) + unit; };
         if (!std::isfinite(value) || value < 0)
-            errors.push_back({key, "is " + formatNumber("%g", value / scale) +
-                                       ", not a finite positive rate: the spans or steps it was fitted to are "
-                                       "damaged; calibrate from another session"});
+            errors.push_back({key, "is " + formatNumber("%g", value / scale) + ", not a finite positive rate"});
         else if (range.highest > 0 && value > range.highest)
-            errors.push_back({key, shown(value) + " is above " + shown(range.highest) + " (" + peak +
-                                       "): no device runs faster than its peak, so the session's spans and steps "
-                                       "are too short (damaged, or timed in the wrong unit), or cluster.device "
-                                       "is not the device that ran them"});
+            errors.push_back({key, shown(value) + " is above " + shown(range.highest) + ", " + peak});
         else if (value < range.lowest)
-            errors.push_back({key, shown(value) + " is below " + shown(range.lowest) + " (1/" +
-                                       formatNumber("%.0f", kSlowestCalibration) + " of " + device +
-                                       "'s table): a device that slow is not the one the table describes, so "
-                                       "the session's spans and steps are too long (damaged, or timed in the "
-                                       "wrong unit), or cluster.device is not the device that ran them"});
+            errors.push_back({key, shown(value) + " is below " + shown(range.lowest) + ", 1/" +
+                                       formatNumber("%.0f", kSlowestCalibration) + " of " + device + "'s table"});
     };
     // The overhead is bounded the other way: a slower device pays more per op. Negative is unset.
     const auto checkOverhead = [&](double value) {
         if (std::isfinite(value) && value < 0)
             return;
         if (!std::isfinite(value))
-            errors.push_back({"kernel_overhead_us", "is not a finite number: the spans or steps it was fitted to "
-                                                    "are damaged; calibrate from another session"});
+            errors.push_back({"kernel_overhead_us", "is not a finite number"});
         else if (value > bounds.kernelOverhead.highest)
-            errors.push_back({"kernel_overhead_us",
-                              formatNumber("%.4g us", value * 1e6) + " is above " +
-                                  formatNumber("%.4g us", bounds.kernelOverhead.highest * 1e6) + " (" +
-                                  formatNumber("%.0f", kSlowestCalibration) + " times " + device +
-                                  "'s table): the session's spans and steps are too long (damaged, or timed in the "
-                                  "wrong unit), or cluster.device is not the device that ran them"});
+            errors.push_back({"kernel_overhead_us", formatNumber("%.4g us", value * 1e6) + " is above " +
+                                                        formatNumber("%.4g us", bounds.kernelOverhead.highest * 1e6) +
+                                                        ", " + formatNumber("%.0f", kSlowestCalibration) + " times " +
+                                                        device + "'s table"});
     };
     check("matmul_efficiency", calibration.matmulEfficiency, bounds.matmulEfficiency, 1.0, "",
           device + "'s peak FLOP/s");
