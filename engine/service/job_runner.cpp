@@ -1,10 +1,10 @@
 #include "job_runner.h"
 
 #include "clock_server.h"
-#include "curve_guard.h"
-#include "wire/curve_keys.h"
 #include "collector.h"
+#include "curve_guard.h"
 #include "launcher.h"
+#include "wire/curve_keys.h"
 
 #include "plan/mesh.h"
 #include "plan/planner.h"
@@ -14,15 +14,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <ctime>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <regex>
-#include <thread>
+#include <set>
 #include <variant>
 
 #include <unistd.h>
@@ -40,7 +41,6 @@ constexpr std::chrono::milliseconds kDrainTime{2000};
 constexpr std::chrono::milliseconds kSettleLimit{10000};
 constexpr std::chrono::milliseconds kTerminateGrace{3000};
 constexpr const char* kTelemetryKeysVariable = "MESHBENCH_TELEMETRY_KEYS";
-
 
 store::SessionOutcome failedRank(std::uint32_t rank, std::string cause)
 {
@@ -70,14 +70,32 @@ struct LauncherReport {
     int rank = -1;
     int signal = 0;
     std::optional<int> exitCode;
-    bool improper = false;      // exited with status 0 before MPI_Finalize (a non-zero status is the second form)
+    bool improper = false; // exited with status 0 before MPI_Finalize (a non-zero status is the second form)
     // Slurm's account of a cancelled step or job (srun relays slurmstepd's line):
     //   "slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-12-01T21:20:00 ***"
     //   "... *** JOB 12 ON n1 CANCELLED AT 2026-12-01T21:20:00 DUE TO TIME LIMIT ***"
     std::string slurmCancelledAt;
     bool slurmTimeLimit = false;
     std::string previousLine;
-    int namedRank = -1;         // "Process name: [[j,1],R]", waiting for its "Exit code"
+    int namedRank = -1; // "Process name: [[j,1],R]", waiting for its "Exit code"
+    // A host the launch could not reach, in one of Open MPI's (4.x) or ssh's words:
+    //   "A process or daemon was unable to complete a TCP connection" / "to another process:" /
+    //   "  Local host:    n2" / "  Remote host:   login" (n2's daemon cannot connect back to mpirun)
+    //   "ssh: connect to host n2 port 22: No route to host" / "ssh: Could not resolve hostname n2: ..."
+    //   "ORTE has lost communication with a remote daemon." / ... / "  Remote daemon: [[j,0],1] on node n2"
+    // followed, at launch, by "ORTE was unable to reliably start one or more daemons."
+    std::string unreachableHost;
+    std::string unreachableFrom;    // the other end, when Open MPI names it
+    std::string unreachableWhy;     // ssh's reason, or what Open MPI's block says
+    bool daemonsNotStarted = false; // "ORTE was unable to reliably start one or more daemons"
+    bool inConnectionBlock = false; // between "unable to complete a TCP connection" and its hosts
+    bool inLostDaemonBlock = false; // between "lost communication with a remote daemon" and its node
+    // A crash report ("[host:pid] *** Process received signal ***", then its signal and a
+    // backtrace, as Open MPI's handler prints it): the first process to crash, its signal, and the
+    // first named frame after the handler's.
+    int crashPid = 0;
+    std::string crashSignal; // "Segmentation fault (11)"
+    std::string crashFrame;  // "PMIx_Finalize"
 
     std::string describe() const
     {
@@ -88,6 +106,64 @@ struct LauncherReport {
         return "exited with status " + std::to_string(exitCode.value_or(0));
     }
 };
+
+void readUnreachableHost(const std::string& line, LauncherReport& report)
+{
+    static const std::regex connection(R"(unable to complete a TCP connection)");
+    static const std::regex localHost(R"(^\s*Local host:\s*(\S+))");
+    static const std::regex remoteHost(R"(^\s*Remote host:\s*(\S+))");
+    static const std::regex sshConnect(R"(ssh: connect to host (\S+) port \d+: (.+))");
+    static const std::regex sshResolve(R"(ssh: Could not resolve hostname ([^:\s]+): (.+))");
+    static const std::regex lostDaemon(R"(lost communication with a remote daemon)");
+    static const std::regex remoteDaemon(R"(Remote daemon:\s*\S+ on node (\S+))");
+    static const std::regex notStarted(R"(ORTE was unable to reliably start one or more daemons)");
+    std::smatch m;
+    if (std::regex_search(line, notStarted))
+        report.daemonsNotStarted = true;
+    if (!report.unreachableHost.empty()) {
+        if (report.inConnectionBlock && report.unreachableFrom.empty() && std::regex_search(line, m, remoteHost)) {
+            report.unreachableFrom = m[1];
+            report.inConnectionBlock = false;
+        }
+        return; // the first host named is the one reported
+    }
+    if (std::regex_search(line, connection)) {
+        report.inConnectionBlock = true;
+    } else if (report.inConnectionBlock && std::regex_search(line, m, localHost)) {
+        report.unreachableHost = m[1];
+        report.unreachableWhy = "Open MPI's daemon there could not open a TCP connection back to mpirun";
+    } else if (std::regex_search(line, m, sshConnect)) {
+        report.unreachableHost = m[1];
+        report.unreachableWhy = "ssh could not connect to it: " + m[2].str();
+    } else if (std::regex_search(line, m, sshResolve)) {
+        report.unreachableHost = m[1];
+        report.unreachableWhy = "ssh could not resolve its name: " + m[2].str();
+    } else if (std::regex_search(line, lostDaemon)) {
+        report.inLostDaemonBlock = true;
+    } else if (report.inLostDaemonBlock && std::regex_search(line, m, remoteDaemon)) {
+        report.unreachableHost = m[1];
+        report.unreachableWhy = "mpirun lost its connection to Open MPI's daemon there";
+        report.inLostDaemonBlock = false;
+    }
+}
+
+void readLauncherCrash(const std::string& line, LauncherReport& report)
+{
+    static const std::regex received(R"(\[[^\]:]*:(\d+)\] \*\*\* Process received signal \*\*\*)");
+    static const std::regex signal(R"(:(\d+)\] Signal: (.+))");
+    static const std::regex frame(R"(:(\d+)\] \[ *[1-9]\d*\] .*\(([A-Za-z_]\w*)\+0x)");
+    std::smatch m;
+    if (report.crashPid == 0) {
+        if (std::regex_search(line, m, received))
+            report.crashPid = std::stoi(m[1]);
+        return;
+    }
+    // Only that process's lines: a rank's crash report may be interleaved.
+    if (report.crashSignal.empty() && std::regex_search(line, m, signal) && std::stoi(m[1]) == report.crashPid)
+        report.crashSignal = m[2];
+    else if (report.crashFrame.empty() && std::regex_search(line, m, frame) && std::stoi(m[1]) == report.crashPid)
+        report.crashFrame = m[2];
+}
 
 void readLauncherLine(const std::string& line, LauncherReport& report)
 {
@@ -103,8 +179,10 @@ void readLauncherLine(const std::string& line, LauncherReport& report)
         report.slurmCancelledAt = m[1];
         report.slurmTimeLimit = m[2].matched;
     }
+    readUnreachableHost(line, report);
+    readLauncherCrash(line, report);
     if (report.rank >= 0)
-        return;   // the first report names the cause; the rest are consequences
+        return; // the first report names the cause; the rest are consequences
     if (std::regex_search(joined, m, signalled)) {
         report.rank = std::stoi(m[1]);
         report.signal = std::stoi(m[2]);
@@ -117,6 +195,20 @@ void readLauncherLine(const std::string& line, LauncherReport& report)
         report.rank = report.namedRank;
         report.exitCode = std::stoi(m[1]);
     }
+}
+
+// Ranks as runs of consecutive ones: "0-3, 6".
+std::string rankRanges(const std::vector<std::uint32_t>& ranks)
+{
+    std::string out;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+        std::size_t j = i;
+        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
+            ++j;
+        out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+        i = j;
+    }
+    return out;
 }
 
 // Keeps the figures of the summary, and what its findings read, while passing everything on to
@@ -210,16 +302,16 @@ struct RunKeys {
 std::unique_ptr<RunKeys> keysFor(const RunRequest& request, zmq::context_t& context)
 {
     return request.oneDevice || wire::isLocalEndpoint(request.collectorBind) ? nullptr
-                                                                              : std::make_unique<RunKeys>(context);
+                                                                             : std::make_unique<RunKeys>(context);
 }
 
 class Run {
 public:
     Run(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
         : m_request(request), m_stop(stop),
-          m_spec(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec), m_plan(plan::makePlan(m_spec)),
-          m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())), m_aggregator(m_spec, &m_plan),
-          m_observer(observer, m_result, int(m_world)),
+          m_spec(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec),
+          m_plan(plan::makePlan(m_spec)), m_mesh(m_spec.parallel), m_world(std::uint32_t(m_mesh.worldSize())),
+          m_aggregator(m_spec, &m_plan), m_observer(observer, m_result, int(m_world)),
           m_keys(keysFor(request, m_context)),
           m_collector(m_context, request.collectorBind, m_world, m_aggregator, m_observer, secureSocket()),
           m_clock(m_context, clockBindBeside(request.collectorBind), secureSocket())
@@ -244,7 +336,10 @@ private:
     std::string rankWords(std::uint32_t rank) const;
     std::string failedRankCause(std::uint32_t rank) const;
     void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
-    std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched) const;
+    // The verdict while the launcher runs, widened to a host or to the network when the evidence
+    // says so; nothing while there is none yet, or while the silence of a rank leaves the others'
+    // fate open (see fatesAfter).
+    std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched);
     // The cause once the launcher has ended (or, without `exit`, while it goes on regardless).
     store::SessionOutcome launcherVerdict(const std::optional<ExitStatus>& exit) const;
     // A cause a rank gave of itself: it failed by itself, or finished before the last step.
@@ -258,9 +353,29 @@ private:
     std::optional<char> launchedProcessState(std::uint32_t rank) const;
     // What a silent rank's process is doing, in words, when this machine started it; empty otherwise.
     std::string silentRankState(std::uint32_t rank) const;
+    enum class Fate { NotHeard, WentOn, Silent };
     // The ranks lost with `rank` when its whole host went: every rank there silent or ended without
     // a word while a rank of another host went on; empty when the rank went alone.
-    std::vector<std::uint32_t> hostLostWith(std::uint32_t rank) const;
+    // With `fates` (fatesAfter's, while the launcher runs), the host's ranks must all have fallen
+    // silent and a rank elsewhere gone on.
+    std::vector<std::uint32_t> hostLostWith(std::uint32_t rank, const std::vector<Fate>* fates = nullptr) const;
+    // What became of every rank once `silent` went quiet (for its heartbeat timeout): each heard
+    // rank went on (spoke its last word, or was heard after `silent` had been silent for the
+    // timeout) or fell silent too (silent for the timeout itself); nothing while some rank is
+    // neither yet, which within one more timeout it is. Deciding on this rather than on how long
+    // ago each rank was last heard keeps a rank that was heard a moment before the silence from
+    // passing for one that went on.
+    std::optional<std::vector<Fate>> fatesAfter(std::uint32_t silent, std::int64_t nowNs) const;
+    // The verdict when every heard rank fell silent together: the network between the engine and
+    // every host, named, when the ranks span hosts; nothing when they share one (a host or a job
+    // that stopped whole is not a network's doing).
+    std::optional<store::SessionOutcome> networkVerdict(const std::vector<Fate>& fates, std::int64_t nowNs) const;
+    // The host whose launch mpirun could not reach, named, when no rank there was ever heard.
+    std::optional<store::SessionOutcome> unreachableHostVerdict() const;
+    // Whether the launcher printed a crash report of its own (Open MPI's signal handler), and it in
+    // words: "crashed (Segmentation fault (11) in PMIx_Finalize)".
+    bool launcherCrashed() const;
+    std::string crashWords() const;
     // The verdict on a lost host, naming it, its ranks and what the engine can see of them.
     store::SessionOutcome hostVerdict(const std::vector<std::uint32_t>& lost, const std::string& rankCause) const;
     // A failed rank's verdict widened to its host when the host went with it.
@@ -275,7 +390,7 @@ private:
 
     const RunRequest& m_request;
     const std::atomic<bool>& m_stop;
-    plan::JobSpec m_spec;        // the layout the agents run (one rank with oneDevice)
+    plan::JobSpec m_spec; // the layout the agents run (one rank with oneDevice)
     plan::Plan m_plan;
     plan::Mesh m_mesh;
     std::uint32_t m_world;
@@ -283,15 +398,17 @@ private:
     RunResult m_result;
     SummaryObserver m_observer;
     zmq::context_t m_context{1};
-    std::unique_ptr<RunKeys> m_keys;   // when the collector is reachable from off this machine
+    std::unique_ptr<RunKeys> m_keys; // when the collector is reachable from off this machine
     Collector m_collector;
     ClockServer m_clock;
     std::unique_ptr<store::SessionWriter> m_writer;
     LauncherReport m_launcherReport;
-    int m_lastStep = 0;               // the step every rank's last heartbeat says when the job completes
-    std::int64_t m_teardownNs = 0;    // when the engine began stopping the job, 0 before
-    bool m_leftRanksStopped = false;  // the launcher ended and left ranks running, which the engine stopped
+    int m_lastStep = 0;                       // the step every rank's last heartbeat says when the job completes
+    std::int64_t m_teardownNs = 0;            // when the engine began stopping the job, 0 before
+    bool m_leftRanksStopped = false;          // the launcher ended and left ranks running, which the engine stopped
     const LaunchedProcess* m_job = nullptr;   // while it runs
+    bool m_networkLost = false;               // the verdict is networkVerdict's: no rank can answer
+    std::vector<std::uint32_t> m_unanswering; // the ranks the verdict found lost with their host or network
 };
 
 store::SessionHeader Run::header() const
@@ -313,7 +430,7 @@ store::SessionHeader Run::header() const
 
 std::vector<std::string> Run::launchCommand(const std::string& collector) const
 {
-    std::vector<std::string> agent{m_request.agent, "--job",   m_request.jobPath,  "--telemetry",
+    std::vector<std::string> agent{m_request.agent, "--job",   m_request.jobPath, "--telemetry",
                                    collector,       "--clock", m_clock.endpoint()};
     if (m_request.steps)
         agent.insert(agent.end(), {"--steps", std::to_string(*m_request.steps)});
@@ -322,19 +439,25 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
     if (m_request.slurm) {
         // One job step of world tasks, started through PMIx; a task that fails ends the step. The
         // job's name is one argument, never read by a shell.
-        std::vector<std::string> argv{"srun", "--mpi=pmix", "--ntasks", std::to_string(m_world), "--kill-on-bad-exit=1",
-                                      "--job-name", m_request.spec.name.empty() ? "meshbench" : m_request.spec.name};
+        std::vector<std::string> argv{"srun",
+                                      "--mpi=pmix",
+                                      "--ntasks",
+                                      std::to_string(m_world),
+                                      "--kill-on-bad-exit=1",
+                                      "--job-name",
+                                      m_request.spec.name.empty() ? "meshbench" : m_request.spec.name};
         argv.insert(argv.end(), m_request.mpirunArgs.begin(), m_request.mpirunArgs.end());
         argv.insert(argv.end(), agent.begin(), agent.end());
         return argv;
     }
     std::vector<std::string> argv{m_request.mpirun, "-np", std::to_string(m_world)};
-    if (m_keys)   // mpirun hands its ranks only the variables it is told to
+    if (m_keys) // mpirun hands its ranks only the variables it is told to
         argv.insert(argv.end(), {"-x", kTelemetryKeysVariable});
     // Without a host list the ranks share this machine, which may have fewer cores than ranks.
-    const bool hostsGiven = std::any_of(m_request.mpirunArgs.begin(), m_request.mpirunArgs.end(), [](const std::string& a) {
-        return a == "--hostfile" || a == "-hostfile" || a == "--host" || a == "-H" || a == "--machinefile";
-    });
+    const bool hostsGiven =
+        std::any_of(m_request.mpirunArgs.begin(), m_request.mpirunArgs.end(), [](const std::string& a) {
+            return a == "--hostfile" || a == "-hostfile" || a == "--host" || a == "-H" || a == "--machinefile";
+        });
     if (!hostsGiven && !std::getenv("SLURM_JOB_ID"))
         argv.push_back("--oversubscribe");
     if (m_request.allowRunAsRoot && geteuid() == 0)
@@ -357,9 +480,15 @@ std::string Run::rankWords(std::uint32_t rank) const
 
 void Run::readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level)
 {
+    // mpirun's word that it passed the engine's own stop signal on (orterun prints it unless
+    // --quiet, which would silence its diagnostics too) is the engine's doing, not the job's: kept
+    // at debug level, off the terminal.
+    static const std::string forwarded =
+        "mpirun: Forwarding signal " + std::to_string(wire::kEngineStopSignal) + " to job";
     for (std::string& line : job.readLines(fd)) {
         readLauncherLine(line, m_launcherReport);
-        m_collector.engineLog(level, std::move(line));
+        const bool ours = m_teardownNs != 0 && line == forwarded;
+        m_collector.engineLog(ours ? wire::LogLevel::Debug : level, std::move(line));
     }
 }
 
@@ -371,34 +500,130 @@ std::string Run::failedRankCause(std::uint32_t rank) const
     return cause;
 }
 
-std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched) const
+std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched)
 {
     const std::int64_t now = wire::wallAlignedNowNs();
     const std::int64_t timeoutNs = heartbeatTimeoutNs();
     if (std::optional<store::SessionOutcome> own = ownVerdict())
-        return own;
+        return widenedToHost(*own);
     // A rank whose collective failed points at a peer that ended first, and asked mpirun to end the
     // job, whose report will say who: only if the job goes on regardless does the engine decide.
     if (const auto rank = firstEnded(communicationFailed); rank && now - liveness(*rank).endedNs > timeoutNs)
-        return launcherVerdict(std::nullopt);
+        return widenedToHost(launcherVerdict(std::nullopt));
+    // Of the ranks silent for the timeout, the one that fell silent first.
+    std::optional<std::uint32_t> silent;
     for (std::uint32_t r = 0; r < m_world; ++r) {
         const RankLiveness& live = liveness(r);
-        if (live.everHeard && !wire::isFinal(live.state) && now - live.lastHeardNs > timeoutNs) {
-            char silence[32];
-            std::snprintf(silence, sizeof silence, "%.1f", double(now - live.lastHeardNs) * 1e-9);
-            const std::string state = silentRankState(r);
-            return store::SessionOutcome{store::Outcome::Failed,
-                                         rankWords(r) + " sent no heartbeat for " + silence + " s: " +
-                                             (state.empty() ? "it hung, was stopped or was killed" : state),
-                                         std::int32_t(r), 0};
+        if (live.everHeard && !wire::isFinal(live.state) && now - live.lastHeardNs > timeoutNs &&
+            (!silent || live.lastHeardNs < liveness(*silent).lastHeardNs))
+            silent = r;
+    }
+    if (silent) {
+        const std::optional<std::vector<Fate>> fates = fatesAfter(*silent, now);
+        if (!fates)
+            return std::nullopt;
+        if (std::optional<store::SessionOutcome> network = networkVerdict(*fates, now)) {
+            m_networkLost = true;
+            for (std::uint32_t r = 0; r < m_world; ++r)
+                if ((*fates)[r] == Fate::Silent)
+                    m_unanswering.push_back(r);
+            return network;
         }
-        if (!live.everHeard && Clock::now() - launched > m_request.startTimeout)
+        const RankLiveness& live = liveness(*silent);
+        char silence[32];
+        std::snprintf(silence, sizeof silence, "%.1f", double(now - live.lastHeardNs) * 1e-9);
+        const std::string state = silentRankState(*silent);
+        const std::string cause = rankWords(*silent) + " sent no heartbeat for " + silence +
+                                  " s: " + (state.empty() ? "it hung, was stopped or was killed" : state);
+        m_unanswering = hostLostWith(*silent, &*fates);
+        if (!m_unanswering.empty())
+            return hostVerdict(m_unanswering, cause);
+        return failedRank(*silent, cause);
+    }
+    for (std::uint32_t r = 0; r < m_world; ++r)
+        if (!liveness(r).everHeard && Clock::now() - launched > m_request.startTimeout)
             return store::SessionOutcome{
                 store::Outcome::Failed,
                 rankWords(r) + " never reported in: check that the agents can reach the collector (--collector)",
                 std::int32_t(r), 0};
-    }
     return std::nullopt;
+}
+
+std::optional<std::vector<Run::Fate>> Run::fatesAfter(std::uint32_t silent, std::int64_t nowNs) const
+{
+    const std::int64_t timeoutNs = heartbeatTimeoutNs();
+    // A rank that goes on is heard at least once a heartbeat interval (well within the timeout), so
+    // one heard after `silent` had been quiet for the timeout was not silenced with it; one quiet
+    // for the timeout itself went with it. A lost host's or network's ranks all fall quiet within an
+    // interval of each other, so this is known at most one timeout after `silent` was found.
+    const std::int64_t wentOnAfter = liveness(silent).lastHeardNs + timeoutNs;
+    std::vector<Fate> fates(m_world, Fate::NotHeard);
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        const RankLiveness& live = liveness(r);
+        if (!live.everHeard)
+            continue;
+        if ((wire::isFinal(live.state) && endedBeforeTeardown(live)) || live.lastHeardNs >= wentOnAfter)
+            fates[r] = Fate::WentOn;
+        else if (nowNs - live.lastHeardNs > timeoutNs)
+            fates[r] = Fate::Silent;
+        else
+            return std::nullopt;
+    }
+    return fates;
+}
+
+std::optional<store::SessionOutcome> Run::networkVerdict(const std::vector<Fate>& fates, std::int64_t nowNs) const
+{
+    std::map<std::string, std::vector<std::uint32_t>> byHost;
+    std::int64_t quietSinceNs = nowNs;
+    for (std::uint32_t r = 0; r < m_world; ++r) {
+        if (fates[r] == Fate::WentOn)
+            return std::nullopt;
+        if (fates[r] == Fate::Silent) {
+            byHost[liveness(r).host].push_back(r);
+            quietSinceNs = std::min(quietSinceNs, liveness(r).lastHeardNs);
+        }
+    }
+    if (byHost.size() < 2 || byHost.count(""))
+        return std::nullopt;
+    std::string hosts;
+    std::size_t ranks = 0;
+    std::set<char> states;
+    bool allSeen = true;
+    for (const auto& [host, onHost] : byHost) {
+        hosts += (hosts.empty() ? "" : ", ") + host + ": ranks " + rankRanges(onHost);
+        ranks += onHost.size();
+        for (std::uint32_t r : onHost) {
+            const std::optional<char> state = launchedProcessState(r);
+            allSeen = allSeen && state.has_value();
+            if (state)
+                states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
+        }
+    }
+    char quiet[32];
+    std::snprintf(quiet, sizeof quiet, "%.1f", double(nowNs - quietSinceNs) * 1e-9);
+    const std::string together =
+        "all " + std::to_string(ranks) + " ranks fell silent together (none heard for " + quiet + " s)";
+    const std::string check = "check this machine's network to the hosts (its interface, the switch, a firewall)";
+    // What the engine sees of the processes, when this machine started them (test hosts); remote
+    // hosts' are out of its sight, and a silence of every host at once is then the network's.
+    if (allSeen && states == std::set<char>{'T'})
+        return store::SessionOutcome{store::Outcome::Failed,
+                                     "every host went silent together (" + hosts + "): " + together +
+                                         ", and their processes are stopped: the hosts froze, or the job was "
+                                         "stopped (SIGSTOP)",
+                                     -1, 0};
+    if (allSeen && states == std::set<char>{'?'})
+        return store::SessionOutcome{store::Outcome::Failed,
+                                     "every host went silent together (" + hosts + "): " + together +
+                                         ", and their processes are gone: the hosts died, or the job was killed",
+                                     -1, 0};
+    const std::string seen = allSeen && states == std::set<char>{'R'}
+                                 ? "their processes run but none is heard"
+                                 : "the hosts' processes are out of this machine's sight";
+    return store::SessionOutcome{
+        store::Outcome::Failed,
+        "the engine lost its network to every host (" + hosts + "): " + together + "; " + seen + ": " + check, -1, 0};
 }
 
 std::optional<std::uint32_t> Run::firstEnded(const std::function<bool(const RankLiveness&)>& said) const
@@ -406,8 +631,7 @@ std::optional<std::uint32_t> Run::firstEnded(const std::function<bool(const Rank
     std::optional<std::uint32_t> first;
     for (std::uint32_t r = 0; r < m_world; ++r) {
         const RankLiveness& live = liveness(r);
-        if (endedBeforeTeardown(live) && said(live) &&
-            (!first || live.endedNs < liveness(*first).endedNs))
+        if (endedBeforeTeardown(live) && said(live) && (!first || live.endedNs < liveness(*first).endedNs))
             first = r;
     }
     return first;
@@ -449,8 +673,12 @@ std::optional<char> Run::launchedProcessState(std::uint32_t rank) const
     const RankLiveness& live = liveness(rank);
     if (live.pid <= 0 || !m_job || !m_job->launched(live.pid))
         return std::nullopt;
-    const char state = processState(live.pid).value_or('?');
-    return state == 'Z' ? '?' : state;
+    // A process on its way out counts as gone at once, whatever its state letter still says while
+    // it lets go of its memory (on a loaded machine, for a while): the verdict reads where the
+    // processes are going, not how far they have got.
+    if (processEnding(live.pid))
+        return '?';
+    return processState(live.pid).value_or('?');
 }
 
 std::string Run::silentRankState(std::uint32_t rank) const
@@ -472,7 +700,7 @@ std::string Run::silentRankState(std::uint32_t rank) const
     }
 }
 
-std::vector<std::uint32_t> Run::hostLostWith(std::uint32_t rank) const
+std::vector<std::uint32_t> Run::hostLostWith(std::uint32_t rank, const std::vector<Fate>* fates) const
 {
     // A host that goes (dies, freezes, loses its network) takes all its ranks at once, none with a
     // last word, while the others go on: they are still heard, or said their own last word (mpirun
@@ -486,11 +714,13 @@ std::vector<std::uint32_t> Run::hostLostWith(std::uint32_t rank) const
     for (std::uint32_t r = 0; r < m_world; ++r) {
         const RankLiveness& live = liveness(r);
         const bool spoke = wire::isFinal(live.state) && endedBeforeTeardown(live);
+        const bool wentOn = fates ? (*fates)[r] == Fate::WentOn
+                                  : live.everHeard && (spoke || now - live.lastHeardNs <= heartbeatTimeoutNs());
         if (live.host == host) {
-            if (spoke || !live.everHeard)
+            if (spoke || !live.everHeard || (fates && wentOn))
                 return {};
             lost.push_back(r);
-        } else if (live.everHeard && (spoke || now - live.lastHeardNs <= heartbeatTimeoutNs())) {
+        } else if (wentOn) {
             othersWentOn = true;
         }
     }
@@ -502,49 +732,38 @@ std::vector<std::uint32_t> Run::hostLostWith(std::uint32_t rank) const
 store::SessionOutcome Run::hostVerdict(const std::vector<std::uint32_t>& lost, const std::string& rankCause) const
 {
     const std::string& host = liveness(lost.front()).host;
-    std::string ranks;
-    for (std::size_t i = 0; i < lost.size(); ++i) {
-        // Runs of consecutive ranks as first-last.
-        std::size_t j = i;
-        while (j + 1 < lost.size() && lost[j + 1] == lost[j] + 1)
-            ++j;
-        ranks += (ranks.empty() ? "" : ", ") + std::to_string(lost[i]) + (j > i ? "-" + std::to_string(lost[j]) : "");
-        i = j;
-    }
+    const std::string ranks = rankRanges(lost);
     // What the engine sees of the processes, when this machine started them (test hosts, or a host
-    // that is this one); a remote host's are out of its sight.
+    // that is this one); a remote host's are out of its sight. Processes killed together read as
+    // gone together, however far each has got on its way out (launchedProcessState).
     std::set<char> states;
     bool allSeen = true;
-    const auto look = [&] {
-        states.clear();
-        allSeen = true;
-        for (std::uint32_t r : lost) {
-            const std::optional<char> state = launchedProcessState(r);
-            allSeen = allSeen && state.has_value();
-            if (state)
-                states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
-        }
-    };
-    look();
-    // Processes killed together leave one by one: one still on its way out (running its exit, or
-    // not yet scheduled to on a busy machine) reads as running beside those already gone. Gone is
-    // where they all end, so mixed states with some gone are looked at again for a moment.
-    for (int i = 0; i < 20 && allSeen && states.size() > 1 && states.count('?'); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        look();
+    for (std::uint32_t r : lost) {
+        const std::optional<char> state = launchedProcessState(r);
+        allSeen = allSeen && state.has_value();
+        if (state)
+            states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
     }
     std::string seen = "the host died, froze or lost its network";
     if (allSeen && states.size() == 1) {
         switch (*states.begin()) {
-        case '?': seen = "its processes are gone: the node died"; break;
-        case 'T': seen = "its processes are stopped: the host froze"; break;
-        case 'R': seen = "its processes run but are not heard: its network is down"; break;
-        default: seen = silentRankState(lost.front()); break;
+        case '?':
+            seen = "its processes are gone: the node died";
+            break;
+        case 'T':
+            seen = "its processes are stopped: the host froze";
+            break;
+        case 'R':
+            seen = "its processes run but are not heard: its network is down";
+            break;
+        default:
+            seen = silentRankState(lost.front());
+            break;
         }
     }
     return failedRank(lost.front(), "host " + host + " was lost with all its ranks (" + ranks +
-                                        "), silent together while the other hosts went on: " + seen + " (" +
-                                        rankCause + ")");
+                                        "), silent together while the other hosts went on: " + seen + " (" + rankCause +
+                                        ")");
 }
 
 store::SessionOutcome Run::widenedToHost(store::SessionOutcome verdict) const
@@ -555,6 +774,45 @@ store::SessionOutcome Run::widenedToHost(store::SessionOutcome verdict) const
     return lost.empty() ? verdict : hostVerdict(lost, verdict.cause);
 }
 
+std::optional<store::SessionOutcome> Run::unreachableHostVerdict() const
+{
+    const LauncherReport& report = m_launcherReport;
+    if (report.unreachableHost.empty())
+        return std::nullopt;
+    // A host whose ranks were heard was reached; what became of it later is the heartbeats' to say.
+    for (std::uint32_t r = 0; r < m_world; ++r)
+        if (liveness(r).everHeard && liveness(r).host == report.unreachableHost)
+            return std::nullopt;
+    const std::string& host = report.unreachableHost;
+    std::string cause = "host " + host + " cannot be reached";
+    if (!report.unreachableFrom.empty())
+        cause += " from " + report.unreachableFrom + ", where mpirun runs";
+    cause += ": " + report.unreachableWhy + (report.daemonsNotStarted ? ", so the job did not start" : "") + "; ";
+    if (!report.unreachableFrom.empty())
+        cause += "check that " + host + " has a network link and a route to " + report.unreachableFrom +
+                 " (and no firewall between them), that Open MPI's oob_tcp_if_include / btl_tcp_if_include name a "
+                 "network both are on, or leave " +
+                 host + " out of the hostfile";
+    else
+        cause += "check that " + host + " is up and reachable from this machine (ssh " + host +
+                 " true), or leave it out of the hostfile";
+    return store::SessionOutcome{store::Outcome::Failed, cause, -1, 0};
+}
+
+bool Run::launcherCrashed() const
+{
+    return m_job && m_launcherReport.crashPid == m_job->pid();
+}
+
+std::string Run::crashWords() const
+{
+    std::string words = "crashed";
+    if (!m_launcherReport.crashSignal.empty())
+        words += " (" + m_launcherReport.crashSignal +
+                 (m_launcherReport.crashFrame.empty() ? "" : " in " + m_launcherReport.crashFrame) + ")";
+    return words;
+}
+
 store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit) const
 {
     const std::string launcher = m_request.oneDevice ? "the agent" : m_request.slurm ? "srun" : "mpirun";
@@ -562,6 +820,8 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
     // mpirun itself ended; then what the ranks' last heartbeats leave to infer.
     if (std::optional<store::SessionOutcome> own = ownVerdict())
         return *own;
+    if (std::optional<store::SessionOutcome> unreachable = unreachableHostVerdict())
+        return *unreachable;
     if (m_launcherReport.rank >= 0 && std::uint32_t(m_launcherReport.rank) < m_world) {
         const auto rank = std::uint32_t(m_launcherReport.rank);
         if (liveness(rank).state == wire::RankState::Terminated)
@@ -574,8 +834,13 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
     }
     // The engine never signals a launcher before it has a verdict, so this signal came from elsewhere.
     if (exit && exit->signal != 0) {
-        if (m_request.oneDevice)   // the agent is rank 0 itself
+        if (m_request.oneDevice) // the agent is rank 0 itself
             return failedRank(0, rankWords(0) + " " + exit->describe());
+        if (launcherCrashed())
+            return {store::Outcome::Failed,
+                    launcher + " " + crashWords() + " (its report is in the session's log)" +
+                        (m_leftRanksStopped ? "; the ranks it left running were stopped" : ""),
+                    -1, 0};
         return {store::Outcome::Failed,
                 launcher + " was killed by signal " + std::to_string(exit->signal) + " (" + strsignal(exit->signal) +
                     "), which the engine did not send" +
@@ -586,11 +851,13 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
     if (!m_launcherReport.slurmCancelledAt.empty())
         return m_launcherReport.slurmTimeLimit
                    ? store::SessionOutcome{store::Outcome::Failed,
-                                           "the Slurm job reached its time limit at " + m_launcherReport.slurmCancelledAt +
+                                           "the Slurm job reached its time limit at " +
+                                               m_launcherReport.slurmCancelledAt +
                                                " (raise it with sbatch/salloc --time)",
                                            -1, 0}
                    : store::SessionOutcome{store::Outcome::Stopped,
-                                           "cancelled in Slurm (scancel) at " + m_launcherReport.slurmCancelledAt, -1, 0};
+                                           "cancelled in Slurm (scancel) at " + m_launcherReport.slurmCancelledAt, -1,
+                                           0};
     std::vector<std::uint32_t> heard, terminated;
     for (std::uint32_t r = 0; r < m_world; ++r)
         if (liveness(r).everHeard) {
@@ -624,7 +891,8 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
     if (silent)
         return failedRank(*silent,
                           rankWords(*silent) + " ended without a word (killed, e.g. SIGKILL or out of memory)" + ended);
-    if (const auto rank = firstEnded([](const RankLiveness& live) { return live.state == wire::RankState::Terminated; }))
+    if (const auto rank =
+            firstEnded([](const RankLiveness& live) { return live.state == wire::RankState::Terminated; }))
         return failedRank(*rank, terminatedRankCause(*rank));
     if (const auto rank = firstEnded(communicationFailed))
         return failedRank(*rank, failedRankCause(*rank) + " (a peer may have ended first; see the session's log)");
@@ -668,10 +936,10 @@ RunResult Run::execute()
         job.emplace(argv, environment);
         m_job = &*job;
     } catch (const std::exception& e) {
-        const std::string cause = std::string(e.what()) +
-                                  (m_request.oneDevice ? ""
-                                   : m_request.slurm  ? " (is Slurm's srun on the PATH?)"
-                                                      : " (is Open MPI installed? see --mpirun)");
+        const std::string cause =
+            std::string(e.what()) + (m_request.oneDevice ? ""
+                                     : m_request.slurm   ? " (is Slurm's srun on the PATH?)"
+                                                         : " (is Open MPI installed? see --mpirun)");
         m_collector.engineLog(wire::LogLevel::Error, cause);
         m_result.outcome = {store::Outcome::Failed, cause, -1, wire::wallAlignedNowNs()};
         m_writer->setOutcome(m_result.outcome);
@@ -699,37 +967,43 @@ RunResult Run::execute()
         if (!verdict && !exit) {
             if (m_stop.load())
                 verdict = store::SessionOutcome{store::Outcome::Stopped, "stopped by the user", -1, 0};
-            else if ((verdict = rankVerdict(launched)))
-                verdict = widenedToHost(*verdict);
+            else
+                verdict = rankVerdict(launched);
             if (verdict) {
-                m_collector.engineLog(
-                    verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info : wire::LogLevel::Error,
-                    verdict->cause + "; stopping the job");
+                m_collector.engineLog(verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info
+                                                                                  : wire::LogLevel::Error,
+                                      verdict->cause + "; stopping the job");
                 m_teardownNs = wire::wallAlignedNowNs();
                 // Every rank is asked to say it stops; the one at fault, or its whole host, may be
                 // past answering.
-                std::vector<std::uint32_t> pastAnswering;
-                if (verdict->failedRank >= 0) {
+                std::vector<std::uint32_t> pastAnswering = m_unanswering;
+                if (pastAnswering.empty() && verdict->failedRank >= 0) {
                     pastAnswering = hostLostWith(std::uint32_t(verdict->failedRank));
                     if (pastAnswering.empty())
                         pastAnswering.push_back(std::uint32_t(verdict->failedRank));
                 }
-                job->stop(wire::kEngineStopSignal, kSettleLimit, [this, &pastAnswering] {
-                    m_collector.receive();
-                    for (std::uint32_t r = 0; r < m_world; ++r)
-                        if (std::find(pastAnswering.begin(), pastAnswering.end(), r) == pastAnswering.end() &&
-                            liveness(r).everHeard && !wire::isFinal(liveness(r).state))
-                            return false;
-                    return true;
-                }, kTerminateGrace);
+                job->stop(
+                    wire::kEngineStopSignal, kSettleLimit,
+                    [this, &pastAnswering] {
+                        m_collector.receive();
+                        for (std::uint32_t r = 0; r < m_world; ++r)
+                            if (std::find(pastAnswering.begin(), pastAnswering.end(), r) == pastAnswering.end() &&
+                                liveness(r).everHeard && !wire::isFinal(liveness(r).state))
+                                return false;
+                        return true;
+                    },
+                    kTerminateGrace);
                 exit = job->poll();
                 drainUntil = Clock::now() + kDrainTime;
             }
         }
         if (exit) {
+            // Ranks lost with their host or network will not be heard again: nothing to wait for.
             bool allFinal = true;
             for (std::uint32_t r = 0; r < m_world; ++r)
-                allFinal = allFinal && wire::isFinal(liveness(r).state);
+                allFinal =
+                    allFinal && (wire::isFinal(liveness(r).state) ||
+                                 std::find(m_unanswering.begin(), m_unanswering.end(), r) != m_unanswering.end());
             if (allFinal || Clock::now() >= drainUntil)
                 break;
         }
@@ -750,6 +1024,17 @@ RunResult Run::execute()
         m_collector.receive();
     }
 
+    // A launcher that crashed while the engine took the job down (mpirun's PMIx_Finalize, say, once
+    // it could not reach its daemons) did so because of what the verdict says, not the other way
+    // round: said as such, and the verdict stands.
+    if (verdict && m_teardownNs != 0 && exit && exit->signal != 0 && exit->signal != SIGTERM && exit->signal != SIGKILL)
+        m_collector.engineLog(
+            wire::LogLevel::Warning,
+            std::string(m_request.slurm ? "srun" : "mpirun") + " " +
+                (launcherCrashed() ? crashWords() : exit->describe()) + " while the engine was stopping the job" +
+                (m_networkLost ? ", its daemons out of its reach" : "") +
+                (verdict->outcome == store::Outcome::Stopped ? "; a consequence of the stop, not a failure"
+                                                             : "; a consequence of the failure above, not its cause"));
     if (!verdict) {
         bool allFinished = true;
         for (std::uint32_t r = 0; r < m_world; ++r)
@@ -757,8 +1042,9 @@ RunResult Run::execute()
         if (exit->ok() && allFinished)
             verdict = store::SessionOutcome{store::Outcome::Completed, "", -1, 0};
         else if (exit->ok())
-            verdict = store::SessionOutcome{store::Outcome::Completed,
-                                            "the job exited normally but not every rank's last heartbeat arrived", -1, 0};
+            verdict =
+                store::SessionOutcome{store::Outcome::Completed,
+                                      "the job exited normally but not every rank's last heartbeat arrived", -1, 0};
         else
             verdict = widenedToHost(launcherVerdict(*exit));
         if (verdict->outcome == store::Outcome::Failed)
@@ -786,7 +1072,7 @@ RunResult Run::execute()
     return m_result;
 }
 
-}  // namespace
+} // namespace
 
 RunResult runJob(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
 {
@@ -828,4 +1114,4 @@ std::string newSessionPath(const std::string& dir, const std::string& jobName)
     return candidate;
 }
 
-}  // namespace meshbench::service
+} // namespace meshbench::service

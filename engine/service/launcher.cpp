@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,7 +21,7 @@ namespace meshbench::service {
 
 std::string ExitStatus::describe() const
 {
-    if (signal == SIGKILL)   // nothing but the kernel or another process sends it
+    if (signal == SIGKILL) // nothing but the kernel or another process sends it
         return "killed by signal 9 (Killed): by hand, or by the out-of-memory killer (see dmesg)";
     if (signal != 0)
         return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
@@ -49,10 +50,12 @@ std::optional<std::string> LineBuffer::rest()
 
 namespace {
 
-// Whether the process is still there under its pid (not a zombie, nor a later process reusing it).
+// Whether the process is still there under its pid (not a zombie, nor a later process reusing it),
+// and not already on its way out: one with a SIGKILL pending goes whatever else it is sent, and
+// waiting for it (a frozen one does not go until it is thawed) would only hold the teardown up.
 bool stillRunning(const ProcessId& id)
 {
-    return processId(id.pid) == id;
+    return processId(id.pid) == id && !processEnding(id.pid);
 }
 
 ExitStatus fromWaitStatus(int status)
@@ -65,7 +68,7 @@ ExitStatus fromWaitStatus(int status)
     return e;
 }
 
-}  // namespace
+} // namespace
 
 LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
                                  const std::vector<std::pair<std::string, std::string>>& env)
@@ -87,11 +90,11 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
     if (child == 0) {
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)   // the engine died before prctl took effect
+        if (getppid() != parent) // the engine died before prctl took effect
             _exit(127);
         sigset_t none;
         sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, nullptr);   // the engine blocks stop signals; the job must not
+        sigprocmask(SIG_SETMASK, &none, nullptr); // the engine blocks stop signals; the job must not
         dup2(out[1], STDOUT_FILENO);
         dup2(err[1], STDERR_FILENO);
         for (const auto& [key, value] : env)
@@ -221,8 +224,13 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
     if (m_pid <= 0)
         return;
     poll();
-    // The ranks are asked first, so that each can send its last heartbeat before a launcher that
-    // is being stopped kills them outright; then the launcher; then whatever is left is killed.
+    // The launcher is asked first, alone: mpirun ends its job in order when it gets SIGTERM (SIGTERM
+    // to every rank, then SIGKILL to those left; Open MPI's mpirun(1), "Signal Propagation"), and
+    // srun forwards it to its tasks. Signalling its whole tree at once would also end the ssh (or
+    // other plm_rsh agent) sessions that carry its daemons before it has ordered them to stop, which
+    // ORTE takes for daemons that failed to start ("ORTE was unable to reliably start one or more
+    // daemons", plm_rsh's rsh_wait_daemon) on every stop. What the launcher does not end within half
+    // the grace (a host it cannot reach, a launcher that hangs) is signalled directly, then killed.
     // The tree is taken before signalling: once mpirun is gone its children are reparented. Each
     // process is signalled only while its pid still names it (a pid is reused once reaped).
     const std::vector<ProcessId> children = liveTree();
@@ -233,23 +241,25 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
             if (stillRunning(id))
                 kill(id.pid, signal);
     };
-    auto waitUntilGone = [&](bool withLauncher, std::chrono::milliseconds limit) {
+    auto waitUntilGone = [&](std::chrono::milliseconds limit) {
         const auto deadline = std::chrono::steady_clock::now() + limit;
         auto anyAlive = [&] {
             poll();
-            return (withLauncher && !m_exit) || std::any_of(children.begin(), children.end(), stillRunning);
+            return !m_exit || std::any_of(children.begin(), children.end(), stillRunning);
         };
         while (anyAlive() && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         return !anyAlive();
     };
-    signalTree(SIGTERM);
-    waitUntilGone(false, grace / 2);
     if (!poll()) {
-        killpg(m_pid, SIGTERM);
         kill(m_pid, SIGTERM);
+        if (waitUntilGone(grace / 2))
+            return;
     }
-    if (!waitUntilGone(true, grace / 2)) {
+    // Whatever the launcher left, or did not end in time: every process of its tree (not the
+    // launcher again: a second SIGTERM makes mpirun abandon its orderly teardown).
+    signalTree(SIGTERM);
+    if (!waitUntilGone(grace / 2)) {
         // The process group outlives its leader while members are left; its id cannot be reused until
         // they are gone, so it is safe to signal even after the launcher was reaped.
         killpg(m_pid, SIGKILL);
@@ -266,10 +276,12 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
 
 namespace {
 
-// Parent pid, state and start time of /proc/PID/stat; the command name in parentheses may hold spaces.
+// Parent pid, state, flags and start time of /proc/PID/stat (proc(5)); the command name in
+// parentheses may hold spaces.
 struct Stat {
     pid_t parent = 0;
     char state = 0;
+    unsigned long flags = 0; // the kernel's PF_* flags of the task
     unsigned long long startTime = 0;
 };
 
@@ -282,13 +294,16 @@ std::optional<Stat> readStat(pid_t pid)
     const std::size_t close = text.rfind(')');
     if (close == std::string::npos)
         return std::nullopt;
-    // After the name: state (field 3), ppid (4), then fields 5-21, then starttime (22).
+    // After the name: state (field 3), ppid (4), fields 5-8, flags (9), fields 10-21, starttime (22).
     std::istringstream fields(text.substr(close + 1));
     Stat out;
     long ppid = 0;
     fields >> out.state >> ppid;
     std::string skipped;
-    for (int field = 5; field <= 21; ++field)
+    for (int field = 5; field <= 8; ++field)
+        fields >> skipped;
+    fields >> out.flags;
+    for (int field = 10; field <= 21; ++field)
         fields >> skipped;
     fields >> out.startTime;
     out.parent = pid_t(ppid);
@@ -329,7 +344,7 @@ std::multimap<pid_t, pid_t> childrenByParent()
     return children;
 }
 
-}  // namespace
+} // namespace
 
 std::vector<pid_t> descendantsOf(pid_t root)
 {
@@ -366,6 +381,27 @@ std::optional<char> processState(pid_t pid)
     return stat ? std::optional<char>(stat->state) : std::nullopt;
 }
 
+bool processEnding(pid_t pid)
+{
+    // PF_EXITING (include/linux/sched.h): set as the task enters do_exit, before it lets go of its
+    // memory and files, which on a loaded machine can take a while.
+    constexpr unsigned long kExiting = 0x4;
+    const std::optional<Stat> stat = readStat(pid);
+    if (!stat || stat->state == 'Z' || stat->state == 'X' || (stat->flags & kExiting))
+        return true;
+    // SIGKILL queued and not yet taken: kill(2) marks it pending on every thread at once, and
+    // nothing blocks or catches it (signal(7)). SigPnd is the thread's set, ShdPnd the process's,
+    // as hexadecimal masks with signal N at bit N - 1 (proc(5)).
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0) {
+            const unsigned long long mask = std::strtoull(line.c_str() + 7, nullptr, 16);
+            if (mask & (1ULL << (SIGKILL - 1)))
+                return true;
+        }
+    return !status.is_open(); // gone between the two reads
+}
+
 std::optional<ProcessId> processId(pid_t pid)
 {
     const std::optional<Stat> stat = readStat(pid);
@@ -374,4 +410,4 @@ std::optional<ProcessId> processId(pid_t pid)
     return ProcessId{pid, stat->startTime};
 }
 
-}  // namespace meshbench::service
+} // namespace meshbench::service

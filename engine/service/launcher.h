@@ -20,8 +20,8 @@ namespace meshbench::service {
 
 // How a process ended, in the words of waitpid.
 struct ExitStatus {
-    int code = 0;       // exit code when it exited
-    int signal = 0;     // the signal that killed it, else 0
+    int code = 0;   // exit code when it exited
+    int signal = 0; // the signal that killed it, else 0
     bool ok() const { return code == 0 && signal == 0; }
     std::string describe() const;
 };
@@ -50,12 +50,12 @@ class LaunchedProcess {
 public:
     // Throws std::runtime_error when the program cannot be started (naming it and why).
     LaunchedProcess(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env);
-    ~LaunchedProcess();   // terminates the tree if it still runs
+    ~LaunchedProcess(); // terminates the tree if it still runs
     LaunchedProcess(const LaunchedProcess&) = delete;
     LaunchedProcess& operator=(const LaunchedProcess&) = delete;
 
     pid_t pid() const { return m_pid; }
-    int stdoutFd() const { return m_out; }   // non-blocking, -1 once closed
+    int stdoutFd() const { return m_out; } // non-blocking, -1 once closed
     int stderrFd() const { return m_err; }
     // Reads what is there on one of the two pipes; closes it at end of file.
     std::vector<std::string> readLines(int fd);
@@ -94,7 +94,11 @@ std::vector<pid_t> descendantsOf(pid_t pid);
 // The state letter of /proc/PID/stat (R running, S sleeping, D disk wait, T stopped, t traced, Z
 // zombie), or nothing when there is no such process.
 std::optional<char> processState(pid_t pid);
+// Whether the process at `pid` is gone or on its way out: no such process, a zombie, one already
+// in its exit, or one with a SIGKILL pending. A process killed a moment ago reads so at once, where
+// its state letter may still say running until it has let go of its memory.
+bool processEnding(pid_t pid);
 // The process now at `pid`, or nothing when there is none (or only a zombie).
 std::optional<ProcessId> processId(pid_t pid);
 
-}  // namespace meshbench::service
+} // namespace meshbench::service
