@@ -1,5 +1,5 @@
 // `meshbench-engine calibrate` and `--profile` on this machine. The sessions are real runs of the
-// demo model (one of them --one-device); the damaged and nonsensical ones are copies of a real one
+// demo model (two of them on one device); the damaged and nonsensical ones are copies of a real one
 // changed with SQLite, so every expectation comes from what was changed, never from a fitted figure:
 // - a one-device session calibrates (issue 27, finding 9);
 // - a device that takes twice as long for everything is fitted at half the rates (finding 26);
@@ -152,10 +152,11 @@ private slots:
 private:
     QString writeJob(const QString& name, const json& job);
     QString run(const QString& name, const json& job, const QStringList& extra = {});
-    QString copyOfOneDeviceSession(const QString& name);
+    QString copyOfOneRankSession(const QString& name);
     double plannedStep(const QString& job, const QString& profile = {});
     QTemporaryDir m_dir;
-    QString m_oneDevice; // a --one-device run of the demo
+    QString m_oneDevice; // a --one-device run of the demo (a layout of 8 ranks)
+    QString m_oneRank;   // a run of the demo laid out for one rank
 };
 
 void TestCalibrate::initTestCase()
@@ -163,6 +164,11 @@ void TestCalibrate::initTestCase()
     QVERIFY(m_dir.isValid());
     m_oneDevice = run("one-device", demo(), {"--one-device"});
     QVERIFY(!m_oneDevice.isEmpty());
+    json oneRank = demo();
+    oneRank["parallel"].update({{"dp", 1}, {"pp", 1}, {"tp", 1}, {"ep", 1}});
+    oneRank["cluster"]["devices_per_node"] = 1;
+    m_oneRank = run("one-rank", oneRank, {"--one-device"});
+    QVERIFY(!m_oneRank.isEmpty());
 }
 
 QString TestCalibrate::writeJob(const QString& name, const json& job)
@@ -183,14 +189,14 @@ QString TestCalibrate::run(const QString& name, const json& job, const QStringLi
     return r.exitCode == 0 ? session : QString();
 }
 
-QString TestCalibrate::copyOfOneDeviceSession(const QString& name)
+QString TestCalibrate::copyOfOneRankSession(const QString& name)
 {
     const QString copy = m_dir.filePath(name + ".meshbench");
     QFile::remove(copy);
     QFile::remove(copy + "-wal");
-    if (!QFile::copy(m_oneDevice, copy))
+    if (!QFile::copy(m_oneRank, copy))
         return {};
-    if (QFile::exists(m_oneDevice + "-wal") && !QFile::copy(m_oneDevice + "-wal", copy + "-wal"))
+    if (QFile::exists(m_oneRank + "-wal") && !QFile::copy(m_oneRank + "-wal", copy + "-wal"))
         return {};
     return copy;
 }
@@ -218,20 +224,20 @@ void TestCalibrate::calibratesAOneDeviceSession()
     QVERIFY(plannedStep(m_dir.filePath("one-device.json"), profile) > 0);
 }
 
-// Finding 26, an expectation that does not come from the fit: the same session with every span and
+// Finding 26, an expectation that does not come from the fit: a session with every span and
 // step twice as long is a device at half the speed, so every fitted rate halves and the overhead
 // per op doubles. The one-device plan has no links, so nothing in it is left unscaled; the two
 // fits each stop within kFitPrecision of their exact speed.
 void TestCalibrate::aSlowerDeviceIsFittedAtLowerRates()
 {
-    const QString slower = copyOfOneDeviceSession("twice-as-long");
+    const QString slower = copyOfOneRankSession("twice-as-long");
     QVERIFY(!slower.isEmpty());
     const QString error = execute(slower, dilation(slower, "* 2"));
     QVERIFY2(error.isEmpty(), qPrintable(error));
-    QCOMPARE(measuredStep(slower), 2 * measuredStep(m_oneDevice));
+    QCOMPARE(measuredStep(slower), 2 * measuredStep(m_oneRank));
 
     const QString profile = m_dir.filePath("profile-1x.json"), profileSlower = m_dir.filePath("profile-2x.json");
-    ProcessRun r = engine({"calibrate", m_oneDevice, "--out", profile});
+    ProcessRun r = engine({"calibrate", m_oneRank, "--out", profile});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
     r = engine({"calibrate", slower, "--out", profileSlower});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
@@ -285,7 +291,8 @@ void TestCalibrate::calibratedPlansMeetOtherLayoutsBetterThanTheTable()
     }
 }
 
-// Finding 5: each a copy of the one-device session, changed as the outside tester changed theirs.
+// Finding 5: each a copy of the one-rank session (which the old code calibrated), changed as the
+// outside tester changed theirs.
 void TestCalibrate::refusesNonsense_data()
 {
     QTest::addColumn<QString>("change"); // SQL, with {dilate x} for dilation(x)
@@ -315,7 +322,7 @@ void TestCalibrate::refusesNonsense()
     QFETCH(QString, change);
     QFETCH(QString, expected);
     const QString name = QString(QTest::currentDataTag()).replace(' ', '-');
-    const QString session = copyOfOneDeviceSession(name);
+    const QString session = copyOfOneRankSession(name);
     QVERIFY(!session.isEmpty());
     if (change.startsWith("{dilate ")) {
         const std::string factor = change.mid(8, change.size() - 9).toStdString();
