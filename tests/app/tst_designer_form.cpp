@@ -159,10 +159,16 @@ private slots:
     void badInputInEveryNumericFieldIsReportedInline()
     {
         JobForm* form = m_view->form();
-        for (const QString& path : form->paths()) {
+        // The form's number fields: 7 of the model, 6 of its MoE, 8 of the layout (dp, pp, tp, ep,
+        // zero, virtual stages, micro-batches and their size) and 8 of the cluster (nodes, devices
+        // per node, NVLink domain, two bandwidths, two latencies, compute efficiency).
+        QStringList numeric;
+        for (const QString& path : form->paths())
+            if (qobject_cast<QLineEdit*>(form->editor(path)))
+                numeric << path;
+        QCOMPARE(numeric.size(), 7 + 6 + 8 + 8);
+        for (const QString& path : numeric) {
             auto* line = qobject_cast<QLineEdit*>(form->editor(path));
-            if (!line)
-                continue;
             const QString before = line->text();
             const nlohmann::json original = m_view->document()->json();
             type(line, "12abc");

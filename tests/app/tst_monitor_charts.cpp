@@ -13,6 +13,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
+
 using namespace meshbench;
 using app::RunState;
 
@@ -301,8 +303,12 @@ private Q_SLOTS:
         charts.show();
         QVERIFY(QTest::qWaitForWindowExposed(&charts));
         QTemporaryDir dir;
+        // The Monitor's four: bubble, expert load, memory and training.
+        const std::vector<app::ChartWidget*> all = charts.charts();
+        QCOMPARE(int(all.size()), 4);
+        QVERIFY(std::find(all.begin(), all.end(), charts.bubbleChart()) != all.end());
         int index = 0;
-        for (app::ChartWidget* chart : charts.charts()) {
+        for (app::ChartWidget* chart : all) {
             for (const char* suffix : {"png", "pdf"}) {
                 const QString path = dir.filePath(QStringLiteral("chart%1.%2").arg(index).arg(suffix));
                 QString error;

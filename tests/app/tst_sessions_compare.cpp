@@ -269,8 +269,11 @@ private slots:
         ComparisonChart& chart = *comparison.chart();
 
         chart.setFigure(Figure::StageBubble);
+        const std::size_t stages = 2; // the demo's pp
         for (int i = 0; i < 2; ++i) {
             const Stored& stored = m_stored[std::size_t(i)];
+            QCOMPARE(stored.stageBubble.size(), stages);
+            QCOMPARE(stored.plannedStageBubble.size(), stages);
             const std::vector<Point> bars = pointsOf(chart.measured(i));
             QCOMPARE(bars.size(), stored.stageBubble.size());
             for (const Point& p : bars)
@@ -280,7 +283,9 @@ private slots:
             for (const Point& p : planned)
                 QVERIFY(close(p.value, stored.plannedStageBubble[std::size_t(p.key)]));
         }
-        for (const Point& p : pointsOf(chart.difference(1))) {
+        const std::vector<Point> stageDifference = pointsOf(chart.difference(1));
+        QCOMPARE(stageDifference.size(), stages);
+        for (const Point& p : stageDifference) {
             const auto stage = std::size_t(p.key);
             QVERIFY(close(p.value, m_stored[1].stageBubble[stage] - m_stored[0].stageBubble[stage]));
         }
@@ -319,8 +324,10 @@ private slots:
         QCOMPARE(comparison.table()->columnCount(), 1 + 3 + 2);
         QCOMPARE(comparison.table()->horizontalHeaderItem(5)->text(), QStringLiteral("C vs A"));
         QCOMPARE(int(comparison.chart()->sessions().size()), 3);
-        // The same session as A: no difference at any step.
-        for (const Point& p : pointsOf(comparison.chart()->difference(2)))
+        // The same session as A: no difference at any step (the chart opens on the step time).
+        const std::vector<Point> difference = pointsOf(comparison.chart()->difference(2));
+        QCOMPARE(int(difference.size()), kSteps);
+        for (const Point& p : difference)
             QCOMPARE(p.value, 0.0);
     }
 };
