@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -68,6 +69,54 @@ nlohmann::json ask(EngineClient& client, nlohmann::json body, int timeoutMs = En
 bool waitConnected(EngineClient& client, int timeoutMs = 15000)
 {
     return QTest::qWaitFor([&] { return client.state() == ConnectionState::Connected; }, timeoutMs);
+}
+
+// Waits until the client's live subscription has reached the engine's PUB, which drops whatever it
+// sends before. The engine publishes nothing of its own accord, so the probe is a job of no steps
+// (a fraction of a second): the subscription is there once one of its status messages arrives. A
+// probe that the engine reports ended (or no longer lists) without any of its messages reaching
+// the client went out before the subscription did, and another is sent. Returns once the probe's
+// last status has arrived, so nothing of it comes after and the test's own job runs alone.
+bool awaitLiveFeed(EngineClient& client)
+{
+    QSignalSpy statuses(&client, &EngineClient::jobChanged);
+    const auto isFinal = [](const std::string& state) {
+        return state == "completed" || state == "failed" || state == "stopped";
+    };
+    for (int attempt = 0; attempt < 20; ++attempt) {
+        const nlohmann::json reply =
+            ask(client, {{"op", "submit"}, {"job", demoJob()}, {"steps", 0}, {"one_device", true}});
+        if (!reply.contains("job")) {
+            qWarning("the probe job was refused: %s", reply.dump().c_str());
+            return false;
+        }
+        const QString probe = QString::fromStdString(reply["job"]);
+        const auto heard = [&](bool finalOnly) {
+            return std::any_of(statuses.begin(), statuses.end(), [&](const QList<QVariant>& args) {
+                return args.at(0).toString() == probe &&
+                       (!finalOnly || isFinal(args.at(1).value<nlohmann::json>().value("state", "")));
+            });
+        };
+        const auto ended = [&] {
+            for (const nlohmann::json& job : ask(client, {{"op", "jobs"}})["jobs"])
+                if (job.value("source", "") == probe.toStdString())
+                    return isFinal(job.value("state", ""));
+            return true; // reaped
+        };
+        bool over = false;
+        while (!over && !heard(false))
+            over = !QTest::qWaitFor([&] { return heard(false); }, 200) && ended();
+        // The engine publishes a status before "jobs" reports it, so a subscribed client hears the
+        // probe's messages within moments of its end.
+        if (heard(false) || QTest::qWaitFor([&] { return heard(false); }, 1000)) {
+            if (QTest::qWaitFor([&] { return heard(true); }, 60000))
+                return true;
+            qWarning("the probe job %s never sent its end", qPrintable(probe));
+            return false;
+        }
+    }
+    qWarning("no probe job's status reached the live feed's subscriber in 20 tries");
+    return false;
 }
 
 // A key folder of the test's own (XDG_CONFIG_HOME, which the engines it starts inherit).
@@ -143,10 +192,10 @@ private slots:
         EngineClient client;
         client.connectTo(served.control);
         QVERIFY(waitConnected(client));
+        QVERIFY(awaitLiveFeed(client));
         QSignalSpy stepSpy(&client, &EngineClient::stepArrived);
         QSignalSpy jobSpy(&client, &EngineClient::jobChanged);
         QSignalSpy spanSpy(&client, &EngineClient::spansArrived);
-        QTest::qWait(300);   // let the subscription reach the publisher
 
         const nlohmann::json reply = ask(client, {{"op", "submit"}, {"job", demoJob()}, {"steps", 3}, {"one_device", true}});
         QVERIFY2(reply["ok"] == true, reply.dump().c_str());
@@ -359,11 +408,19 @@ private slots:
         QSignalSpy spans(&client, &EngineClient::spansArrived);
         client.connectTo(QString::fromStdString(control));
         QVERIFY(waitConnected(client));
-        QTest::qWait(300);
         auto publish = [&](const std::string& topic, const std::string& payload) {
             pub.send(zmq::buffer(topic), zmq::send_flags::sndmore);
             pub.send(zmq::buffer(payload));
         };
+        // The subscription has reached our PUB once a first message arrives: a log line, a kind
+        // counted nowhere below, published until one does (a PUB drops what it sends before).
+        QSignalSpy probes(&client, &EngineClient::logArrived);
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                publish("log/probe", "{}");
+                return probes.count() > 0;
+            },
+            30000));
         publish("spans/job-1", "MBTW but not a batch");
         publish("step/job-1", "{not json");
         publish("nonsense", "{}");
