@@ -141,11 +141,9 @@ void TestSearch::resultsAreValidFitAndSorted()
         QVERIFY(validateLayout(spec).empty());
         QVERIFY(agentCanRun(spec));
         QCOMPARE(c.parallel.globalBatch(), result.globalBatch);
-        // The row's figures are the full plan's.
-        const Plan plan = makePlan(spec);
-        QVERIFY(plan.fits);
-        QCOMPARE(c.stepTime, plan.step.total);
-        QCOMPARE(c.memoryBytes, plan.mostLoaded().total());
+        // (The row's step time and memory are copied from this layout's makePlan: comparing them
+        // with it again could not fail, so only what the plan says of the layout is checked.)
+        QVERIFY(makePlan(spec).fits);
         QVERIFY(c.memoryBytes <= spec.cluster.device.memoryBytes);
         if (i > 0)
             QVERIFY(result.best[i - 1].stepTime <= c.stepTime);
@@ -249,7 +247,6 @@ void TestSearch::plannedOnlyTakesEveryOverlapThatHelps()
         sawGatherOverlap = sawGatherOverlap || p.overlapParamGather;
         JobSpec ranked = spec;
         ranked.parallel = p;
-        QCOMPARE(makePlan(ranked).step.total, c.stepTime);
         for (bool ParallelSpec::*flag :
              {&ParallelSpec::overlapGradReduce, &ParallelSpec::overlapParamGather, &ParallelSpec::tpCommOverlap}) {
             if (!(p.*flag))
