@@ -13,7 +13,6 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -71,52 +70,11 @@ bool waitConnected(EngineClient& client, int timeoutMs = 15000)
     return QTest::qWaitFor([&] { return client.state() == ConnectionState::Connected; }, timeoutMs);
 }
 
-// Waits until the client's live subscription has reached the engine's PUB, which drops whatever it
-// sends before. The engine publishes nothing of its own accord, so the probe is a job of no steps
-// (a fraction of a second): the subscription is there once one of its status messages arrives. A
-// probe that the engine reports ended (or no longer lists) without any of its messages reaching
-// the client went out before the subscription did, and another is sent. Returns once the probe's
-// last status has arrived, so nothing of it comes after and the test's own job runs alone.
-bool awaitLiveFeed(EngineClient& client)
+// Waits until the engine has confirmed the client's live subscription (its "subscribed" message):
+// a PUB drops whatever it sends before a subscription arrives.
+bool awaitLiveFeed(EngineClient& client, int timeoutMs = 60000)
 {
-    QSignalSpy statuses(&client, &EngineClient::jobChanged);
-    const auto isFinal = [](const std::string& state) {
-        return state == "completed" || state == "failed" || state == "stopped";
-    };
-    for (int attempt = 0; attempt < 20; ++attempt) {
-        const nlohmann::json reply =
-            ask(client, {{"op", "submit"}, {"job", demoJob()}, {"steps", 0}, {"one_device", true}});
-        if (!reply.contains("job")) {
-            qWarning("the probe job was refused: %s", reply.dump().c_str());
-            return false;
-        }
-        const QString probe = QString::fromStdString(reply["job"]);
-        const auto heard = [&](bool finalOnly) {
-            return std::any_of(statuses.begin(), statuses.end(), [&](const QList<QVariant>& args) {
-                return args.at(0).toString() == probe &&
-                       (!finalOnly || isFinal(args.at(1).value<nlohmann::json>().value("state", "")));
-            });
-        };
-        const auto ended = [&] {
-            for (const nlohmann::json& job : ask(client, {{"op", "jobs"}})["jobs"])
-                if (job.value("source", "") == probe.toStdString())
-                    return isFinal(job.value("state", ""));
-            return true; // reaped
-        };
-        bool over = false;
-        while (!over && !heard(false))
-            over = !QTest::qWaitFor([&] { return heard(false); }, 200) && ended();
-        // The engine publishes a status before "jobs" reports it, so a subscribed client hears the
-        // probe's messages within moments of its end.
-        if (heard(false) || QTest::qWaitFor([&] { return heard(false); }, 1000)) {
-            if (QTest::qWaitFor([&] { return heard(true); }, 60000))
-                return true;
-            qWarning("the probe job %s never sent its end", qPrintable(probe));
-            return false;
-        }
-    }
-    qWarning("no probe job's status reached the live feed's subscriber in 20 tries");
-    return false;
+    return QTest::qWaitFor([&] { return client.liveFeedConfirmed(); }, timeoutMs);
 }
 
 // A key folder of the test's own (XDG_CONFIG_HOME, which the engines it starts inherit).
@@ -281,13 +239,18 @@ private slots:
     void curveKeysAreChosenFromOptionsAndTheKeyFolder()
     {
         KeyFolder folder;
-        const QString local = QStringLiteral("tcp://127.0.0.1:5570"), remote = QStringLiteral("tcp://10.0.0.5:5570");
-        // Loopback goes without keys; off loopback without any, the message says which to give.
+        // An ipc socket in a folder of this user's alone (the key folder's QTemporaryDir is 0700)
+        // goes without keys; any TCP port, loopback too, without any gets the keys to give.
+        const QString local = QStringLiteral("ipc://") + folder.home.filePath(QStringLiteral("control")),
+                      remote = QStringLiteral("tcp://10.0.0.5:5570");
         app::ClientKeysChoice choice = app::chooseClientKeys(local, {}, {});
         QVERIFY(!choice.keys && choice.error.isEmpty());
-        const QString none = app::chooseClientKeys(remote, {}, {}).error;
-        QVERIFY2(none.contains(QStringLiteral("off loopback")) && none.contains(QStringLiteral("--server-key FILE")),
-                 qPrintable(none));
+        for (const QString& open : {remote, QStringLiteral("tcp://127.0.0.1:5570")}) {
+            const QString none = app::chooseClientKeys(open, {}, {}).error;
+            QVERIFY2(none.contains(QStringLiteral("is open to other users")) &&
+                         none.contains(QStringLiteral("--server-key FILE")),
+                     qPrintable(none));
+        }
         QVERIFY(app::chooseClientKeys(local, {}, QStringLiteral("x")).error.startsWith(
             QStringLiteral("--client-key goes with the engine's key")));
 
@@ -301,7 +264,7 @@ private slots:
         QCOMPARE(choice.keys->client.publicKey, client.publicKey);
         QCOMPARE(choice.keys->client.secretKey, client.secretKey);
         QVERIFY(!app::chooseClientKeys(local, {}, {}).keys);
-        // On loopback, naming the server key asks for CURVE; a key may be given as Z85 text.
+        // On a private socket, naming the server key asks for CURVE; a key may be given as Z85 text.
         const QString otherKey = QStringLiteral("rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
         choice = app::chooseClientKeys(local, otherKey, {});
         QVERIFY2(choice.keys && choice.keys->serverKey == otherKey.toStdString(), qPrintable(choice.error));
