@@ -5,13 +5,7 @@
 // "meshbench-other" (no home, no login shell) once per machine, and runAsOtherUser() runs a function
 // in a forked child that has dropped to it.
 //
-//     std::string why;
-//     const std::optional<OtherUser> user = otherTestUser(&why);
-//     if (!user) {
-//         if (geteuid() == 0)
-//             QFAIL(why.c_str());   // root, so the user should exist: a broken machine, not a skip
-//         QSKIP(why.c_str());
-//     }
+//     MESHBENCH_OTHER_TEST_USER(user);   // QSKIP unless root; QFAIL as root if it cannot be made
 //     // Everything the child touches must be reachable by user->uid (QTemporaryDir is 0700 root).
 //     std::string message;
 //     const int status = runAsOtherUser(*user, [&](std::string& out) { ...; return 0; }, message);
@@ -230,6 +224,17 @@ inline int runAsOtherUser(const OtherUser& user, const std::function<int(std::st
         return kOtherUserSignalBase + WTERMSIG(status);
     return WEXITSTATUS(status);
 }
+
+// In a Qt test function: declares `user`, the test user, or ends the test: QSKIP when not root (no
+// user can be made), QFAIL as root (the user should exist: a broken machine, not a reason to skip).
+#define MESHBENCH_OTHER_TEST_USER(user)                                                                     \
+    std::string user##Why;                                                                                 \
+    const std::optional<OtherUser> user = otherTestUser(&user##Why);                                       \
+    if (!user) {                                                                                           \
+        if (geteuid() == 0)                                                                                \
+            QFAIL(user##Why.c_str());                                                                      \
+        QSKIP(user##Why.c_str());                                                                          \
+    }
 
 // The same for a function with nothing to say beyond its status.
 inline int runAsOtherUser(const OtherUser& user, const std::function<int()>& function)

@@ -459,13 +459,7 @@ private slots:
     // no answer on loopback: a plain client and one with a key of its own are both turned away.
     void anotherUserGetsNoAnswerOnLoopback()
     {
-        std::string why;
-        const std::optional<OtherUser> user = otherTestUser(&why);
-        if (!user) {
-            if (geteuid() == 0)
-                QFAIL(why.c_str());
-            QSKIP(why.c_str());
-        }
+        MESHBENCH_OTHER_TEST_USER(user);
         QCOMPARE(runProcess(kEngine, {"keys"}).exitCode, 0);
         Served served("tcp://127.0.0.1:*", {});
         QVERIFY2(served.running(), served.why().constData());

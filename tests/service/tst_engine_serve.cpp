@@ -364,13 +364,7 @@ private slots:
     // loopback TCP, as before, any user's plain client was answered, and could submit jobs.)
     void anotherUserGetsNothingFromTheDefaultEngine()
     {
-        std::string why;
-        const std::optional<OtherUser> user = otherTestUser(&why);
-        if (!user) {
-            if (geteuid() == 0)
-                QFAIL(why.c_str());
-            QSKIP(why.c_str());
-        }
+        MESHBENCH_OTHER_TEST_USER(user);
         // A runtime folder other users may pass through, so that only the engine's own folder inside
         // it keeps them out.
         QTemporaryDir runtime;
