@@ -409,6 +409,7 @@ private:
     const LaunchedProcess* m_job = nullptr;   // while it runs
     bool m_networkLost = false;               // the verdict is networkVerdict's: no rank can answer
     std::vector<std::uint32_t> m_unanswering; // the ranks the verdict found lost with their host or network
+    bool m_orderlyStop = false;               // the user's stop is under way
 };
 
 store::SessionHeader Run::header() const
@@ -481,13 +482,16 @@ std::string Run::rankWords(std::uint32_t rank) const
 void Run::readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level)
 {
     // mpirun's word that it passed the engine's own stop signal on (orterun prints it unless
-    // --quiet, which would silence its diagnostics too) is the engine's doing, not the job's: kept
-    // at debug level, off the terminal.
+    // --quiet, which would silence its diagnostics too) is the engine's doing, not the job's; so is
+    // all the launcher says once the user's stop is under way: ranks that linger after the stop
+    // signal still exchange data, and one whose peer ends first says so in Open MPI's words (the
+    // shared-memory BTL's "Read -1, expected N, errno = 3", TCP's "peer hung up"). Kept in the
+    // session at debug level, off the terminal.
     static const std::string forwarded =
         "mpirun: Forwarding signal " + std::to_string(wire::kEngineStopSignal) + " to job";
     for (std::string& line : job.readLines(fd)) {
         readLauncherLine(line, m_launcherReport);
-        const bool ours = m_teardownNs != 0 && line == forwarded;
+        const bool ours = m_orderlyStop || (m_teardownNs != 0 && line == forwarded);
         m_collector.engineLog(ours ? wire::LogLevel::Debug : level, std::move(line));
     }
 }
@@ -974,6 +978,7 @@ RunResult Run::execute()
                                                                                   : wire::LogLevel::Error,
                                       verdict->cause + "; stopping the job");
                 m_teardownNs = wire::wallAlignedNowNs();
+                m_orderlyStop = verdict->outcome == store::Outcome::Stopped;
                 // Every rank is asked to say it stops; the one at fault, or its whole host, may be
                 // past answering.
                 std::vector<std::uint32_t> pastAnswering = m_unanswering;

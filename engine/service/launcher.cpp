@@ -251,15 +251,17 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         return !anyAlive();
     };
+    std::chrono::milliseconds left = grace;
     if (!poll()) {
         kill(m_pid, SIGTERM);
         if (waitUntilGone(grace / 2))
             return;
+        left = grace - grace / 2;
     }
     // Whatever the launcher left, or did not end in time: every process of its tree (not the
     // launcher again: a second SIGTERM makes mpirun abandon its orderly teardown).
     signalTree(SIGTERM);
-    if (!waitUntilGone(grace / 2)) {
+    if (!waitUntilGone(left)) {
         // The process group outlives its leader while members are left; its id cannot be reused until
         // they are gone, so it is safe to signal even after the launcher was reaped.
         killpg(m_pid, SIGKILL);

@@ -91,21 +91,45 @@ QString longDemo(const QTemporaryDir& dir)
     return path;
 }
 
-// What an engine that did not get the demo going said, and what is running on the hosts.
+// Links back up, and neighbour caches fresh, after a test cut them (test_hosts.sh heal).
+void heal()
+{
+    const ProcessRun healed = runProcess(kHostsScript, {"heal"});
+    if (healed.exitCode != 0)
+        qFatal("cannot give the test hosts back: %s", qPrintable(healed.err));
+}
+
+// Whether the engine got the demo going across the hosts (3 steps stored); false as soon as it
+// ended without, or after 2 minutes.
+bool going(QProcess& engine, const QString& session)
+{
+    QElapsedTimer timer;
+    timer.start();
+    while (timer.elapsed() < 120000) {
+        if (testing::storedSteps(session) >= 3)
+            return true;
+        if (engine.waitForFinished(100)) // the poll's pause, and the engine's end if it comes
+            return false;
+    }
+    return false;
+}
+
+// What an engine that did not get the demo going said, and what runs on its behalf and on the hosts.
 QString notGoing(QProcess& engine)
 {
-    QString said =
-        "the demo did not get going across the hosts; its processes:\n" +
-        runProcess("ps", {"-o", "pid=,stat=,wchan:32=,args=", "--forest", "-g", QString::number(engine.processId())})
-            .out;
+    QString said = "the demo did not get going across the hosts\n";
+    const qint64 pid = engine.processId(); // 0 once it has ended
+    if (pid > 0)
+        said += runProcess("ps", {"-o", "pid=,stat=,wchan:32=,args=", "--forest", "-g", QString::number(pid)}).out;
     for (const QString host : {"mbt-h1", "mbt-h2"})
-        for (int pid : hostProcesses(host))
+        for (int p : hostProcesses(host))
             said += QString("%1: %2 %3\n")
                         .arg(host)
-                        .arg(pid)
-                        .arg(runProcess("ps", {"-o", "stat=,args=", "-p", QString::number(pid)}).out.trimmed());
+                        .arg(p)
+                        .arg(runProcess("ps", {"-o", "stat=,args=", "-p", QString::number(p)}).out.trimmed());
     // Asked to stop, it says what it had done.
-    kill(pid_t(engine.processId()), SIGINT);
+    if (pid > 0)
+        kill(pid_t(pid), SIGINT);
     engine.waitForFinished(60000);
     return said + "the engine said:\n" + QString::fromUtf8(engine.readAllStandardOutput()) +
            QString::fromUtf8(engine.readAllStandardError());
@@ -335,7 +359,7 @@ private slots:
         QProcess engine;
         engine.start(kEngine, {"run", longDemo(dir), "--session", session, "--hostfile", kHostfile, "--collector",
                                kCollector, "--heartbeat-timeout", "2"});
-        if (!testing::waitForSteps(session, 3))
+        if (!going(engine, session))
             QFAIL(qPrintable(notGoing(engine)));
         const int stepsBefore = testing::storedSteps(session);
         const store::SessionReader running(session.toStdString());
@@ -370,11 +394,11 @@ private slots:
                 outlived.push_back(pid);
         // The host is given back whole to the next test, whatever happened here.
         thaw();
-        runProcess("ip", {"link", "set", "mbt-h2-v", "up"});
         for (int pid : hostProcesses("mbt-h2")) {
             kill(pid, SIGKILL);
             kill(pid, SIGCONT);
         }
+        heal();
         if (!ended)
             QFAIL(qPrintable("the engine did not end: " + engine.errorString()));
         QVERIFY2(outlived.empty(), qPrintable(QString("%1 ranks of mbt-h2 outlived the job").arg(outlived.size())));
@@ -417,14 +441,14 @@ private slots:
         QProcess engine;
         engine.start(kEngine, {"run", longDemo(dir), "--session", session, "--hostfile", kHostfile, "--collector",
                                kCollector, "--heartbeat-timeout", "2"});
-        if (!testing::waitForSteps(session, 3))
+        if (!going(engine, session))
             QFAIL(qPrintable(notGoing(engine)));
         QCOMPARE(runProcess("ip", {"link", "set", "mbt-br0", "down"}).exitCode, 0);
         const bool ended = engine.waitForFinished(120000);
-        runProcess("ip", {"link", "set", "mbt-br0", "up"});
         for (const QString host : {"mbt-h1", "mbt-h2"})
             for (int pid : hostProcesses(host))
                 kill(pid, SIGKILL);
+        heal();
         if (!ended)
             QFAIL(qPrintable("the engine did not end: " + engine.errorString()));
         QCOMPARE(engine.exitCode(), 3);
@@ -461,9 +485,9 @@ private slots:
         QCOMPARE(runProcess("ip", {"link", "set", "mbt-h2-v", "down"}).exitCode, 0);
         const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--steps", "3", "--session", session, "--hostfile",
                                                     kHostfile, "--collector", kCollector});
-        runProcess("ip", {"link", "set", "mbt-h2-v", "up"});
         for (int pid : hostProcesses("mbt-h2"))
             kill(pid, SIGKILL);
+        heal();
         QCOMPARE(run.exitCode, 3);
         const store::SessionOutcome outcome = store::SessionReader(session.toStdString()).outcome();
         QCOMPARE(outcome.outcome, store::Outcome::Failed);
@@ -487,7 +511,7 @@ private slots:
         QProcess engine;
         engine.start(kEngine,
                      {"run", longDemo(dir), "--session", session, "--hostfile", kHostfile, "--collector", kCollector});
-        if (!testing::waitForSteps(session, 3))
+        if (!going(engine, session))
             QFAIL(qPrintable(notGoing(engine)));
         kill(pid_t(engine.processId()), SIGINT);
         QVERIFY(engine.waitForFinished(120000));

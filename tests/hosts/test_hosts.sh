@@ -7,6 +7,7 @@
 # usage: tests/hosts/test_hosts.sh up [N] DIR   make N hosts (default 2), write DIR/hostfile
 #        tests/hosts/test_hosts.sh down         remove every test host and the bridge
 #        tests/hosts/test_hosts.sh check        exit 0 when the hosts are up, 77 when not
+#        tests/hosts/test_hosts.sh heal         links back up after a test cut them, fresh neighbours
 # Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN); exits 77 without it, which CTest counts as skipped.
 set -euo pipefail
 
@@ -46,9 +47,38 @@ up() {
   echo "test_hosts: $count hosts up ($(hosts | tr '\n' ' ')), hostfile $dir/hostfile"
 }
 
+# After a test took a link (or the bridge) down: every link up, each bridge port forwarding, and the
+# neighbour (ARP) caches on both sides emptied. An entry that went on probing while its link was
+# down can fail a moment after the link is back without having sent a probe over it, and take the
+# next connection with it (EHOSTUNREACH: Open MPI's daemon then cannot reach mpirun); a fresh entry
+# resolves over the link as it is.
+heal() {
+  local h tries
+  ip link set "$bridge" up
+  for h in $(hosts); do
+    ip link set "$h-v" up
+    ip -n "$h" link set eth0 up
+  done
+  for h in $(hosts); do
+    # 3 is BR_STATE_FORWARDING (include/uapi/linux/if_bridge.h).
+    for ((tries = 0; tries < 200; tries++)); do
+      [[ $(cat "/sys/class/net/$h-v/brport/state" 2>/dev/null) == 3 &&
+         $(cat "/sys/class/net/$h-v/operstate" 2>/dev/null) == up ]] && break
+      sleep 0.05
+    done
+    if ((tries == 200)); then
+      echo "test_hosts: $h's link does not come back up" >&2
+      exit 1
+    fi
+    ip -n "$h" neigh flush all
+  done
+  ip neigh flush dev "$bridge"
+}
+
 case ${1:-} in
   up) if [[ $# == 3 ]]; then up "$2" "$3"; else up 2 "${2:?usage: $0 up [N] DIR}"; fi ;;
   down) down ;;
   check) [[ -n $(hosts) ]] || exit 77 ;;
-  *) echo "usage: $0 up [N] DIR | down | check" >&2; exit 2 ;;
+  heal) heal ;;
+  *) echo "usage: $0 up [N] DIR | down | check | heal" >&2; exit 2 ;;
 esac
