@@ -5,6 +5,7 @@
 #include "curve_guard.h"
 #include "launcher.h"
 #include "wire/curve_keys.h"
+#include "wire/endpoints.h"
 
 #include "plan/mesh.h"
 #include "plan/planner.h"
