@@ -54,9 +54,8 @@ private slots:
         const std::string inside = "ipc://" + dir.filePath("control").toStdString();
         QVERIFY(wire::isPrivateEndpoint(inside));
         QVERIFY(wire::isPrivateEndpoint("inproc://x"));
-        for (const std::string open : {std::string("tcp://127.0.0.1:5570"), std::string("tcp://localhost:*"),
-                                       std::string("ipc://@abstract-name"), std::string("ipc:///tmp/control")})
-            QVERIFY2(!wire::isPrivateEndpoint(open), open.c_str());
+        for (const char* open : {"tcp://127.0.0.1:5570", "tcp://localhost:*", "ipc://@abstract-name", "ipc:///tmp/control"})
+            QVERIFY2(!wire::isPrivateEndpoint(open), open);
         // The same folder opened to the group, or to others, is no longer private.
         for (const unsigned mode : {0750u, 0705u, 0777u}) {
             QCOMPARE(::chmod(dir.path().toUtf8().constData(), mode), 0);
