@@ -743,13 +743,20 @@ store::SessionOutcome Run::hostVerdict(const std::vector<std::uint32_t>& lost, c
     // gone together, however far each has got on its way out (launchedProcessState).
     std::set<char> states;
     bool allSeen = true;
+    std::string each; // rank by rank, when they disagree
     for (std::uint32_t r : lost) {
         const std::optional<char> state = launchedProcessState(r);
         allSeen = allSeen && state.has_value();
         if (state)
             states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
+        each += (each.empty() ? "" : ", ") + std::to_string(r) + " " +
+                (!state          ? "out of sight"
+                 : *state == '?' ? "gone"
+                                 : std::string("in state ") + *state);
     }
     std::string seen = "the host died, froze or lost its network";
+    if (states.size() > 1 || (!allSeen && !states.empty()))
+        seen += " (its ranks' processes: " + each + ")";
     if (allSeen && states.size() == 1) {
         switch (*states.begin()) {
         case '?':

@@ -50,12 +50,28 @@ std::optional<std::string> LineBuffer::rest()
 
 namespace {
 
+// SIGKILL queued and not yet taken: kill(2) marks it pending on every thread at once, and nothing
+// blocks or catches it (signal(7)). SigPnd is the thread's set, ShdPnd the process's, as
+// hexadecimal masks with signal N at bit N - 1 (proc(5)).
+bool killPending(pid_t pid)
+{
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0) {
+            const unsigned long long mask = std::strtoull(line.c_str() + 7, nullptr, 16);
+            if (mask & (1ULL << (SIGKILL - 1)))
+                return true;
+        }
+    return false;
+}
+
 // Whether the process is still there under its pid (not a zombie, nor a later process reusing it),
-// and not already on its way out: one with a SIGKILL pending goes whatever else it is sent, and
+// and can still be told anything: one with a SIGKILL pending goes whatever else it is sent, and
 // waiting for it (a frozen one does not go until it is thawed) would only hold the teardown up.
+// One already in its exit is waited for, so that the job is gone when the teardown returns.
 bool stillRunning(const ProcessId& id)
 {
-    return processId(id.pid) == id && !processEnding(id.pid);
+    return processId(id.pid) == id && !killPending(id.pid);
 }
 
 ExitStatus fromWaitStatus(int status)
@@ -391,17 +407,7 @@ bool processEnding(pid_t pid)
     const std::optional<Stat> stat = readStat(pid);
     if (!stat || stat->state == 'Z' || stat->state == 'X' || (stat->flags & kExiting))
         return true;
-    // SIGKILL queued and not yet taken: kill(2) marks it pending on every thread at once, and
-    // nothing blocks or catches it (signal(7)). SigPnd is the thread's set, ShdPnd the process's,
-    // as hexadecimal masks with signal N at bit N - 1 (proc(5)).
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    for (std::string line; std::getline(status, line);)
-        if (line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0) {
-            const unsigned long long mask = std::strtoull(line.c_str() + 7, nullptr, 16);
-            if (mask & (1ULL << (SIGKILL - 1)))
-                return true;
-        }
-    return !status.is_open(); // gone between the two reads
+    return killPending(pid) || !processId(pid); // (gone since the first read)
 }
 
 std::optional<ProcessId> processId(pid_t pid)
