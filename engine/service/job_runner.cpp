@@ -623,9 +623,9 @@ std::optional<store::SessionOutcome> Run::networkVerdict(const std::vector<Fate>
                                      "every host went silent together (" + hosts + "): " + together +
                                          ", and their processes are gone: the hosts died, or the job was killed",
                                      -1, 0};
-    const std::string seen = allSeen && states == std::set<char>{'R'}
-                                 ? "their processes run but none is heard"
-                                 : "the hosts' processes are out of this machine's sight";
+    const std::string seen = !allSeen                        ? "the hosts' processes are out of this machine's sight"
+                             : states == std::set<char>{'R'} ? "their processes run but none is heard"
+                                                             : "their processes are not all running, nor all gone";
     return store::SessionOutcome{
         store::Outcome::Failed,
         "the engine lost its network to every host (" + hosts + "): " + together + "; " + seen + ": " + check, -1, 0};

@@ -65,6 +65,10 @@ bool killPending(pid_t pid)
     return false;
 }
 
+// A killed process that cannot go on to its exit: asleep uninterruptibly (state D: frozen by a
+// cgroup freezer, or waiting on a device) with the SIGKILL still pending and its exit not begun.
+bool stuck(pid_t pid);
+
 // Whether the process is still there under its pid (not a zombie, nor a later process reusing it),
 // and can still be told anything: one with a SIGKILL pending goes whatever else it is sent, and
 // waiting for it (a frozen one does not go until it is thawed) would only hold the teardown up.
@@ -284,6 +288,15 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
         if (!m_exit)
             kill(m_pid, SIGKILL);
         signalTree(SIGKILL);
+        // Killed processes still take a moment to go (a loaded machine's exit of a large process,
+        // more): the job is gone when this returns, but for those that cannot go (stuck).
+        const auto deadline = std::chrono::steady_clock::now() + grace;
+        const auto going = [&children] {
+            return std::any_of(children.begin(), children.end(),
+                               [](const ProcessId& id) { return processId(id.pid) == id && !stuck(id.pid); });
+        };
+        while (going() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (!m_exit) {
         int status = 0;
@@ -398,6 +411,17 @@ std::optional<char> processState(pid_t pid)
     const std::optional<Stat> stat = readStat(pid);
     return stat ? std::optional<char>(stat->state) : std::nullopt;
 }
+
+namespace {
+
+bool stuck(pid_t pid)
+{
+    constexpr unsigned long kExiting = 0x4; // PF_EXITING, as in processEnding
+    const std::optional<Stat> stat = readStat(pid);
+    return stat && stat->state == 'D' && !(stat->flags & kExiting) && killPending(pid);
+}
+
+} // namespace
 
 bool processEnding(pid_t pid)
 {

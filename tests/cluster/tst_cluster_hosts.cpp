@@ -517,17 +517,30 @@ private slots:
         QVERIFY(engine.waitForFinished(120000));
         const QString err = QString::fromUtf8(engine.readAllStandardError());
         QCOMPARE(engine.exitCode(), 4);
-        QVERIFY2(!err.contains("ORTE") && !err.contains("mpirun") && !err.contains("-----"), qPrintable(err));
+        // What Open MPI says of a stop under it: the daemons' sessions ended before mpirun ordered
+        // them down, the engine's signal forwarded, ranks whose peers ended first. (What it may say
+        // at launch, e.g. plm_rsh's setpgid warning on a loaded machine, is not the stop's.)
+        for (const char* text : {"ORTE was unable to reliably start", "Forwarding signal", "Read -1, expected",
+                                 "peer hung up", "mpirun noticed", "mpirun detected", "abort is already in progress"})
+            QVERIFY2(!err.contains(text), qPrintable(err));
 
         const store::SessionReader reader(session.toStdString());
         QCOMPARE(reader.outcome().outcome, store::Outcome::Stopped);
-        int launcherWarnings = 0;
-        for (const auto& log : reader.logs())
-            if (log.rank == store::kEngineRank && log.record.level >= wire::LogLevel::Warning) {
-                ++launcherWarnings;
+        // Nothing at warning level from the moment the engine began the stop.
+        std::int64_t stopNs = 0;
+        int warnings = 0;
+        for (const auto& log : reader.logs()) {
+            if (log.rank != store::kEngineRank)
+                continue;
+            if (stopNs == 0 && log.record.text == "stopped by the user; stopping the job")
+                stopNs = log.record.timeNs;
+            if (stopNs != 0 && log.record.level >= wire::LogLevel::Warning) {
+                ++warnings;
                 qWarning("%s", log.record.text.c_str());
             }
-        QCOMPARE(launcherWarnings, 0);
+        }
+        QVERIFY(stopNs != 0);
+        QCOMPARE(warnings, 0);
     }
 
     void cleanupTestCase()
