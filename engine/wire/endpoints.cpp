@@ -95,7 +95,19 @@ bool isPrivateEndpoint(std::string_view endpoint)
         return false;
     std::error_code error;
     const std::filesystem::path absolute = std::filesystem::absolute(path, error);
-    return !error && privacyProblem(absolute.parent_path()).empty();
+    if (error)
+        return false;
+    // Private when, going up from the socket's folder through folders of this user's only (which
+    // nobody else can rename or fill), one lets nobody else in: a QTemporaryDir's subfolder, say.
+    for (std::filesystem::path dir = absolute.parent_path();; dir = dir.parent_path()) {
+        struct stat info {};
+        if (::lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != ::geteuid())
+            return false;
+        if ((info.st_mode & 077) == 0)
+            return true;
+        if (dir == dir.root_path())
+            return false;
+    }
 }
 
 std::string bindFailure(int error, std::string_view endpoint)

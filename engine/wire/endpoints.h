@@ -29,9 +29,9 @@ bool isLocalEndpoint(std::string_view endpoint);
 std::filesystem::path runtimeDirectory();
 // ipc://RUNTIME/control: where serve binds and the workbench looks unless told otherwise.
 std::string defaultControlEndpoint();
-// Whether only this user (and root) can connect: inproc://, or an ipc:// path whose folder this
-// user owns and grants nothing to group or others. The abstract namespace (ipc://@NAME) is open to
-// everyone.
+// Whether only this user (and root) can connect: inproc://, or an ipc:// path inside a folder that
+// this user owns and that grants nothing to group or others, reached through folders of this
+// user's only. The abstract namespace (ipc://@NAME) is open to everyone.
 bool isPrivateEndpoint(std::string_view endpoint);
 
 // What a failed bind's errno means for `endpoint`, and the fix, e.g. "port 80 is below 1024, which

@@ -102,29 +102,49 @@ const std::vector<std::string> kBadUtf8 = {
 // vocab <= 128256 in every example): the agent refuses each of them (agent/data/token_source.cpp),
 // so plan must refuse them before anything starts.
 const std::vector<std::string> kWrongData = {
-    R"({"source": "nope"})", R"({"source": "Markov"})", R"({"source": 7})", R"({"source": null, "order": 0})",
-    R"({"source": "markov", "order": 0})", R"({"source": "markov", "order": -1})",
-    R"({"source": "markov", "order": 1.5})", R"({"source": "markov", "order": "1"})",
-    R"({"source": "markov", "order": 9223372036854775808})", R"({"source": "markov", "order": 100000})",
-    R"({"source": "markov", "branching": -3})", R"({"source": "markov", "branching": 0})",
-    R"({"source": "markov", "branching": 1})", R"({"source": "markov", "branching": 2147483648})",
-    R"({"source": "markov", "branching": 1000000000})", R"({"source": "markov", "branchng": 4})",
-    R"({"source": "markov", "seed": 1})", R"({"order": 0})", R"({"branching": -1})", R"({"source": "file"})",
-    R"({"source": "file", "path": "tokens.bin"})", R"({"source": "file", "path": "tokens.bin", "dtype": "int8"})",
-    R"({"source": "file", "path": "", "dtype": "uint16"})", R"({"source": "file", "path": 7, "dtype": "uint16"})",
-    R"({"source": "file", "path": "tokens.bin", "dtype": "uint16", "order": 1})", R"("markov")", "42", "[]",
-    R"([{"source": "markov"}])", "true"};
+    R"({"source": "nope"})",
+    R"({"source": "Markov"})",
+    R"({"source": 7})",
+    R"({"source": null, "order": 0})",
+    R"({"source": "markov", "order": 0})",
+    R"({"source": "markov", "order": -1})",
+    R"({"source": "markov", "order": 1.5})",
+    R"({"source": "markov", "order": "1"})",
+    R"({"source": "markov", "order": 9223372036854775808})",
+    R"({"source": "markov", "order": 100000})",
+    R"({"source": "markov", "branching": -3})",
+    R"({"source": "markov", "branching": 0})",
+    R"({"source": "markov", "branching": 1})",
+    R"({"source": "markov", "branching": 2147483648})",
+    R"({"source": "markov", "branching": 1000000000})",
+    R"({"source": "markov", "branchng": 4})",
+    R"({"source": "markov", "seed": 1})",
+    R"({"order": 0})",
+    R"({"branching": -1})",
+    R"({"source": "file"})",
+    R"({"source": "file", "path": "tokens.bin"})",
+    R"({"source": "file", "path": "tokens.bin", "dtype": "int8"})",
+    R"({"source": "file", "path": "", "dtype": "uint16"})",
+    R"({"source": "file", "path": 7, "dtype": "uint16"})",
+    R"({"source": "file", "path": "tokens.bin", "dtype": "uint16", "order": 1})",
+    R"("markov")",
+    "42",
+    "[]",
+    R"([{"source": "markov"}])",
+    "true",
+    "null"};
 // And settings that are right: the fix must not refuse these.
-const std::vector<std::string> kRightData = {
-    R"({"source": "markov"})", R"({"source": "markov", "order": 2, "branching": 8})", "{}", "null"};
+const std::vector<std::string> kRightData = {R"({"source": "markov"})",
+                                             R"({"source": "markov", "order": 2, "branching": 8})", "{}"};
 
 const std::vector<std::string> kUnknownKeys = {
     "frobnicate", "Layers", "dp ", "micro_batches", "", "a.b", "__proto__", "\\u0000", "\xD0\xBA\xD0\xBB\xD1\x8E\xD1\x87",
     "\xF0\x9F\x9A\x80", "source2", "0"};
 
-// Replacements of another JSON type than the value they replace (null is "absent" to the engine).
-const std::vector<std::string> kOtherTypes = {
-    R"("text")", R"("")", R"("4")", "true", "false", "[]", "[1, 2]", "{}", R"({"x": 1})", "0", "2.5"};
+// Replacements of another JSON type than the value they replace; null too, which no key takes (a
+// default is had by leaving the key out).
+const std::vector<std::string> kOtherTypes = {R"("text")", R"("")", R"("4")",      "true", "false", "[]",
+                                              "[1, 2]",    "{}",    R"({"x": 1})", "0",    "2.5",   "null"};
 
 constexpr std::string_view kRawMarker = "@@mutator-raw@@";
 constexpr std::string_view kKeyMarker = "@@mutator-key@@";

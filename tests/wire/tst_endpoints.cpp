@@ -63,6 +63,15 @@ private slots:
         }
         QCOMPARE(::chmod(dir.path().toUtf8().constData(), 0700), 0);
         QVERIFY(wire::isPrivateEndpoint(inside));
+        // A folder of ours that others may enter, inside one they may not: nobody else gets to it.
+        const QString open = dir.filePath("open");
+        QVERIFY(QDir().mkdir(open));
+        QCOMPARE(::chmod(open.toUtf8().constData(), 0755), 0);
+        const std::string deeper = "ipc://" + open.toStdString() + "/control";
+        QVERIFY(wire::isPrivateEndpoint(deeper));
+        QCOMPARE(::chmod(dir.path().toUtf8().constData(), 0755), 0);
+        QVERIFY(!wire::isPrivateEndpoint(deeper));
+        QCOMPARE(::chmod(dir.path().toUtf8().constData(), 0700), 0);
         // A folder that is not there is nobody's.
         QVERIFY(!wire::isPrivateEndpoint("ipc://" + dir.filePath("missing/control").toStdString()));
     }
