@@ -1,6 +1,6 @@
 // meshbench: the workbench. `meshbench [JOB.json | SESSION] [--screenshot DIR [--steps N]]
 // [--engine ENDPOINT [--server-key KEY_OR_FILE] [--client-key FILE]] [--offline]` opens the file
-// given; the keys are CURVE's, for an engine served off loopback (client/client_keys.h).
+// given; the keys are CURVE's, for an engine served on tcp:// (client/client_keys.h).
 // --screenshot walks through the screens and saves a PNG of each, then exits, so they can be seen
 // without a display (QT_QPA_PLATFORM=offscreen): with a job and an engine it launches the job,
 // captures the Monitor live, then replays the session it wrote (see ScreenshotTour).

@@ -15,7 +15,7 @@
 // The connection state follows `hello`: Connecting until the engine answers it, Connected after,
 // and back to Connecting when a periodic hello goes unanswered (the DEALER keeps reconnecting).
 //
-// Keys: an engine served off loopback (or with --curve) speaks CURVE and lets in only the client
+// Keys: an engine served on tcp:// (or with --curve) speaks CURVE and lets in only the client
 // keys its allow-list names; connectTo's `keys` put the engine's public key and this workbench's
 // pair on both sockets (client_keys.h chooses them). A refused client hears nothing back: its
 // requests time out, and the engine's log names the refused key.
