@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,21 @@ inline void onThreads(int count, const std::function<void(int)>& body)
         threads.emplace_back([&, r] { body(r); });
     for (std::thread& t : threads)
         t.join();
+}
+
+// Runs body(r) for every rank of the mesh, each on a thread of its own; what each returned, or the
+// error it threw ("threw: ...").
+inline std::vector<std::string> onEveryRank(InProcessMesh& mesh, const std::function<std::string(int)>& body)
+{
+    std::vector<std::string> said(std::size_t(mesh.worldSize()));
+    onThreads(mesh.worldSize(), [&](int r) {
+        try {
+            said[std::size_t(r)] = body(r);
+        } catch (const std::exception& e) {
+            said[std::size_t(r)] = std::string("threw: ") + e.what();
+        }
+    });
+    return said;
 }
 
 // Two layers, the first MoE (4 experts, top 2), the second dense: both ranges of the flat buffer.

@@ -11,6 +11,7 @@
 #include "fake_nccl.h"
 #endif
 #include "far_backend.h"
+#include "parallel_test_support.h"
 #include "kernels/cpu/cpu_backend.h"
 
 #include <QRegularExpression>
@@ -22,6 +23,7 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
+using meshbench::agent::testing::onEveryRank;
 
 namespace {
 
@@ -44,25 +46,6 @@ plan::Mesh dataParallel(int ranks)
 std::vector<const Communicator*> members(const ProcessGroups& g)
 {
     return {g.world.get(), g.tensor.get(), g.pipeline.get(), g.data.get(), g.expert.get(), g.expertData.get()};
-}
-
-// Runs `body` for every rank of the mesh, each on a thread of its own, and gives what each said or
-// the error it threw.
-std::vector<std::string> onEveryRank(InProcessMesh& mesh, const std::function<std::string(int)>& body)
-{
-    std::vector<std::string> said(std::size_t(mesh.worldSize()));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < mesh.worldSize(); ++r)
-        threads.emplace_back([&, r] {
-            try {
-                said[std::size_t(r)] = body(r);
-            } catch (const std::exception& e) {
-                said[std::size_t(r)] = std::string("threw: ") + e.what();
-            }
-        });
-    for (std::thread& t : threads)
-        t.join();
-    return said;
 }
 
 #if MESHBENCH_HAVE_CUDA
@@ -107,7 +90,7 @@ private slots:
     void sharedDevicesStageEveryGroupThroughTheHost()
     {
         InProcessMesh mesh(demoMesh());
-        testing::FarBackend far;
+        agent::testing::FarBackend far;
         const std::vector<std::string> said = onEveryRank(mesh, [&](int r) {
             std::string description = attachDeviceCommunicators(mesh.groups(r), far, true);
             // A data-parallel sum over device memory through the staged group.
@@ -173,11 +156,11 @@ private slots:
         QFETCH(QList<int>, withoutNccl);
         QFETCH(QList<int>, onTheCpu);
         QFETCH(QStringList, expected);
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         const NcclLibrary missing = NcclLibrary::load("/nonexistent/libnccl.so.2");
         InProcessMesh mesh(dataParallel(ranks));
         const std::vector<std::string> said = onEveryRank(mesh, [&](int r) {
-            testing::FarBackend far;
+            agent::testing::FarBackend far;
             kernels::CpuBackend cpu;
             kernels::Backend& backend = onTheCpu.contains(r) ? static_cast<kernels::Backend&>(cpu) : far;
             const NcclContext nccl = contextOf(withoutNccl.contains(r) ? missing : fake.library);

@@ -14,6 +14,7 @@
 #include "fake_nccl.h"
 #endif
 #include "far_backend.h"
+#include "parallel_test_support.h"
 #include "kernels/backend_choice.h"
 #if MESHBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
@@ -26,6 +27,7 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
+using meshbench::agent::testing::onEveryRank;
 
 namespace {
 
@@ -59,24 +61,6 @@ plan::Mesh meshOf(int dp, int pp, int tp, int ep)
     p.tp = tp;
     p.ep = ep;
     return plan::Mesh(p);
-}
-
-// Runs `body` for every rank on a thread of its own; what each returned, or the error it threw.
-std::vector<std::string> onEveryRank(InProcessMesh& mesh, const std::function<std::string(int)>& body)
-{
-    std::vector<std::string> said(std::size_t(mesh.worldSize()));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < mesh.worldSize(); ++r)
-        threads.emplace_back([&, r] {
-            try {
-                said[std::size_t(r)] = body(r);
-            } catch (const std::exception& e) {
-                said[std::size_t(r)] = std::string("threw: ") + e.what();
-            }
-        });
-    for (std::thread& t : threads)
-        t.join();
-    return said;
 }
 
 // What `call` threw as CommError ("" if it returned).
@@ -120,11 +104,11 @@ private slots:
 #if MESHBENCH_HAVE_CUDA
     void groupsAreSplitFromOneWorldCommunicator()
     {
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         {
             InProcessMesh mesh(meshOf(2, 2, 2, 1));
             const std::vector<std::string> said = onEveryRank(mesh, [&](int r) {
-                testing::FarBackend far;
+                agent::testing::FarBackend far;
                 ProcessGroups& groups = mesh.groups(r);
                 std::string description = attachDeviceCommunicators(groups, far, false, contextOf(fake.library));
                 const kernels::DevPtr x = far.allocate(1, kernels::DType::F32);
@@ -181,11 +165,11 @@ private slots:
     {
         QFETCH(QString, function);
         QFETCH(QString, operation);
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         fake.failNext(qPrintable(function), 0, ncclUnhandledCudaError);
         InProcessMesh mesh(meshOf(2, 1, 1, 2));
         const std::vector<std::string> said = onEveryRank(mesh, [&](int r) -> std::string {
-            testing::FarBackend far;
+            agent::testing::FarBackend far;
             ProcessGroups& groups = mesh.groups(r);
             attachDeviceCommunicators(groups, far, false, contextOf(fake.library));
             if (r != 0)
@@ -220,7 +204,7 @@ private slots:
 
     void aMissingPeerEndsCreationAtTheDeadline()
     {
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         ncclUniqueId id{};
         QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
         const std::string failure = commErrorOf([&] { NcclComm::initRank(fake.library, 2, id, 0, kShort); });
@@ -234,7 +218,7 @@ private slots:
 
     void aMissingPeerEndsASplitAtTheDeadline()
     {
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         ncclUniqueId id{};
         QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
         {
@@ -265,7 +249,7 @@ private slots:
     {
         QFETCH(bool, peerCalls);
         QFETCH(QString, expected);
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         ncclUniqueId id{};
         QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
         const Peer peer(fake.library, id);
@@ -286,7 +270,7 @@ private slots:
     {
         // The peer joins the collective only once this rank's host has moved (as a peer waiting for
         // one of our MPI messages would): the wait must make progress, not only watch the clock.
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         ncclUniqueId id{};
         QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
         const Peer peer(fake.library, id);
@@ -309,7 +293,7 @@ private slots:
 
     void aPeersFailureEndsTheWaitAtOnce()
     {
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         ncclUniqueId id{};
         QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
         const std::unique_ptr<NcclComm> comm = NcclComm::initRank(fake.library, 1, id, 0, kLong);
@@ -322,7 +306,7 @@ private slots:
 
     void anOperationThatNeverFinishesEndsAtTheDeadline()
     {
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         ncclUniqueId id{};
         QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
         const std::unique_ptr<NcclComm> comm = NcclComm::initRank(fake.library, 1, id, 0, kShort);
@@ -364,7 +348,7 @@ private slots:
 
     void aCommunicatorLeftInOrderIsFinalisedAndDestroyed()
     {
-        testing::FakeNccl fake;
+        agent::testing::FakeNccl fake;
         ncclUniqueId id{};
         QCOMPARE(fake.library.getUniqueId(&id), ncclSuccess);
         NcclComm::initRank(fake.library, 1, id, 0, kShort).reset();
