@@ -69,13 +69,13 @@ bool killPending(pid_t pid)
 // cgroup freezer, or waiting on a device) with the SIGKILL still pending and its exit not begun.
 bool stuck(pid_t pid);
 
-// Whether the process is still there under its pid (not a zombie, nor a later process reusing it),
-// and can still be told anything: one with a SIGKILL pending goes whatever else it is sent, and
-// waiting for it (a frozen one does not go until it is thawed) would only hold the teardown up.
-// One already in its exit is waited for, so that the job is gone when the teardown returns.
+// Whether the process is still there under its pid (not a zombie, nor a later process reusing it)
+// and can still go on to its end. One that is stuck (killed while frozen, say) goes once it is let
+// go and not before, whatever it is sent: waiting for it would only hold the teardown up. One
+// killed or exiting is waited for, so that the job is gone when the teardown returns.
 bool stillRunning(const ProcessId& id)
 {
-    return processId(id.pid) == id && !killPending(id.pid);
+    return processId(id.pid) == id && !stuck(id.pid);
 }
 
 ExitStatus fromWaitStatus(int status)
@@ -291,10 +291,7 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
         // Killed processes still take a moment to go (a loaded machine's exit of a large process,
         // more): the job is gone when this returns, but for those that cannot go (stuck).
         const auto deadline = std::chrono::steady_clock::now() + grace;
-        const auto going = [&children] {
-            return std::any_of(children.begin(), children.end(),
-                               [](const ProcessId& id) { return processId(id.pid) == id && !stuck(id.pid); });
-        };
+        const auto going = [&children] { return std::any_of(children.begin(), children.end(), stillRunning); };
         while (going() && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
