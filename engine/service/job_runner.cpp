@@ -352,6 +352,7 @@ private:
     std::string terminatedRankCause(std::uint32_t rank) const;
     // A rank's process state letter (/proc; '?' once it is gone), when this machine started it.
     std::optional<char> launchedProcessState(std::uint32_t rank) const;
+    void noteNewlyHeardRanks(LaunchedProcess& job);
     // What a silent rank's process is doing, in words, when this machine started it; empty otherwise.
     std::string silentRankState(std::uint32_t rank) const;
     enum class Fate { NotHeard, WentOn, Silent };
@@ -408,6 +409,7 @@ private:
     std::int64_t m_teardownNs = 0;            // when the engine began stopping the job, 0 before
     bool m_leftRanksStopped = false;          // the launcher ended and left ranks running, which the engine stopped
     const LaunchedProcess* m_job = nullptr;   // while it runs
+    std::size_t m_ranksHeard = 0;             // ranks heard from, when the launcher's tree was last noted
     bool m_networkLost = false;               // the verdict is networkVerdict's: no rank can answer
     std::vector<std::uint32_t> m_unanswering; // the ranks the verdict found lost with their host or network
     bool m_orderlyStop = false;               // the user's stop is under way
@@ -671,6 +673,20 @@ std::string Run::terminatedRankCause(std::uint32_t rank) const
     const int signal = liveness(rank).detail;
     return rankWords(rank) + " was terminated by signal " + std::to_string(signal) + " (" + strsignal(signal) +
            "), which the engine did not send";
+}
+
+void Run::noteNewlyHeardRanks(LaunchedProcess& job)
+{
+    // A rank first heard may have been forked after the launcher's tree was last noted (once a
+    // second): noted now, while it runs, its process can be read whatever becomes of it later, when
+    // a lost host's ranks are judged by their processes (hostVerdict).
+    std::size_t heard = 0;
+    for (std::uint32_t r = 0; r < m_world; ++r)
+        heard += liveness(r).everHeard ? 1 : 0;
+    if (heard > m_ranksHeard) {
+        m_ranksHeard = heard;
+        job.noteTreeNow();
+    }
 }
 
 std::optional<char> Run::launchedProcessState(std::uint32_t rank) const
@@ -969,6 +985,7 @@ RunResult Run::execute()
                 items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
         zmq::poll(items, std::chrono::milliseconds(100));
         m_collector.receive();
+        noteNewlyHeardRanks(*job);
         if (job->stdoutFd() >= 0)
             readLauncher(*job, job->stdoutFd(), wire::LogLevel::Info);
         if (job->stderrFd() >= 0)

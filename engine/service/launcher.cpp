@@ -192,12 +192,17 @@ std::optional<ExitStatus> LaunchedProcess::poll()
 
 void LaunchedProcess::noteTree()
 {
-    // Once a second (a scan of /proc where the kernel lists no children); a rank started in the last
-    // second before the launcher died is the one that can be missed.
-    const auto now = std::chrono::steady_clock::now();
-    if (now - m_treeNoted < std::chrono::seconds(1))
+    // Once a second (a scan of /proc where the kernel lists no children); noteTreeNow covers the
+    // ranks forked in between, as they are first heard.
+    if (std::chrono::steady_clock::now() - m_treeNoted >= std::chrono::seconds(1))
+        noteTreeNow();
+}
+
+void LaunchedProcess::noteTreeNow()
+{
+    m_treeNoted = std::chrono::steady_clock::now();
+    if (m_exit || m_pid <= 0)
         return;
-    m_treeNoted = now;
     for (pid_t pid : descendantsOf(m_pid))
         if (const std::optional<ProcessId> id = processId(pid);
             id && std::find(m_tree.begin(), m_tree.end(), *id) == m_tree.end())

@@ -74,6 +74,9 @@ public:
     // Whether `pid` was seen in the launcher's tree: a process this machine started for the job
     // (which a rank on another host is not, whatever its pid).
     bool launched(pid_t pid) const;
+    // Notes the launcher's descendants now, not at poll()'s once a second: for a rank just heard
+    // from, which may have been forked since, so that launched() knows it whatever becomes of it.
+    void noteTreeNow();
 
 private:
     pid_t m_pid = -1;
@@ -85,7 +88,7 @@ private:
     // Descendants seen while the launcher ran; a pid with its start time, so a reused pid is not killed.
     std::vector<ProcessId> m_tree;
     std::chrono::steady_clock::time_point m_treeNoted;
-    void noteTree();
+    void noteTree(); // at most once a second
     std::vector<ProcessId> liveTree();
 };
 
