@@ -1,6 +1,7 @@
 #include "clock_server.h"
 
 #include "wire/clock.h"
+#include "wire/endpoints.h"
 #include "wire/telemetry.h"
 
 #include <stdexcept>
@@ -16,9 +17,8 @@ ClockServer::ClockServer(zmq::context_t& context, const std::string& bind, const
             setup(m_socket, "clock server");
         m_socket.bind(bind);
     } catch (const zmq::error_t& e) {
-        throw std::runtime_error("cannot bind the clock server to '" + bind + "': " + e.what() +
-                                 " (it binds beside the collector; use --collector tcp://HOST:PORT on an address "
-                                 "of this machine)");
+        throw std::runtime_error("cannot bind the clock server to '" + bind + "': " + wire::bindFailure(e.num(), bind) +
+                                 " (it binds beside the collector, which --collector sets)");
     }
     m_endpoint = reachableEndpoint(m_socket);
     m_thread = std::thread([this] { serve(); });
