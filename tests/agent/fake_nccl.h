@@ -4,13 +4,32 @@
 // fake's controls (failures to inject) and counts (calls, communicators, misuses) by name.
 
 #include "agent/runtime/nccl_library.h"
+#if MESHBENCH_HAVE_CUDA
+#include "agent/runtime/nccl_communicator.h"
+#endif
 
 #include <dlfcn.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 namespace meshbench::agent::testing {
+
+#if MESHBENCH_HAVE_CUDA
+// Streams whose work is always done, for the communicators over the fake: it moves no data.
+class HostStream final : public NcclStream {
+public:
+    cudaStream_t handle() const override { return nullptr; }
+    void afterCompute() override {}
+    std::unique_ptr<Mark> mark() override { return std::make_unique<Done>(); }
+
+private:
+    struct Done final : Mark {
+        bool reached() override { return true; }
+    };
+};
+#endif
 
 class FakeNccl {
 public:

@@ -24,6 +24,9 @@
 using namespace meshbench;
 using namespace meshbench::agent;
 using meshbench::agent::testing::onEveryRank;
+#if MESHBENCH_HAVE_CUDA
+using meshbench::agent::testing::HostStream;
+#endif
 
 namespace {
 
@@ -49,19 +52,6 @@ std::vector<const Communicator*> members(const ProcessGroups& g)
 }
 
 #if MESHBENCH_HAVE_CUDA
-// Streams whose work is always done: the fake moves no data.
-class HostStream final : public NcclStream {
-public:
-    cudaStream_t handle() const override { return nullptr; }
-    void afterCompute() override {}
-    std::unique_ptr<Mark> mark() override { return std::make_unique<Done>(); }
-
-private:
-    struct Done final : Mark {
-        bool reached() override { return true; }
-    };
-};
-
 NcclContext contextOf(const NcclLibrary& library)
 {
     // Short: on a wrong choice, the ranks that entered NCCL would end here instead of hanging.

@@ -28,22 +28,13 @@
 using namespace meshbench;
 using namespace meshbench::agent;
 using meshbench::agent::testing::onEveryRank;
+#if MESHBENCH_HAVE_CUDA
+using meshbench::agent::testing::HostStream;
+#endif
 
 namespace {
 
 #if MESHBENCH_HAVE_CUDA
-class HostStream final : public NcclStream {
-public:
-    cudaStream_t handle() const override { return nullptr; }
-    void afterCompute() override {}
-    std::unique_ptr<Mark> mark() override { return std::make_unique<Done>(); }
-
-private:
-    struct Done final : Mark {
-        bool reached() override { return true; }
-    };
-};
-
 // Long enough never to be reached where every peer is there; the tests of a missing peer use kShort.
 constexpr std::chrono::milliseconds kLong{60000};
 constexpr std::chrono::milliseconds kShort{50};
