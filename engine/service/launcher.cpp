@@ -69,14 +69,40 @@ bool killPending(pid_t pid)
 // cgroup freezer, or waiting on a device) with the SIGKILL still pending and its exit not begun.
 bool stuck(pid_t pid);
 
-// Whether the process is still there under its pid (not a zombie, nor a later process reusing it)
-// and can still go on to its end. One that is stuck (killed while frozen, say) goes once it is let
-// go and not before, whatever it is sent: waiting for it would only hold the teardown up. One
-// killed or exiting is waited for, so that the job is gone when the teardown returns.
+// Whether the process is still there under its pid (not a zombie, nor a later process reusing it).
+bool present(const ProcessId& id)
+{
+    return processId(id.pid) == id;
+}
+
+// Whether the process is still there and can still go on to its end. One that is stuck (killed
+// while frozen, say) goes once it is let go and not before, whatever it is sent.
 bool stillRunning(const ProcessId& id)
 {
-    return processId(id.pid) == id && !stuck(id.pid);
+    return present(id) && !stuck(id.pid);
 }
+
+// The teardown's wait for killed processes to go. One stuck for kStuckFor is past waiting for:
+// waiting would only hold the teardown up. A shorter spell in D state is a page fault or a write
+// on a loaded machine, from which a killed process goes on to its exit: it is waited for, so that
+// the job is gone when the teardown returns.
+class ExitWatch {
+public:
+    static constexpr std::chrono::milliseconds kStuckFor{1000};
+
+    bool worthWaitingFor(const ProcessId& id)
+    {
+        if (!present(id) || !stuck(id.pid)) {
+            m_stuckSince.erase(id.pid);
+            return present(id);
+        }
+        const auto now = std::chrono::steady_clock::now();
+        return now - m_stuckSince.try_emplace(id.pid, now).first->second < kStuckFor;
+    }
+
+private:
+    std::map<pid_t, std::chrono::steady_clock::time_point> m_stuckSince;
+};
 
 ExitStatus fromWaitStatus(int status)
 {
@@ -217,7 +243,7 @@ std::vector<ProcessId> LaunchedProcess::liveTree()
             if (const std::optional<ProcessId> id = processId(pid))
                 tree.push_back(*id);
     for (const ProcessId& id : m_tree)
-        if (stillRunning(id) && std::find(tree.begin(), tree.end(), id) == tree.end())
+        if (present(id) && std::find(tree.begin(), tree.end(), id) == tree.end())
             tree.push_back(id);
     return tree;
 }
@@ -263,14 +289,19 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
         return;
     const auto signalTree = [&children](int signal) {
         for (const ProcessId& id : children)
-            if (stillRunning(id))
+            if (present(id))
                 kill(id.pid, signal);
+    };
+    ExitWatch watch;
+    const auto going = [&] {
+        return std::any_of(children.begin(), children.end(),
+                           [&watch](const ProcessId& id) { return watch.worthWaitingFor(id); });
     };
     auto waitUntilGone = [&](std::chrono::milliseconds limit) {
         const auto deadline = std::chrono::steady_clock::now() + limit;
         auto anyAlive = [&] {
             poll();
-            return !m_exit || std::any_of(children.begin(), children.end(), stillRunning);
+            return !m_exit || going();
         };
         while (anyAlive() && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -296,7 +327,6 @@ void LaunchedProcess::terminate(std::chrono::milliseconds grace)
         // Killed processes still take a moment to go (a loaded machine's exit of a large process,
         // more): the job is gone when this returns, but for those that cannot go (stuck).
         const auto deadline = std::chrono::steady_clock::now() + grace;
-        const auto going = [&children] { return std::any_of(children.begin(), children.end(), stillRunning); };
         while (going() && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

@@ -387,11 +387,12 @@ private slots:
         const bool ended = engine.waitForFinished(120000);
         // The engine's teardown must have ended every rank of the host, before the test cleans up
         // (frozen ones cannot end before they are thawed, whatever anyone sends them).
-        std::vector<int> outlived;
-        for (int pid : ranksOnHost)
-            if (fault != "kill-frozen" && QFile::exists(QString("/proc/%1/cmdline").arg(pid)) &&
-                !runProcess("ps", {"-o", "stat=", "-p", QString::number(pid)}).out.trimmed().startsWith('Z'))
-                outlived.push_back(pid);
+        QStringList outlived; // "pid (ps state)"
+        for (int pid : ranksOnHost) {
+            const QString state = runProcess("ps", {"-o", "stat=", "-p", QString::number(pid)}).out.trimmed();
+            if (fault != "kill-frozen" && QFile::exists(QString("/proc/%1/cmdline").arg(pid)) && !state.startsWith('Z'))
+                outlived << QString("%1 (%2)").arg(pid).arg(state);
+        }
         // The host is given back whole to the next test, whatever happened here.
         thaw();
         for (int pid : hostProcesses("mbt-h2")) {
@@ -401,7 +402,9 @@ private slots:
         heal();
         if (!ended)
             QFAIL(qPrintable("the engine did not end: " + engine.errorString()));
-        QVERIFY2(outlived.empty(), qPrintable(QString("%1 ranks of mbt-h2 outlived the job").arg(outlived.size())));
+        QVERIFY2(outlived.empty(),
+                 qPrintable(
+                     QString("%1 ranks of mbt-h2 outlived the job: %2").arg(outlived.size()).arg(outlived.join(", "))));
         QCOMPARE(engine.exitCode(), 3);
 
         const store::SessionReader reader(session.toStdString());
