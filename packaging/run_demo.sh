@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packaging/build.sh
+# The three programs only: the test suites are packaging/run_tests.sh's to build.
+packaging/build.sh meshbench meshbench-engine meshbench-agent
 echo
 build/bin/meshbench-engine plan resources/jobs/demo.json
 echo
