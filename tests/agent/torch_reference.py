@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""An fp32 PyTorch re-implementation of meshbench-agent's training step, written only from README.md
-("Training on one device: meshbench-agent"). It loads a checkpoint the agent saved, trains N steps on the
-job's token file and prints one JSON line per step: {"step", "loss" (mean cross-entropy), "aux_loss"
-(load-balancing term), "lr", "grad_norm"}, as the agent's --metrics file has them.
+"""An fp32 PyTorch re-implementation of meshbench-agent's training step, written only from docs/agent.md
+("Training on one device: meshbench-agent", once a section of README.md). It loads a checkpoint the agent
+saved, trains N steps on the job's token file and prints one JSON line per step: {"step", "loss" (mean
+cross-entropy), "aux_loss" (load-balancing term), "lr", "grad_norm"}, as the agent's --metrics file has them.
 
 Usage: /usr/bin/python3 torch_reference.py --job JOB.json --checkpoint step-000000.safetensors --steps N
                         [--random-tokens]

@@ -1,5 +1,5 @@
 // meshbench-agent against an independent fp32 PyTorch re-implementation (tests/agent/torch_reference.py),
-// which was written from README.md's "Training on one device" section alone. Both start from the checkpoint
+// which was written from the "Training on one device" manual (docs/agent.md) alone. Both start from the checkpoint
 // the agent saves before its first step and train 6 steps on the same token file; every step's mean
 // cross-entropy, load-balancing loss, gradient norm and learning rate must agree to 1e-4 relative.
 

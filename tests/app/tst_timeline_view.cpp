@@ -454,7 +454,7 @@ void TestTimelineView::scheduleFigures_data()
 
 void TestTimelineView::scheduleFigures()
 {
-    // The Designer's picture of each schedule (README, "Pipeline schedules"): 4 stages, 8
+    // The Designer's picture of each schedule (docs/schedules.md): 4 stages, 8
     // micro-batches, unit costs. Every op of the simulation is painted on its stage's row in its
     // kind's colour and its chunk's shade, exactly where the simulation puts it.
     // MESHBENCH_SCREENSHOT_DIR=dir saves schedule-<name>.png there.

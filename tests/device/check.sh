@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device check, run on the GPU machine (see the README's "On GPUs"). Needs .device-bin/ and
+# The device check, run on the GPU machine (see docs/gpus.md, "The device check"). Needs .device-bin/ and
 # .device-runtime/ carried (both from fetch_runtime.sh, run here first); unpacks the packages into a
 # private prefix, never into /, and uses the machine's own CUDA 13 libraries (the toolkit's, else those of
 # its Python environment's pip packages, NCCL among them). Nothing of the machine's own Open MPI is used, if

@@ -52,7 +52,7 @@ int main(int argc, char** argv)
                          {{"scalar", {}, &scalar}, {"empty", {0, 3}, nullptr}, {"special", {5}, special.data()},
                           {"matrix", {2, 4}, embed.data()}},
                          {{"step", "7"}});
-        // The trainer's layout in miniature (agent/train/trainer.cpp, README "Checkpoint format").
+        // The trainer's layout in miniature (agent/train/trainer.cpp, docs/agent.md, "Checkpoint format").
         const std::string job = R"({"model":{"layers":1,"hidden":8,"heads":2,"vocab":16,"seq_len":4}})";
         writeSafetensors(path("checkpoint.safetensors"),
                          {{"embed.weight", {16, 8}, embed.data()},

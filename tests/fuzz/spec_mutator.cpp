@@ -71,7 +71,7 @@ struct Field {
     std::string key;
 };
 
-// README, "Job spec reference": the keys that take whole numbers. Every numeric key has a lower
+// docs/job-spec.md, the job spec reference: the keys that take whole numbers. Every numeric key has a lower
 // bound of at least 0 and an upper bound below 2^62.
 const std::set<std::string> kIntegerKeys = {
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "experts", "top_k",
@@ -248,7 +248,7 @@ std::string nested(std::size_t depth, bool arrays)
     return text;
 }
 
-// README: required keys (a cluster without a preset needs its shape and device).
+// docs/job-spec.md: required keys (a cluster without a preset needs its shape and device).
 bool isRequired(const Seed& seed, const std::string& path)
 {
     static const std::set<std::string> always = {"model", "cluster", "model.layers", "model.hidden", "model.heads",
