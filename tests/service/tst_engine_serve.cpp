@@ -629,7 +629,7 @@ private slots:
         const QString badKind = damagedCopy(session, dir.filePath("bad-kind.meshbench"),
                                             "UPDATE spans SET kind = 77 WHERE seq = (SELECT MIN(seq) FROM spans)");
         const ProcessRun exported = runProcess(kEngine, {"export", badKind, "--csv", dir.filePath("csv")});
-        QCOMPARE(exported.exitCode, 1);   // it was 5, where the README promises 1
+        QCOMPARE(exported.exitCode, 1);   // it was 5, where docs/cli.md promises 1
         QVERIFY2(exported.err.contains(badKind), qPrintable(exported.err));
         const ProcessRun replayed = replay(badKind);
         QCOMPARE(replayed.exitCode, 1);
