@@ -1,6 +1,7 @@
 #include "agent/parallel/pipeline_executor.h"
 
 #include "plan/capability.h"
+#include "plan/op_span_kind.h"
 
 #include <map>
 
@@ -12,9 +13,8 @@ PipelineExecutor::PipelineExecutor(GptModel& model, kernels::Backend& backend, C
       m_pipelineRanks(std::move(pipelineRanks))
 {
     const plan::ScheduleShape& shape = m_schedule.shape;
-    // The same limit as the capability rule's (plan::kMaxPipelineMessageTags), which refuses such a
-    // spec before launch; this guards a schedule built some other way.
-    if (2LL * shape.microbatches * shape.stages * shape.virtualStages > plan::kMaxPipelineMessageTags)
+    // The capability rule refuses such a spec before launch; this guards a schedule built some other way.
+    if (plan::pipelineMessageTags(shape) > plan::kMaxPipelineMessageTags)
         throw CommError("the schedule has " + std::to_string(shape.microbatches) + " micro-batches x " +
                         std::to_string(shape.stages * shape.virtualStages) +
                         " virtual stages, more messages than MPI tags can name; use fewer, larger micro-batches");
@@ -52,11 +52,15 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
         GradientListener* last = op.microbatch == shape.microbatches - 1 ? finished : nullptr;
         Slot& slot = slots[{op.microbatch, op.chunk}];
         const int virtualStage = shape.virtualStageOf(m_stage, op.chunk);
-        // Spans carry the op's own name (one source of truth for planned and measured ops).
         const bool compute = plan::isCompute(op.kind);
-        const Span span{step, std::int16_t(m_stage), std::int16_t(op.chunk), op.microbatch,
-                        *wire::spanKindFromName(plan::opKindName(op.kind)),
-                        compute ? -1 : m_pipelineRanks[std::size_t(op.peerStage)], 0, 0,
+        const Span span{step,
+                        std::int16_t(m_stage),
+                        std::int16_t(op.chunk),
+                        op.microbatch,
+                        plan::spanKindOf(op.kind),
+                        compute ? -1 : m_pipelineRanks[std::size_t(op.peerStage)],
+                        0,
+                        0,
                         compute ? 0 : elements * sizeof(float)};
         const Measurements::Range range(span);
         const kernels::TimeMark begin = measurements.mark();

@@ -1,5 +1,7 @@
 #include "timeline/timeline_loaders.h"
 
+#include "plan/op_span_kind.h"
+
 #include <cmath>
 #include <unordered_map>
 
@@ -28,12 +30,6 @@ std::string stageLabel(const plan::ScheduleShape& shape, int stage)
 }
 
 }  // namespace
-
-wire::SpanKind spanKindOfOp(plan::OpKind kind)
-{
-    // By name, as the agent does: a planned op and its measured span share one vocabulary.
-    return wire::spanKindFromName(plan::opKindName(kind)).value_or(wire::SpanKind::Idle);
-}
 
 std::vector<RowInfo> rowsForRanks(const std::vector<store::RankInfo>& ranks)
 {
@@ -92,7 +88,7 @@ TimelineStore::OverlappedOps overlappedOpsOf(const plan::Schedule& schedule)
     for (std::size_t s = 0; s < schedule.stages.size(); ++s)
         for (const plan::Op& op : schedule.stages[s])
             if (op.overlapped)
-                ops.insert(TimelineStore::overlappedKey(int(s), spanKindOfOp(op.kind), op.microbatch, op.chunk));
+                ops.insert(TimelineStore::overlappedKey(int(s), plan::spanKindOf(op.kind), op.microbatch, op.chunk));
     return ops;
 }
 
@@ -110,7 +106,7 @@ TimelineStore loadPlanTimeline(const plan::Plan& plan, PlanRows rows, double nsP
             TimelineSpan span;
             span.beginNs = toNs(op.begin, nsPerUnit);
             span.endNs = toNs(op.end, nsPerUnit);
-            span.kind = spanKindOfOp(op.op.kind);
+            span.kind = plan::spanKindOf(op.op.kind);
             span.microbatch = op.op.microbatch;
             span.chunk = std::int16_t(op.op.chunk);
             span.stage = std::int16_t(s);

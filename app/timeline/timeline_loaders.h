@@ -28,8 +28,6 @@ TimelineStore loadSessionTimeline(const store::SessionReader& reader,
 // them. PerStage gives one row per stage (its RowInfo::rank is the stage and a span's peer is the
 // peer stage); PerRank copies a stage's ops onto each of its ranks (peer is then the peer rank).
 enum class PlanRows { PerStage, PerRank };
-// The span kind of a planned op (the agent measures each op under the same name).
-wire::SpanKind spanKindOfOp(plan::OpKind kind);
 
 // Simulator units to ns: cost-model plans simulate in seconds (1e9); unit-cost plans have no time,
 // so one unit is drawn as one millisecond (1e6).

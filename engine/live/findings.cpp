@@ -2,6 +2,7 @@
 
 #include "plan/mesh.h"
 #include "plan/report.h"
+#include "steady_state.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,14 +13,6 @@
 namespace meshbench::live {
 
 namespace {
-
-// Median of non-empty values (the mean of the two middle ones for an even count).
-double median(std::vector<double> values)
-{
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 bool finite(const std::optional<double>& value)
 {
@@ -36,12 +29,14 @@ std::string plural(long long count, const std::string& word)
     return std::to_string(count) + " " + word + (count == 1 ? "" : "s");
 }
 
-// The recent steps (see findings.h): the last kRecentSteps after the first, complete ones only.
+// The recent steps (see findings.h): the last kRecentSteps after warm-up, complete ones only. None
+// from warm-up alone: findings judge a run in its steady state.
 std::vector<const StepAggregate*> recentSteps(std::span<const StepAggregate> steps)
 {
     std::vector<const StepAggregate*> recent;
-    const std::size_t from =
-        steps.size() > std::size_t(kRecentSteps) + 1 ? steps.size() - std::size_t(kRecentSteps) : 1;
+    const std::size_t from = steps.size() > kWarmupSteps + std::size_t(kRecentSteps)
+                                 ? steps.size() - std::size_t(kRecentSteps)
+                                 : kWarmupSteps;
     for (std::size_t i = from; i < steps.size(); ++i)
         if (!steps[i].partial)
             recent.push_back(&steps[i]);
@@ -688,9 +683,9 @@ std::optional<double> RankTimes::busySeconds(std::int32_t step, std::uint32_t ra
 
 void RecentSteps::add(const StepAggregate& step)
 {
-    // The first step stays (findFindings leaves it out as warm-up); of the rest, the last kRecentSteps.
-    if (m_steps.size() > std::size_t(kRecentSteps))
-        m_steps.erase(m_steps.begin() + 1);
+    // The warm-up stays (findFindings leaves it out); of the rest, the last kRecentSteps.
+    if (m_steps.size() > kWarmupSteps + std::size_t(kRecentSteps) - 1)
+        m_steps.erase(m_steps.begin() + kWarmupSteps);
     m_steps.push_back(step);
 }
 

@@ -1,6 +1,7 @@
 #include "session_measurements.h"
 
 #include "live/session_spec.h"
+#include "live/steady_state.h"
 #include "plan/report.h"
 #include "store/session_store.h"
 
@@ -13,14 +14,6 @@
 
 namespace meshbench::live {
 namespace {
-
-double median(std::vector<double> values)
-{
-    if (values.empty())
-        return 0;
-    std::sort(values.begin(), values.end());
-    return values[values.size() / 2];
-}
 
 std::string milliseconds(double seconds)
 {
@@ -73,8 +66,7 @@ double checkedBusySeconds(const std::string& path, std::uint32_t rank, int step,
 
 } // namespace
 
-// The first step is left out when there are others: it pays for first-touch allocation and warm
-// caches.
+// Warm-up is left out when later steps exist (steady_state.h).
 plan::MeasuredRun measureSession(const std::string& path)
 {
     const store::SessionReader reader(path);
@@ -102,8 +94,7 @@ plan::MeasuredRun measureSession(const std::string& path)
     }
     if (stepSeconds.empty())
         throw std::invalid_argument(path + " holds no completed step; calibrate from a run that trained");
-    const int firstCounted =
-        stepSeconds.size() > 1 ? std::next(stepSeconds.begin())->first : stepSeconds.begin()->first;
+    const int firstCounted = std::next(stepSeconds.begin(), std::ptrdiff_t(firstSteadyStep(stepSeconds.size())))->first;
     std::vector<double> steps;
     for (const auto& [step, seconds] : stepSeconds)
         if (step >= firstCounted)

@@ -4,6 +4,11 @@
 
 namespace meshbench::plan {
 
+long long pipelineMessageTags(const ScheduleShape& shape)
+{
+    return 2LL * shape.microbatches * shape.stages * shape.virtualStages;
+}
+
 bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
 {
     const ModelSpec& m = spec.model;
@@ -27,7 +32,7 @@ bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
         });
 
     // The pipeline executor names every activation and gradient message by its own MPI tag.
-    const long long tags = 2LL * p.microbatches * p.pp * p.virtualStages;
+    const long long tags = pipelineMessageTags(p.scheduleShape());
     if (p.pp > 1 && tags > kMaxPipelineMessageTags)
         refuse("parallel.microbatches", [&] {
             return "pp=" + str(p.pp) + " x microbatches=" + str(p.microbatches) + " x virtual_stages=" +

@@ -19,6 +19,7 @@ namespace meshbench::plan {
 // (MPI_TAG_UB may be larger, but not everywhere). A pipeline of p stages, v chunks and m
 // micro-batches names 2 x m x p x v of them (an activation and a gradient per slot).
 constexpr long long kMaxPipelineMessageTags = 32767;
+long long pipelineMessageTags(const ScheduleShape& shape);
 
 // Whether meshbench-agent of this build runs `spec`. When it does not and `refusals` is given,
 // every reason is appended there, each on the key to change (as SpecError: "parallel.microbatches", …)

@@ -3,6 +3,7 @@
 // overlay alignment, and real pixels of a rendered frame.
 #include "timeline/timeline_view.h"
 
+#include "plan/op_span_kind.h"
 #include "plan/planner.h"
 
 #include <nlohmann/json.hpp>
@@ -489,7 +490,7 @@ void TestTimelineView::scheduleFigures()
             QVERIFY(!counts.empty());
             const auto commonest = std::max_element(counts.begin(), counts.end(),
                                                     [](const auto& a, const auto& b) { return a.second < b.second; });
-            const QRgb expected = TimelineView::chunkColor(spanKindOfOp(op.op.kind), op.op.chunk).rgb() & 0xffffff;
+            const QRgb expected = TimelineView::chunkColor(plan::spanKindOf(op.op.kind), op.op.chunk).rgb() & 0xffffff;
             QVERIFY2((commonest->first & 0xffffff) == expected,
                      qPrintable(QStringLiteral("stage %1 %2 mb %3 chunk %4 at [%5, %6]: %7, not %8")
                                     .arg(s).arg(QString::fromLatin1(plan::opKindName(op.op.kind).data()))

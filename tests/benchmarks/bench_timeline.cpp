@@ -10,6 +10,7 @@
 #include "timeline/timeline_loaders.h"
 #include "timeline/timeline_view.h"
 
+#include "plan/op_span_kind.h"
 #include "plan/schedule.h"
 #include "plan/simulator.h"
 
@@ -128,7 +129,7 @@ int main(int argc, char** argv)
                 spans.push_back(s);
             };
             for (const plan::TimedOp& op : sim.timeline[std::size_t(stage)])
-                add(op.begin, op.end, spanKindOfOp(op.op.kind), op.op.microbatch,
+                add(op.begin, op.end, plan::spanKindOf(op.op.kind), op.op.microbatch,
                     op.op.peerStage < 0 ? -1 : op.op.peerStage * kRanksPerStage + rank % kRanksPerStage);
             add(sim.makespan, sim.makespan + 3.0, wire::SpanKind::DataParallelReduce, -1, -1);
             add(sim.makespan + 3.0, sim.makespan + 4.0, wire::SpanKind::Optimizer, -1, -1);

@@ -1,3 +1,4 @@
+#include "plan/op_span_kind.h"
 #include "plan/schedule.h"
 
 #include <QtTest>
@@ -171,6 +172,10 @@ void TestSchedule::opKinds()
         QCOMPARE(std::string(opKindName(kind)), std::string(name));
         const bool compute = kind == OpKind::Forward || kind == OpKind::Backward || kind == OpKind::WeightGrad;
         QCOMPARE(isCompute(kind), compute);
+        // The span the agent measures for the op bears the op's name, and the bubble counts it as
+        // busy exactly when the planner does.
+        QCOMPARE(std::string(meshbench::wire::spanKindName(spanKindOf(kind))), std::string(name));
+        QCOMPARE(meshbench::wire::isComputeKind(spanKindOf(kind)), compute);
     }
 }
 
