@@ -174,14 +174,15 @@ Trainer::StepBatch Trainer::stepBatch() const
 {
     const plan::ParallelSpec& p = m_spec.parallel;
     const std::int64_t globalBatch = p.globalBatch();
-    const int microbatches = int(globalBatch / p.microBatchSize);
+    // The step's micro-batches over every data-parallel replica (dp x parallel.microbatches).
+    const int stepMicrobatches = int(globalBatch / p.microBatchSize);
     StepBatch batch;
     batch.microbatchSize = p.microBatchSize;
-    batch.localMicrobatches = microbatches / dataParallelSize();
+    batch.localMicrobatches = stepMicrobatches / dataParallelSize();
     // Loss = mean cross-entropy over every token of the step + mean load-balancing loss over
     // micro-batches; each micro-batch's gradients are scaled so that their sum is that loss's.
     batch.lossScale = float(1.0 / (double(globalBatch) * double(m_spec.model.seqLen)));
-    batch.auxScale = float(1.0 / microbatches);
+    batch.auxScale = float(1.0 / stepMicrobatches);
     // Data-parallel rank r runs micro-batches [r M / dp, (r + 1) M / dp) of the step's M; every
     // pipeline stage of a replica sees the same micro-batches. Sample k of step i is global
     // sample i x globalBatch + k.

@@ -1,23 +1,15 @@
 #include "sessions/compared_session.h"
 
 #include "live/session_replay.h"
+#include "live/steady_state.h"
 #include "store/session_store.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iterator>
 
 namespace meshbench::app {
-
-namespace {
-
-// Step 1 is left out of the means whenever there is more than it (see SessionFigures).
-bool leavesOutWarmup(std::int32_t firstStep, std::size_t steps)
-{
-    return steps > 1 || (steps == 1 && firstStep != 1);
-}
-
-}  // namespace
 
 SessionFigures sessionFigures(const store::SessionReader& session)
 {
@@ -30,13 +22,12 @@ SessionFigures sessionFigures(const store::SessionReader& session)
         steps.emplace(m.record.step, m.record);
     if (!steps.empty())
         f.finalLoss = steps.rbegin()->second.loss;
-    const bool skipFirst = !steps.empty() && leavesOutWarmup(steps.begin()->first, steps.size());
     double bubbleSum = 0, secondsSum = 0;
     std::int64_t tokens = 0;
     int bubbles = 0, timed = 0;
-    for (const auto& [step, m] : steps) {
-        if (skipFirst && step == 1)
-            continue;
+    for (auto it = std::next(steps.begin(), std::ptrdiff_t(live::firstSteadyStep(steps.size()))); it != steps.end();
+         ++it) {
+        const wire::StepMetricsRecord& m = it->second;
         if (std::isfinite(m.bubbleRatio)) {
             bubbleSum += m.bubbleRatio;
             ++bubbles;
@@ -139,18 +130,14 @@ ComparedSession loadComparedSession(const QString& path)
     replay->play(handlers);
     std::sort(aggregated.begin(), aggregated.end(),
               [](const live::StepAggregate& a, const live::StepAggregate& b) { return a.step < b.step; });
-    const bool skipFirst = !aggregated.empty() && leavesOutWarmup(aggregated.front().step, aggregated.size());
     std::vector<double> sums(stages, 0.0);
     std::vector<int> counts(stages, 0);
-    for (const live::StepAggregate& step : aggregated) {
-        if (skipFirst && step.step == 1)
-            continue;
-        for (const live::StageBubble& stage : step.stages)
+    for (std::size_t i = live::firstSteadyStep(aggregated.size()); i < aggregated.size(); ++i)
+        for (const live::StageBubble& stage : aggregated[i].stages)
             if (stage.measured && std::size_t(stage.stage) < stages) {
                 sums[std::size_t(stage.stage)] += *stage.measured;
                 ++counts[std::size_t(stage.stage)];
             }
-    }
     c.stageBubble.resize(stages);
     for (std::size_t s = 0; s < stages; ++s)
         if (counts[s] > 0)

@@ -19,8 +19,8 @@ class SessionReader;
 namespace meshbench::app {
 
 // Step figures come from the step metrics (one record per step; a step reported twice counts once).
-// Step 1 carries the warm-up (first-touch allocation, cold caches), so the means leave it out
-// whenever later steps exist.
+// The means leave out the warm-up, the first stored step, whenever later steps exist
+// (live/steady_state.h).
 struct SessionFigures {
     QString name;
     QString layout;

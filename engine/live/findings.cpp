@@ -2,6 +2,7 @@
 
 #include "plan/mesh.h"
 #include "plan/report.h"
+#include "plan/schedule.h"
 #include "steady_state.h"
 
 #include <algorithm>
@@ -68,8 +69,8 @@ std::vector<std::string> scheduleAlternatives(const plan::JobSpec& spec, double 
         plan::ParallelSpec& q = interleaved.parallel;
         q.schedule = plan::ScheduleKind::Interleaved;
         q.virtualStages = p.schedule == plan::ScheduleKind::Interleaved ? 2 * p.virtualStages : 2;
-        // Megatron's interleaved schedule runs micro-batches in groups of pp.
-        q.microbatches = (p.microbatches + p.pp - 1) / p.pp * p.pp;
+        // The fewest micro-batches the schedule admits (Megatron's runs them in groups of pp).
+        q.microbatches = plan::admittedMicrobatches(q.scheduleShape());
         std::string change = p.schedule == plan::ScheduleKind::Interleaved
                                  ? "parallel.virtual_stages " + std::to_string(q.virtualStages)
                                  : "schedule interleaved with virtual_stages " + std::to_string(q.virtualStages);

@@ -745,10 +745,8 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
                                           " pipeline slots; the planner simulates at most " +
                                           withThousands(kMaxScheduleSlots) +
                                           ": use fewer microbatches with a larger micro_batch_size");
-    if (p.schedule != ScheduleKind::Interleaved && !p.scheduleShape().vShaped() && p.virtualStages > 1)
-        fail("parallel.virtual_stages", "virtual_stages=" + str(p.virtualStages) +
-                                            " needs schedule \"interleaved\" (or 2 with \"zb-v\" or \"dualpipev\"); " +
-                                            "set schedule to interleaved or virtual_stages to 1");
+    if (const std::string why = validateVirtualStages(p.scheduleShape()); !why.empty())
+        fail("parallel.virtual_stages", why);
     else if (const std::string why = validateScheduleShape(p.scheduleShape()); !why.empty())
         fail("parallel.schedule", why);
     return errors;

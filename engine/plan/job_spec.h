@@ -70,7 +70,7 @@ struct ParallelSpec {
     Recompute recompute = Recompute::Selective;
     ScheduleKind schedule = ScheduleKind::OneFOneB;
     int virtualStages = 1;
-    int microbatches = 1;
+    int microbatches = 1; // per data-parallel replica and step (m)
     int microBatchSize = 1;
     RankOrder order = RankOrder::TpDpPp;
     // The data-parallel reduction in buckets of this many MiB (PyTorch DDP's bucket_cap_mb),
@@ -222,7 +222,7 @@ std::int64_t tensorParallelBound(const ModelSpec& model);
 std::vector<SpecError> validateLayout(const JobSpec& spec);
 
 // The job as one device runs it (meshbench-engine run --one-device): the same global batch
-// through one pipeline, on a one-device cluster.
+// through one pipeline, on a one-device cluster, so its one replica runs dp x m micro-batches.
 JobSpec singleDeviceSpec(JobSpec spec);
 // The layout a run of `ranks` processes executed: the spec's own, or singleDeviceSpec when one
 // process ran a larger layout (a session's rank count tells which).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 
 namespace meshbench::plan {
 
@@ -428,6 +429,28 @@ bool isCompute(OpKind kind)
     return kind == OpKind::Forward || kind == OpKind::Backward || kind == OpKind::WeightGrad;
 }
 
+std::string validateVirtualStages(const ScheduleShape& shape)
+{
+    const int v = shape.virtualStages;
+    const std::string name(scheduleName(shape.kind));
+    if (shape.vShaped()) {
+        if (v != 2)
+            return name + " places two model chunks on every stage, in a V: set virtual stages to 2 (got " +
+                   std::to_string(v) + ")";
+        return "";
+    }
+    if (shape.kind == ScheduleKind::Interleaved) {
+        if (v < 2)
+            return "interleaved schedule needs at least 2 virtual stages per pipeline stage (got " + std::to_string(v) +
+                   "); set virtual stages to 2 or more, or use \"1f1b\"";
+        return "";
+    }
+    if (v != 1)
+        return "virtual stages = " + std::to_string(v) + " needs the interleaved schedule (or 2 with \"zb-v\" or " +
+               "\"dualpipev\"); set virtual stages to 1 or choose \"interleaved\" instead of \"" + name + "\"";
+    return "";
+}
+
 std::string validateScheduleShape(const ScheduleShape& shape)
 {
     const int p = shape.stages;
@@ -440,31 +463,23 @@ std::string validateScheduleShape(const ScheduleShape& shape)
         return "micro-batches must be at least 1 (got " + std::to_string(m) + ")";
     if (v < 1)
         return "virtual stages must be at least 1 (got " + std::to_string(v) + ")";
+    if (std::string why = validateVirtualStages(shape); !why.empty())
+        return why;
     if (shape.vShaped()) {
         if (p < 2)
             return name + " needs at least 2 pipeline stages (got " + std::to_string(p) +
                    "); use \"1f1b\" with 1 stage";
-        if (v != 2)
-            return name + " places two model chunks on every stage, in a V: set virtual stages to 2 (got " +
-                   std::to_string(v) + ")";
         if (shape.kind == ScheduleKind::DualPipeV && m < 2 * p)
             return "dualpipev needs at least 2 x pipeline stages = " + std::to_string(2 * p) +
                    " micro-batches (got " + std::to_string(m) + "); use " + std::to_string(2 * p) +
                    " or more micro-batches, or \"zb-v\"";
         return "";
     }
-    if (shape.kind != ScheduleKind::Interleaved) {
-        if (v != 1)
-            return "virtual stages = " + std::to_string(v) + " needs the interleaved schedule; set virtual " +
-                   "stages to 1 or choose \"interleaved\" instead of \"" + name + "\"";
+    if (shape.kind != ScheduleKind::Interleaved)
         return "";
-    }
     if (p < 2)
         return "interleaved schedule needs at least 2 pipeline stages (got " + std::to_string(p) +
                "); use \"1f1b\" with 1 stage";
-    if (v < 2)
-        return "interleaved schedule needs at least 2 virtual stages per pipeline stage (got " + std::to_string(v) +
-               "); set virtual stages to 2 or more, or use \"1f1b\"";
     if (shape.groupSize < 0)
         return "interleaved micro-batch group size must be 0 (default = pipeline stages) or positive (got " +
                std::to_string(shape.groupSize) + ")";
@@ -489,6 +504,23 @@ std::string validateScheduleShape(const ScheduleShape& shape)
                "); make micro-batches a multiple of " + std::to_string(group) + " or leave a remainder of at least " +
                std::to_string(p);
     return "";
+}
+
+int admittedMicrobatches(const ScheduleShape& shape)
+{
+    // Every rule asks for at least G (interleaved) or 2p micro-batches, or a multiple of p, or a
+    // last group of at least p: from the least of those, 2p more counts hold any admitted one.
+    long long from = std::max(shape.microbatches, 1);
+    if (shape.kind == ScheduleKind::Interleaved)
+        from = std::max<long long>(from, shape.groupSize);
+    const long long last = std::min<long long>(from + 2LL * std::max(shape.stages, 1), std::numeric_limits<int>::max());
+    ScheduleShape candidate = shape;
+    for (long long m = from; m <= last; ++m) {
+        candidate.microbatches = int(m);
+        if (validateScheduleShape(candidate).empty())
+            return int(m);
+    }
+    return 0;
 }
 
 int warmupCount(const ScheduleShape& shape, int stage)

@@ -83,7 +83,15 @@ Schedule buildSchedule(const ScheduleShape& shape);
 std::vector<Op> buildStageOps(const ScheduleShape& shape, int stage);
 
 // Empty when the shape can be scheduled; otherwise why not (Megatron's interleaving rules etc.).
+// It checks validateVirtualStages first.
 std::string validateScheduleShape(const ScheduleShape& shape);
+// Empty when the kind takes the shape's chunks per stage: 1 for 1f1b, gpipe and zb-h1, 2 for the
+// V schedules, at least 2 for interleaved; otherwise why not.
+std::string validateVirtualStages(const ScheduleShape& shape);
+
+// The fewest micro-batches, at least shape.microbatches, with which the shape passes
+// validateScheduleShape; 0 when no count does (a wrong chunk count for the kind, say).
+int admittedMicrobatches(const ScheduleShape& shape);
 
 // Megatron's warm-up forward count for a stage (1F1B: min(p - r - 1, m); interleaved:
 // 2(p - r - 1) + (v - 1)G capped at m*v, all of m*v when m == p); for the V schedules the chunk

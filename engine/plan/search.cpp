@@ -4,6 +4,7 @@
 #include "cost_model.h"
 #include "mesh.h"
 #include "planner.h"
+#include "schedule.h"
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,14 @@ std::vector<int> divisors(std::int64_t n)
         out.push_back(int(d));
     return out;
 }
+
+// The schedules in groups that place the model chunks alike (the V schedules put the model's two
+// ends on stage 0), so that each group's stages are priced once, with its own placement.
+const std::vector<std::vector<ScheduleKind>> kSchedulePlacements = {
+    {ScheduleKind::OneFOneB, ScheduleKind::GPipe, ScheduleKind::ZeroBubbleH1},
+    {ScheduleKind::Interleaved},
+    {ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV},
+};
 
 struct Priced {
     ParallelSpec parallel;
@@ -167,24 +176,18 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
                             p.recompute = recompute;
                             for (int v : divisors(model.layers / pp)) {
                                 p.virtualStages = v;
-                                // The schedules for this many chunks per stage, in groups that place
-                                // the chunks alike (the V schedules put the model's two ends on
-                                // stage 0), each group priced with its own placement. One pipeline
-                                // stage runs every schedule the same; list it once.
-                                std::vector<std::vector<ScheduleKind>> groups;
-                                if (v == 1)
-                                    groups.push_back(pp == 1 ? std::vector<ScheduleKind>{ScheduleKind::OneFOneB}
-                                                             : std::vector<ScheduleKind>{ScheduleKind::OneFOneB,
-                                                                                         ScheduleKind::GPipe,
-                                                                                         ScheduleKind::ZeroBubbleH1});
-                                if (v > 1 && pp > 1 && p.microbatches % pp == 0)
-                                    groups.push_back({ScheduleKind::Interleaved});
-                                if (v == 2 && pp > 1)
-                                    groups.push_back(p.microbatches >= 2 * pp
-                                                         ? std::vector<ScheduleKind>{ScheduleKind::ZeroBubbleV,
-                                                                                     ScheduleKind::DualPipeV}
-                                                         : std::vector<ScheduleKind>{ScheduleKind::ZeroBubbleV});
-                                for (const std::vector<ScheduleKind>& kinds : groups) {
+                                for (const std::vector<ScheduleKind>& placement : kSchedulePlacements) {
+                                    // The kinds this layout admits; one pipeline stage runs every
+                                    // schedule the same, so it lists only the first.
+                                    std::vector<ScheduleKind> kinds;
+                                    for (ScheduleKind kind : placement) {
+                                        p.schedule = kind;
+                                        if ((pp > 1 || kinds.empty()) &&
+                                            validateScheduleShape(p.scheduleShape()).empty())
+                                            kinds.push_back(kind);
+                                    }
+                                    if (kinds.empty())
+                                        continue;
                                     p.schedule = kinds.front();
                                     const CostModel costs(candidate, links);
                                     priceStages(costs, works);

@@ -4,6 +4,7 @@
 #include "collector.h"
 #include "curve_guard.h"
 #include "launcher.h"
+#include "live/steady_state.h"
 #include "wire/curve_keys.h"
 #include "wire/endpoints.h"
 
@@ -232,13 +233,10 @@ public:
         ++m_result.steps;
         if (step.loss)
             m_result.finalLoss = step.loss;
-        if (step.tokensPerSecond)
-            m_tokensPerSecond.add(*step.tokensPerSecond);
-        // The first step carries start-up costs (first touches, allocations): it is left out.
-        if (step.bubble && m_result.steps > 1)
-            m_bubble.add(*step.bubble);
-        if (step.mfu && m_result.steps > 1)
-            m_mfu.add(*step.mfu);
+        const bool warmup = std::size_t(m_result.steps) <= live::kWarmupSteps;
+        m_tokensPerSecond.add(step.tokensPerSecond, warmup);
+        m_bubble.add(step.bubble, warmup);
+        m_mfu.add(step.mfu, warmup);
         if (step.imbalanceP95)
             m_result.worstImbalance = std::max(m_result.worstImbalance.value_or(0.0), *step.imbalanceP95);
         if (step.plannedBubble)
@@ -261,19 +259,33 @@ public:
     }
 
 private:
-    struct Mean {
-        double sum = 0;
-        int count = 0;
-        void add(double v)
+    // A mean over the steady steps, as every reader of the session takes it (live/steady_state.h),
+    // or over the warm-up for a run that had no more.
+    class SteadyMean {
+    public:
+        void add(const std::optional<double>& value, bool warmup)
         {
-            sum += v;
-            ++count;
+            if (value)
+                (warmup ? m_warmup : m_steady).add(*value);
         }
-        std::optional<double> mean() const { return count > 0 ? std::optional<double>(sum / count) : std::nullopt; }
+        std::optional<double> mean() const { return m_steady.count > 0 ? m_steady.mean() : m_warmup.mean(); }
+
+    private:
+        struct Sum {
+            double sum = 0;
+            int count = 0;
+            void add(double v)
+            {
+                sum += v;
+                ++count;
+            }
+            std::optional<double> mean() const { return count > 0 ? std::optional<double>(sum / count) : std::nullopt; }
+        };
+        Sum m_warmup, m_steady;
     };
     RunObserver& m_next;
     RunResult& m_result;
-    Mean m_tokensPerSecond, m_bubble, m_mfu;
+    SteadyMean m_tokensPerSecond, m_bubble, m_mfu;
     live::RecentSteps m_recentSteps;
     live::RankTimes m_rankTimes;
 };

@@ -63,8 +63,10 @@ struct RunResult {
     std::string sessionPath;
     int steps = 0;                         // steps with aggregates
     std::optional<double> finalLoss;
+    // Means over the steps after the warm-up (live/steady_state.h), or over the warm-up for a run
+    // that had no more.
     std::optional<double> meanTokensPerSecond;
-    std::optional<double> meanBubble;      // over the steps after the first (warm-up excluded)
+    std::optional<double> meanBubble;
     std::optional<double> plannedBubble;
     std::optional<double> meanMfu;
     std::optional<double> worstImbalance;  // the largest per-step p95 expert imbalance

@@ -425,10 +425,11 @@ void TestJobSpec::layoutRules_data()
     layoutRow("zero 3 with pp", R"({"parallel": {"zero": 3, "dp": 2, "pp": 4}})", "parallel.zero",
               {"ZeRO-3 cannot be combined with pipeline parallelism (pp=4)", "use zero 0 or 1"});
     layoutRow("virtual stages without interleaved", R"({"parallel": {"virtual_stages": 2}})", "parallel.virtual_stages",
-              {"virtual_stages=2 needs schedule \"interleaved\"", "or 2 with \"zb-v\" or \"dualpipev\"",
-               "set schedule to interleaved or virtual_stages to 1"});
+              {"virtual stages = 2 needs the interleaved schedule", "or 2 with \"zb-v\" or \"dualpipev\"",
+               "set virtual stages to 1 or choose \"interleaved\" instead of \"1f1b\""});
     layoutRow("zb-v without its second chunk", R"({"parallel": {"schedule": "zb-v", "microbatches": 4}})",
-              "parallel.schedule", {"zb-v places two model chunks on every stage", "set virtual stages to 2 (got 1)"});
+              "parallel.virtual_stages",
+              {"zb-v places two model chunks on every stage", "set virtual stages to 2 (got 1)"});
     // pp 2 x 2 chunks = 4 virtual stages of 24 layers; dualpipev needs 2 x 2 micro-batches.
     layoutRow("dualpipev with too few micro-batches",
               R"({"parallel": {"schedule": "dualpipev", "virtual_stages": 2, "microbatches": 3}})", "parallel.schedule",

@@ -100,6 +100,8 @@ private slots:
     void opKinds();
     void validate_data();
     void validate();
+    void admittedMicrobatches_data();
+    void admittedMicrobatches();
     void warmup1F1B_data();
     void warmup1F1B();
     void warmupInterleaved_data();
@@ -247,6 +249,42 @@ void TestSchedule::validate()
     QVERIFY(!message.isEmpty());
     for (const QString& fragment : fragments)
         QVERIFY2(message.contains(fragment), qPrintable(message + " lacks " + fragment));
+}
+
+void TestSchedule::admittedMicrobatches_data()
+{
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<int>("p");
+    QTest::addColumn<int>("m");
+    QTest::addColumn<int>("v");
+    QTest::addColumn<int>("group");
+    QTest::addColumn<int>("admitted"); // worked from the rules by hand; 0: no count is admitted
+
+    QTest::newRow("1f1b keeps any count") << "1f1b" << 4 << 3 << 1 << 0 << 3;
+    QTest::newRow("zb-h1 keeps any count") << "zb-h1" << 8 << 1 << 1 << 0 << 1;
+    QTest::newRow("interleaved rounds up to a multiple of p") << "interleaved" << 4 << 6 << 2 << 0 << 8;
+    QTest::newRow("interleaved below p goes to p") << "interleaved" << 4 << 3 << 2 << 0 << 4;
+    QTest::newRow("interleaved multiple of p kept") << "interleaved" << 2 << 10 << 3 << 0 << 10;
+    // G = 4, p = 4: 10 leaves 2 (< p), 11 leaves 3, 12 leaves 0.
+    QTest::newRow("interleaved short last group") << "interleaved" << 4 << 10 << 2 << 4 << 12;
+    // G = 6, p = 4: m must reach G, then 6 is a whole group.
+    QTest::newRow("interleaved up to the group size") << "interleaved" << 4 << 2 << 2 << 6 << 6;
+    QTest::newRow("interleaved one stage never") << "interleaved" << 1 << 4 << 2 << 0 << 0;
+    QTest::newRow("dualpipev up to 2p") << "dualpipev" << 4 << 5 << 2 << 0 << 8;
+    QTest::newRow("dualpipev at 2p kept") << "dualpipev" << 3 << 6 << 2 << 0 << 6;
+    QTest::newRow("zb-v any count") << "zb-v" << 4 << 1 << 2 << 0 << 1;
+    QTest::newRow("zb-v with three chunks never") << "zb-v" << 4 << 8 << 3 << 0 << 0;
+}
+
+void TestSchedule::admittedMicrobatches()
+{
+    QFETCH(QString, kind);
+    QFETCH(int, p);
+    QFETCH(int, m);
+    QFETCH(int, v);
+    QFETCH(int, group);
+    QFETCH(int, admitted);
+    QCOMPARE(meshbench::plan::admittedMicrobatches(shapeOf(kindFromName(kind), p, m, v, group)), admitted);
 }
 
 void TestSchedule::warmup1F1B_data()
