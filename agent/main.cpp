@@ -21,8 +21,8 @@
 
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -151,7 +151,7 @@ bool launchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::get
 // after step STEP: HOW "exit0" with _exit(0), without a last heartbeat and without MPI_Finalize, as a
 // process ends that a library (or a stray exit) ends; "finish" as if its last step were done.
 struct TestEnd {
-    int step = -1;   // -1: unset, or another rank's
+    int step = -1;  // -1: unset, or another rank's
     bool finish = false;
 };
 
@@ -221,7 +221,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     }
 
     // The backend first, so that it outlives the communicators that use its streams and memory.
-    const kernels::BackendRequest request = spec.backend == plan::BackendKind::Cuda ? kernels::BackendRequest::Cuda
+    const kernels::BackendRequest request = spec.backend == plan::BackendKind::Cuda  ? kernels::BackendRequest::Cuda
                                             : spec.backend == plan::BackendKind::Cpu ? kernels::BackendRequest::Cpu
                                                                                      : kernels::BackendRequest::Auto;
     const kernels::BackendChoice choice = kernels::chooseBackend(request, options.threads, mpi ? mpi->localRank() : 0);
@@ -248,7 +248,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     const int steps = options.steps.value_or(spec.train.steps);
     const int last = trainer.completedSteps() + steps;
     if (!leader)
-        std::fclose(stdout);   // one voice per job: rank 0 reports
+        std::fclose(stdout);  // one voice per job: rank 0 reports
     std::printf("meshbench-agent: %s\n", spec.name.empty() ? options.job.c_str() : spec.name.c_str());
     // The whole model's parameters; a rank of a layout holds a share of them (its stage, TP shard, experts).
     const std::size_t modelParameters = agent::ParameterLayout(spec.model).parameterCount();
@@ -287,9 +287,10 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     }
 
     // With pipeline stages, each step's measured bubble is shown beside the planner's prediction.
-    const double plannedBubble = groups && spec.parallel.pp > 1 ? plan::makePlan(spec).simulation.overallBubbleRatio : -1;
+    const double plannedBubble =
+        groups && spec.parallel.pp > 1 ? plan::makePlan(spec).simulation.overallBubbleRatio : -1;
     const bool reportsExperts = !groups || (groups->coord.dp == 0 && groups->coord.tp == 0);
-    std::vector<agent::Measurements> kept;   // for --spans
+    std::vector<agent::Measurements> kept;  // for --spans
     double lastLoss = 0;
     const TestEnd end = testEnd(mpi ? mpi->worldRank() : 0);
     while (trainer.completedSteps() < last) {
@@ -312,9 +313,12 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
                     m.auxLoss, m.gradNorm, m.learningRate, m.tokensPerSecond, bubble, expertSummary(experts).c_str());
         std::fflush(stdout);
         if (metrics.is_open()) {
-            nlohmann::json line{{"step", m.step},       {"loss", m.loss},
-                                {"aux_loss", m.auxLoss}, {"grad_norm", m.gradNorm},
-                                {"lr", m.learningRate},  {"tokens_per_s", m.tokensPerSecond},
+            nlohmann::json line{{"step", m.step},
+                                {"loss", m.loss},
+                                {"aux_loss", m.auxLoss},
+                                {"grad_norm", m.gradNorm},
+                                {"lr", m.learningRate},
+                                {"tokens_per_s", m.tokensPerSecond},
                                 {"bubble_ratio", m.bubbleRatio}};
             if (experts) {
                 line["expert_imbalance"] = experts->imbalance;
@@ -380,8 +384,9 @@ int main(int argc, char** argv)
     std::optional<agent::MpiRuntime> mpi;
     if (launchedByMpirun())
         mpi.emplace(argc, argv);
-    const std::string who = mpi && mpi->worldSize() > 1 ? "meshbench-agent: rank " + std::to_string(mpi->worldRank()) + ": "
-                                                       : "meshbench-agent: ";
+    const std::string who = mpi && mpi->worldSize() > 1
+                                ? "meshbench-agent: rank " + std::to_string(mpi->worldRank()) + ": "
+                                : "meshbench-agent: ";
     std::unique_ptr<agent::TelemetrySender> telemetry;
     if (!options.telemetry.empty()) {
         try {

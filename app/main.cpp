@@ -33,11 +33,12 @@ int main(int argc, char** argv)
     parser.addHelpOption();
     parser.addVersionOption();
     parser.addPositionalArgument("file", "a job spec (.json) or a session (.meshbench) to open", "[FILE]");
-    const QCommandLineOption screenshot("screenshot",
-                                        "save a PNG of every screen into DIR, then exit: with a job and an engine, the "
-                                        "Designer, the Monitor during the run, and the Sessions area and Monitor replaying "
-                                        "it; otherwise the three areas as they are",
-                                        "DIR");
+    const QCommandLineOption screenshot(
+        "screenshot",
+        "save a PNG of every screen into DIR, then exit: with a job and an engine, the "
+        "Designer, the Monitor during the run, and the Sessions area and Monitor replaying "
+        "it; otherwise the three areas as they are",
+        "DIR");
     const QCommandLineOption steps("steps", "with --screenshot: run the job for N steps only", "N");
     const QCommandLineOption engine(
         "engine",
@@ -79,8 +80,8 @@ int main(int argc, char** argv)
         return 2;
     }
 
-    applyTheme(application, QSettings().value("view/theme").toString() == themeName(Theme::Dark) ? Theme::Dark
-                                                                                                  : Theme::Light);
+    applyTheme(application,
+               QSettings().value("view/theme").toString() == themeName(Theme::Dark) ? Theme::Dark : Theme::Light);
     std::unique_ptr<EngineClient> client;
     if (!parser.isSet(offline)) {
         client = std::make_unique<EngineClient>();

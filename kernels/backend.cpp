@@ -9,8 +9,10 @@ namespace meshbench::kernels {
 std::size_t dtypeSize(DType dtype)
 {
     switch (dtype) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
+    case DType::F32:
+        return 4;
+    case DType::BF16:
+        return 2;
     }
     throw KernelError("unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
@@ -18,8 +20,10 @@ std::size_t dtypeSize(DType dtype)
 std::string_view dtypeName(DType dtype)
 {
     switch (dtype) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
+    case DType::F32:
+        return "f32";
+    case DType::BF16:
+        return "bf16";
     }
     return "unknown";
 }
@@ -33,7 +37,7 @@ int routerCapacity(int tokens, int experts, int topK, double capacityFactor)
     // such products from rounding up to a whole extra row.
     const double exact = double(tokens) * double(topK) / double(experts) * capacityFactor;
     if (!(exact > 0.0))
-        return 1;   // also NaN
+        return 1;  // also NaN
     const double rounded = std::ceil(exact - exact * 1e-12);
     if (rounded >= double(std::numeric_limits<int>::max()))
         throw KernelError("routerCapacity: capacity " + std::to_string(exact) + " does not fit an int");

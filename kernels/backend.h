@@ -30,7 +30,7 @@ struct ConstDevPtr {
     DType dtype = DType::F32;
     ConstDevPtr() = default;
     ConstDevPtr(const void* d, DType t) : data(d), dtype(t) {}
-    ConstDevPtr(DevPtr p) : data(p.data), dtype(p.dtype) {}   // NOLINT: a mutable pointer reads as well
+    ConstDevPtr(DevPtr p) : data(p.data), dtype(p.dtype) {}  // NOLINT: a mutable pointer reads as well
 };
 
 inline DevPtr f32(float* p) { return {p, DType::F32}; }
@@ -67,7 +67,7 @@ struct RouterShape {
     int tokens = 1;
     int experts = 1;
     int topK = 1;
-    int capacity = 1;   // per expert: ceil(T k / E x capacity_factor), see routerCapacity
+    int capacity = 1;  // per expert: ceil(T k / E x capacity_factor), see routerCapacity
 };
 
 // Output of routing: where every (token, slot) assignment went.
@@ -92,10 +92,10 @@ struct Routing {
 using TimeMark = std::uint32_t;
 
 struct DeviceMemory {
-    std::int64_t inUseBytes = -1;      // in blocks handed out, as the allocator rounds them
-    std::int64_t reservedBytes = -1;   // held from the device: in use plus cached
+    std::int64_t inUseBytes = -1;     // in blocks handed out, as the allocator rounds them
+    std::int64_t reservedBytes = -1;  // held from the device: in use plus cached
     std::int64_t peakReservedBytes = -1;
-    std::int64_t deviceUsedBytes = -1;   // by every process on the device (cudaMemGetInfo)
+    std::int64_t deviceUsedBytes = -1;  // by every process on the device (cudaMemGetInfo)
     std::int64_t deviceTotalBytes = -1;
 };
 
@@ -134,8 +134,8 @@ public:
 
     // C[M, N] = alpha * op(A) op(B) + beta * C, op = transpose when the flag is set; A is [M, K]
     // (or [K, M] transposed), B is [K, N] (or [N, K]).
-    virtual void gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda,
-                      ConstDevPtr B, int ldb, float beta, DevPtr C, int ldc) = 0;
+    virtual void gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda, ConstDevPtr B,
+                      int ldb, float beta, DevPtr C, int ldc) = 0;
 
     // y = x + y (residual add), n elements.
     virtual void add(ConstDevPtr x, DevPtr y, std::size_t n) = 0;
@@ -153,8 +153,7 @@ public:
     virtual void layerNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr mean,
                                    ConstDevPtr rstd, int T, int h, DevPtr dx, DevPtr dGamma, DevPtr dBeta) = 0;
     // RMSNorm: out = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps).
-    virtual void rmsNormForward(ConstDevPtr x, ConstDevPtr gamma, int T, int h, float eps, DevPtr out,
-                                DevPtr rstd) = 0;
+    virtual void rmsNormForward(ConstDevPtr x, ConstDevPtr gamma, int T, int h, float eps, DevPtr out, DevPtr rstd) = 0;
     virtual void rmsNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr rstd, int T, int h,
                                  DevPtr dx, DevPtr dGamma) = 0;
 
@@ -174,8 +173,8 @@ public:
     // Causal attention. Never materialises more than a block of score rows at a time; saves the
     // row log-sum-exp lse [B, H, S] for the backward, which recomputes the scores block by block
     // and overwrites dq, dk, dv.
-    virtual void attentionForward(const AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v,
-                                  DevPtr out, DevPtr lse) = 0;
+    virtual void attentionForward(const AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v, DevPtr out,
+                                  DevPtr lse) = 0;
     virtual void attentionBackward(const AttentionShape& shape, ConstDevPtr dOut, ConstDevPtr q, ConstDevPtr k,
                                    ConstDevPtr v, ConstDevPtr out, ConstDevPtr lse, DevPtr dq, DevPtr dk,
                                    DevPtr dv) = 0;

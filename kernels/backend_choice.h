@@ -15,8 +15,8 @@ enum class BackendRequest { Auto, Cpu, Cuda };
 
 struct DeviceStatus {
     bool usable = false;
-    std::string description;   // the device ("NVIDIA H200, sm_90, 139 GiB"), or why there is none
-    int count = 0;             // devices on this machine
+    std::string description;  // the device ("NVIDIA H200, sm_90, 139 GiB"), or why there is none
+    int count = 0;            // devices on this machine
 };
 
 // Whether this build has the CUDA backend, and a device it can run on.
@@ -25,7 +25,7 @@ DeviceStatus cudaDeviceStatus();
 
 struct BackendChoice {
     std::unique_ptr<Backend> backend;
-    std::string reason;   // "cpu (auto: no CUDA device: ...)", "cuda (device 1 of 8: NVIDIA H200, ...)"
+    std::string reason;  // "cpu (auto: no CUDA device: ...)", "cuda (device 1 of 8: NVIDIA H200, ...)"
     // With the CUDA backend, the device's UUID: ranks that report the same one share a GPU (which
     // NCCL refuses), whatever CUDA_VISIBLE_DEVICES showed each of them. Empty on the CPU.
     std::string deviceIdentity;

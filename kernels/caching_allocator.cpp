@@ -56,7 +56,8 @@ void* CachingAllocator::allocate(std::size_t bytes)
         }
         if (!block)
             throw KernelError("out of device memory: a block of " + mib(std::int64_t(size)) + " with " +
-                              mib(m_stats.inUseBytes) + " in use; use a smaller micro_batch_size, recompute, ZeRO, or "
+                              mib(m_stats.inUseBytes) +
+                              " in use; use a smaller micro_batch_size, recompute, ZeRO, or "
                               "more pipeline or tensor parallel ranks");
         ++m_stats.deviceAllocations;
         m_stats.reservedBytes += std::int64_t(size);

@@ -26,16 +26,16 @@ public:
     using RawFree = std::function<void(void*)>;
 
     struct Stats {
-        std::int64_t inUseBytes = 0;      // in blocks handed out (rounded sizes)
-        std::int64_t reservedBytes = 0;   // in use plus cached
+        std::int64_t inUseBytes = 0;     // in blocks handed out (rounded sizes)
+        std::int64_t reservedBytes = 0;  // in use plus cached
         std::int64_t peakInUseBytes = 0;
         std::int64_t peakReservedBytes = 0;
-        std::int64_t deviceAllocations = 0;   // raw calls made
+        std::int64_t deviceAllocations = 0;  // raw calls made
         std::int64_t cacheHits = 0;
     };
 
     CachingAllocator(RawAllocate allocate, RawFree free);
-    ~CachingAllocator();   // returns every block to the device
+    ~CachingAllocator();  // returns every block to the device
     CachingAllocator(const CachingAllocator&) = delete;
     CachingAllocator& operator=(const CachingAllocator&) = delete;
 
@@ -55,8 +55,8 @@ private:
     RawAllocate m_allocate;
     RawFree m_free;
     mutable std::mutex m_mutex;
-    std::multimap<std::size_t, void*> m_cached;          // by size
-    std::unordered_map<void*, std::size_t> m_inUse;      // block -> rounded size
+    std::multimap<std::size_t, void*> m_cached;      // by size
+    std::unordered_map<void*, std::size_t> m_inUse;  // block -> rounded size
     Stats m_stats;
 };
 

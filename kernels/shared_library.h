@@ -23,7 +23,7 @@ public:
             m_handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
             if (m_handle)
                 return;
-            const char* error = dlerror();   // names the library, and why it could not be loaded
+            const char* error = dlerror();  // names the library, and why it could not be loaded
             if (m_loadError.empty())
                 m_loadError = error ? error : name + ": dlopen failed";
         }

@@ -154,7 +154,7 @@ std::uint64_t readU64Le(const unsigned char* p)
     return value;
 }
 
-} // namespace
+}  // namespace
 
 void writeSafetensors(const std::string& path, const std::vector<TensorRecord>& tensors,
                       const std::map<std::string, std::string>& metadata)
@@ -342,7 +342,8 @@ void SafetensorsFile::index(const std::string& where)
         const std::string offsetsText = "[" + brief((*offsets)[0]) + ", " + brief((*offsets)[1]) + "]";
         for (const auto& o : *offsets)
             if (!o.is_number_unsigned())
-                throw CheckpointError(what + " has data_offsets " + offsetsText + " that are not non-negative integers");
+                throw CheckpointError(what + " has data_offsets " + offsetsText +
+                                      " that are not non-negative integers");
         const auto begin = (*offsets)[0].get<std::uint64_t>();
         const auto end = (*offsets)[1].get<std::uint64_t>();
         if (end < begin)
@@ -396,8 +397,7 @@ std::vector<std::int64_t> SafetensorsFile::shape(const std::string& name) const 
 
 std::string SafetensorsFile::dtype(const std::string& name) const { return entry(name).dtype; }
 
-void SafetensorsFile::readF32(const std::string& name, const std::vector<std::int64_t>& expectedShape,
-                              float* out) const
+void SafetensorsFile::readF32(const std::string& name, const std::vector<std::int64_t>& expectedShape, float* out) const
 {
     const Entry& e = entry(name);
     if (e.dtype != "F32")
@@ -423,4 +423,4 @@ void SafetensorsFile::readF32(const std::string& name, const std::vector<std::in
     }
 }
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

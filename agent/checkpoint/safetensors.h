@@ -29,8 +29,8 @@ public:
 
 struct TensorRecord {
     std::string name;
-    std::vector<std::int64_t> shape;   // [] is a scalar (one element)
-    const float* data = nullptr;       // product(shape) floats; may be null when that is 0
+    std::vector<std::int64_t> shape;  // [] is a scalar (one element)
+    const float* data = nullptr;      // product(shape) floats; may be null when that is 0
 };
 
 // Writes path + ".tmp", flushes it to disk, then renames it over path, so a crash never
@@ -65,7 +65,7 @@ private:
         std::string name;
         std::string dtype;
         std::vector<std::int64_t> shape;
-        std::uint64_t begin = 0;       // absolute file offsets
+        std::uint64_t begin = 0;  // absolute file offsets
         std::uint64_t end = 0;
     };
 
@@ -78,11 +78,11 @@ private:
     const Entry& entry(const std::string& name) const;
 
     std::string m_path;
-    MappedFile m_file;                 // open(): the mapped file
-    std::vector<unsigned char> m_bytes;   // fromBytes(): the bytes themselves
+    MappedFile m_file;                   // open(): the mapped file
+    std::vector<unsigned char> m_bytes;  // fromBytes(): the bytes themselves
     std::map<std::string, std::string> m_metadata;
     std::vector<Entry> m_entries;
     std::map<std::string, std::size_t> m_index;
 };
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

@@ -22,7 +22,7 @@ std::uint64_t splitmix64(std::uint64_t x)
 // Domain separators, so draws and context maps never share a hash stream.
 constexpr std::uint64_t kDrawDomain = 0x6D61726B6F762D64ULL;     // "markov-d"
 constexpr std::uint64_t kContextDomain = 0x6D61726B6F762D63ULL;  // "markov-c"
-constexpr int kFeistelRounds = 4;                                 // Luby & Rackoff: 4 rounds suffice
+constexpr int kFeistelRounds = 4;                                // Luby & Rackoff: 4 rounds suffice
 
 // Uniform on [0, n) by multiply-shift of the top 32 bits (Lemire 2019); n < 2^31.
 std::int32_t uniformBelow(std::uint64_t bits, std::uint32_t n)
@@ -31,17 +31,13 @@ std::int32_t uniformBelow(std::uint64_t bits, std::uint32_t n)
 }
 
 // Uniform on [0, 1) from the top 53 bits.
-double uniformUnit(std::uint64_t bits)
-{
-    return static_cast<double>(bits >> 11) * 0x1p-53;
-}
+double uniformUnit(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1p-53; }
 
-} // namespace
+}  // namespace
 
 MarkovSource::MarkovSource(int vocab, int order, int branching, std::uint64_t seed)
-    : m_vocab(vocab), m_order(order), m_branching(branching), m_seed(seed),
-      m_drawKey(splitmix64(seed ^ kDrawDomain)), m_contextKey(splitmix64(seed ^ kContextDomain)),
-      m_halfBits(1), m_entropy(0.0)
+    : m_vocab(vocab), m_order(order), m_branching(branching), m_seed(seed), m_drawKey(splitmix64(seed ^ kDrawDomain)),
+      m_contextKey(splitmix64(seed ^ kContextDomain)), m_halfBits(1), m_entropy(0.0)
 {
     if (vocab < 2)
         throw DataError("Markov source: vocab " + std::to_string(vocab) + " is too small; it needs at least 2 tokens");
@@ -124,8 +120,7 @@ double MarkovSource::lossFloor(int seqLen) const
     if (seqLen <= 0)
         return 0.0;
     const int uniformTargets = std::min(m_order - 1, seqLen);
-    return (uniformTargets * std::log(static_cast<double>(m_vocab)) + (seqLen - uniformTargets) * m_entropy) /
-           seqLen;
+    return (uniformTargets * std::log(static_cast<double>(m_vocab)) + (seqLen - uniformTargets) * m_entropy) / seqLen;
 }
 
 std::vector<std::pair<std::int32_t, double>> MarkovSource::successors(const std::int32_t* context) const
@@ -146,4 +141,4 @@ std::string MarkovSource::describe() const
     return s.str();
 }
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

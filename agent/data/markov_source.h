@@ -66,8 +66,8 @@ private:
     std::uint64_t m_contextKey;  // stream of per-context successor maps
     int m_halfBits;              // the Feistel permutation acts on 2 * m_halfBits bits
     std::vector<double> m_p;
-    std::vector<double> m_cdf;   // running sums of m_p, last entry exactly 1
+    std::vector<double> m_cdf;  // running sums of m_p, last entry exactly 1
     double m_entropy;
 };
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

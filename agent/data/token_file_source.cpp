@@ -4,7 +4,6 @@
 #include <sstream>
 #include <utility>
 
-
 namespace meshbench::agent {
 
 namespace {
@@ -25,7 +24,7 @@ std::uint64_t mulMod(std::uint64_t a, std::uint64_t b, std::uint64_t m)
     return result;
 }
 
-} // namespace
+}  // namespace
 
 TokenFileSource::TokenFileSource(const std::string& path, plan::TokenDtype dtype, int vocab, int seqLen)
     : m_path(path), m_vocab(vocab), m_seqLen(seqLen), m_width(dtype == plan::TokenDtype::Uint32 ? 4 : 2)
@@ -44,10 +43,10 @@ TokenFileSource::TokenFileSource(const std::string& path, plan::TokenDtype dtype
         throw DataError("cannot open token file " + quoted(path) + ": " + m_file.error() + "; check train.data.path");
     case MappedFile::Failure::Directory:
     case MappedFile::Failure::NotRegular:
-        throw DataError("cannot read token file " + quoted(path) + ": " +
-                        (m_file.failure() == MappedFile::Failure::Directory ? "it is a directory"
-                                                                            : "it is not a regular file") +
-                        "; check train.data.path");
+        throw DataError(
+            "cannot read token file " + quoted(path) + ": " +
+            (m_file.failure() == MappedFile::Failure::Directory ? "it is a directory" : "it is not a regular file") +
+            "; check train.data.path");
     case MappedFile::Failure::Map:
         throw DataError("cannot map token file " + quoted(path) + ": " + m_file.error());
     }
@@ -56,8 +55,8 @@ TokenFileSource::TokenFileSource(const std::string& path, plan::TokenDtype dtype
     if (bytes == 0)
         throw DataError("token file " + quoted(path) + " is empty; check train.data.path");
     if (bytes % static_cast<std::uint64_t>(m_width) != 0)
-        throw DataError("token file " + quoted(path) + " is " + std::to_string(bytes) +
-                        " bytes, not a multiple of " + dtypeText + "; is the dtype right? (train.data.dtype)");
+        throw DataError("token file " + quoted(path) + " is " + std::to_string(bytes) + " bytes, not a multiple of " +
+                        dtypeText + "; is the dtype right? (train.data.dtype)");
     m_tokens = static_cast<std::int64_t>(bytes / static_cast<std::uint64_t>(m_width));
     if (m_tokens < static_cast<std::int64_t>(seqLen) + 1)
         throw DataError("token file " + quoted(path) + " holds " + std::to_string(m_tokens) +
@@ -96,9 +95,9 @@ void TokenFileSource::sample(std::int64_t index, int length, std::int32_t* out) 
         throw DataError("token file " + quoted(m_path) + ": a sample of " + std::to_string(length) +
                         " tokens does not fit in its " + std::to_string(m_tokens) + " tokens");
     const auto starts = static_cast<std::uint64_t>(m_tokens - length + 1);
-    const auto g = static_cast<std::uint64_t>(((index % static_cast<std::int64_t>(starts)) +
-                                               static_cast<std::int64_t>(starts)) %
-                                              static_cast<std::int64_t>(starts));
+    const auto g =
+        static_cast<std::uint64_t>(((index % static_cast<std::int64_t>(starts)) + static_cast<std::int64_t>(starts)) %
+                                   static_cast<std::int64_t>(starts));
     const auto offset = static_cast<std::int64_t>(mulMod(g, static_cast<std::uint64_t>(m_seqLen), starts));
     if (m_width == 2 && std::endian::native == std::endian::little) {
         const unsigned char* p = m_file.data() + static_cast<std::size_t>(offset) * 2;
@@ -121,4 +120,4 @@ std::string TokenFileSource::describe() const
     return s.str();
 }
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

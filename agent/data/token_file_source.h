@@ -39,9 +39,9 @@ private:
     std::string m_path;
     int m_vocab = 0;
     int m_seqLen = 0;
-    int m_width = 2;               // bytes per id
-    std::int64_t m_tokens = 0;     // N
+    int m_width = 2;            // bytes per id
+    std::int64_t m_tokens = 0;  // N
     MappedFile m_file;
 };
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

@@ -3,7 +3,6 @@
 #include "agent/data/markov_source.h"
 #include "agent/data/token_file_source.h"
 
-
 namespace meshbench::agent {
 
 std::unique_ptr<TokenSource> makeTokenSource(const plan::DataSpec& data, int vocab, int seqLen, std::uint64_t seed)
@@ -13,4 +12,4 @@ std::unique_ptr<TokenSource> makeTokenSource(const plan::DataSpec& data, int voc
     return std::make_unique<MarkovSource>(vocab, data.order, data.branchingFor(vocab), seed);
 }
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

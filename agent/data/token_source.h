@@ -45,4 +45,4 @@ protected:
 // `seed` (train.seed) seeds the Markov chain.
 std::unique_ptr<TokenSource> makeTokenSource(const plan::DataSpec& data, int vocab, int seqLen, std::uint64_t seed);
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

@@ -41,7 +41,7 @@ MappedFile::MappedFile(const std::string& path)
             m_size = size;
         }
     }
-    ::close(fd);   // the mapping keeps the file alive
+    ::close(fd);  // the mapping keeps the file alive
 }
 
 MappedFile::~MappedFile() { release(); }

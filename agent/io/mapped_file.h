@@ -21,7 +21,7 @@ public:
     MappedFile& operator=(const MappedFile&) = delete;
 
     Failure failure() const { return m_failure; }
-    const std::string& error() const { return m_error; }   // the system's words for Open and Map
+    const std::string& error() const { return m_error; }  // the system's words for Open and Map
     const unsigned char* data() const { return m_data; }
     std::size_t size() const { return m_size; }
 

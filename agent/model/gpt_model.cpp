@@ -10,28 +10,28 @@ using kernels::DevPtr;
 
 // Everything one layer keeps between its forward and its backward for one micro-batch.
 struct GptModel::LayerActivations {
-    DeviceBuffer xIn;                 // [T, h] the layer's input (kept under every recompute mode)
-    DeviceBuffer a, mean1, rstd1;     // attention norm output and statistics (this rank's rows)
-    DeviceBuffer aFull, cFull;        // sequence parallelism: the norm outputs gathered over the tensor group
-    DeviceBuffer q, k, v;             // [T, H d], [T, Hkv d], after RoPE
-    DeviceBuffer att, lse;            // attention output [T, H d] and row log-sum-exp [B, H, S]
-    DeviceBuffer xMid;                // [T, h] after the attention residual
-    DeviceBuffer c, mean2, rstd2;     // MLP norm output and statistics
-    DeviceBuffer u, g;                // dense MLP: fc1 output [T, gated f], activation [T, f]
+    DeviceBuffer xIn;              // [T, h] the layer's input (kept under every recompute mode)
+    DeviceBuffer a, mean1, rstd1;  // attention norm output and statistics (this rank's rows)
+    DeviceBuffer aFull, cFull;     // sequence parallelism: the norm outputs gathered over the tensor group
+    DeviceBuffer q, k, v;          // [T, H d], [T, Hkv d], after RoPE
+    DeviceBuffer att, lse;         // attention output [T, H d] and row log-sum-exp [B, H, S]
+    DeviceBuffer xMid;             // [T, h] after the attention residual
+    DeviceBuffer c, mean2, rstd2;  // MLP norm output and statistics
+    DeviceBuffer u, g;             // dense MLP: fc1 output [T, gated f], activation [T, f]
     // MoE
     std::vector<float> probs, weightOf, dRouterLogits;
     std::vector<int> expertOf, rowOf, tokenOfRow, countOf, routedOf;
     // Expert rows at their owner (Megatron's all-to-all dispatcher: permute, all-to-all over EP,
     // experts, all-to-all back, combine). The owner's buffers hold, for each source EP rank, its
     // block of rows for each local expert: [E x C] rows in all, as the source's permuted buffer.
-    DeviceBuffer expertIn, eu, eg;   // [E C, h], [E C, gated f], [E C, f]
-    DeviceBuffer eout;               // expert outputs back at the source, [E C, h]
-    ExpertRoute route;               // the rows of each block, both sides
+    DeviceBuffer expertIn, eu, eg;  // [E C, h], [E C, gated f], [E C, f]
+    DeviceBuffer eout;              // expert outputs back at the source, [E C, h]
+    ExpertRoute route;              // the rows of each block, both sides
 
     kernels::Routing routing()
     {
-        return {probs.data(), expertOf.data(), weightOf.data(), rowOf.data(), tokenOfRow.data(), countOf.data(),
-                routedOf.data()};
+        return {probs.data(),      expertOf.data(), weightOf.data(), rowOf.data(),
+                tokenOfRow.data(), countOf.data(),  routedOf.data()};
     }
     kernels::DevPtr attentionInput() const { return aFull.empty() ? a.ptr() : aFull.ptr(); }
     kernels::DevPtr mlpInput() const { return cFull.empty() ? c.ptr() : cFull.ptr(); }
@@ -47,12 +47,12 @@ class GptModel::Activations {
 public:
     int batch = 0;
     int firstLayer = 0;
-    bool embeds = false;                  // the chunk starts the model
-    bool ends = false;                    // the chunk ends the model
-    std::vector<std::int32_t> ids;       // [T]
-    std::vector<LayerActivations> layers; // the chunk's layers, in order
+    bool embeds = false;                   // the chunk starts the model
+    bool ends = false;                     // the chunk ends the model
+    std::vector<std::int32_t> ids;         // [T]
+    std::vector<LayerActivations> layers;  // the chunk's layers, in order
     DeviceBuffer xFinal, normOut, meanF, rstdF;
-    DeviceBuffer dLogits;                 // [T, V], the loss gradient computed in the forward pass
+    DeviceBuffer dLogits;  // [T, V], the loss gradient computed in the forward pass
     float auxScale = 0;
 };
 
@@ -61,9 +61,8 @@ GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kern
     : m_model(model), m_recompute(recompute), m_backend(backend),
       m_layout(model, slice ? *slice : ModelSlice::whole(model)),
       m_params(backend, m_layout.totalSize(), MemoryCategory::Params),
-      m_grads(backend, m_layout.totalSize(), MemoryCategory::Grads),
-      m_headDim(int(model.hidden / model.heads)), m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1),
-      m_tensor(backend), m_experts(backend, nullptr)
+      m_grads(backend, m_layout.totalSize(), MemoryCategory::Grads), m_headDim(int(model.hidden / model.heads)),
+      m_gated(model.activation == plan::Activation::SwiGlu ? 2 : 1), m_tensor(backend), m_experts(backend, nullptr)
 {
 }
 
@@ -103,8 +102,8 @@ std::vector<int> GptModel::layerViews(int layer) const
 {
     const LayerViews& l = m_layout.layer(layer);
     std::vector<int> views;
-    for (int v : {l.attnNormWeight, l.attnNormBias, l.qkv, l.proj, l.mlpNormWeight, l.mlpNormBias, l.fc1, l.fc2, l.router,
-                  l.expertFc1, l.expertFc2})
+    for (int v : {l.attnNormWeight, l.attnNormBias, l.qkv, l.proj, l.mlpNormWeight, l.mlpNormBias, l.fc1, l.fc2,
+                  l.router, l.expertFc1, l.expertFc2})
         if (v >= 0)
             views.push_back(v);
     return views;
@@ -142,7 +141,11 @@ void GptModel::linearBackward(ConstDevPtr dy, ConstDevPtr x, int tokens, int vie
 {
     if (m_deferred) {
         // Keep copies of dy and x: the buffers they live in are freed or reused before W runs.
-        DeferredWeightGrad w{view, elementOffset, out, in, tokens,
+        DeferredWeightGrad w{view,
+                             elementOffset,
+                             out,
+                             in,
+                             tokens,
                              DeviceBuffer(m_backend, std::size_t(tokens) * out, MemoryCategory::Activations),
                              DeviceBuffer(m_backend, std::size_t(tokens) * in, MemoryCategory::Activations)};
         m_backend.copy(w.dy.ptr(), dy, w.dy.size());
@@ -212,10 +215,10 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         acquire(layerViews(layer), false);
     const LayerViews& w = m_layout.layer(layer);
     const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
-    const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();   // this rank's heads
+    const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();  // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
-    const int localTokens = int(streamElements(batch) / std::size_t(h));   // the stream's rows here
+    const int localTokens = int(streamElements(batch) / std::size_t(h));  // the stream's rows here
     const std::size_t localRows = std::size_t(localTokens);
 
     normThenGather(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), batch, a.a, a.mean1, a.rstd1, a.aFull);
@@ -237,7 +240,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
 
     a.xMid = activation(localRows * h);
     m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), localRows * h);
-    linearInto(a.att.ptr(), T, w.proj, h, H * d, a.xMid.ptr());   // residual: xMid = xIn + att W^T
+    linearInto(a.att.ptr(), T, w.proj, h, H * d, a.xMid.ptr());  // residual: xMid = xIn + att W^T
 
     normThenGather(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), batch, a.c, a.mean2, a.rstd2, a.cFull);
 
@@ -253,7 +256,7 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
         a.g = activation(rows * f);
         linear(a.mlpInput(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
         activationForward(a.u.ptr(), T, f, a.g.ptr());
-        linearInto(a.g.ptr(), T, w.fc2, h, f, xOut);   // residual: xOut = xMid + g W2^T
+        linearInto(a.g.ptr(), T, w.fc2, h, f, xOut);  // residual: xOut = xMid + g W2^T
     }
 
     if (m_recompute == plan::Recompute::Full) {
@@ -306,7 +309,7 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
     a.eu = activation(rows * m_gated * f);
     a.eg = activation(rows * f);
     DeviceBuffer ownerOut(m_backend, rows * h);
-    for (int block = 0; block < E; ++block) {   // block = source x localExperts + local expert
+    for (int block = 0; block < E; ++block) {  // block = source x localExperts + local expert
         const int n = a.route.received[std::size_t(block)];
         if (n == 0)
             continue;
@@ -317,7 +320,7 @@ void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale,
         activationForward(a.eu.at(row0 * m_gated * f), n, f, a.eg.at(row0 * f));
         linear(a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f, ownerOut.at(row0 * h));
     }
-    m_tensor.allReduce(ownerOut.ptr(), rows * h);   // each TP rank computed part of every expert
+    m_tensor.allReduce(ownerOut.ptr(), rows * h);  // each TP rank computed part of every expert
     a.eout = activation(rows * h);
     m_experts.combine(shape, routing, a.route, ownerOut.ptr(), h, a.eout.ptr(), y);
 }
@@ -365,8 +368,8 @@ void GptModel::backwardMoe(int layer, LayerActivations& a, int T, ConstDevPtr dy
         linearBackward(dOwnerOut.at(row0 * h), a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f,
                        dEg.at(row0 * f), 0.0f);
         activationBackward(dEg.at(row0 * f), a.eu.at(row0 * m_gated * f), n, f, dEu.at(row0 * m_gated * f));
-        linearBackward(dEu.at(row0 * m_gated * f), a.expertIn.at(row0 * h), n, w.expertFc1,
-                       expert * m_gated * f * h, m_gated * f, h, dExpertIn.at(row0 * h), 0.0f);
+        linearBackward(dEu.at(row0 * m_gated * f), a.expertIn.at(row0 * h), n, w.expertFc1, expert * m_gated * f * h,
+                       m_gated * f, h, dExpertIn.at(row0 * h), 0.0f);
     }
     m_tensor.allReduce(dExpertIn.ptr(), rows * h);
     m_experts.dispatchBackward(shape, routing, a.route, dExpertIn.ptr(), h, dc);
@@ -383,7 +386,7 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
 {
     const LayerViews& w = m_layout.layer(layer);
     const int s = int(m_model.seqLen), h = int(m_model.hidden), d = m_headDim;
-    const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();   // this rank's heads
+    const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();  // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
     const int localTokens = int(streamElements(batch) / std::size_t(h));
@@ -393,7 +396,7 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     if (m_recompute == plan::Recompute::Full) {
         DeviceBuffer scratch(m_backend, localRows * h);
         const plan::Recompute mode = m_recompute;
-        m_recompute = plan::Recompute::None;   // rebuild every activation of this layer once
+        m_recompute = plan::Recompute::None;  // rebuild every activation of this layer once
         forwardLayer(layer, a, batch, auxScale, scratch.ptr(), nullptr, false);
         m_recompute = mode;
     }
@@ -434,15 +437,14 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     DeviceBuffer dq(m_backend, rows * H * d);
     DeviceBuffer dk(m_backend, rows * Hkv * d);
     DeviceBuffer dv(m_backend, rows * Hkv * d);
-    m_backend.attentionBackward(shape, dAtt.ptr(), a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr(),
-                                dq.ptr(), dk.ptr(), dv.ptr());
+    m_backend.attentionBackward(shape, dAtt.ptr(), a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr(), dq.ptr(),
+                                dk.ptr(), dv.ptr());
     m_backend.rope(dq.ptr(), T, s, H, d, kRopeBase, true);
     m_backend.rope(dk.ptr(), T, s, Hkv, d, kRopeBase, true);
     DeviceBuffer da(m_backend, rows * h);
     linearBackward(dq.ptr(), a.attentionInput(), T, w.qkv, 0, H * d, h, da.ptr(), 0.0f);
     linearBackward(dk.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
-    linearBackward(dv.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(),
-                   1.0f);
+    linearBackward(dv.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(), 1.0f);
     DeviceBuffer daLocal;
     normBackward(w.attnNormWeight, w.attnNormBias, m_tensor.completeToStream(da.ptr(), rows * h, daLocal), a.xIn.ptr(),
                  a.mean1.ptr(), a.rstd1.ptr(), localTokens, dx);
@@ -477,7 +479,7 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
             }
     }
 
-    const std::size_t stream = streamElements(batch.batch);   // this rank's rows of the residual stream
+    const std::size_t stream = streamElements(batch.batch);  // this rank's rows of the residual stream
     DeviceBuffer x = activation(stream);
     if (acts->embeds)
         acquire({m_layout.embedding()}, false);

@@ -33,8 +33,8 @@ struct MicroBatch {
 // Tokens per expert of one MoE layer in one micro-batch.
 struct ExpertLoad {
     int layer = 0;
-    std::vector<int> routed;   // assignments before capacity dropping
-    std::vector<int> kept;     // after
+    std::vector<int> routed;  // assignments before capacity dropping
+    std::vector<int> kept;    // after
 };
 
 // A weight-gradient GEMM put off by a split backward: dW += dy^T x for rows [elementOffset /
@@ -50,8 +50,8 @@ struct DeferredWeightGrad {
 };
 
 struct ForwardResult {
-    double lossSum = 0;        // cross-entropy summed over the micro-batch's tokens
-    double auxLoss = 0;        // load-balancing loss summed over MoE layers
+    double lossSum = 0;  // cross-entropy summed over the micro-batch's tokens
+    double auxLoss = 0;  // load-balancing loss summed over MoE layers
     std::vector<ExpertLoad> expertLoads;
 };
 
@@ -163,11 +163,11 @@ private:
     DeviceBuffer m_params;
     DeviceBuffer m_grads;
     int m_headDim;
-    int m_gated;   // 2 for SwiGLU (gate and up), 1 otherwise
-    std::vector<DeferredWeightGrad>* m_deferred = nullptr;   // set during a split backward
+    int m_gated;                                            // 2 for SwiGLU (gate and up), 1 otherwise
+    std::vector<DeferredWeightGrad>* m_deferred = nullptr;  // set during a split backward
     ParameterGatherer* m_gatherer = nullptr;
-    TensorParallel m_tensor;      // heads, kv heads, both MLP widths and the vocabulary are split over it
-    ExpertDispatcher m_experts;   // the MoE layers' experts are split over its EP group
+    TensorParallel m_tensor;     // heads, kv heads, both MLP widths and the vocabulary are split over it
+    ExpertDispatcher m_experts;  // the MoE layers' experts are split over its EP group
 };
 
 }  // namespace meshbench::agent

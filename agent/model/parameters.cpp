@@ -6,7 +6,7 @@
 namespace meshbench::agent {
 namespace {
 
-constexpr std::size_t kAlignElements = 16;   // 64 bytes of fp32
+constexpr std::size_t kAlignElements = 16;  // 64 bytes of fp32
 
 std::uint64_t splitmix64(std::uint64_t& state)
 {
@@ -53,8 +53,8 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
     // Tensors are visited in the whole model's order; a slice keeps its own. With tied embeddings
     // the last stage keeps a copy of the embedding for its output layer (as Megatron does).
     // Vocabulary-parallel embedding and output layer: each TP rank holds a block of V / tp rows.
-    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal, slice.embedding || (slice.head && m.tiedEmbeddings),
-                      false, TensorView::Split::Rows);
+    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal,
+                      slice.embedding || (slice.head && m.tiedEmbeddings), false, TensorView::Split::Rows);
     m_layers.resize(std::size_t(m.layers));
     for (int i = 0; i < m.layers; ++i) {
         const std::string p = "layers." + std::to_string(i) + ".";
@@ -74,9 +74,10 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
         if (m.isMoeLayer(i)) {
             const std::int64_t e = m.moe.experts, f = m.moe.ffnHidden;
             l.router = add(p + "moe.router.weight", {e, h}, InitKind::Normal, local);
-            l.expertFc1 = add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local, true, gatedRows);
-            l.expertFc2 = add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local, true,
-                              Split::Columns);
+            l.expertFc1 =
+                add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local, true, gatedRows);
+            l.expertFc2 =
+                add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local, true, Split::Columns);
         } else {
             l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal, local, false, gatedRows);
             l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal, local, false, Split::Columns);
@@ -87,9 +88,9 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
     m_finalNormWeight = add("final_norm.weight", {h}, InitKind::Ones, slice.head);
     if (layerNorm)
         m_finalNormBias = add("final_norm.bias", {h}, InitKind::Zeros, slice.head);
-    m_head = m.tiedEmbeddings ? (slice.head ? m_embedding : -1)
-                              : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head, false,
-                                    TensorView::Split::Rows);
+    m_head = m.tiedEmbeddings
+                 ? (slice.head ? m_embedding : -1)
+                 : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head, false, TensorView::Split::Rows);
     placeViews();
 }
 

@@ -42,10 +42,10 @@ struct ModelSlice {
     std::vector<Chunk> chunks;
     bool embedding = true;
     bool head = true;
-    int expertShard = 0;        // this rank's block of each MoE layer's experts (its EP rank)
-    int expertShards = 1;       // ep: the experts are split into this many contiguous blocks
-    int tensorShard = 0;        // this rank's TP rank
-    int tensorShards = 1;       // tp: Megatron's column- and row-parallel split of every linear layer
+    int expertShard = 0;   // this rank's block of each MoE layer's experts (its EP rank)
+    int expertShards = 1;  // ep: the experts are split into this many contiguous blocks
+    int tensorShard = 0;   // this rank's TP rank
+    int tensorShards = 1;  // tp: Megatron's column- and row-parallel split of every linear layer
 
     static ModelSlice whole(const plan::ModelSpec& model);
     // Stage s of the pipeline holds chunk c = layers [vs L/(p v), +L/(p v)) for its virtual stage
@@ -57,12 +57,12 @@ struct ModelSlice {
 struct TensorView {
     std::string name;
     std::vector<std::int64_t> shape;
-    std::size_t offset = 0;   // in elements, into the flat buffer (64-byte aligned)
-    std::size_t size = 0;     // elements
+    std::size_t offset = 0;  // in elements, into the flat buffer (64-byte aligned)
+    std::size_t size = 0;    // elements
     InitKind init = InitKind::Normal;
-    bool decay = false;       // weight decay applies (matrices, as nanoGPT: every tensor of 2+ dims)
-    int globalIndex = 0;      // position in the whole model's list (checkpoint order, init seed)
-    bool experts = false;     // a MoE layer's stacked expert weights (in the experts' range)
+    bool decay = false;    // weight decay applies (matrices, as nanoGPT: every tensor of 2+ dims)
+    int globalIndex = 0;   // position in the whole model's list (checkpoint order, init seed)
+    bool experts = false;  // a MoE layer's stacked expert weights (in the experts' range)
     // Expert tensors under EP hold block shardIndex of shardCount along dimension 0 of the whole
     // tensor.
     int shardIndex = 0;
@@ -75,7 +75,7 @@ struct TensorView {
     Split split = Split::None;
     int tensorIndex = 0;
     int tensorCount = 1;
-    std::vector<std::int64_t> wholeShape;   // the tensor's shape in the whole model
+    std::vector<std::int64_t> wholeShape;  // the tensor's shape in the whole model
     const std::vector<std::int64_t>& globalShape() const { return wholeShape; }
 };
 
@@ -90,8 +90,8 @@ void insertShard(const TensorView& view, const float* shard, float* whole, const
 struct LayerViews {
     int attnNormWeight = -1, attnNormBias = -1, qkv = -1, proj = -1;
     int mlpNormWeight = -1, mlpNormBias = -1;
-    int fc1 = -1, fc2 = -1;                          // dense MLP
-    int router = -1, expertFc1 = -1, expertFc2 = -1; // MoE
+    int fc1 = -1, fc2 = -1;                           // dense MLP
+    int router = -1, expertFc1 = -1, expertFc2 = -1;  // MoE
 };
 
 class ParameterLayout {
@@ -102,16 +102,16 @@ public:
 
     const std::vector<TensorView>& views() const { return m_views; }
     const TensorView& at(int index) const { return m_views[std::size_t(index)]; }
-    const LayerViews& layer(int i) const { return m_layers[std::size_t(i)]; }   // global layer index
+    const LayerViews& layer(int i) const { return m_layers[std::size_t(i)]; }  // global layer index
     const ModelSlice& slice() const { return m_slice; }
     int embedding() const { return m_embedding; }
     int finalNormWeight() const { return m_finalNormWeight; }
     int finalNormBias() const { return m_finalNormBias; }
-    int head() const { return m_head; }           // the embedding when tied
+    int head() const { return m_head; }  // the embedding when tied
     std::size_t totalSize() const { return m_total; }
     // The experts' range is [expertBegin(), totalSize()); the dense tensors' ends there.
     std::size_t expertBegin() const { return m_expertBegin; }
-    std::size_t parameterCount() const;          // without alignment padding
+    std::size_t parameterCount() const;  // without alignment padding
 
 private:
     int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts = false,

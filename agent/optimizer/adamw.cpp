@@ -34,8 +34,8 @@ void ShardedAdamW::step(kernels::DevPtr params, kernels::DevPtr grads, const Ada
         if (first >= last)
             continue;
         const std::size_t local = first - m_begin;
-        m_backend.adamw(kernels::offset(params, local), kernels::offset(grads, local), kernels::offset(m_m.ptr(), local),
-                        kernels::offset(m_v.ptr(), local), last - first,
+        m_backend.adamw(kernels::offset(params, local), kernels::offset(grads, local),
+                        kernels::offset(m_m.ptr(), local), kernels::offset(m_v.ptr(), local), last - first,
                         s.learningRate, s.beta1, s.beta2, s.eps, v.decay ? s.weightDecay : 0.0f, step, gradScale);
     }
 }

@@ -5,8 +5,8 @@
 // updates, its own contiguous shard). Weight decay applies per tensor, to those the layout marks.
 // Clipping as torch.nn.utils.clip_grad_norm_ scales the gradients inside the update.
 
-#include "agent/runtime/device_buffer.h"
 #include "agent/model/parameters.h"
+#include "agent/runtime/device_buffer.h"
 
 #include "kernels/backend.h"
 
@@ -19,7 +19,7 @@ struct AdamWSettings {
     float beta1 = 0.9f;
     float beta2 = 0.95f;
     float eps = 1e-8f;
-    float weightDecay = 0;   // for the tensors the layout marks as decayed
+    float weightDecay = 0;  // for the tensors the layout marks as decayed
 };
 
 // torch.nn.utils.clip_grad_norm_'s factor for a global gradient norm: min(1, clip / (norm + 1e-6));

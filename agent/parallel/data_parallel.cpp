@@ -7,9 +7,9 @@ namespace meshbench::agent {
 GradientBuckets::GradientBuckets(kernels::Backend& backend, const ParameterLayout& layout, const ZeroShards& shards,
                                  kernels::DevPtr grads, kernels::DevPtr gradShard, const BucketSettings& settings,
                                  Measurements* measurements, int stage)
-    : m_backend(backend), m_shards(shards), m_grads(grads), m_gradShard(gradShard),
-      m_settings(settings), m_queue(measurements, stage), m_bucketOf(layout.views().size(), -1),
-      m_held(layout.views().size(), false), m_ready(layout.views().size(), false)
+    : m_backend(backend), m_shards(shards), m_grads(grads), m_gradShard(gradShard), m_settings(settings),
+      m_queue(measurements, stage), m_bucketOf(layout.views().size(), -1), m_held(layout.views().size(), false),
+      m_ready(layout.views().size(), false)
 {
     // Per range, views from the last to the first (the backward's order): consecutive in the flat
     // buffer, so each bucket is one span of it, closed once it holds bucketMb.
@@ -85,8 +85,8 @@ void GradientBuckets::start(std::size_t b)
         return;
     }
     const std::vector<std::size_t> counts = region.ownedCounts(bucket.begin, bucket.end);
-    flight.share = DeviceBuffer(m_backend, std::max<std::size_t>(counts[std::size_t(region.member)], 1),
-                                MemoryCategory::Grads);
+    flight.share =
+        DeviceBuffer(m_backend, std::max<std::size_t>(counts[std::size_t(region.member)], 1), MemoryCategory::Grads);
     m_queue.push(region.group->startReduceScatter(range, flight.share.ptr(), counts), bytes,
                  [this, b] { addShare(b, m_inFlight[b].share.ptr()); });
 }

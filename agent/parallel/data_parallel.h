@@ -31,7 +31,7 @@ public:
 };
 
 struct BucketSettings {
-    static constexpr double kDefaultBucketMb = 25.0;   // MiB
+    static constexpr double kDefaultBucketMb = 25.0;  // MiB
     double bucketMb = kDefaultBucketMb;
     bool overlap = true;
 };
@@ -56,7 +56,7 @@ public:
 
     struct Bucket {
         int region = 0;
-        std::size_t begin = 0, end = 0;   // the flat range
+        std::size_t begin = 0, end = 0;  // the flat range
         std::vector<int> views;
     };
     const std::vector<Bucket>& buckets() const { return m_buckets; }
@@ -67,8 +67,8 @@ private:
 
     struct InFlight {
         bool started = false;
-        int waiting = 0;      // views not yet ready
-        DeviceBuffer share;   // ZeRO: this rank's reduce-scattered part
+        int waiting = 0;     // views not yet ready
+        DeviceBuffer share;  // ZeRO: this rank's reduce-scattered part
     };
 
     kernels::Backend& m_backend;
@@ -78,9 +78,9 @@ private:
     BucketSettings m_settings;
     ReductionQueue m_queue;
     std::vector<Bucket> m_buckets;
-    std::vector<int> m_bucketOf;   // per view
+    std::vector<int> m_bucketOf;  // per view
     std::vector<bool> m_held;
-    std::vector<bool> m_ready;     // per view, this pass
+    std::vector<bool> m_ready;  // per view, this pass
     std::vector<InFlight> m_inFlight;
 };
 

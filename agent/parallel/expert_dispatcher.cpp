@@ -28,8 +28,8 @@ ExpertRoute ExpertDispatcher::dispatch(const kernels::RouterShape& shape, const 
 }
 
 void ExpertDispatcher::combine(const kernels::RouterShape& shape, const kernels::Routing& routing,
-                               const ExpertRoute& route, kernels::ConstDevPtr expertOut, int width, kernels::DevPtr rows,
-                               kernels::DevPtr y)
+                               const ExpertRoute& route, kernels::ConstDevPtr expertOut, int width,
+                               kernels::DevPtr rows, kernels::DevPtr y)
 {
     fromOwners(route, expertOut, rows, width);
     m_backend->combine(shape, routing, rows, width, y);
@@ -96,8 +96,9 @@ void ExpertDispatcher::exchange(const ExpertRoute& route, const std::vector<int>
     using kernels::offset;
     if (!m_group) {
         // One rank owns every expert: the blocks stay where they are.
-        walkBlocks(route, sendRows, width, 1,
-                   [&](std::size_t block, std::size_t, std::size_t n) { m_backend->copy(offset(out, block), offset(in, block), n); });
+        walkBlocks(route, sendRows, width, 1, [&](std::size_t block, std::size_t, std::size_t n) {
+            m_backend->copy(offset(out, block), offset(in, block), n);
+        });
         return;
     }
     // Only the rows in use travel.

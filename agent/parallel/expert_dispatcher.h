@@ -23,8 +23,8 @@ namespace meshbench::agent {
 // The rows of one layer's dispatch for one micro-batch.
 struct ExpertRoute {
     int capacity = 0;
-    std::vector<int> sent;       // [E]: rows this rank routed to each expert (kept after capacity)
-    std::vector<int> received;   // [E]: rows in each of the owner-side blocks of this rank
+    std::vector<int> sent;      // [E]: rows this rank routed to each expert (kept after capacity)
+    std::vector<int> received;  // [E]: rows in each of the owner-side blocks of this rank
 };
 
 class ExpertDispatcher {

@@ -20,13 +20,12 @@ void sumSequenceParallelNormGradients(Communicator& tensor, const ParameterLayou
 {
     for (const TensorView& v : layout.views())
         if (v.shape.size() == 1)
-            shards.forOwnedPart(v, [&](std::size_t at, std::size_t n) {
-                tensor.allReduceSum(kernels::offset(shardGrads, at), n);
-            });
+            shards.forOwnedPart(
+                v, [&](std::size_t at, std::size_t n) { tensor.allReduceSum(kernels::offset(shardGrads, at), n); });
 }
 
-GradientSquares shardGradientSquares(kernels::Backend& backend, const ParameterLayout& layout,
-                                     const ZeroShards& shards, kernels::ConstDevPtr shardGrads, int skipView)
+GradientSquares shardGradientSquares(kernels::Backend& backend, const ParameterLayout& layout, const ZeroShards& shards,
+                                     kernels::ConstDevPtr shardGrads, int skipView)
 {
     GradientSquares sums{};
     for (int i = 0; i < int(layout.views().size()); ++i) {
@@ -34,7 +33,8 @@ GradientSquares shardGradientSquares(kernels::Backend& backend, const ParameterL
             continue;
         const TensorView& v = layout.at(i);
         double& sum = sums[(v.tensorCount > 1 ? kTensorSplit : 0) | (v.shardCount > 1 ? kExpertBlock : 0)];
-        shards.forOwnedPart(v, [&](std::size_t at, std::size_t n) { sum += backend.sumSquares(kernels::offset(shardGrads, at), n); });
+        shards.forOwnedPart(
+            v, [&](std::size_t at, std::size_t n) { sum += backend.sumSquares(kernels::offset(shardGrads, at), n); });
     }
     return sums;
 }

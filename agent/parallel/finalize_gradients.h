@@ -28,7 +28,7 @@ void sumSequenceParallelNormGradients(Communicator& tensor, const ParameterLayou
 
 // This rank's sums of squares, by how each tensor is split, over the parts of tensors it owns;
 // `skipView` (a tied embedding's second copy) is not counted.
-GradientSquares shardGradientSquares(kernels::Backend& backend, const ParameterLayout& layout,
-                                     const ZeroShards& shards, kernels::ConstDevPtr shardGrads, int skipView);
+GradientSquares shardGradientSquares(kernels::Backend& backend, const ParameterLayout& layout, const ZeroShards& shards,
+                                     kernels::ConstDevPtr shardGrads, int skipView);
 
 }  // namespace meshbench::agent

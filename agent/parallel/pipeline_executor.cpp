@@ -36,10 +36,10 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
     struct Slot {
         DeviceBuffer input, output, outputGrad, inputGrad;
         GptModel::ActivationsPtr activations;
-        std::vector<DeferredWeightGrad> weightGrads;   // zb-h1: B queues them, W runs them
+        std::vector<DeferredWeightGrad> weightGrads;  // zb-h1: B queues them, W runs them
     };
     std::map<std::pair<int, int>, Slot> slots;
-    std::vector<DeviceBuffer> sent;   // kept until the sends complete
+    std::vector<DeviceBuffer> sent;  // kept until the sends complete
 
     // The virtual stage next to vs in model order when it is on this stage too (the V schedules'
     // turn on the last stage), whose chunk then takes the tensor without a transfer; -1 otherwise.
@@ -67,8 +67,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
         switch (op.kind) {
         case plan::OpKind::RecvActivation:
             slot.input = DeviceBuffer(m_backend, elements);
-            m_pipeline.recv(slot.input.ptr(), elements, op.peerStage,
-                            tagOf(op.microbatch, virtualStage, false));
+            m_pipeline.recv(slot.input.ptr(), elements, op.peerStage, tagOf(op.microbatch, virtualStage, false));
             break;
         case plan::OpKind::Forward:
             slot.output = DeviceBuffer(m_backend, elements);
@@ -79,14 +78,12 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
                 slots[{op.microbatch, next}].input = std::move(slot.output);
             break;
         case plan::OpKind::SendActivation:
-            m_pipeline.send(slot.output.ptr(), elements, op.peerStage,
-                            tagOf(op.microbatch, virtualStage + 1, false));
+            m_pipeline.send(slot.output.ptr(), elements, op.peerStage, tagOf(op.microbatch, virtualStage + 1, false));
             sent.push_back(std::move(slot.output));
             break;
         case plan::OpKind::RecvGradient:
             slot.outputGrad = DeviceBuffer(m_backend, elements);
-            m_pipeline.recv(slot.outputGrad.ptr(), elements, op.peerStage,
-                            tagOf(op.microbatch, virtualStage, true));
+            m_pipeline.recv(slot.outputGrad.ptr(), elements, op.peerStage, tagOf(op.microbatch, virtualStage, true));
             break;
         case plan::OpKind::Backward:
             slot.inputGrad = DeviceBuffer(m_backend, elements);
@@ -98,8 +95,7 @@ void PipelineExecutor::runStep(const std::function<const std::int32_t*(int)>& to
                 slots[{op.microbatch, previous}].outputGrad = std::move(slot.inputGrad);
             break;
         case plan::OpKind::SendGradient:
-            m_pipeline.send(slot.inputGrad.ptr(), elements, op.peerStage,
-                            tagOf(op.microbatch, virtualStage - 1, true));
+            m_pipeline.send(slot.inputGrad.ptr(), elements, op.peerStage, tagOf(op.microbatch, virtualStage - 1, true));
             sent.push_back(std::move(slot.inputGrad));
             break;
         case plan::OpKind::WeightGrad:

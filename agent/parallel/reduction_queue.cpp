@@ -32,8 +32,8 @@ void ReductionQueue::finishFront()
     const std::int64_t begin = std::max(entry.startNs, m_freeNs);
     m_freeNs = Measurements::nowNs();
     if (m_measurements)
-        m_measurements->addSpan(
-            {m_step, std::int16_t(m_stage), 0, -1, wire::SpanKind::DataParallelReduce, -1, begin, m_freeNs, entry.bytes});
+        m_measurements->addSpan({m_step, std::int16_t(m_stage), 0, -1, wire::SpanKind::DataParallelReduce, -1, begin,
+                                 m_freeNs, entry.bytes});
     if (entry.whenDone)
         entry.whenDone();
 }

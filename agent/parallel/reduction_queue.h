@@ -42,7 +42,7 @@ private:
     int m_step = 0;
     std::deque<Entry> m_entries;
     std::size_t m_bytesInFlight = 0;
-    std::int64_t m_freeNs = 0;   // when the last finished reduction ended
+    std::int64_t m_freeNs = 0;  // when the last finished reduction ended
 };
 
 }  // namespace meshbench::agent

@@ -39,7 +39,7 @@ void TensorParallel::completePartial(kernels::DevPtr full, kernels::DevPtr local
 }
 
 kernels::ConstDevPtr TensorParallel::wholeSequence(kernels::ConstDevPtr local, std::size_t fullElements,
-                                                  DeviceBuffer& whole, MemoryCategory category)
+                                                   DeviceBuffer& whole, MemoryCategory category)
 {
     if (!m_sp)
         return local;
@@ -48,7 +48,8 @@ kernels::ConstDevPtr TensorParallel::wholeSequence(kernels::ConstDevPtr local, s
     return whole.ptr();
 }
 
-kernels::ConstDevPtr TensorParallel::completeToStream(kernels::DevPtr full, std::size_t fullElements, DeviceBuffer& mine)
+kernels::ConstDevPtr TensorParallel::completeToStream(kernels::DevPtr full, std::size_t fullElements,
+                                                      DeviceBuffer& mine)
 {
     if (!m_sp) {
         allReduce(full, fullElements);
@@ -59,8 +60,8 @@ kernels::ConstDevPtr TensorParallel::completeToStream(kernels::DevPtr full, std:
     return mine.ptr();
 }
 
-void TensorParallel::columnParallelLinear(kernels::ConstDevPtr x, int tokens, kernels::ConstDevPtr weight,
-                                          int outLocal, int in, kernels::DevPtr y)
+void TensorParallel::columnParallelLinear(kernels::ConstDevPtr x, int tokens, kernels::ConstDevPtr weight, int outLocal,
+                                          int in, kernels::DevPtr y)
 {
     m_backend->gemm(false, true, tokens, outLocal, in, 1.0f, x, in, weight, in, 0.0f, y, outLocal);
 }
@@ -84,8 +85,8 @@ void TensorParallel::rowParallelLinear(kernels::ConstDevPtr x, int tokens, kerne
     m_backend->add(partial.ptr(), dst, partial.size());
 }
 
-void TensorParallel::localIds(const std::vector<std::int32_t>& ids, std::int64_t vocab, std::vector<std::int32_t>& local,
-                              std::vector<char>& inside) const
+void TensorParallel::localIds(const std::vector<std::int32_t>& ids, std::int64_t vocab,
+                              std::vector<std::int32_t>& local, std::vector<char>& inside) const
 {
     const std::int32_t block = std::int32_t(vocab / m_size), first = vocabFirst(vocab);
     local.resize(ids.size());

@@ -6,7 +6,7 @@
 namespace meshbench::agent {
 namespace {
 
-constexpr std::size_t kShardAlign = 16;   // elements: pieces start 64-byte aligned
+constexpr std::size_t kShardAlign = 16;  // elements: pieces start 64-byte aligned
 
 ShardRegion makeRegion(std::size_t begin, std::size_t end, Communicator* group, bool sharded)
 {
@@ -17,8 +17,7 @@ ShardRegion makeRegion(std::size_t begin, std::size_t end, Communicator* group, 
     const int members = region.group ? region.group->size() : 1;
     region.member = region.group ? region.group->rank() : 0;
     const std::size_t size = end - begin;
-    const std::size_t piece =
-        sharded ? (size + std::size_t(members) - 1) / std::size_t(members) : size;
+    const std::size_t piece = sharded ? (size + std::size_t(members) - 1) / std::size_t(members) : size;
     const std::size_t alignedPiece = sharded ? (piece + kShardAlign - 1) / kShardAlign * kShardAlign : piece;
     for (int r = 0; r < members; ++r) {
         // Unsharded, every member owns the whole range.
@@ -92,12 +91,12 @@ void ZeroShards::allGatherParameters(kernels::DevPtr params) const
                 .wait();
 }
 
-ShardedParameters::ShardedParameters(kernels::Backend& backend, const ParameterLayout& layout,
-                                     const ZeroShards& shards, kernels::DevPtr paramShard, kernels::DevPtr gradShard,
-                                     std::size_t bucketBytes, bool overlap, Measurements* measurements, int stage)
+ShardedParameters::ShardedParameters(kernels::Backend& backend, const ParameterLayout& layout, const ZeroShards& shards,
+                                     kernels::DevPtr paramShard, kernels::DevPtr gradShard, std::size_t bucketBytes,
+                                     bool overlap, Measurements* measurements, int stage)
     : m_backend(backend), m_layout(layout), m_shards(shards), m_paramShard(paramShard), m_gradShard(gradShard),
-      m_bucketBytes(bucketBytes), m_overlap(overlap), m_queue(measurements, stage),
-      m_gathered(layout.views().size()), m_gradients(layout.views().size())
+      m_bucketBytes(bucketBytes), m_overlap(overlap), m_queue(measurements, stage), m_gathered(layout.views().size()),
+      m_gradients(layout.views().size())
 {
 }
 
@@ -116,9 +115,9 @@ void ShardedParameters::acquire(const std::vector<int>& views, bool withGradient
                 continue;
             const kernels::DevPtr piece = kernels::offset(buffer.ptr(), at);
             if (int(owner) == region.member)
-                m_backend.copy(piece,
-                               kernels::offset(m_paramShard, region.shardOffset + (v.offset + at - region.ownedBegin())),
-                               pieces[owner]);
+                m_backend.copy(
+                    piece, kernels::offset(m_paramShard, region.shardOffset + (v.offset + at - region.ownedBegin())),
+                    pieces[owner]);
             if (region.group)
                 region.group->broadcast(piece, pieces[owner], int(owner));
             at += pieces[owner];

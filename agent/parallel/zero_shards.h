@@ -24,13 +24,13 @@
 namespace meshbench::agent {
 
 struct ShardRegion {
-    std::size_t begin = 0;               // the range of the flat buffer
+    std::size_t begin = 0;  // the range of the flat buffer
     std::size_t end = 0;
-    Communicator* group = nullptr;       // the members it is reduced over; null for one member
-    std::vector<std::size_t> counts;     // elements each member owns, in member order
-    std::vector<std::size_t> owned;      // where each member's piece begins in the flat buffer
-    int member = 0;                      // this rank's index in the group
-    std::size_t shardOffset = 0;         // where this rank's piece begins in its shard buffer
+    Communicator* group = nullptr;    // the members it is reduced over; null for one member
+    std::vector<std::size_t> counts;  // elements each member owns, in member order
+    std::vector<std::size_t> owned;   // where each member's piece begins in the flat buffer
+    int member = 0;                   // this rank's index in the group
+    std::size_t shardOffset = 0;      // where this rank's piece begins in its shard buffer
 
     std::size_t ownedBegin() const { return owned[std::size_t(member)]; }
     std::size_t ownedSize() const { return counts[std::size_t(member)]; }

@@ -38,7 +38,7 @@ public:
     public:
         virtual ~Operation() = default;
         virtual void wait() = 0;
-        virtual bool test() = 0;   // complete? (advances it a little)
+        virtual bool test() = 0;  // complete? (advances it a little)
     };
 
     PendingComm() = default;

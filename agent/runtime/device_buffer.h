@@ -13,8 +13,8 @@
 namespace meshbench::agent {
 
 // What a device allocation holds, for the per-rank memory report: the telemetry's categories.
-using wire::MemoryCategory;
 using wire::kMemoryCategories;
+using wire::MemoryCategory;
 using wire::memoryCategoryName;
 
 struct MemoryUsage {
@@ -29,7 +29,7 @@ public:
     void allocated(MemoryCategory category, std::int64_t bytes);
     void released(MemoryCategory category, std::int64_t bytes);
     MemoryUsage usage() const;
-    void resetPeaks();   // peaks restart from the current values
+    void resetPeaks();  // peaks restart from the current values
 
 private:
     std::array<std::atomic<std::int64_t>, kMemoryCategories> m_current{};
@@ -39,8 +39,7 @@ private:
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
-    DeviceBuffer(kernels::Backend& backend, std::size_t elements,
-                 MemoryCategory category = MemoryCategory::Workspace)
+    DeviceBuffer(kernels::Backend& backend, std::size_t elements, MemoryCategory category = MemoryCategory::Workspace)
         : m_backend(&backend), m_ptr(backend.allocate(elements, kernels::DType::F32)), m_size(elements),
           m_category(category)
     {

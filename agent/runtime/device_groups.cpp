@@ -55,7 +55,7 @@ std::string attach(ProcessGroups& groups, kernels::Backend& backend, bool shares
 #if MESHBENCH_HAVE_CUDA
     if (obstacle.empty()) {
         attachNcclGroups(groups, backend, *nccl);
-        stage(groups.world, backend); // host values only
+        stage(groups.world, backend);  // host values only
         return "nccl (" + description + "; pipeline messages over MPI, host-staged)";
     }
 #endif
@@ -75,7 +75,7 @@ std::chrono::seconds ncclTimeout()
 }
 #endif
 
-} // namespace
+}  // namespace
 
 std::string attachDeviceCommunicators(ProcessGroups& groups, kernels::Backend& backend, bool sharesDevice)
 {
@@ -95,4 +95,4 @@ std::string attachDeviceCommunicators(ProcessGroups& groups, kernels::Backend& b
 }
 #endif
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

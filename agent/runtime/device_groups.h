@@ -10,7 +10,7 @@
 
 namespace meshbench::agent {
 
-struct NcclContext; // agent/runtime/nccl_communicator.h, in a build with CUDA
+struct NcclContext;  // agent/runtime/nccl_communicator.h, in a build with CUDA
 
 // Replaces the groups' communicators as needed and says what they are and why ("nccl (NCCL 2.28.9;
 // ...)", "mpi, host-staged (ranks share a GPU, which NCCL refuses)"). Collective over the world:
@@ -22,4 +22,4 @@ std::string attachDeviceCommunicators(ProcessGroups& groups, kernels::Backend& b
 std::string attachDeviceCommunicators(ProcessGroups& groups, kernels::Backend& backend, bool sharesDevice,
                                       const NcclContext& nccl);
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

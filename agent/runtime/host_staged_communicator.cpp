@@ -9,7 +9,8 @@ namespace {
 // A host copy of (part of) a device buffer, in the buffer's own dtype.
 class HostBuffer {
 public:
-    HostBuffer(kernels::DType dtype, std::size_t elements) : m_bytes(elements * kernels::dtypeSize(dtype)), m_dtype(dtype)
+    HostBuffer(kernels::DType dtype, std::size_t elements)
+        : m_bytes(elements * kernels::dtypeSize(dtype)), m_dtype(dtype)
     {
     }
     kernels::DevPtr ptr() { return {m_bytes.data(), m_dtype}; }
@@ -113,7 +114,8 @@ PendingComm HostStagedCommunicator::startReduceScatter(kernels::ConstDevPtr in, 
 PendingComm HostStagedCommunicator::startAllGather(kernels::ConstDevPtr in, kernels::DevPtr out,
                                                    const std::vector<std::size_t>& counts)
 {
-    auto op = staged(m_device, stageIn(m_device, in, counts[std::size_t(rank())]), HostBuffer(out.dtype, total(counts)));
+    auto op =
+        staged(m_device, stageIn(m_device, in, counts[std::size_t(rank())]), HostBuffer(out.dtype, total(counts)));
     op->start(host().startAllGather(op->buffer(0).ptr(), op->buffer(1).ptr(), counts), out, 1, total(counts));
     return PendingComm(std::move(op));
 }

@@ -22,8 +22,8 @@ public:
     PendingComm startAllGather(kernels::ConstDevPtr in, kernels::DevPtr out,
                                const std::vector<std::size_t>& counts) override;
     PendingComm startBroadcast(kernels::DevPtr data, std::size_t n, int root) override;
-    PendingComm startAllToAll(kernels::ConstDevPtr in, const std::vector<std::size_t>& sendCounts,
-                              kernels::DevPtr out, const std::vector<std::size_t>& recvCounts) override;
+    PendingComm startAllToAll(kernels::ConstDevPtr in, const std::vector<std::size_t>& sendCounts, kernels::DevPtr out,
+                              const std::vector<std::size_t>& recvCounts) override;
     PendingComm startSend(kernels::ConstDevPtr data, std::size_t n, int peer, int tag) override;
     void recv(kernels::DevPtr data, std::size_t n, int peer, int tag) override;
 

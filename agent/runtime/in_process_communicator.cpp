@@ -31,8 +31,8 @@ struct InProcessGroup::Shared {
     }
 
     const int size;
-    std::vector<const void*> slots;   // each member's buffer for the collective under way
-    std::vector<const std::vector<std::size_t>*> counts;   // each member's send counts in an all-to-all
+    std::vector<const void*> slots;                       // each member's buffer for the collective under way
+    std::vector<const std::vector<std::size_t>*> counts;  // each member's send counts in an all-to-all
     std::mutex mutex;
     std::condition_variable changed;
     int arrived = 0;
@@ -133,14 +133,15 @@ public:
             const std::size_t bytes = kernels::dtypeSize(out.dtype);
             // Every member shows its send counts too, so each finds its block in the others' input.
             m_shared.counts[std::size_t(m_rank)] = &sendCounts;
-            std::string mismatch;   // thrown only after the meeting, which no member may leave early
+            std::string mismatch;  // thrown only after the meeting, which no member may leave early
             meet(in.data, [&] {
                 for (int r = 0; r < size(); ++r) {
                     const std::vector<std::size_t>& theirs = *m_shared.counts[std::size_t(r)];
                     if (theirs[std::size_t(m_rank)] != recvCounts[std::size_t(r)]) {
                         mismatch = "all-to-all: member " + std::to_string(r) + " sends " +
                                    std::to_string(theirs[std::size_t(m_rank)]) + " elements to member " +
-                                   std::to_string(m_rank) + ", which expects " + std::to_string(recvCounts[std::size_t(r)]);
+                                   std::to_string(m_rank) + ", which expects " +
+                                   std::to_string(recvCounts[std::size_t(r)]);
                         continue;
                     }
                     std::memcpy(typed<char>(out) + offsetOf(recvCounts, r) * bytes,
@@ -170,8 +171,9 @@ public:
         m_shared.changed.wait(lock, [&] { return !box.empty(); });
         const std::size_t bytes = n * kernels::dtypeSize(data.dtype);
         if (box.front().size() != bytes)
-            throw CommError("recv from member " + std::to_string(peer) + " (tag " + std::to_string(tag) + ") expected " +
-                            std::to_string(bytes) + " bytes, got " + std::to_string(box.front().size()));
+            throw CommError("recv from member " + std::to_string(peer) + " (tag " + std::to_string(tag) +
+                            ") expected " + std::to_string(bytes) + " bytes, got " +
+                            std::to_string(box.front().size()));
         std::copy(box.front().begin(), box.front().end(), typed<char>(data));
         box.pop_front();
     }
@@ -264,7 +266,7 @@ private:
     InProcessGroup::Shared& m_shared;
     int m_rank;
     std::deque<std::function<void()>> m_queue;
-    std::uint64_t m_done = 0;   // operations run so far
+    std::uint64_t m_done = 0;  // operations run so far
 };
 
 }  // namespace

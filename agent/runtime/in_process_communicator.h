@@ -48,7 +48,7 @@ public:
     ProcessGroups& groups(int rank);
 
 private:
-    std::vector<std::unique_ptr<InProcessGroup>> m_groups;   // the world and every group of every kind
+    std::vector<std::unique_ptr<InProcessGroup>> m_groups;  // the world and every group of every kind
     std::vector<ProcessGroups> m_ranks;
 };
 

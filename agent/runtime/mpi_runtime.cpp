@@ -112,7 +112,8 @@ public:
         layOut(counts, op->counts, op->displacements);
         // A member whose block already sits in place in the output gathers in place.
         const std::size_t elementSize = kernels::dtypeSize(out.dtype);
-        const void* mine = static_cast<const char*>(out.data) + std::size_t(op->displacements[std::size_t(m_rank)]) * elementSize;
+        const void* mine =
+            static_cast<const char*>(out.data) + std::size_t(op->displacements[std::size_t(m_rank)]) * elementSize;
         const void* send = in.data == mine ? MPI_IN_PLACE : in.data;
         check(MPI_Iallgatherv(send, op->counts[std::size_t(m_rank)], typeOf(in.dtype), out.data, op->counts.data(),
                               op->displacements.data(), typeOf(out.dtype), m_comm, op->request()),
@@ -233,11 +234,17 @@ bool MpiRuntime::localRankShares(const std::string& key) const
 ProcessGroups MpiRuntime::createGroups(const plan::Mesh& mesh) const
 {
     if (mesh.worldSize() != m_size)
-        throw CommError("the layout needs dp x pp x tp = " + std::to_string(mesh.worldSize()) + " ranks but mpirun started " +
-                        std::to_string(m_size) + "; run mpirun -np " + std::to_string(mesh.worldSize()));
-    ProcessGroups groups{mesh, m_rank, mesh.coordOf(m_rank), std::make_unique<MpiCommunicator>(MPI_COMM_WORLD),
-                         split(mesh, plan::GroupKind::Tensor, m_rank), split(mesh, plan::GroupKind::Pipeline, m_rank),
-                         split(mesh, plan::GroupKind::Data, m_rank), split(mesh, plan::GroupKind::Expert, m_rank),
+        throw CommError("the layout needs dp x pp x tp = " + std::to_string(mesh.worldSize()) +
+                        " ranks but mpirun started " + std::to_string(m_size) + "; run mpirun -np " +
+                        std::to_string(mesh.worldSize()));
+    ProcessGroups groups{mesh,
+                         m_rank,
+                         mesh.coordOf(m_rank),
+                         std::make_unique<MpiCommunicator>(MPI_COMM_WORLD),
+                         split(mesh, plan::GroupKind::Tensor, m_rank),
+                         split(mesh, plan::GroupKind::Pipeline, m_rank),
+                         split(mesh, plan::GroupKind::Data, m_rank),
+                         split(mesh, plan::GroupKind::Expert, m_rank),
                          split(mesh, plan::GroupKind::ExpertData, m_rank)};
     return groups;
 }

@@ -37,7 +37,7 @@ private:
     int m_rank = 0;
     int m_size = 1;
     int m_localRank = 0;
-    void* m_local = nullptr;   // the machine's ranks (an MPI_Comm, kept out of this header)
+    void* m_local = nullptr;  // the machine's ranks (an MPI_Comm, kept out of this header)
 };
 
 }  // namespace meshbench::agent

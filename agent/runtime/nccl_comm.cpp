@@ -6,10 +6,7 @@
 namespace meshbench::agent {
 namespace {
 
-bool failed(ncclResult_t result)
-{
-    return result != ncclSuccess && result != ncclInProgress;
-}
+bool failed(ncclResult_t result) { return result != ncclSuccess && result != ncclInProgress; }
 
 std::string durationText(std::chrono::milliseconds t)
 {
@@ -24,7 +21,7 @@ ncclConfig_t nonBlocking()
     return config;
 }
 
-} // namespace
+}  // namespace
 
 void NcclGroupCalls::operator()(ncclResult_t result, const char* call)
 {
@@ -164,10 +161,7 @@ bool NcclComm::pollUntil(const std::function<bool()>& done)
     return true;
 }
 
-std::string NcclComm::errorText(ncclResult_t result) const
-{
-    return m_library.getErrorString(result);
-}
+std::string NcclComm::errorText(ncclResult_t result) const { return m_library.getErrorString(result); }
 
 void NcclComm::fail(const std::string& message)
 {
@@ -179,4 +173,4 @@ void NcclComm::fail(const std::string& message)
     throw CommError("NCCL: " + message);
 }
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

@@ -85,4 +85,4 @@ private:
     bool m_aborted = false;
 };
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

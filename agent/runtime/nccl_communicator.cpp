@@ -19,10 +19,7 @@ void checkCuda(cudaError_t status, const char* what)
         throw CommError(std::string("NCCL communicator: ") + what + ": " + cudaGetErrorString(status));
 }
 
-ncclDataType_t typeOf(kernels::DType dtype)
-{
-    return dtype == kernels::DType::F32 ? ncclFloat32 : ncclBfloat16;
-}
+ncclDataType_t typeOf(kernels::DType dtype) { return dtype == kernels::DType::F32 ? ncclFloat32 : ncclBfloat16; }
 
 bool allEqual(const std::vector<std::size_t>& counts)
 {
@@ -132,7 +129,7 @@ public:
             for (int r = 0; r < size(); ++r) {
                 const std::size_t n = counts[std::size_t(r)];
                 const kernels::ConstDevPtr block = kernels::offset(in, offset);
-                void* target = r == rank() ? out.data : const_cast<void*>(block.data); // read at the root only
+                void* target = r == rank() ? out.data : const_cast<void*>(block.data);  // read at the root only
                 record(lib().reduce(block.data, target, n, typeOf(in.dtype), ncclSum, r, c, s), "ncclReduce");
                 offset += n;
             }
@@ -150,7 +147,7 @@ public:
             for (int r = 0; r < size(); ++r) {
                 const std::size_t n = counts[std::size_t(r)];
                 const kernels::DevPtr block = kernels::offset(out, offset);
-                const void* source = r == rank() ? in.data : block.data; // read at the root only
+                const void* source = r == rank() ? in.data : block.data;  // read at the root only
                 record(lib().broadcast(source, block.data, n, typeOf(out.dtype), r, c, s), "ncclBroadcast");
                 offset += n;
             }
@@ -190,14 +187,16 @@ public:
 private:
     const NcclLibrary& lib() const { return m_comm->library(); }
 
-    template <typename Call> PendingComm launch(const char* name, Call call)
+    template <typename Call>
+    PendingComm launch(const char* name, Call call)
     {
         m_comm->usable(name);
         m_stream->afterCompute();
         m_comm->enqueued(call(m_comm->handle(), m_stream->handle()), name);
         return recorded(name);
     }
-    template <typename Calls> PendingComm grouped(const char* name, Calls calls)
+    template <typename Calls>
+    PendingComm grouped(const char* name, Calls calls)
     {
         m_comm->usable(name);
         m_stream->afterCompute();
@@ -214,7 +213,7 @@ private:
     std::unique_ptr<NcclComm> m_comm;
 };
 
-} // namespace
+}  // namespace
 
 NcclAvailability ncclAvailability()
 {
@@ -274,4 +273,4 @@ void attachNcclGroups(ProcessGroups& groups, kernels::Backend& backend, const Nc
     groups.pipeline = std::make_unique<HostStagedCommunicator>(std::move(groups.pipeline), backend);
 }
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

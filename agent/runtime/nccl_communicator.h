@@ -24,7 +24,7 @@ namespace meshbench::agent {
 // Whether NCCL can be loaded here, and if not, why (for the agent's first lines).
 struct NcclAvailability {
     bool available = false;
-    std::string description; // "NCCL 2.28.9" or "libnccl.so.2 not found: ..."
+    std::string description;  // "NCCL 2.28.9" or "libnccl.so.2 not found: ..."
 };
 NcclAvailability ncclAvailability();
 
@@ -49,8 +49,8 @@ public:
 // What a rank's NCCL groups are made of.
 struct NcclContext {
     const NcclLibrary& library;
-    std::function<std::unique_ptr<NcclStream>()> streams; // one per group
-    std::chrono::milliseconds timeout;                    // for each wait
+    std::function<std::unique_ptr<NcclStream>()> streams;  // one per group
+    std::chrono::milliseconds timeout;                     // for each wait
 };
 
 // The agent's: libnccl.so.2 and CUDA streams on the device of `backend` (the CUDA backend).
@@ -62,4 +62,4 @@ NcclContext deviceNcclContext(kernels::Backend& backend, std::chrono::millisecon
 // group and single-member groups are host-staged over `backend`. The world is left as it is.
 void attachNcclGroups(ProcessGroups& groups, kernels::Backend& backend, const NcclContext& context);
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

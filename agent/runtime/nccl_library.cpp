@@ -35,7 +35,7 @@ NcclLibrary NcclLibrary::load(const std::string& name)
         l.description = name + " lacks " + library.missing() + "; NCCL 2.19 or newer is needed";
         return l;
     }
-    library.keepLoaded(); // for the process: the communicators call into it until exit
+    library.keepLoaded();  // for the process: the communicators call into it until exit
     int version = 0;
     l.getVersion(&version);
     // NCCL 2.9 on encodes the version as major x 10000 + minor x 100 + patch.
@@ -51,4 +51,4 @@ const NcclLibrary& NcclLibrary::process()
     return library;
 }
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

@@ -11,7 +11,7 @@ namespace meshbench::agent {
 
 struct NcclLibrary {
     bool loaded = false;
-    std::string description; // "NCCL 2.28.9", or why it could not be used
+    std::string description;  // "NCCL 2.28.9", or why it could not be used
     decltype(&ncclGetVersion) getVersion = nullptr;
     decltype(&ncclGetUniqueId) getUniqueId = nullptr;
     decltype(&ncclCommInitRankConfig) commInitRankConfig = nullptr;
@@ -37,4 +37,4 @@ struct NcclLibrary {
     static const NcclLibrary& process();
 };
 
-} // namespace meshbench::agent
+}  // namespace meshbench::agent

@@ -42,7 +42,8 @@ std::optional<wire::ClockOffsetRecord> ClockSync::measure(std::chrono::milliseco
         std::optional<wire::ClockMeasurement> answer;
         const auto giveUp = std::chrono::steady_clock::now() + patience;
         while (!answer) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(giveUp - std::chrono::steady_clock::now());
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(giveUp - std::chrono::steady_clock::now());
             zmq::pollitem_t readable{m_socket.handle(), 0, ZMQ_POLLIN, 0};
             if (left.count() <= 0 || zmq::poll(&readable, 1, left) <= 0)
                 break;

@@ -71,9 +71,17 @@ Measurements Measurements::take()
 void Measurements::writeJsonLines(std::ostream& out) const
 {
     for (const Span& s : m_spans)
-        out << nlohmann::json{{"type", "span"}, {"rank", m_rank}, {"step", s.step}, {"stage", s.stage},
-                              {"chunk", s.chunk}, {"mb", s.microbatch}, {"kind", wire::spanKindName(s.kind)},
-                              {"peer", s.peerRank}, {"begin_ns", s.beginNs}, {"end_ns", s.endNs}, {"bytes", s.bytes}}
+        out << nlohmann::json{{"type", "span"},
+                              {"rank", m_rank},
+                              {"step", s.step},
+                              {"stage", s.stage},
+                              {"chunk", s.chunk},
+                              {"mb", s.microbatch},
+                              {"kind", wire::spanKindName(s.kind)},
+                              {"peer", s.peerRank},
+                              {"begin_ns", s.beginNs},
+                              {"end_ns", s.endNs},
+                              {"bytes", s.bytes}}
                    .dump()
             << "\n";
     for (const MemorySample& m : m_memory) {
@@ -81,7 +89,10 @@ void Measurements::writeJsonLines(std::ostream& out) const
         for (int c = 0; c < kMemoryCategories; ++c)
             categories[std::string(memoryCategoryName(MemoryCategory(c)))] = {
                 {"current", m.usage.current[std::size_t(c)]}, {"peak", m.usage.peak[std::size_t(c)]}};
-        out << nlohmann::json{{"type", "memory"}, {"rank", m_rank}, {"step", m.step}, {"time_ns", m.timeNs},
+        out << nlohmann::json{{"type", "memory"},
+                              {"rank", m_rank},
+                              {"step", m.step},
+                              {"time_ns", m.timeNs},
                               {"bytes", categories}}
                    .dump()
             << "\n";
@@ -99,7 +110,8 @@ std::vector<wire::Record> Measurements::toRecords() const
     for (const MemorySample& m : m_memory)
         for (int c = 0; c < kMemoryCategories; ++c)
             records.emplace_back(wire::MemorySampleRecord{m.step, m.timeNs, wire::MemoryCategory(c),
-                                                          m.usage.current[std::size_t(c)], m.usage.peak[std::size_t(c)]});
+                                                          m.usage.current[std::size_t(c)],
+                                                          m.usage.peak[std::size_t(c)]});
     return records;
 }
 

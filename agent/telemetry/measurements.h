@@ -23,7 +23,7 @@ using Span = wire::SpanRecord;
 struct MemorySample {
     int step = 0;
     std::int64_t timeNs = 0;
-    MemoryUsage usage;          // current at the step's end and peak during it, by category
+    MemoryUsage usage;  // current at the step's end and peak during it, by category
 };
 
 class Measurements {
@@ -77,7 +77,7 @@ private:
     kernels::Backend* m_backend;
     kernels::TimeMark m_origin = 0;
     std::int64_t m_originNs = 0;
-    std::vector<std::int64_t> m_hostMarks;   // without a backend
+    std::vector<std::int64_t> m_hostMarks;  // without a backend
     std::vector<PendingSpan> m_pending;
     std::vector<Span> m_spans;
     std::vector<MemorySample> m_memory;

@@ -14,10 +14,10 @@ using NvmlReturn = int;
 constexpr NvmlReturn kNvmlSuccess = 0;
 using NvmlDevice = struct NvmlDeviceOpaque*;
 struct NvmlMemory {
-    unsigned long long total, free, used;   // bytes
+    unsigned long long total, free, used;  // bytes
 };
 struct NvmlUtilization {
-    unsigned int gpu, memory;   // percent
+    unsigned int gpu, memory;  // percent
 };
 
 }  // namespace
@@ -66,7 +66,7 @@ Nvml::Nvml(const std::string& library) : m_library(std::make_unique<kernels::Sha
 Nvml::~Nvml()
 {
     if (m_api)
-        m_api->shutdown();   // before the library goes
+        m_api->shutdown();  // before the library goes
 }
 
 std::vector<GpuSample> Nvml::sample() const

@@ -16,10 +16,10 @@ namespace meshbench::agent {
 
 // One device's figures; -1 where NVML could not tell.
 struct GpuSample {
-    int index = -1;                       // NVML's device index
+    int index = -1;  // NVML's device index
     std::int64_t memoryTotalBytes = -1;
     std::int64_t memoryUsedBytes = -1;
-    float utilization = -1;               // 0..1: the share of the last sample period a kernel ran
+    float utilization = -1;  // 0..1: the share of the last sample period a kernel ran
     bool operator==(const GpuSample&) const = default;
 };
 
@@ -27,7 +27,7 @@ class Nvml {
 public:
     // Loads the library and initialises NVML. Never throws: any failure leaves it unavailable.
     explicit Nvml(const std::string& library = "libnvidia-ml.so.1");
-    ~Nvml();   // shuts NVML down and unloads the library
+    ~Nvml();  // shuts NVML down and unloads the library
     Nvml(const Nvml&) = delete;
     Nvml& operator=(const Nvml&) = delete;
 
@@ -43,7 +43,7 @@ public:
     static const Nvml& process();
 
 private:
-    struct Api;   // the entry points, resolved from the library
+    struct Api;  // the entry points, resolved from the library
 
     std::unique_ptr<kernels::SharedLibrary> m_library;
     std::unique_ptr<Api> m_api;  // set once NVML is initialised

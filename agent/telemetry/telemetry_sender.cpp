@@ -7,8 +7,8 @@
 
 #include <cstdlib>
 #include <deque>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -129,10 +129,7 @@ TelemetrySender::TelemetrySender(TelemetryOptions options)
     m_thread = std::thread([this] { run(); });
 }
 
-TelemetrySender::~TelemetrySender()
-{
-    finish(wire::RankState::Finished, 0);
-}
+TelemetrySender::~TelemetrySender() { finish(wire::RankState::Finished, 0); }
 
 void TelemetrySender::post(std::vector<wire::Record> records)
 {
@@ -169,7 +166,7 @@ void TelemetrySender::finish(wire::RankState state, std::int32_t detail)
         }
         m_wake.notify_one();
         m_thread.join();
-        m_socket.reset();   // closes with the linger set above, so the last frames get out
+        m_socket.reset();  // closes with the linger set above, so the last frames get out
     });
 }
 
@@ -190,8 +187,8 @@ void TelemetrySender::run()
 {
     using Clock = std::chrono::steady_clock;
     std::uint64_t sequence = 0;
-    std::deque<wire::Record> backlog;      // taken from the queue, not yet sent
-    std::vector<std::uint8_t> frame;       // encoded but refused by a full socket: resent as is
+    std::deque<wire::Record> backlog;  // taken from the queue, not yet sent
+    std::vector<std::uint8_t> frame;   // encoded but refused by a full socket: resent as is
     std::size_t frameRecords = 0;
     auto nextHeartbeat = Clock::now() + m_options.heartbeatInterval;
     auto nextClock = Clock::now() + kClockInterval;

@@ -28,13 +28,13 @@
 namespace meshbench::agent {
 
 struct TelemetryOptions {
-    std::string endpoint;                      // e.g. tcp://127.0.0.1:5555
+    std::string endpoint;  // e.g. tcp://127.0.0.1:5555
     std::uint32_t rank = 0;
-    bool sampleNode = false;                   // local rank 0 of a node
-    std::size_t queueCapacity = 1u << 20;      // records
+    bool sampleNode = false;               // local rank 0 of a node
+    std::size_t queueCapacity = 1u << 20;  // records
     std::chrono::milliseconds heartbeatInterval{1000};
-    std::chrono::milliseconds finishTimeout{5000};   // how long finish() waits for the collector
-    std::string clockEndpoint{};               // the engine's clock server; empty: no offsets
+    std::chrono::milliseconds finishTimeout{5000};  // how long finish() waits for the collector
+    std::string clockEndpoint{};                    // the engine's clock server; empty: no offsets
     // The run's CURVE keys, when the engine serves its collector with them (off loopback).
     std::optional<wire::ClientKeys> curve{};
 };
@@ -59,7 +59,7 @@ public:
     // Connects (ZeroMQ connects lazily: an absent collector only delays delivery). Throws
     // std::runtime_error naming the endpoint if it is not a valid ZeroMQ endpoint.
     explicit TelemetrySender(TelemetryOptions options);
-    ~TelemetrySender();   // finish(Finished, 0) unless finished already
+    ~TelemetrySender();  // finish(Finished, 0) unless finished already
     TelemetrySender(const TelemetrySender&) = delete;
     TelemetrySender& operator=(const TelemetrySender&) = delete;
 
@@ -81,14 +81,14 @@ private:
 
     TelemetryOptions m_options;
     std::string m_host;
-    std::unique_ptr<Socket> m_socket;            // used by the sender thread only
+    std::unique_ptr<Socket> m_socket;  // used by the sender thread only
     std::mutex m_mutex;
     std::condition_variable m_wake;
-    std::vector<wire::Record> m_queue;           // guarded by m_mutex
-    std::size_t m_queued = 0;                    // records queued or in the backlog; guarded by m_mutex
-    bool m_finishing = false;                    // guarded by m_mutex
-    wire::RankState m_finalState = wire::RankState::Finished;   // guarded by m_mutex
-    std::int32_t m_finalDetail = 0;                             // guarded by m_mutex
+    std::vector<wire::Record> m_queue;                         // guarded by m_mutex
+    std::size_t m_queued = 0;                                  // records queued or in the backlog; guarded by m_mutex
+    bool m_finishing = false;                                  // guarded by m_mutex
+    wire::RankState m_finalState = wire::RankState::Finished;  // guarded by m_mutex
+    std::int32_t m_finalDetail = 0;                            // guarded by m_mutex
     std::atomic<int> m_steps{0};
     std::atomic<std::uint64_t> m_dropped{0};
     std::once_flag m_finishOnce;

@@ -37,7 +37,8 @@ std::vector<ExpertLoad> mergeByLayer(const std::vector<ExpertLoad>& loads)
 {
     std::vector<ExpertLoad> merged;
     for (const ExpertLoad& load : loads) {
-        auto it = std::find_if(merged.begin(), merged.end(), [&](const ExpertLoad& l) { return l.layer == load.layer; });
+        auto it =
+            std::find_if(merged.begin(), merged.end(), [&](const ExpertLoad& l) { return l.layer == load.layer; });
         if (it == merged.end()) {
             merged.push_back(load);
             continue;
@@ -230,7 +231,8 @@ ForwardResult Trainer::runMicrobatches(const StepBatch& batch, int step)
         GptModel::ActivationsPtr activations;
         {
             const Measurements::Range range(forward);
-            activations = m_model.forward({tokensOf(mb), batch.microbatchSize}, batch.lossScale, batch.auxScale, result);
+            activations =
+                m_model.forward({tokensOf(mb), batch.microbatchSize}, batch.lossScale, batch.auxScale, result);
         }
         const kernels::TimeMark backwardBegin = m_measurements.mark();
         {
@@ -374,7 +376,8 @@ void Trainer::optimizerStep(StepMetrics& metrics)
         const ShardRegion& region = m_shards.regions()[r];
         const kernels::DevPtr params = zeroStage() >= 3 ? kernels::offset(m_paramShard.ptr(), region.shardOffset)
                                                         : kernels::offset(m_model.parameters(), region.ownedBegin());
-        const kernels::DevPtr grads = kernels::offset(shardGradients(), zeroStage() > 0 ? region.shardOffset : region.ownedBegin());
+        const kernels::DevPtr grads =
+            kernels::offset(shardGradients(), zeroStage() > 0 ? region.shardOffset : region.ownedBegin());
         m_optimizers[r].step(params, grads, settings, m_step, gradScale);
     }
     if (zeroStage() == 1 || zeroStage() == 2)
@@ -410,7 +413,7 @@ void Trainer::save(const std::string& path) const
                 const std::vector<float> parts = allGatherHost(m_backend, *m_groups->tensor, part, local.size);
                 tpWhole.resize(parts.size());
                 TensorView piece = local;
-                piece.shardIndex = 0;   // place within this EP block only
+                piece.shardIndex = 0;  // place within this EP block only
                 for (int r = 0; r < local.tensorCount; ++r) {
                     piece.tensorIndex = r;
                     insertShard(piece, parts.data() + local.size * std::size_t(r), tpWhole.data(), m_spec.model);
@@ -446,7 +449,7 @@ void Trainer::save(const std::string& path) const
     parts.push_back(std::move(mine));
     for (int s = 1; s < stages; ++s) {
         const plan::ParallelSpec& p = m_spec.parallel;
-        ParameterLayout layout(m_spec.model, ModelSlice::ofStage(m_spec.model, p.scheduleShape(), s));   // whole experts
+        ParameterLayout layout(m_spec.model, ModelSlice::ofStage(m_spec.model, p.scheduleShape(), s));  // whole experts
         const std::size_t size = layout.totalSize();
         Part part{std::move(layout), std::vector<float>(size), std::vector<float>(size), std::vector<float>(size)};
         for (std::vector<float>* buffer : {&part.params, &part.m, &part.v})
@@ -461,13 +464,16 @@ void Trainer::save(const std::string& path) const
             order.emplace_back(&part, &view);
     std::stable_sort(order.begin(), order.end(),
                      [](const auto& a, const auto& b) { return a.second->globalIndex < b.second->globalIndex; });
-    order.erase(std::unique(order.begin(), order.end(),
-                            [](const auto& a, const auto& b) { return a.second->globalIndex == b.second->globalIndex; }),
-                order.end());
+    order.erase(
+        std::unique(order.begin(), order.end(),
+                    [](const auto& a, const auto& b) { return a.second->globalIndex == b.second->globalIndex; }),
+        order.end());
     std::vector<TensorRecord> tensors;
     for (const std::string& prefix : {std::string(), kMomentPrefix, kSecondMomentPrefix})
         for (const auto& [part, view] : order) {
-            const std::vector<float>& buffer = prefix.empty() ? part->params : prefix == kMomentPrefix ? part->m : part->v;
+            const std::vector<float>& buffer = prefix.empty()            ? part->params
+                                               : prefix == kMomentPrefix ? part->m
+                                                                         : part->v;
             tensors.push_back({prefix + view->name, view->shape, buffer.data() + view->offset});
         }
     const std::map<std::string, std::string> metadata = {
@@ -485,7 +491,8 @@ void Trainer::load(const std::string& path)
                               "\")");
     // The model must be the same; everything else (layout, optimizer settings, steps) may change.
     const auto job = metadata.find("job");
-    nlohmann::json stored = job == metadata.end() ? nlohmann::json() : nlohmann::json::parse(job->second, nullptr, false);
+    nlohmann::json stored =
+        job == metadata.end() ? nlohmann::json() : nlohmann::json::parse(job->second, nullptr, false);
     const nlohmann::json expected = plan::toJson(m_spec)["model"];
     if (!stored.is_object() || !stored.contains("model"))
         throw CheckpointError(path + ": the checkpoint's job spec is missing or unreadable");
@@ -512,8 +519,8 @@ void Trainer::load(const std::string& path)
     std::vector<float> params(total, 0.0f), m(total, 0.0f), v(total, 0.0f);
     std::vector<float> whole;
     for (const TensorView& view : layout.views()) {
-        for (auto [prefix, buffer] : {std::pair{std::string(), &params}, std::pair{kMomentPrefix, &m},
-                                      std::pair{kSecondMomentPrefix, &v}}) {
+        for (auto [prefix, buffer] :
+             {std::pair{std::string(), &params}, std::pair{kMomentPrefix, &m}, std::pair{kSecondMomentPrefix, &v}}) {
             if (view.shardCount == 1 && view.tensorCount == 1) {
                 file.readF32(prefix + view.name, view.shape, buffer->data() + view.offset);
                 continue;

@@ -32,18 +32,18 @@ namespace meshbench::agent {
 class PipelineExecutor;
 
 struct StepMetrics {
-    int step = 0;                  // 1-based: the optimizer step just taken
-    double loss = 0;               // mean cross-entropy over the step's tokens
-    double auxLoss = 0;            // load-balancing loss, summed over MoE layers, mean over micro-batches
-    double gradNorm = 0;           // global L2 norm before clipping
+    int step = 0;         // 1-based: the optimizer step just taken
+    double loss = 0;      // mean cross-entropy over the step's tokens
+    double auxLoss = 0;   // load-balancing loss, summed over MoE layers, mean over micro-batches
+    double gradNorm = 0;  // global L2 norm before clipping
     double learningRate = 0;
     double seconds = 0;
-    std::int64_t beginNs = 0;      // on the telemetry clock (Measurements::nowNs)
+    std::int64_t beginNs = 0;  // on the telemetry clock (Measurements::nowNs)
     std::int64_t endNs = 0;
     double tokensPerSecond = 0;
-    double bubbleRatio = 0;        // measured: idle share of the pipeline phase, over all stages
-    std::vector<ExpertLoad> expertLoads;   // per MoE layer of this stage, summed over the step's micro-batches
-    std::vector<ExpertLoad> modelExpertLoads;   // the same for every MoE layer of the model (all stages)
+    double bubbleRatio = 0;                    // measured: idle share of the pipeline phase, over all stages
+    std::vector<ExpertLoad> expertLoads;       // per MoE layer of this stage, summed over the step's micro-batches
+    std::vector<ExpertLoad> modelExpertLoads;  // the same for every MoE layer of the model (all stages)
 };
 
 class Trainer {
@@ -75,9 +75,9 @@ private:
     struct StepBatch {
         int microbatchSize = 1;
         int localMicrobatches = 1;
-        float lossScale = 1;   // 1 / the step's tokens
-        float auxScale = 1;    // 1 / the step's micro-batches
-        std::vector<std::vector<std::int32_t>> tokens;   // per local micro-batch
+        float lossScale = 1;                            // 1 / the step's tokens
+        float auxScale = 1;                             // 1 / the step's micro-batches
+        std::vector<std::vector<std::int32_t>> tokens;  // per local micro-batch
     };
     StepBatch stepBatch() const;
     // Forward and backward of every micro-batch (through the pipeline with stages), the
@@ -106,7 +106,7 @@ private:
     // A whole flat buffer on the host, from the optimizer's moments or ZeRO-3's parameters,
     // gathered from the shards.
     std::vector<float> gatherMoments(bool second) const;
-    void uploadParameters(std::vector<float> params);   // whole flat buffer; ZeRO-3 keeps its shard
+    void uploadParameters(std::vector<float> params);  // whole flat buffer; ZeRO-3 keeps its shard
     std::vector<float> downloadParameters() const;
 
     plan::JobSpec m_spec;
@@ -116,12 +116,12 @@ private:
     GptModel m_model;
     std::unique_ptr<TokenSource> m_data;
     ZeroShards m_shards;
-    std::vector<ShardedAdamW> m_optimizers;   // one per range of ZeRO's shards, over the owned piece
-    DeviceBuffer m_gradShard;    // ZeRO: this rank's summed share of the gradients
-    DeviceBuffer m_paramShard;   // ZeRO-3: this rank's share of the parameters
-    std::unique_ptr<ShardedParameters> m_gatherer;   // ZeRO-3
-    std::unique_ptr<GradientBuckets> m_buckets;    // data parallelism below ZeRO-3
-    std::unique_ptr<PipelineExecutor> m_pipeline;  // with pipeline stages
+    std::vector<ShardedAdamW> m_optimizers;         // one per range of ZeRO's shards, over the owned piece
+    DeviceBuffer m_gradShard;                       // ZeRO: this rank's summed share of the gradients
+    DeviceBuffer m_paramShard;                      // ZeRO-3: this rank's share of the parameters
+    std::unique_ptr<ShardedParameters> m_gatherer;  // ZeRO-3
+    std::unique_ptr<GradientBuckets> m_buckets;     // data parallelism below ZeRO-3
+    std::unique_ptr<PipelineExecutor> m_pipeline;   // with pipeline stages
     Measurements m_measurements;
     int m_step = 0;
 };

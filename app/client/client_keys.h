@@ -16,8 +16,8 @@
 namespace meshbench::app {
 
 struct ClientKeysChoice {
-    std::optional<wire::ClientKeys> keys;   // none: a plaintext connection
-    QString error;                          // why the keys cannot be had, and what to do; empty when fine
+    std::optional<wire::ClientKeys> keys;  // none: a plaintext connection
+    QString error;                         // why the keys cannot be had, and what to do; empty when fine
 };
 
 ClientKeysChoice chooseClientKeys(const QString& control, const QString& serverKey, const QString& clientKey);

@@ -17,10 +17,10 @@ namespace meshbench::app {
 
 namespace {
 
-constexpr int kPollMs = 50;            // safety net; the notifier does the real work
+constexpr int kPollMs = 50;  // safety net; the notifier does the real work
 constexpr int kKeepAliveMs = 3000;
-constexpr int kProbeMs = 1000;         // how long a local engine may take to answer before we start one
-constexpr int kMaxPerDrain = 5000;     // messages per event-loop turn, so the GUI stays responsive
+constexpr int kProbeMs = 1000;      // how long a local engine may take to answer before we start one
+constexpr int kMaxPerDrain = 5000;  // messages per event-loop turn, so the GUI stays responsive
 constexpr qsizetype kStderrKeep = 4096;
 
 nlohmann::json errorReply(int id, const QString& error)
@@ -28,10 +28,7 @@ nlohmann::json errorReply(int id, const QString& error)
     return {{"v", wire::kControlVersion}, {"id", id}, {"ok", false}, {"error", error.toStdString()}};
 }
 
-bool readable(zmq::socket_t* socket)
-{
-    return socket && (socket->get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
-}
+bool readable(zmq::socket_t* socket) { return socket && (socket->get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; }
 
 }  // namespace
 
@@ -83,15 +80,9 @@ EngineClient::~EngineClient()
     }
 }
 
-bool EngineClient::ownsEngine() const
-{
-    return m_engine && m_engine->state() != QProcess::NotRunning;
-}
+bool EngineClient::ownsEngine() const { return m_engine && m_engine->state() != QProcess::NotRunning; }
 
-qint64 EngineClient::engineProcessId() const
-{
-    return ownsEngine() ? m_engine->processId() : 0;
-}
+qint64 EngineClient::engineProcessId() const { return ownsEngine() ? m_engine->processId() : 0; }
 
 void EngineClient::releaseEngine()
 {
@@ -181,23 +172,24 @@ void EngineClient::connectTo(const QString& control, const QString& live, std::o
 void EngineClient::sayHello(int timeoutMs)
 {
     const int connection = m_connection;
-    request({{"op", "hello"}},
-            [this, connection](const nlohmann::json& reply) {
-                if (connection != m_connection)
-                    return;
-                if (reply.value("ok", false)) {
-                    if (!m_sub)
-                        subscribe(m_liveOverride.isEmpty()
-                                      ? reachableLiveEndpoint(m_control, QString::fromStdString(reply.value("live", "")))
-                                      : m_liveOverride);
-                    setState(ConnectionState::Connected);
-                    return;
-                }
-                if (!reply.value("timed_out", false))   // it answered, but refused: an engine we cannot use
-                    emit engineError(QString::fromStdString(reply.value("error", "")));
-                setState(ConnectionState::Connecting);
-            },
-            timeoutMs);
+    request(
+        {{"op", "hello"}},
+        [this, connection](const nlohmann::json& reply) {
+            if (connection != m_connection)
+                return;
+            if (reply.value("ok", false)) {
+                if (!m_sub)
+                    subscribe(m_liveOverride.isEmpty()
+                                  ? reachableLiveEndpoint(m_control, QString::fromStdString(reply.value("live", "")))
+                                  : m_liveOverride);
+                setState(ConnectionState::Connected);
+                return;
+            }
+            if (!reply.value("timed_out", false))  // it answered, but refused: an engine we cannot use
+                emit engineError(QString::fromStdString(reply.value("error", "")));
+            setState(ConnectionState::Connecting);
+        },
+        timeoutMs);
 }
 
 void EngineClient::subscribe(const QString& live)
@@ -210,7 +202,8 @@ void EngineClient::subscribe(const QString& live)
         sub->connect(live.toStdString());
         m_sub = std::move(sub);
     } catch (const zmq::error_t& e) {
-        emit engineError(QStringLiteral("cannot subscribe to the live feed '%1': %2").arg(live, QString::fromUtf8(e.what())));
+        emit engineError(
+            QStringLiteral("cannot subscribe to the live feed '%1': %2").arg(live, QString::fromUtf8(e.what())));
         return;
     }
     m_live = live;
@@ -231,7 +224,7 @@ void EngineClient::request(nlohmann::json body, ReplyHandler onReply, int timeou
     body["id"] = id;
     auto* timer = new QTimer(this);
     timer->setSingleShot(true);
-    timer->setTimerType(Qt::PreciseTimer);   // a coarse timer may fire 5% early
+    timer->setTimerType(Qt::PreciseTimer);  // a coarse timer may fire 5% early
     connect(timer, &QTimer::timeout, this, [this, id, timeoutMs] {
         fail(id, QStringLiteral("the engine did not answer within %1 s (is it running at %2?%3)")
                      .arg(timeoutMs / 1000.0, 0, 'g', 3)
@@ -271,7 +264,7 @@ void EngineClient::fail(int id, const QString& error)
 
 void EngineClient::drain()
 {
-    if (m_draining)   // a handler sent a request from inside the loop: the outer loop goes on
+    if (m_draining)  // a handler sent a request from inside the loop: the outer loop goes on
         return;
     m_draining = true;
     drainControl();
@@ -290,7 +283,7 @@ void EngineClient::drainControl()
             break;
         const nlohmann::json reply = nlohmann::json::parse(message.to_string_view(), nullptr, false);
         if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_number_integer())
-            continue;   // not ours, or a late answer to a request that already timed out
+            continue;  // not ours, or a late answer to a request that already timed out
         const auto it = m_pending.find(reply["id"].get<int>());
         if (it == m_pending.end())
             continue;
@@ -315,7 +308,7 @@ void EngineClient::drainLive()
         // The frames of one message arrive together: the payload is already here.
         if (!m_sub->recv(payload, zmq::recv_flags::dontwait))
             break;
-        for (bool more = payload.more(); more;) {   // extra frames from a newer engine: skip them
+        for (bool more = payload.more(); more;) {  // extra frames from a newer engine: skip them
             zmq::message_t extra;
             if (!m_sub->recv(extra, zmq::recv_flags::dontwait))
                 break;
@@ -363,7 +356,7 @@ void EngineClient::dispatchLive(const std::string& topic, const void* data, std:
     else if (kind == wire::liveKindName(wire::LiveKind::Log))
         signal = &EngineClient::logArrived;
     else
-        return;   // a kind a newer engine publishes: not for us
+        return;  // a kind a newer engine publishes: not for us
     const nlohmann::json payload =
         nlohmann::json::parse(static_cast<const char*>(data), static_cast<const char*>(data) + size, nullptr, false);
     if (!payload.is_object()) {
@@ -404,12 +397,13 @@ void EngineClient::startLocalEngine(const QString& endpoint, const QString& live
     }
     connectTo(control, live);
     const int connection = m_connection;
-    request({{"op", "hello"}},
-            [this, connection, control, live, sessionsDir](const nlohmann::json& reply) {
-                if (connection == m_connection && !reply.value("ok", false) && reply.value("timed_out", false))
-                    launchEngine(control, live, sessionsDir);
-            },
-            kProbeMs);
+    request(
+        {{"op", "hello"}},
+        [this, connection, control, live, sessionsDir](const nlohmann::json& reply) {
+            if (connection == m_connection && !reply.value("ok", false) && reply.value("timed_out", false))
+                launchEngine(control, live, sessionsDir);
+        },
+        kProbeMs);
 }
 
 void EngineClient::launchEngine(const QString& control, const QString& live, const QString& sessionsDir)

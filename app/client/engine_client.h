@@ -146,18 +146,18 @@ private:
     std::unique_ptr<zmq::socket_t> m_sub;
     QSocketNotifier* m_dealerNotifier = nullptr;
     QSocketNotifier* m_subNotifier = nullptr;
-    QTimer* m_poll = nullptr;        // safety net for a missed edge
-    QTimer* m_keepAlive = nullptr;   // periodic hello while connected
+    QTimer* m_poll = nullptr;       // safety net for a missed edge
+    QTimer* m_keepAlive = nullptr;  // periodic hello while connected
     QString m_control, m_live, m_liveOverride;
     std::optional<wire::ClientKeys> m_keys;
     ConnectionState m_state = ConnectionState::Disconnected;
     std::map<int, Pending> m_pending;
     int m_nextId = 0;
-    int m_connection = 0;            // bumped per connectTo, so an old hello reply is ignored
+    int m_connection = 0;  // bumped per connectTo, so an old hello reply is ignored
     bool m_draining = false;
     quint64 m_badLive = 0;
     bool m_liveConfirmed = false;
-    QPointer<QProcess> m_engine;     // the engine we started, if any
+    QPointer<QProcess> m_engine;  // the engine we started, if any
 };
 
 }  // namespace meshbench::app

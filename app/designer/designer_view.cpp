@@ -82,10 +82,7 @@ bool DesignerView::loadFile(const QString& path, QString* error)
     return true;
 }
 
-bool DesignerView::saveFile(const QString& path, QString* error)
-{
-    return m_document->saveFile(path, error);
-}
+bool DesignerView::saveFile(const QString& path, QString* error) { return m_document->saveFile(path, error); }
 
 void DesignerView::requestLaunch()
 {
@@ -96,7 +93,8 @@ void DesignerView::requestLaunch()
 void DesignerView::updateStatus()
 {
     const bool launchable = m_document->launchable();
-    const QString name = m_document->fileName().isEmpty() ? tr("untitled job") : QFileInfo(m_document->fileName()).fileName();
+    const QString name =
+        m_document->fileName().isEmpty() ? tr("untitled job") : QFileInfo(m_document->fileName()).fileName();
     const int errors = int(m_document->errors().size());
     m_status->setText(tr("%1 — %2, planned in %3 ms")
                           .arg(name, errors == 0 ? tr("valid") : tr("%n error(s)", nullptr, errors))

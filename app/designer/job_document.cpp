@@ -18,10 +18,7 @@ nlohmann::json::json_pointer pointerOf(const QString& path)
     return pointer;
 }
 
-JobDocument::JobDocument(QObject* parent) : QObject(parent), m_json(nlohmann::json::object())
-{
-    replan();
-}
+JobDocument::JobDocument(QObject* parent) : QObject(parent), m_json(nlohmann::json::object()) { replan(); }
 
 JobDocument::~JobDocument() = default;
 
@@ -38,12 +35,13 @@ bool JobDocument::loadFile(const QString& path, QString* error)
     std::optional<nlohmann::json> document = wire::parseStrictJson(file.readAll().toStdString(), problems);
     if (!document || !document->is_object()) {
         if (error)
-            *error = !document ? QStringLiteral("%1: %2%3")
-                                     .arg(path, QString::fromStdString(problems.front().path.empty()
-                                                                           ? std::string()
-                                                                           : problems.front().path + ": "),
-                                          QString::fromStdString(problems.front().message))
-                               : QStringLiteral("%1 is not a JSON object").arg(path);
+            *error = !document
+                         ? QStringLiteral("%1: %2%3")
+                               .arg(path,
+                                    QString::fromStdString(
+                                        problems.front().path.empty() ? std::string() : problems.front().path + ": "),
+                                    QString::fromStdString(problems.front().message))
+                         : QStringLiteral("%1 is not a JSON object").arg(path);
         return false;
     }
     m_fileName = path;
@@ -62,10 +60,7 @@ bool JobDocument::saveFile(const QString& path, QString* error) const
     return true;
 }
 
-QByteArray JobDocument::toJsonText() const
-{
-    return QByteArray::fromStdString(wire::jsonText(m_json, 2) + "\n");
-}
+QByteArray JobDocument::toJsonText() const { return QByteArray::fromStdString(wire::jsonText(m_json, 2) + "\n"); }
 
 void JobDocument::setJson(nlohmann::json document)
 {

@@ -86,8 +86,7 @@ JobForm::JobForm(JobDocument* document, QWidget* parent) : QWidget(parent), m_do
     addField(model, tr("Sequence length"), "model.seq_len", Kind::Integer);
     addField(model, tr("Norm"), "model.norm", Kind::Choice, {"layernorm", "rmsnorm"});
     addField(model, tr("Activation"), "model.activation", Kind::Choice, {"gelu", "swiglu"});
-    addField(model, tr("MoE experts"), "model.moe.experts", Kind::Integer, {},
-             tr("Empty for a dense model"));
+    addField(model, tr("MoE experts"), "model.moe.experts", Kind::Integer, {}, tr("Empty for a dense model"));
     addField(model, tr("Top-k"), "model.moe.top_k", Kind::Integer);
     addField(model, tr("Expert FFN hidden"), "model.moe.moe_ffn_hidden", Kind::Integer);
     addField(model, tr("Capacity factor"), "model.moe.capacity_factor", Kind::Number);
@@ -224,7 +223,7 @@ void JobForm::refresh()
     m_refreshing = true;
     for (Field& f : m_fields) {
         if (!f.inputError.isEmpty())
-            continue;   // keep the user's unparseable text in front of its message
+            continue;  // keep the user's unparseable text in front of its message
         const QString text = displayValue(f.path);
         if (auto* line = qobject_cast<QLineEdit*>(f.editor)) {
             if (line->text() != text)
@@ -233,7 +232,8 @@ void JobForm::refresh()
             check->setChecked(text == u"true");
         } else if (auto* combo = qobject_cast<QComboBox*>(f.editor)) {
             if (f.kind == Kind::Preset)
-                combo->setCurrentIndex(std::max(0, combo->findText(m_document->value(f.path).is_string() ? text : kCustom)));
+                combo->setCurrentIndex(
+                    std::max(0, combo->findText(m_document->value(f.path).is_string() ? text : kCustom)));
             else
                 combo->setCurrentIndex(combo->findText(text));
         }
@@ -313,7 +313,7 @@ void JobForm::commit(Field& field)
         value = combo->currentText().toStdString();
     }
     if (value == m_document->value(field.path)) {
-        showErrors();   // the input error, if any, is gone
+        showErrors();  // the input error, if any, is gone
         return;
     }
     m_document->set(field.path, value);

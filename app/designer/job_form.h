@@ -44,7 +44,7 @@ private:
         Kind kind;
         QWidget* editor = nullptr;
         QLabel* error = nullptr;
-        QString inputError;   // the text typed could not be parsed; the document is unchanged
+        QString inputError;  // the text typed could not be parsed; the document is unchanged
     };
 
     QWidget* addField(QFormLayout* form, const QString& label, const QString& path, Kind kind,

@@ -18,8 +18,8 @@ namespace {
 QColor capacityColor() { return QColor(0xd6, 0x27, 0x28); }
 
 // Categorical colours that read on light and dark backgrounds.
-const QColor kCategoryColors[PlanInspector::CategoryCount] = {
-    QColor(0x4e, 0x79, 0xa7), QColor(0xf2, 0x8e, 0x2b), QColor(0x59, 0xa1, 0x4f), QColor(0xb0, 0x7a, 0xa1)};
+const QColor kCategoryColors[PlanInspector::CategoryCount] = {QColor(0x4e, 0x79, 0xa7), QColor(0xf2, 0x8e, 0x2b),
+                                                              QColor(0x59, 0xa1, 0x4f), QColor(0xb0, 0x7a, 0xa1)};
 
 QString text(const std::string& s) { return QString::fromStdString(s); }
 
@@ -146,8 +146,9 @@ void PlanInspector::setPlan(const plan::Plan* plan, const plan::Plan* datasheet)
     m_plot->xAxis->setRange(-0.6, right);
     m_plot->yAxis->setRange(0, top / unit.bytes * 1.15);
     const QString capacityText = figure(plan::formatBytes(plan->deviceMemory));
-    m_plot->yAxis->setLabel(capacityOffScale ? tr("memory per GPU (%1); capacity %2 off scale").arg(QLatin1String(unit.name), capacityText)
-                                             : tr("memory per GPU (%1)").arg(QLatin1String(unit.name)));
+    m_plot->yAxis->setLabel(
+        capacityOffScale ? tr("memory per GPU (%1); capacity %2 off scale").arg(QLatin1String(unit.name), capacityText)
+                         : tr("memory per GPU (%1)").arg(QLatin1String(unit.name)));
     m_capacityLabel->position->setCoords(right, m_capacityValue);
     m_capacityLabel->setText(tr("capacity %1").arg(capacityText));
     m_capacityLabel->setVisible(!capacityOffScale);
@@ -162,8 +163,9 @@ void PlanInspector::setPlan(const plan::Plan* plan, const plan::Plan* datasheet)
            "FLOPs per step %6, step %7: compute %8, TP comm %9, EP comm %10, bubble %11, DP comm %12, optimizer %13\n"
            "MFU %14, %15 tokens/s")
             .arg(plan->worldSize)
-            .arg(plan->parameters.total >= 1e9 ? QString::number(plan->parameters.total / 1e9, 'f', 1) + QChar::Nbsp + u'B'
-                                               : QString::number(plan->parameters.total / 1e6, 'f', 2) + QChar::Nbsp + u'M')
+            .arg(plan->parameters.total >= 1e9
+                     ? QString::number(plan->parameters.total / 1e9, 'f', 1) + QChar::Nbsp + u'B'
+                     : QString::number(plan->parameters.total / 1e6, 'f', 2) + QChar::Nbsp + u'M')
             .arg(figure(plan::formatBytes(plan->mostLoaded().total())), capacityText,
                  plan->fits ? QString() : tr(" — does not fit"))
             .arg(QString::number(plan->flopsPerStep, 'g', 3))

@@ -43,9 +43,8 @@ SearchPanel::SearchPanel(JobDocument* document, QWidget* parent)
 
     m_scatter = new SearchScatter;
     connect(m_scatter, &SearchScatter::candidateSelected, this, &SearchPanel::selectCandidate);
-    connect(m_scatter, &SearchScatter::candidateActivated, this, [this](int index) {
-        m_document->merge(layoutPatch(m_model->candidate(index).parallel));
-    });
+    connect(m_scatter, &SearchScatter::candidateActivated, this,
+            [this](int index) { m_document->merge(layoutPatch(m_model->candidate(index).parallel)); });
     m_views = new QTabWidget;
     m_views->addTab(m_table, tr("Table"));
     m_views->addTab(m_scatter, tr("Scatter"));

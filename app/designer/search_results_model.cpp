@@ -25,33 +25,50 @@ QVariant SearchResultsModel::data(const QModelIndex& index, int role) const
     if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
         return {};
     if (role == Qt::TextAlignmentRole)
-        return index.column() == Schedule || index.column() == Recompute
-                   ? QVariant(Qt::AlignLeft | Qt::AlignVCenter)
-                   : QVariant(Qt::AlignRight | Qt::AlignVCenter);
+        return index.column() == Schedule || index.column() == Recompute ? QVariant(Qt::AlignLeft | Qt::AlignVCenter)
+                                                                         : QVariant(Qt::AlignRight | Qt::AlignVCenter);
     if (role != Qt::DisplayRole && role != SortRole)
         return {};
     const plan::SearchCandidate& c = candidate(index.row());
     const plan::ParallelSpec& p = c.parallel;
     const bool display = role == Qt::DisplayRole;
     switch (Column(index.column())) {
-    case Tp: return p.tp;
-    case Pp: return p.pp;
-    case Dp: return p.dp;
-    case Ep: return p.ep;
-    case VirtualStages: return p.virtualStages;
-    case MicroBatchSize: return p.microBatchSize;
-    case Microbatches: return p.microbatches;
-    case Zero: return p.zero;
-    case SequenceParallel: return display ? QVariant(p.sequenceParallel ? tr("yes") : tr("no")) : QVariant(int(p.sequenceParallel));
-    case Recompute: return QString::fromUtf8(plan::recomputeName(p.recompute).data());
-    case Schedule: return QString::fromUtf8(plan::scheduleName(p.schedule).data());
-    case Overlap: return QString::fromStdString(plan::overlapLetters(p));
-    case StepTime: return display ? QVariant(QString::fromStdString(plan::formatSeconds(c.stepTime))) : QVariant(c.stepTime);
-    case TokensPerSecond: return display ? QVariant(QString::number(c.tokensPerSecond, 'f', 0)) : QVariant(c.tokensPerSecond);
-    case Mfu: return display ? QVariant(QString::number(c.mfu * 100, 'f', 1) + u'%') : QVariant(c.mfu);
-    case Bubble: return display ? QVariant(QString::number(c.bubbleRatio * 100, 'f', 1) + u'%') : QVariant(c.bubbleRatio);
-    case Memory: return display ? QVariant(QString::fromStdString(plan::formatBytes(c.memoryBytes))) : QVariant(c.memoryBytes);
-    case ColumnCount: break;
+    case Tp:
+        return p.tp;
+    case Pp:
+        return p.pp;
+    case Dp:
+        return p.dp;
+    case Ep:
+        return p.ep;
+    case VirtualStages:
+        return p.virtualStages;
+    case MicroBatchSize:
+        return p.microBatchSize;
+    case Microbatches:
+        return p.microbatches;
+    case Zero:
+        return p.zero;
+    case SequenceParallel:
+        return display ? QVariant(p.sequenceParallel ? tr("yes") : tr("no")) : QVariant(int(p.sequenceParallel));
+    case Recompute:
+        return QString::fromUtf8(plan::recomputeName(p.recompute).data());
+    case Schedule:
+        return QString::fromUtf8(plan::scheduleName(p.schedule).data());
+    case Overlap:
+        return QString::fromStdString(plan::overlapLetters(p));
+    case StepTime:
+        return display ? QVariant(QString::fromStdString(plan::formatSeconds(c.stepTime))) : QVariant(c.stepTime);
+    case TokensPerSecond:
+        return display ? QVariant(QString::number(c.tokensPerSecond, 'f', 0)) : QVariant(c.tokensPerSecond);
+    case Mfu:
+        return display ? QVariant(QString::number(c.mfu * 100, 'f', 1) + u'%') : QVariant(c.mfu);
+    case Bubble:
+        return display ? QVariant(QString::number(c.bubbleRatio * 100, 'f', 1) + u'%') : QVariant(c.bubbleRatio);
+    case Memory:
+        return display ? QVariant(QString::fromStdString(plan::formatBytes(c.memoryBytes))) : QVariant(c.memoryBytes);
+    case ColumnCount:
+        break;
     }
     return {};
 }
@@ -62,20 +79,28 @@ QVariant SearchResultsModel::headerData(int section, Qt::Orientation orientation
         return {};
     if (orientation == Qt::Vertical)
         return section < rowCount() ? QVariant(section + 1) : QVariant();
-    static const char* const names[ColumnCount] = {"step", "tokens/s", "MFU", "bubble", "memory", "schedule",
-                                                   "tp", "pp", "dp", "ep", "v", "mbs", "m", "zero", "sp",
-                                                   "recompute", "overlap"};
+    static const char* const names[ColumnCount] = {"step", "tokens/s", "MFU", "bubble",    "memory", "schedule",
+                                                   "tp",   "pp",       "dp",  "ep",        "v",      "mbs",
+                                                   "m",    "zero",     "sp",  "recompute", "overlap"};
     return section < ColumnCount ? QVariant(tr(names[section])) : QVariant();
 }
 
 nlohmann::json layoutPatch(const plan::ParallelSpec& p)
 {
     return {{"parallel",
-             {{"dp", p.dp}, {"pp", p.pp}, {"tp", p.tp}, {"ep", p.ep}, {"zero", p.zero},
-              {"sequence_parallel", p.sequenceParallel}, {"recompute", plan::recomputeName(p.recompute)},
-              {"schedule", plan::scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
-              {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
-              {"overlap_grad_reduce", p.overlapGradReduce}, {"overlap_param_gather", p.overlapParamGather},
+             {{"dp", p.dp},
+              {"pp", p.pp},
+              {"tp", p.tp},
+              {"ep", p.ep},
+              {"zero", p.zero},
+              {"sequence_parallel", p.sequenceParallel},
+              {"recompute", plan::recomputeName(p.recompute)},
+              {"schedule", plan::scheduleName(p.schedule)},
+              {"virtual_stages", p.virtualStages},
+              {"microbatches", p.microbatches},
+              {"micro_batch_size", p.microBatchSize},
+              {"overlap_grad_reduce", p.overlapGradReduce},
+              {"overlap_param_gather", p.overlapParamGather},
               {"tp_comm_overlap", p.tpCommOverlap}}}};
 }
 

@@ -15,8 +15,24 @@ class SearchResultsModel : public QAbstractTableModel {
 public:
     // The figures a user ranks by come first, so a narrow table still shows them; the layout after.
     enum Column {
-        StepTime, TokensPerSecond, Mfu, Bubble, Memory, Schedule, Tp, Pp, Dp, Ep, VirtualStages, MicroBatchSize,
-        Microbatches, Zero, SequenceParallel, Recompute, Overlap, ColumnCount
+        StepTime,
+        TokensPerSecond,
+        Mfu,
+        Bubble,
+        Memory,
+        Schedule,
+        Tp,
+        Pp,
+        Dp,
+        Ep,
+        VirtualStages,
+        MicroBatchSize,
+        Microbatches,
+        Zero,
+        SequenceParallel,
+        Recompute,
+        Overlap,
+        ColumnCount
     };
     static constexpr int SortRole = Qt::UserRole + 1;
 

@@ -15,18 +15,24 @@ namespace meshbench::app {
 namespace {
 
 constexpr double kPickRadiusPx = 6;
-constexpr plan::ScheduleKind kSchedules[] = {plan::ScheduleKind::GPipe,        plan::ScheduleKind::OneFOneB,
-                                             plan::ScheduleKind::Interleaved,  plan::ScheduleKind::ZeroBubbleH1,
-                                             plan::ScheduleKind::ZeroBubbleV,  plan::ScheduleKind::DualPipeV};
+constexpr plan::ScheduleKind kSchedules[] = {plan::ScheduleKind::GPipe,       plan::ScheduleKind::OneFOneB,
+                                             plan::ScheduleKind::Interleaved, plan::ScheduleKind::ZeroBubbleH1,
+                                             plan::ScheduleKind::ZeroBubbleV, plan::ScheduleKind::DualPipeV};
 
 QString layoutWords(const plan::SearchCandidate& c)
 {
     const plan::ParallelSpec& p = c.parallel;
     return QStringLiteral("tp %1 pp %2 dp %3 ep %4, %5 (v %6), %7 x %8, ZeRO-%9, %10\n%11 step, %12 tokens/s, "
                           "MFU %13%, %14 per GPU")
-        .arg(p.tp).arg(p.pp).arg(p.dp).arg(p.ep)
-        .arg(QString::fromUtf8(plan::scheduleName(p.schedule).data())).arg(p.virtualStages)
-        .arg(p.microbatches).arg(p.microBatchSize).arg(p.zero)
+        .arg(p.tp)
+        .arg(p.pp)
+        .arg(p.dp)
+        .arg(p.ep)
+        .arg(QString::fromUtf8(plan::scheduleName(p.schedule).data()))
+        .arg(p.virtualStages)
+        .arg(p.microbatches)
+        .arg(p.microBatchSize)
+        .arg(p.zero)
         .arg(QString::fromUtf8(plan::recomputeName(p.recompute).data()))
         .arg(QString::fromStdString(plan::formatSeconds(c.stepTime)))
         .arg(c.tokensPerSecond, 0, 'f', 0)
@@ -38,7 +44,7 @@ QString layoutWords(const plan::SearchCandidate& c)
 
 SearchScatter::SearchScatter(QWidget* parent) : ChartWidget(parent)
 {
-    setObjectName(QStringLiteral("search-scatter"));   // also the suggested export file name
+    setObjectName(QStringLiteral("search-scatter"));  // also the suggested export file name
     QCustomPlot* p = plot();
     p->xAxis->setLabel(tr("memory per GPU (GB)"));
     p->yAxis->setLabel(tr("tokens/s"));
@@ -114,8 +120,8 @@ void SearchScatter::setResult(const plan::SearchResult& result, std::optional<QP
     m_designed = p->addGraph();
     m_designed->setName(tr("designed layout"));
     m_designed->setLineStyle(QCPGraph::lsNone);
-    m_designed->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, QPen(palette().color(QPalette::WindowText), 2),
-                                                Qt::NoBrush, 12));
+    m_designed->setScatterStyle(
+        QCPScatterStyle(QCPScatterStyle::ssCross, QPen(palette().color(QPalette::WindowText), 2), Qt::NoBrush, 12));
     if (designed) {
         m_designed->addData(designed->x(), designed->y());
         m_designed->addToLegend(m_legend);
@@ -172,7 +178,8 @@ bool SearchScatter::eventFilter(QObject* watched, QEvent* event)
     switch (event->type()) {
     case QEvent::MouseMove:
         if (index >= 0)
-            QToolTip::showText(mouse->globalPosition().toPoint(), layoutWords(m_result.best[std::size_t(index)]), plot());
+            QToolTip::showText(mouse->globalPosition().toPoint(), layoutWords(m_result.best[std::size_t(index)]),
+                               plot());
         else
             QToolTip::hideText();
         return false;

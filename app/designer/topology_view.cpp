@@ -205,8 +205,10 @@ void TopologyView::relayout()
             const int deviceRows = (m_devicesPerNode + deviceColumns - 1) / deviceColumns;
             for (int columns = 1; columns <= m_nodes; ++columns) {
                 const int rows = (m_nodes + columns - 1) / columns;
-                const double cellW = (m_area.width() - (columns - 1) * kNodeGap - columns * 2 * kNodePad) / (columns * deviceColumns);
-                const double cellH = (m_area.height() - (rows - 1) * kNodeGap - rows * (2 * kNodePad + kNodeTitle)) / (rows * deviceRows);
+                const double cellW =
+                    (m_area.width() - (columns - 1) * kNodeGap - columns * 2 * kNodePad) / (columns * deviceColumns);
+                const double cellH = (m_area.height() - (rows - 1) * kNodeGap - rows * (2 * kNodePad + kNodeTitle)) /
+                                     (rows * deviceRows);
                 const double cell = std::min({cellW, cellH, kMaxCell});
                 if (cell > bestCell) {
                     bestCell = cell;
@@ -216,7 +218,7 @@ void TopologyView::relayout()
             }
         }
         m_cell = std::floor(bestCell);
-        m_aggregated = m_cell < 4;   // too small to see a device: fall back to one cell per node
+        m_aggregated = m_cell < 4;  // too small to see a device: fall back to one cell per node
         if (!m_aggregated) {
             const int deviceRows = (m_devicesPerNode + m_deviceColumns - 1) / m_deviceColumns;
             const double nodeW = m_deviceColumns * m_cell + 2 * kNodePad;
@@ -349,8 +351,8 @@ QString TopologyView::headerText() const
         return QStringLiteral("⚠ ") + QString::fromStdString(m_warnings.front());
     if (m_mesh->worldSize() != m_devices)
         return tr("%1 ranks on %2 devices").arg(m_mesh->worldSize()).arg(m_devices);
-    const QString size = count(m_nodes, tr("node"), tr("nodes")) + QStringLiteral(" × ")
-                         + count(m_devicesPerNode, tr("device"), tr("devices"));
+    const QString size = count(m_nodes, tr("node"), tr("nodes")) + QStringLiteral(" × ") +
+                         count(m_devicesPerNode, tr("device"), tr("devices"));
     return m_aggregated ? tr("%1, one cell per node in its main stage's colour").arg(size) : size;
 }
 
@@ -370,8 +372,7 @@ void TopologyView::paintEvent(QPaintEvent* event)
     painter.setPen(QPen(pal.color(QPalette::Text), 2));
     painter.drawLine(QPointF(m_content.left(), m_busY), QPointF(m_content.right(), m_busY));
     painter.drawText(QRectF(m_content.left(), m_busY + 2, m_area.right() - m_content.left(), kBusHeight * 0.6),
-                     Qt::AlignLeft | Qt::AlignTop,
-                     tr("network %1 per GPU").arg(gbps(m_spec->cluster.interBandwidth)));
+                     Qt::AlignLeft | Qt::AlignTop, tr("network %1 per GPU").arg(gbps(m_spec->cluster.interBandwidth)));
     if (m_aggregated)
         paintAggregated(painter, event->rect());
     else
@@ -418,11 +419,12 @@ void TopologyView::paintDetailed(QPainter& painter, const QRect& clip) const
         painter.setPen(QPen(text, 1));
         painter.setBrush(pal.color(QPalette::AlternateBase));
         painter.drawRoundedRect(box, 3, 3);
-        const QString title = domainIsNode ? tr("node %1 · NVLink %2").arg(n).arg(gbps(cluster.intraBandwidth))
-                                           : tr("node %1").arg(n);
+        const QString title =
+            domainIsNode ? tr("node %1 · NVLink %2").arg(n).arg(gbps(cluster.intraBandwidth)) : tr("node %1").arg(n);
         painter.setFont(small);
         painter.drawText(QRectF(box.left() + kNodePad, box.top(), box.width() - 2 * kNodePad, kNodeTitle),
-                         Qt::AlignLeft | Qt::AlignVCenter, painter.fontMetrics().elidedText(title, Qt::ElideRight, int(box.width())));
+                         Qt::AlignLeft | Qt::AlignVCenter,
+                         painter.fontMetrics().elidedText(title, Qt::ElideRight, int(box.width())));
 
         painter.setFont(cellFont);
         for (int local = 0; local < m_devicesPerNode; ++local) {
@@ -441,7 +443,7 @@ void TopologyView::paintDetailed(QPainter& painter, const QRect& clip) const
                     label += QStringLiteral("\nd%1").arg(c.dp);
                 if (m_showEp)
                     label += QStringLiteral("\ne%1").arg(c.ep);
-                painter.setPen(Qt::black);   // the stage colours are all mid-light
+                painter.setPen(Qt::black);  // the stage colours are all mid-light
                 painter.drawText(cell, Qt::AlignCenter, label);
             }
             // TP group outline: an edge wherever the neighbour belongs to another group.

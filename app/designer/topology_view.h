@@ -81,9 +81,9 @@ private:
     int m_devicesPerNode = 1;
     int m_nodes = 0;
     std::vector<int> m_rankOfDevice;
-    std::vector<bool> m_crossing;          // per device: its TP group leaves its NVLink domain
-    std::vector<int> m_nodeStage;          // per node: the stage most of its ranks belong to (-1: none)
-    std::vector<int> m_selectedGroups;     // per device: bit mask of the GroupKinds shared with the selection
+    std::vector<bool> m_crossing;       // per device: its TP group leaves its NVLink domain
+    std::vector<int> m_nodeStage;       // per node: the stage most of its ranks belong to (-1: none)
+    std::vector<int> m_selectedGroups;  // per device: bit mask of the GroupKinds shared with the selection
     std::vector<std::string> m_warnings;
     bool m_showDp = false;
     bool m_showEp = false;
@@ -91,9 +91,9 @@ private:
 
     // Geometry.
     bool m_aggregated = false;
-    QRectF m_area;                         // the space for nodes
-    QRectF m_content;                      // where nodes are drawn: their bounds, centred in m_area
-    double m_busY = 0;                     // the network line, under m_content
+    QRectF m_area;      // the space for nodes
+    QRectF m_content;   // where nodes are drawn: their bounds, centred in m_area
+    double m_busY = 0;  // the network line, under m_content
     // Detailed: node boxes, device cells of `m_cell` px in `m_deviceColumns` columns per node.
     std::vector<QRectF> m_nodeRects;
     double m_cell = 0;

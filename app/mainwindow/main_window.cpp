@@ -28,8 +28,8 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QPushButton>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QSettings>
 #include <QStandardPaths>
 #include <QStatusBar>
@@ -95,12 +95,13 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
     connect(m_monitor->runState(), &RunState::stateChanged, this, [this] {
         const RunPhase phase = m_monitor->runState()->phase();
         const bool ended = phase == RunPhase::Completed || phase == RunPhase::Failed || phase == RunPhase::Stopped;
-        if (!ended || m_runningSession.isEmpty() || m_monitor->source() != m_runningJob || m_announcedJob == m_runningJob)
+        if (!ended || m_runningSession.isEmpty() || m_monitor->source() != m_runningJob ||
+            m_announcedJob == m_runningJob)
             return;
         m_announcedJob = m_runningJob;
         m_sessions->selectSession(m_runningSession);
-        showMessage(tr("%1 %2; its session is selected in Sessions, ready to replay")
-                        .arg(m_runningJob, runPhaseName(phase)));
+        showMessage(
+            tr("%1 %2; its session is selected in Sessions, ready to replay").arg(m_runningJob, runPhaseName(phase)));
     });
     connect(m_sessions, &SessionsView::openRequested, m_sessions->replayControls(), &ReplayControls::openSession);
     connect(m_sessions->replayControls(), &ReplayControls::replayStarted, this,
@@ -116,7 +117,7 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
 
     buildMenus();
     QSettings settings;
-    resize(1440, 900);   // until the user's own size is restored
+    resize(1440, 900);  // until the user's own size is restored
     restoreGeometry(settings.value("window/geometry").toByteArray());
     restoreState(settings.value("window/state").toByteArray());
     m_recentFiles = settings.value("files/recent").toStringList();
@@ -170,21 +171,21 @@ void MainWindow::buildMenus()
     });
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
-    QAction* launchAction =
-        run->addAction(tr("&Launch Designed Job"), QKeySequence(tr("Ctrl+R")), m_designer, &DesignerView::requestLaunch);
+    QAction* launchAction = run->addAction(tr("&Launch Designed Job"), QKeySequence(tr("Ctrl+R")), m_designer,
+                                           &DesignerView::requestLaunch);
     QAction* stopAction = run->addAction(tr("&Stop Job"), QKeySequence(tr("Ctrl+.")), this, &MainWindow::stopJob);
     launchAction->setIcon(style()->standardIcon(QStyle::SP_MediaPlay));
     stopAction->setIcon(style()->standardIcon(QStyle::SP_MediaStop));
     // Launch and Stop one click away, whatever the area shown.
     QToolBar* runBar = addToolBar(tr("Run"));
-    runBar->setObjectName(QStringLiteral("runToolBar"));   // for saveState
+    runBar->setObjectName(QStringLiteral("runToolBar"));  // for saveState
     runBar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
     runBar->addAction(launchAction);
     runBar->addAction(stopAction);
     run->addSeparator();
     run->addAction(tr("&Calibrate from Session..."), this, [this] {
-        const QStringList sessions = QFileDialog::getOpenFileNames(this, tr("Calibrate from Session"), sessionsDirectory(),
-                                                                   tr("Sessions (*.meshbench)"));
+        const QStringList sessions = QFileDialog::getOpenFileNames(this, tr("Calibrate from Session"),
+                                                                   sessionsDirectory(), tr("Sessions (*.meshbench)"));
         if (!sessions.isEmpty())
             calibrateFrom(sessions);
     });
@@ -336,20 +337,11 @@ void MainWindow::updateProgress()
     m_progress->show();
 }
 
-void MainWindow::showArea(Area area)
-{
-    m_tabs->setCurrentIndex(int(area));
-}
+void MainWindow::showArea(Area area) { m_tabs->setCurrentIndex(int(area)); }
 
-void MainWindow::showMessage(const QString& text)
-{
-    statusBar()->showMessage(text, 15000);
-}
+void MainWindow::showMessage(const QString& text) { statusBar()->showMessage(text, 15000); }
 
-QString MainWindow::statusMessage() const
-{
-    return statusBar()->currentMessage();
-}
+QString MainWindow::statusMessage() const { return statusBar()->currentMessage(); }
 
 void MainWindow::addRecentFile(const QString& path)
 {
@@ -370,10 +362,7 @@ void MainWindow::rebuildRecentMenu()
     m_recentMenu->setEnabled(!m_recentFiles.isEmpty());
 }
 
-bool MainWindow::launchesOnOneDevice() const
-{
-    return m_oneDevice->isChecked();
-}
+bool MainWindow::launchesOnOneDevice() const { return m_oneDevice->isChecked(); }
 
 bool MainWindow::grabArea(Area area, const QString& path, QString* error)
 {

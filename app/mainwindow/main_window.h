@@ -83,7 +83,7 @@ private:
     QString m_jobPath;
     QString m_runningJob;
     QString m_runningSession;
-    QString m_announcedJob;   // the last job whose end was announced
+    QString m_announcedJob;  // the last job whose end was announced
     QAction* m_oneDevice = nullptr;
     QAction* m_allowRoot = nullptr;
 };

@@ -119,7 +119,7 @@ bool MonitorPage::showSession(const QString& path, QString* error)
             return false;
         }
         m_source.clear();
-        m_state->setSource(QStringLiteral("-"));   // a stored session: no live source applies
+        m_state->setSource(QStringLiteral("-"));  // a stored session: no live source applies
         m_data->loadSession(reader);
         markOverlappedPairs();
         m_rankTimes.reset();
@@ -156,8 +156,8 @@ void MonitorPage::updateFindings()
         memory.push_back(track.latest);
     m_findings->clear();
     try {
-        const std::vector<live::Finding> found = live::findFindings(
-            {*spec, m_state->plan(), m_state->steps(), memory, m_rankTimes.get()});
+        const std::vector<live::Finding> found =
+            live::findFindings({*spec, m_state->plan(), m_state->steps(), memory, m_rankTimes.get()});
         for (const live::Finding& f : found)
             m_findings->addItem(QString::fromStdString(live::describe(f)));
         if (found.empty())

@@ -58,7 +58,7 @@ private:
     EngineClient* m_client;
     RunState* m_state;
     TimelineData* m_data;
-    TimelineData* m_predicted;   // the plan's simulated step, laid over the latest measured one
+    TimelineData* m_predicted;  // the plan's simulated step, laid over the latest measured one
     TimelineView* m_timeline;
     SpanKindLegend* m_legend;
     MonitorCharts* m_charts;

@@ -41,9 +41,6 @@ void applyTheme(QApplication& application, Theme theme)
     application.setPalette(p);
 }
 
-QString themeName(Theme theme)
-{
-    return theme == Theme::Dark ? QStringLiteral("dark") : QStringLiteral("light");
-}
+QString themeName(Theme theme) { return theme == Theme::Dark ? QStringLiteral("dark") : QStringLiteral("light"); }
 
 }  // namespace meshbench::app

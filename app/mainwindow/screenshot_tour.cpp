@@ -1,17 +1,17 @@
 #include "screenshot_tour.h"
 
-#include "monitor_page.h"
 #include "client/engine_client.h"
 #include "designer/designer_view.h"
 #include "designer/job_document.h"
 #include "monitor/run_state.h"
+#include "monitor_page.h"
 #include "sessions/sessions_view.h"
 
 namespace meshbench::app {
 
 namespace {
 
-constexpr int kConnectMs = 30'000;   // a local engine starts in about a second
+constexpr int kConnectMs = 30'000;  // a local engine starts in about a second
 constexpr auto kDesigner = "designer.png";
 constexpr auto kMonitorLive = "monitor-live.png";
 constexpr auto kSessionsReplay = "sessions-replay.png";
@@ -24,10 +24,7 @@ bool isTerminal(RunPhase phase)
 
 }  // namespace
 
-QStringList ScreenshotTour::fullTourFiles()
-{
-    return {kDesigner, kMonitorLive, kSessionsReplay, kMonitorReplay};
-}
+QStringList ScreenshotTour::fullTourFiles() { return {kDesigner, kMonitorLive, kSessionsReplay, kMonitorReplay}; }
 
 ScreenshotTour::ScreenshotTour(MainWindow& window, const QString& dir, int steps, QObject* parent)
     : QObject(parent), m_window(window), m_dir(dir), m_steps(steps)
@@ -65,8 +62,9 @@ void ScreenshotTour::begin()
         QString error;
         if (!m_window.saveScreenshots(m_dir.path(), &error))
             return finish(false, error);
-        return finish(true, tr("the three areas saved in %1 (no %2 to run)")
-                                .arg(m_dir.path(), plan ? tr("engine") : tr("valid job")));
+        return finish(
+            true,
+            tr("the three areas saved in %1 (no %2 to run)").arg(m_dir.path(), plan ? tr("engine") : tr("valid job")));
     }
     if (!m_dir.mkpath(QStringLiteral(".")))
         return finish(false, tr("cannot create %1").arg(m_dir.path()));
@@ -91,7 +89,8 @@ void ScreenshotTour::begin()
     });
     QTimer::singleShot(kConnectMs, this, [this, client] {
         if (m_stage == Stage::Launching && client->state() != ConnectionState::Connected)
-            finish(false, tr("no engine answers at %1 after %2 s").arg(client->controlEndpoint()).arg(kConnectMs / 1000));
+            finish(false,
+                   tr("no engine answers at %1 after %2 s").arg(client->controlEndpoint()).arg(kConnectMs / 1000));
     });
 }
 
@@ -104,7 +103,7 @@ void ScreenshotTour::onRunChanged()
     case Stage::Launching:
     case Stage::Running:
         if (m_window.lastSessionPath().isEmpty() || !monitor->source().startsWith(QStringLiteral("job-")))
-            return;   // not yet following the launched job
+            return;  // not yet following the launched job
         if (m_stage == Stage::Launching && (arrived >= m_liveTarget || isTerminal(state->phase()))) {
             if (!save(MainWindow::Area::Monitor, kMonitorLive))
                 return;
@@ -117,12 +116,14 @@ void ScreenshotTour::onRunChanged()
         m_stage = Stage::Replaying;
         // The main window selected the finished run's session in Sessions as it ended.
         if (m_window.sessions()->selectedPaths() != QStringList{m_window.lastSessionPath()})
-            return finish(false, tr("the finished session %1 is not selected in Sessions").arg(m_window.lastSessionPath()));
+            return finish(false,
+                          tr("the finished session %1 is not selected in Sessions").arg(m_window.lastSessionPath()));
         m_window.showArea(MainWindow::Area::Sessions);
         m_window.sessions()->openSelected();
         return;
     case Stage::Replaying:
-        if (!monitor->source().startsWith(QStringLiteral("replay-")) || (arrived < m_liveTarget && state->phase() != RunPhase::Ended))
+        if (!monitor->source().startsWith(QStringLiteral("replay-")) ||
+            (arrived < m_liveTarget && state->phase() != RunPhase::Ended))
             return;
         if (save(MainWindow::Area::Sessions, kSessionsReplay) && save(MainWindow::Area::Monitor, kMonitorReplay))
             finish(true, tr("%1 screens saved in %2").arg(fullTourFiles().size()).arg(m_dir.path()));

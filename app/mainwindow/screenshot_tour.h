@@ -43,7 +43,7 @@ private:
     QDir m_dir;
     int m_steps;
     Stage m_stage = Stage::Idle;
-    int m_liveTarget = 0;     // the Monitor is captured once this many steps arrived
+    int m_liveTarget = 0;  // the Monitor is captured once this many steps arrived
     QTimer m_timeout;
 };
 

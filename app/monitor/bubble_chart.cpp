@@ -10,13 +10,13 @@ namespace meshbench::app {
 
 namespace {
 
-const QColor kPlannedColor(128, 128, 128);   // mid grey: reads on light and dark
+const QColor kPlannedColor(128, 128, 128);  // mid grey: reads on light and dark
 
 }  // namespace
 
 BubbleChart::BubbleChart(QWidget* parent) : ChartWidget(parent)
 {
-    setObjectName(QStringLiteral("bubble-chart"));   // also the suggested export file name
+    setObjectName(QStringLiteral("bubble-chart"));  // also the suggested export file name
     QCustomPlot* p = plot();
     p->xAxis->setLabel(tr("step"));
     p->yAxis->setLabel(tr("pipeline bubble"));
@@ -42,7 +42,7 @@ BubbleChart::BubbleChart(QWidget* parent) : ChartWidget(parent)
 
 void BubbleChart::applyPalette()
 {
-    m_plannedLabel->setBrush(palette().brush(QPalette::Base));   // the curves pass behind it
+    m_plannedLabel->setBrush(palette().brush(QPalette::Base));  // the curves pass behind it
 }
 
 QCPGraph* BubbleChart::stageGraph(int stage) const

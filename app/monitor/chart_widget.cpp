@@ -120,10 +120,7 @@ protected:
 
 }  // namespace
 
-QSharedPointer<QCPAxisTicker> percentTicker()
-{
-    return QSharedPointer<QCPAxisTicker>(new PercentTicker);
-}
+QSharedPointer<QCPAxisTicker> percentTicker() { return QSharedPointer<QCPAxisTicker>(new PercentTicker); }
 
 QColor seriesColor(int index)
 {
@@ -226,10 +223,7 @@ void ChartWidget::onMemoryChanged()
         Qt::QueuedConnection);
 }
 
-void ChartWidget::replot()
-{
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
-}
+void ChartWidget::replot() { m_plot->replot(QCustomPlot::rpQueuedReplot); }
 
 void ChartWidget::restyle()
 {
@@ -247,7 +241,7 @@ void ChartWidget::restyle()
             legend->setTextColor(p.color(QPalette::Text));
             legend->setFont(labelFont);
             for (int i = 0; i < legend->itemCount(); ++i) {
-                if (QCPAbstractLegendItem* item = legend->item(i)) {   // null: a cell a wrap left empty
+                if (QCPAbstractLegendItem* item = legend->item(i)) {  // null: a cell a wrap left empty
                     item->setTextColor(p.color(QPalette::Text));
                     item->setFont(labelFont);
                 }
@@ -267,7 +261,7 @@ void ChartWidget::legendRow(QCPLegend* legend, int row)
     QCPLayoutGrid* grid = m_plot->plotLayout();
     grid->insertRow(row);
     grid->addElement(row, 0, legend);
-    grid->setRowStretchFactor(row, 0.001);   // as tall as its text, the panels take the rest
+    grid->setRowStretchFactor(row, 0.001);  // as tall as its text, the panels take the rest
     legend->setLayer(QStringLiteral("legend"));
     legend->setFillOrder(QCPLegend::foColumnsFirst);
     legend->setBrush(Qt::NoBrush);
@@ -318,7 +312,7 @@ bool ChartWidget::fitToSize()
         const int columns = legendColumnsFor(legend, width);
         if (legend->wrap() != columns) {
             legend->setWrap(columns);
-            legend->setFillOrder(QCPLegend::foColumnsFirst);   // re-flows the entries
+            legend->setFillOrder(QCPLegend::foColumnsFirst);  // re-flows the entries
             changed = true;
         }
     }
@@ -332,10 +326,7 @@ void ChartWidget::changeEvent(QEvent* event)
     QWidget::changeEvent(event);
 }
 
-void ChartWidget::setPathChooser(PathChooser chooser)
-{
-    m_chooser = std::move(chooser);
-}
+void ChartWidget::setPathChooser(PathChooser chooser) { m_chooser = std::move(chooser); }
 
 void ChartWidget::exportWithChosenPath(const QString& suffix)
 {
@@ -349,7 +340,7 @@ void ChartWidget::exportWithChosenPath(const QString& suffix)
         path += QLatin1Char('.') + suffix;
     QString error;
     if (!exportImage(path, {}, &error))
-        QToolTip::showText(mapToGlobal(rect().center()), error, this);   // beside the chart, not a modal box
+        QToolTip::showText(mapToGlobal(rect().center()), error, this);  // beside the chart, not a modal box
     emit exportFinished(path, error);
 }
 

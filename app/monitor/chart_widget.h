@@ -105,8 +105,8 @@ private:
     QMenu* m_menu = nullptr;
     PathChooser m_chooser;
     QPointer<RunState> m_state;
-    std::size_t m_consumed = 0;      // steps of the state already plotted
-    int m_generation = -1;           // the state's generation they belong to
+    std::size_t m_consumed = 0;  // steps of the state already plotted
+    int m_generation = -1;       // the state's generation they belong to
     bool m_memoryPending = false;
 };
 

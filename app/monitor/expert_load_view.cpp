@@ -40,7 +40,7 @@ QSharedPointer<QCPAxisTicker> integerTicker()
 
 ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
 {
-    setObjectName(QStringLiteral("expert-load"));   // also the suggested export file name
+    setObjectName(QStringLiteral("expert-load"));  // also the suggested export file name
     m_mode = new QComboBox(this);
     m_mode->addItem(tr("Experts × steps"));
     m_mode->addItem(tr("Layers × experts"));
@@ -70,7 +70,7 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
     m_map->setColorScale(m_scale);
     m_map->setInterpolate(false);
     QCPColorGradient gradient(QCPColorGradient::gpThermal);
-    gradient.setNanHandling(QCPColorGradient::nhTransparent);   // cells of steps that did not report
+    gradient.setNanHandling(QCPColorGradient::nhTransparent);  // cells of steps that did not report
     m_map->setGradient(gradient);
     p->xAxis->setTicker(integerTicker());
     p->yAxis->setTicker(integerTicker());
@@ -121,10 +121,7 @@ ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
     restyle();
 }
 
-void ExpertLoadView::setMode(Mode mode)
-{
-    m_mode->setCurrentIndex(mode == Mode::ExpertsBySteps ? 0 : 1);
-}
+void ExpertLoadView::setMode(Mode mode) { m_mode->setCurrentIndex(mode == Mode::ExpertsBySteps ? 0 : 1); }
 
 ExpertLoadView::Mode ExpertLoadView::mode() const
 {
@@ -138,20 +135,11 @@ void ExpertLoadView::setLayer(int layer)
         m_layer->setCurrentIndex(index);
 }
 
-int ExpertLoadView::layer() const
-{
-    return m_layer->currentIndex() >= 0 ? m_layer->currentData().toInt() : -1;
-}
+int ExpertLoadView::layer() const { return m_layer->currentIndex() >= 0 ? m_layer->currentData().toInt() : -1; }
 
-void ExpertLoadView::setStep(int step)
-{
-    m_step->setValue(std::max(step, -1));
-}
+void ExpertLoadView::setStep(int step) { m_step->setValue(std::max(step, -1)); }
 
-QString ExpertLoadView::hottestText() const
-{
-    return m_hottest->text();
-}
+QString ExpertLoadView::hottestText() const { return m_hottest->text(); }
 
 void ExpertLoadView::setHottest(const QString& text)
 {
@@ -267,7 +255,7 @@ void ExpertLoadView::writeStepColumn(const live::StepAggregate& step)
     }
     const int column = step.step - m_firstColumnStep;
     if (column < 0)
-        return;   // steps arrive in order within a generation, so this is a step before the map
+        return;  // steps arrive in order within a generation, so this is a step before the map
     if (column >= m_columns) {
         // Doubling keeps the copies amortised O(1) per step.
         const int columns = std::max(2 * m_columns, column + 1);

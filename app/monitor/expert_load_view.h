@@ -63,9 +63,9 @@ private:
     QCPGraph* m_imbalance = nullptr;
     QCPGraph* m_p95 = nullptr;
     QCPGraph* m_dropped = nullptr;
-    std::vector<int> m_layers;        // the combo's layers
-    int m_firstColumnStep = 0;        // the step of the map's first column
-    int m_columns = 0;                // the map's allocated columns (0: no map yet)
+    std::vector<int> m_layers;  // the combo's layers
+    int m_firstColumnStep = 0;  // the step of the map's first column
+    int m_columns = 0;          // the map's allocated columns (0: no map yet)
     double m_maxTokens = 0;
     double m_maxImbalance = 0;
     double m_maxDropped = 0;

@@ -14,7 +14,7 @@ namespace meshbench::app {
 
 namespace {
 
-const QColor kCapacityColor(220, 50, 47);   // a strong red on both themes: the limit
+const QColor kCapacityColor(220, 50, 47);  // a strong red on both themes: the limit
 // Below this share of the capacity the bars are scaled to the data (as the Designer's plan
 // inspector does), with room left above them for the capacity note.
 constexpr double kOffScaleShare = 0.05;
@@ -25,7 +25,7 @@ constexpr double kDataHeadroom = 1.25;
 
 MemoryChart::MemoryChart(QWidget* parent) : ChartWidget(parent)
 {
-    setObjectName(QStringLiteral("memory-chart"));   // also the suggested export file name
+    setObjectName(QStringLiteral("memory-chart"));  // also the suggested export file name
     m_rank = new QComboBox(this);
     controls()->addWidget(new QLabel(tr("Over time:"), this));
     controls()->addWidget(m_rank);
@@ -79,7 +79,7 @@ MemoryChart::MemoryChart(QWidget* parent) : ChartWidget(parent)
     overTime->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
     m_history = p->addGraph(overTime->axis(QCPAxis::atBottom), overTime->axis(QCPAxis::atLeft));
     m_history->setPen(QPen(seriesColor(0), 1.5));
-    m_history->setLineStyle(QCPGraph::lsStepLeft);   // memory holds its value until the next sample
+    m_history->setLineStyle(QCPGraph::lsStepLeft);  // memory holds its value until the next sample
     legendRow(p->legend, 0);
 
     connect(m_rank, &QComboBox::currentIndexChanged, this, [this] {
@@ -98,7 +98,7 @@ void MemoryChart::applyPalette()
     dash.lineTo(7, 0);
     m_peak->setPen(pen);
     m_peak->setScatterStyle(QCPScatterStyle(dash, pen, Qt::NoBrush, 14));
-    m_capacityNote->setBrush(palette().brush(QPalette::Base));   // over a bar where one reaches it
+    m_capacityNote->setBrush(palette().brush(QPalette::Base));  // over a bar where one reaches it
 }
 
 void MemoryChart::setHistoryRank(std::uint32_t rank)
@@ -108,10 +108,7 @@ void MemoryChart::setHistoryRank(std::uint32_t rank)
         m_rank->setCurrentIndex(index);
 }
 
-int MemoryChart::historyRank() const
-{
-    return m_rank->currentIndex() >= 0 ? m_rank->currentData().toInt() : -1;
-}
+int MemoryChart::historyRank() const { return m_rank->currentIndex() >= 0 ? m_rank->currentData().toInt() : -1; }
 
 void MemoryChart::reset()
 {
@@ -131,11 +128,11 @@ void MemoryChart::fitValueAxis(double largestBytes)
     const bool offScale = capacity > 0 && largestBytes > 0 && largestBytes < kOffScaleShare * capacity;
     double top = offScale ? largestBytes * kDataHeadroom : std::max(largestBytes, capacity) * kCapacityHeadroom;
     if (top <= 0)
-        top = 1e9;   // nothing known yet
+        top = 1e9;  // nothing known yet
     const plan::ByteUnit unit = plan::byteUnitFor(top);
     if (unit.bytes != m_unit) {
         m_unit = unit.bytes;
-        m_plottedRank = -1;   // the history is redrawn in the new unit
+        m_plottedRank = -1;  // the history is redrawn in the new unit
         plot()->yAxis->setLabel(tr("memory (%1)").arg(QLatin1String(unit.name)));
         m_history->valueAxis()->setLabel(tr("total (%1)").arg(QLatin1String(unit.name)));
     }
@@ -151,7 +148,7 @@ void MemoryChart::syncRankChoices()
 {
     const auto& memory = runState() ? runState()->memory() : std::map<std::uint32_t, RankMemoryTrack>{};
     if (std::size_t(m_rank->count()) == memory.size())
-        return;   // ranks are only ever added (clear() resets to none)
+        return;  // ranks are only ever added (clear() resets to none)
     const int kept = historyRank();
     const QSignalBlocker blocker(m_rank);
     m_rank->clear();

@@ -56,10 +56,10 @@ private:
     QCPGraph* m_peak = nullptr;
     QCPItemStraightLine* m_capacity = nullptr;
     QCPItemText* m_capacityNote = nullptr;
-    double m_unit = 0;               // bytes per axis unit; set by the first fit
+    double m_unit = 0;  // bytes per axis unit; set by the first fit
     QCPGraph* m_history = nullptr;
-    int m_plottedRank = -1;          // the rank m_history holds
-    std::size_t m_plottedPoints = 0; // of its history
+    int m_plottedRank = -1;           // the rank m_history holds
+    std::size_t m_plottedPoints = 0;  // of its history
     std::int64_t m_historyOrigin = 0;
 };
 

@@ -25,7 +25,7 @@ MonitorCharts::MonitorCharts(QWidget* parent) : QWidget(parent)
     for (ChartWidget* chart : charts())
         chart->setMinimumSize(300, 160);
     const auto share = [](QSplitter* splitter, int first, int second) {
-        splitter->setChildrenCollapsible(false);   // a chart dragged to nothing would look lost
+        splitter->setChildrenCollapsible(false);  // a chart dragged to nothing would look lost
         splitter->setStretchFactor(0, first);
         splitter->setStretchFactor(1, second);
         splitter->setSizes({first * 1000, second * 1000});
@@ -38,10 +38,7 @@ MonitorCharts::MonitorCharts(QWidget* parent) : QWidget(parent)
     layout->addWidget(columns);
 }
 
-std::vector<ChartWidget*> MonitorCharts::charts() const
-{
-    return {m_bubble, m_experts, m_memory, m_training};
-}
+std::vector<ChartWidget*> MonitorCharts::charts() const { return {m_bubble, m_experts, m_memory, m_training}; }
 
 void MonitorCharts::setRunState(RunState* state)
 {

@@ -61,10 +61,14 @@ std::vector<live::StepAggregate>::iterator firstStepFrom(std::vector<live::StepA
 RunPhase phaseOf(store::Outcome outcome)
 {
     switch (outcome) {
-    case store::Outcome::Completed: return RunPhase::Completed;
-    case store::Outcome::Failed: return RunPhase::Failed;
-    case store::Outcome::Stopped: return RunPhase::Stopped;
-    case store::Outcome::Running: break;
+    case store::Outcome::Completed:
+        return RunPhase::Completed;
+    case store::Outcome::Failed:
+        return RunPhase::Failed;
+    case store::Outcome::Stopped:
+        return RunPhase::Stopped;
+    case store::Outcome::Running:
+        break;
     }
     return RunPhase::Running;
 }
@@ -166,10 +170,7 @@ std::vector<int> RunState::moeLayers() const
     return layers;
 }
 
-double RunState::deviceMemoryBytes() const
-{
-    return m_spec ? m_spec->cluster.device.memoryBytes : 0.0;
-}
+double RunState::deviceMemoryBytes() const { return m_spec ? m_spec->cluster.device.memoryBytes : 0.0; }
 
 std::optional<double> RunState::plannedBubble() const
 {
@@ -187,7 +188,7 @@ bool RunState::addStep(live::StepAggregate step)
     if (at != m_steps.end() && at->step == step.step)
         return false;
     if (at != m_steps.end())
-        ++m_generation;   // a late step: views that append must rebuild
+        ++m_generation;  // a late step: views that append must rebuild
     m_steps.insert(at, std::move(step));
     Q_EMIT stepsChanged();
     return true;
@@ -222,12 +223,14 @@ void RunState::applyJobStatus(const nlohmann::json& status)
     }
     m_phase = *phase;
     const auto cause = status.find("cause");
-    m_cause = cause != status.end() && cause->is_string() ? QString::fromStdString(cause->get<std::string>()) : QString();
+    m_cause =
+        cause != status.end() && cause->is_string() ? QString::fromStdString(cause->get<std::string>()) : QString();
     const auto step = status.find("step");
     if (step != status.end() && step->is_number_integer() && std::in_range<std::int32_t>(step->get<std::int64_t>()))
         m_currentStep = std::int32_t(step->get<std::int64_t>());
     const auto lost = status.find("lost");
-    if (lost != status.end() && lost->is_number_integer() && (lost->is_number_unsigned() || lost->get<std::int64_t>() >= 0))
+    if (lost != status.end() && lost->is_number_integer() &&
+        (lost->is_number_unsigned() || lost->get<std::int64_t>() >= 0))
         m_lost = std::max(m_lost, lost->get<std::uint64_t>());
     if (m_phase == RunPhase::Seeking)
         dropFromStep(m_currentStep);

@@ -37,7 +37,7 @@ struct MemoryPoint {
 
 struct RankMemoryTrack {
     live::RankMemory latest;
-    std::vector<MemoryPoint> history;   // by time, one point per sample time
+    std::vector<MemoryPoint> history;  // by time, one point per sample time
 };
 
 // What a stored session aggregates to; computed off the GUI thread by computeSessionAggregates.
@@ -73,8 +73,8 @@ public:
     // From the spec, or from the data when there is none.
     int stageCount() const;
     int expertCount() const;
-    std::vector<int> moeLayers() const;      // global layer indices
-    double deviceMemoryBytes() const;        // 0 when unknown
+    std::vector<int> moeLayers() const;  // global layer indices
+    double deviceMemoryBytes() const;    // 0 when unknown
     // The plan's overall bubble, or what the feed said it was.
     std::optional<double> plannedBubble() const;
 

@@ -30,7 +30,7 @@ void fitValues(QCPGraph* graph)
 
 TrainingChart::TrainingChart(QWidget* parent) : ChartWidget(parent)
 {
-    setObjectName(QStringLiteral("training-chart"));   // also the suggested export file name
+    setObjectName(QStringLiteral("training-chart"));  // also the suggested export file name
     QCustomPlot* p = plot();
     p->setAutoAddPlottableToLegend(false);
     QCPAxisRect* lossRect = p->axisRect();

@@ -85,10 +85,7 @@ std::optional<double> stepTokensPerSecond(const wire::StepMetricsRecord& step)
     return double(step.tokens) / *seconds;
 }
 
-QString sessionLetter(int i)
-{
-    return i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1);
-}
+QString sessionLetter(int i) { return i < 26 ? QString(QChar(u'A' + i)) : QString::number(i + 1); }
 
 ComparedSession loadComparedSession(const QString& path)
 {

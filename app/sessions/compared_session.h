@@ -24,11 +24,11 @@ namespace meshbench::app {
 struct SessionFigures {
     QString name;
     QString layout;
-    std::map<std::int32_t, wire::StepMetricsRecord> steps;   // by step, as stored
-    std::optional<double> meanBubble;          // mean of the steps' bubble_ratio
-    std::optional<double> meanStepSeconds;     // mean of end - begin
-    std::optional<double> tokensPerSecond;     // tokens over the steps' summed time
-    std::optional<double> finalLoss;           // the last step's loss
+    std::map<std::int32_t, wire::StepMetricsRecord> steps;  // by step, as stored
+    std::optional<double> meanBubble;                       // mean of the steps' bubble_ratio
+    std::optional<double> meanStepSeconds;                  // mean of end - begin
+    std::optional<double> tokensPerSecond;                  // tokens over the steps' summed time
+    std::optional<double> finalLoss;                        // the last step's loss
     // Per rank (index = rank): the largest, over steps, of the sum over categories of each
     // category's peak in that step (its current bytes where a sample has no peak); nullopt for a
     // rank without samples.
@@ -53,7 +53,7 @@ struct ComparedSession {
     std::optional<double> plannedTokensPerSecond;
     std::optional<double> plannedBubble;
     std::vector<std::optional<double>> plannedStageBubble;
-    std::vector<std::optional<double>> plannedPeakBytes;   // per rank: its stage's planned total
+    std::vector<std::optional<double>> plannedPeakBytes;  // per rank: its stage's planned total
     QString planProblem;
 };
 // Reads the whole session. Throws store::StoreError when the file is unreadable or corrupt.

@@ -13,17 +13,11 @@ namespace {
 
 using Figure = ComparisonChart::Figure;
 
-constexpr double kGB = 1e9;   // decimal, as the planner and the Monitor's memory chart
+constexpr double kGB = 1e9;  // decimal, as the planner and the Monitor's memory chart
 
-bool perStep(Figure figure)
-{
-    return figure != Figure::StageBubble && figure != Figure::PeakMemory;
-}
+bool perStep(Figure figure) { return figure != Figure::StageBubble && figure != Figure::PeakMemory; }
 
-bool isRatio(Figure figure)
-{
-    return figure == Figure::Bubble || figure == Figure::StageBubble;
-}
+bool isRatio(Figure figure) { return figure == Figure::Bubble || figure == Figure::StageBubble; }
 
 std::optional<double> finite(double value)
 {
@@ -156,7 +150,7 @@ void fitValueAxis(QCPAxis* axis, const QList<QCPAbstractPlottable*>& plottables,
 
 ComparisonChart::ComparisonChart(QWidget* parent) : ChartWidget(parent)
 {
-    setObjectName(QStringLiteral("comparison-chart"));   // also the suggested export file name
+    setObjectName(QStringLiteral("comparison-chart"));  // also the suggested export file name
     m_figureBox = new QComboBox(this);
     m_figureBox->addItem(tr("Loss"), int(Figure::Loss));
     m_figureBox->addItem(tr("Step time"), int(Figure::StepTime));
@@ -223,7 +217,7 @@ QCPAbstractPlottable* ComparisonChart::difference(int i) const
 void ComparisonChart::reset()
 {
     QCustomPlot* p = plot();
-    p->clearPlottables();   // their legend items go with them
+    p->clearPlottables();  // their legend items go with them
     m_drawn.assign(m_sessions.size(), Drawn{});
     const bool ratio = isRatio(m_figure);
     for (QCPAxis* axis : {m_values->axis(QCPAxis::atLeft), m_differences->axis(QCPAxis::atLeft)})

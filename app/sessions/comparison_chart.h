@@ -42,7 +42,7 @@ public:
 
 protected:
     void reset() override;
-    void appendSteps(std::size_t) override {}   // no run to follow
+    void appendSteps(std::size_t) override {}  // no run to follow
 
 private:
     struct Drawn {
@@ -51,7 +51,7 @@ private:
         QCPAbstractPlottable* difference = nullptr;
     };
     void drawPerStep();
-    void drawPerKey();   // stages or ranks, as bars
+    void drawPerKey();  // stages or ranks, as bars
 
     std::vector<ComparedSession> m_sessions;
     std::vector<Drawn> m_drawn;

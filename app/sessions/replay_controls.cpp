@@ -46,9 +46,8 @@ ReplayControls::ReplayControls(QWidget* parent)
         if (action != QAbstractSlider::SliderMove)
             emit seekRequested(m_source, m_slider->sliderPosition());
     });
-    connect(m_slider, &QSlider::valueChanged, this, [this](int step) {
-        m_step->setText(tr("step %1 / %2").arg(step).arg(m_steps));
-    });
+    connect(m_slider, &QSlider::valueChanged, this,
+            [this](int step) { m_step->setText(tr("step %1 / %2").arg(step).arg(m_steps)); });
     connect(m_close, &QToolButton::clicked, this, [this] {
         const QString source = m_source;
         clearReplay();
@@ -57,25 +56,13 @@ ReplayControls::ReplayControls(QWidget* parent)
     clearReplay();
 }
 
-QList<double> ReplayControls::speeds()
-{
-    return {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100};
-}
+QList<double> ReplayControls::speeds() { return {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100}; }
 
-int ReplayControls::position() const
-{
-    return m_slider->value();
-}
+int ReplayControls::position() const { return m_slider->value(); }
 
-double ReplayControls::speed() const
-{
-    return m_speed->currentData().toDouble();
-}
+double ReplayControls::speed() const { return m_speed->currentData().toDouble(); }
 
-QString ReplayControls::statusText() const
-{
-    return m_status->text();
-}
+QString ReplayControls::statusText() const { return m_status->text(); }
 
 void ReplayControls::showStatus(const QString& text)
 {
@@ -92,10 +79,12 @@ void ReplayControls::setClient(EngineClient* client)
         return;
     connect(this, &ReplayControls::pauseRequested, client, [this] { send({{"op", "pause"}}); });
     connect(this, &ReplayControls::resumeRequested, client, [this] { send({{"op", "resume"}}); });
-    connect(this, &ReplayControls::speedRequested, client,
-            [this](const QString&, double s) { send({{"op", "speed"}, {"speed", s}}); });
-    connect(this, &ReplayControls::seekRequested, client,
-            [this](const QString&, int step) { send({{"op", "seek"}, {"step", step}}); });
+    connect(this, &ReplayControls::speedRequested, client, [this](const QString&, double s) {
+        send({{"op", "speed"}, {"speed", s}});
+    });
+    connect(this, &ReplayControls::seekRequested, client, [this](const QString&, int step) {
+        send({{"op", "seek"}, {"step", step}});
+    });
     connect(this, &ReplayControls::closeRequested, client, [this](const QString& source) {
         m_client->request({{"op", "close"}, {"source", source.toStdString()}}, [](const nlohmann::json&) {});
     });
@@ -159,7 +148,7 @@ void ReplayControls::takeOpenedReplay(const nlohmann::json& reply, const QString
         showStatus(QString::fromStdString(reply.value("error", "")));
         return;
     }
-    if (!m_source.isEmpty())   // one replay at a time: the previous one ends
+    if (!m_source.isEmpty())  // one replay at a time: the previous one ends
         emit closeRequested(m_source);
     m_path = path;
     setReplay(QString::fromStdString(reply.value("replay", "")), steps);
@@ -177,8 +166,8 @@ void ReplayControls::setReplay(const QString& source, int steps)
         m_slider->setValue(0);
     }
     m_step->setText(tr("step %1 / %2").arg(0).arg(steps));
-    for (QWidget* w : {static_cast<QWidget*>(m_play), static_cast<QWidget*>(m_speed),
-                       static_cast<QWidget*>(m_slider), static_cast<QWidget*>(m_close)})
+    for (QWidget* w : {static_cast<QWidget*>(m_play), static_cast<QWidget*>(m_speed), static_cast<QWidget*>(m_slider),
+                       static_cast<QWidget*>(m_close)})
         w->setEnabled(true);
     showStatus(source);
     setPlaying(true);
@@ -194,15 +183,15 @@ void ReplayControls::clearReplay()
         m_slider->setRange(0, 0);
     }
     m_step->setText(tr("no replay"));
-    for (QWidget* w : {static_cast<QWidget*>(m_play), static_cast<QWidget*>(m_speed),
-                       static_cast<QWidget*>(m_slider), static_cast<QWidget*>(m_close)})
+    for (QWidget* w : {static_cast<QWidget*>(m_play), static_cast<QWidget*>(m_speed), static_cast<QWidget*>(m_slider),
+                       static_cast<QWidget*>(m_close)})
         w->setEnabled(false);
     setPlaying(false);
 }
 
 void ReplayControls::setPosition(int step)
 {
-    if (m_slider->isSliderDown())   // the user is choosing a step: the feed must not move it
+    if (m_slider->isSliderDown())  // the user is choosing a step: the feed must not move it
         return;
     const QSignalBlocker block(m_slider);
     m_slider->setValue(step);
@@ -223,7 +212,7 @@ void ReplayControls::togglePlay()
     if (m_playing) {
         setPlaying(false);
         emit pauseRequested(m_source);
-    } else if (m_ended) {   // an ended replay waits for a seek: play it again from the start
+    } else if (m_ended) {  // an ended replay waits for a seek: play it again from the start
         m_ended = false;
         setPlaying(true);
         setPosition(0);

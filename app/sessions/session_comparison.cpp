@@ -80,10 +80,7 @@ SessionComparison::SessionComparison(QWidget* parent)
     clear();
 }
 
-QString SessionComparison::errorText() const
-{
-    return m_error->isHidden() ? QString() : m_error->text();
-}
+QString SessionComparison::errorText() const { return m_error->isHidden() ? QString() : m_error->text(); }
 
 SessionComparison::~SessionComparison()
 {
@@ -177,12 +174,12 @@ void SessionComparison::fill(const std::vector<std::optional<ComparedSession>>& 
         if (session)
             ranks = std::max(ranks, session->figures.peakMemoryBytes.size());
     for (std::size_t r = 0; r < ranks; ++r)
-        metrics.push_back({tr("Peak memory, rank %1").arg(r), Unit::Bytes,
-                           [r](const SessionFigures& f) -> std::optional<double> {
-                               if (r >= f.peakMemoryBytes.size() || !f.peakMemoryBytes[r])
-                                   return std::nullopt;
-                               return double(*f.peakMemoryBytes[r]);
-                           }});
+        metrics.push_back(
+            {tr("Peak memory, rank %1").arg(r), Unit::Bytes, [r](const SessionFigures& f) -> std::optional<double> {
+                 if (r >= f.peakMemoryBytes.size() || !f.peakMemoryBytes[r])
+                     return std::nullopt;
+                 return double(*f.peakMemoryBytes[r]);
+             }});
 
     const int n = int(sessions.size());
     QStringList headers{tr("Metric")};

@@ -57,8 +57,8 @@ private:
     QLabel* m_error = nullptr;
     QTableWidget* m_table = nullptr;
     ComparisonChart* m_chart = nullptr;
-    int m_generation = 0;              // of the latest compare() or clear(); older results are dropped
-    std::vector<QThread*> m_readers;   // still reading; waited for on destruction
+    int m_generation = 0;             // of the latest compare() or clear(); older results are dropped
+    std::vector<QThread*> m_readers;  // still reading; waited for on destruction
 };
 
 }  // namespace meshbench::app

@@ -12,7 +12,7 @@ namespace meshbench::app {
 
 namespace {
 
-constexpr int kDebounceMs = 300;   // a running engine touches the folder (WAL files) in bursts
+constexpr int kDebounceMs = 300;  // a running engine touches the folder (WAL files) in bursts
 
 SessionListModel::Row rowOf(const store::SessionSummary& s)
 {
@@ -81,15 +81,9 @@ void SessionListModel::refresh()
     emit refreshed();
 }
 
-int SessionListModel::rowCount(const QModelIndex& parent) const
-{
-    return parent.isValid() ? 0 : int(m_rows.size());
-}
+int SessionListModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : int(m_rows.size()); }
 
-int SessionListModel::columnCount(const QModelIndex& parent) const
-{
-    return parent.isValid() ? 0 : ColumnCount;
-}
+int SessionListModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
 
 QVariant SessionListModel::data(const QModelIndex& index, int role) const
 {

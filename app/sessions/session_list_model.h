@@ -27,10 +27,10 @@ public:
     struct Row {
         QString path;
         QString name;
-        QDateTime created;          // invalid for an unreadable file
+        QDateTime created;  // invalid for an unreadable file
         QString layout;
-        QString outcome;            // running, completed, failed, stopped, or unreadable
-        QString detail;             // a failure's cause, or why the file cannot be read
+        QString outcome;  // running, completed, failed, stopped, or unreadable
+        QString detail;   // a failure's cause, or why the file cannot be read
         int steps = 0;
         std::optional<double> finalLoss;
         bool readable = true;

@@ -84,10 +84,7 @@ SessionsView::SessionsView(QWidget* parent)
     updateActions();
 }
 
-void SessionsView::setDirectory(const QString& dir)
-{
-    m_model->setDirectory(dir);
-}
+void SessionsView::setDirectory(const QString& dir) { m_model->setDirectory(dir); }
 
 QStringList SessionsView::selectedPaths() const
 {
@@ -98,10 +95,7 @@ QStringList SessionsView::selectedPaths() const
     return paths;
 }
 
-QString SessionsView::statusText() const
-{
-    return m_status->text();
-}
+QString SessionsView::statusText() const { return m_status->text(); }
 
 void SessionsView::showStatus(const QString& text, bool error)
 {
@@ -170,8 +164,8 @@ void SessionsView::exportChromeTrace()
     if (paths.size() != 1)
         return;
     const QString suggestion = QFileInfo(paths.front()).completeBaseName() + QStringLiteral(".trace.json");
-    const QString out = QFileDialog::getSaveFileName(this, tr("Export Chrome trace"), suggestion,
-                                                     tr("Trace Event Format (*.json)"));
+    const QString out =
+        QFileDialog::getSaveFileName(this, tr("Export Chrome trace"), suggestion, tr("Trace Event Format (*.json)"));
     if (!out.isEmpty())
         exportChromeTraceTo(paths.front(), out);
 }
@@ -191,10 +185,7 @@ void SessionsView::exportChromeTraceTo(const QString& session, const QString& ou
     runExport(session, outFile, true);
 }
 
-void SessionsView::exportCsvTo(const QString& session, const QString& outDir)
-{
-    runExport(session, outDir, false);
-}
+void SessionsView::exportCsvTo(const QString& session, const QString& outDir) { runExport(session, outDir, false); }
 
 void SessionsView::runExport(const QString& session, const QString& target, bool chrome)
 {

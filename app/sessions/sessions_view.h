@@ -73,7 +73,7 @@ private:
     QLabel* m_status = nullptr;
     SessionComparison* m_comparison = nullptr;
     ReplayControls* m_replay = nullptr;
-    QStringList m_keptSelection;   // across a re-read of the folder
+    QStringList m_keptSelection;  // across a re-read of the folder
 };
 
 }  // namespace meshbench::app

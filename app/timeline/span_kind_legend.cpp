@@ -13,24 +13,32 @@ namespace meshbench::app {
 namespace {
 
 constexpr int kSwatchWidth = 14;
-constexpr int kSwatchHeight = 10;   // at least 6: thin kinds are then drawn thin, as in a row
-constexpr int kTextGap = 4;         // swatch to name
-constexpr int kEntryGap = 14;       // name to the next swatch
+constexpr int kSwatchHeight = 10;  // at least 6: thin kinds are then drawn thin, as in a row
+constexpr int kTextGap = 4;        // swatch to name
+constexpr int kEntryGap = 14;      // name to the next swatch
 constexpr int kMargin = 4;
 
 QString kindLabel(wire::SpanKind kind)
 {
     switch (kind) {
-    case wire::SpanKind::Forward: return SpanKindLegend::tr("forward (F)");
-    case wire::SpanKind::Backward: return SpanKindLegend::tr("backward (B)");
-    case wire::SpanKind::WeightGrad: return SpanKindLegend::tr("weight grad (W)");
+    case wire::SpanKind::Forward:
+        return SpanKindLegend::tr("forward (F)");
+    case wire::SpanKind::Backward:
+        return SpanKindLegend::tr("backward (B)");
+    case wire::SpanKind::WeightGrad:
+        return SpanKindLegend::tr("weight grad (W)");
     case wire::SpanKind::SendActivation:
-    case wire::SpanKind::RecvActivation: return SpanKindLegend::tr("send/recv activations");
+    case wire::SpanKind::RecvActivation:
+        return SpanKindLegend::tr("send/recv activations");
     case wire::SpanKind::SendGradient:
-    case wire::SpanKind::RecvGradient: return SpanKindLegend::tr("send/recv gradients");
-    case wire::SpanKind::Optimizer: return SpanKindLegend::tr("optimizer");
-    case wire::SpanKind::DataParallelReduce: return SpanKindLegend::tr("DP all-reduce");
-    case wire::SpanKind::Idle: break;
+    case wire::SpanKind::RecvGradient:
+        return SpanKindLegend::tr("send/recv gradients");
+    case wire::SpanKind::Optimizer:
+        return SpanKindLegend::tr("optimizer");
+    case wire::SpanKind::DataParallelReduce:
+        return SpanKindLegend::tr("DP all-reduce");
+    case wire::SpanKind::Idle:
+        break;
     }
     return SpanKindLegend::tr("idle");
 }
@@ -44,7 +52,7 @@ SpanKindLegend::SpanKindLegend(QWidget* parent) : QWidget(parent)
         const auto kind = wire::SpanKind(k);
         const std::optional<KindClass> cls = kindClassOf(kind);
         if (!cls)
-            continue;   // idle: the gap entry, last
+            continue;  // idle: the gap entry, last
         const auto same = std::find_if(m_entries.begin(), m_entries.end(), [&](const Entry& entry) {
             return kindClassOf(entry.kinds.front()) == cls &&
                    TimelineStyle::kindColor(entry.kinds.front()) == TimelineStyle::kindColor(kind);
@@ -60,9 +68,9 @@ SpanKindLegend::SpanKindLegend(QWidget* parent) : QWidget(parent)
 
 void SpanKindLegend::setScheduleMarks(bool laterChunks, bool overlappedPairs)
 {
-    m_entries.erase(std::remove_if(m_entries.begin(), m_entries.end(),
-                                   [](const Entry& entry) { return entry.mark != Mark::None; }),
-                    m_entries.end());
+    m_entries.erase(
+        std::remove_if(m_entries.begin(), m_entries.end(), [](const Entry& entry) { return entry.mark != Mark::None; }),
+        m_entries.end());
     if (laterChunks)
         m_entries.push_back({{wire::SpanKind::Forward}, tr("later chunk (lighter)"), Mark::LaterChunk});
     if (overlappedPairs)
@@ -72,10 +80,7 @@ void SpanKindLegend::setScheduleMarks(bool laterChunks, bool overlappedPairs)
     update();
 }
 
-int SpanKindLegend::lineHeight() const
-{
-    return std::max(fontMetrics().height(), kSwatchHeight) + 4;
-}
+int SpanKindLegend::lineHeight() const { return std::max(fontMetrics().height(), kSwatchHeight) + 4; }
 
 int SpanKindLegend::entryWidth(const Entry& entry) const
 {
@@ -98,10 +103,7 @@ std::vector<QRect> SpanKindLegend::layoutFor(int width) const
     return swatches;
 }
 
-QRect SpanKindLegend::swatchRect(std::size_t index) const
-{
-    return layoutFor(width())[index];
-}
+QRect SpanKindLegend::swatchRect(std::size_t index) const { return layoutFor(width())[index]; }
 
 QSize SpanKindLegend::sizeHint() const
 {
@@ -175,7 +177,9 @@ void SpanKindLegend::paintSwatch(QPainter& painter, const Entry& entry, const QR
     case KindClass::Forward:
     case KindClass::Backward:
     case KindClass::WeightGrad:
-    case KindClass::Optimizer: painter.fillRect(rect, color); break;
+    case KindClass::Optimizer:
+        painter.fillRect(rect, color);
+        break;
     }
 }
 

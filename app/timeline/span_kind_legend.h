@@ -24,9 +24,9 @@ public:
     // How a schedule's blocks are told apart beyond their kind.
     enum class Mark { None, LaterChunk, OverlappedPair };
     struct Entry {
-        std::vector<wire::SpanKind> kinds;   // painted alike; Idle alone for the gap entry
+        std::vector<wire::SpanKind> kinds;  // painted alike; Idle alone for the gap entry
         QString name;
-        Mark mark = Mark::None;              // a mark entry shows the kinds its swatch is made of
+        Mark mark = Mark::None;  // a mark entry shows the kinds its swatch is made of
     };
 
     explicit SpanKindLegend(QWidget* parent = nullptr);

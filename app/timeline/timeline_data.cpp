@@ -17,10 +17,7 @@ void TimelineData::setStore(TimelineStore store)
     emit changed();
 }
 
-void TimelineData::clear()
-{
-    setStore(TimelineStore());
-}
+void TimelineData::clear() { setStore(TimelineStore()); }
 
 void TimelineData::setRows(const std::vector<RowInfo>& rows)
 {
@@ -58,10 +55,7 @@ void TimelineData::setOverlappedOps(TimelineStore::OverlappedOps ops)
     scheduleChanged();
 }
 
-void TimelineData::setNotifyInterval(int ms)
-{
-    m_notify.setInterval(std::max(0, ms));
-}
+void TimelineData::setNotifyInterval(int ms) { m_notify.setInterval(std::max(0, ms)); }
 
 void TimelineData::scheduleChanged()
 {

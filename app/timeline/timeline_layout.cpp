@@ -5,10 +5,7 @@
 
 namespace meshbench::app {
 
-void TimelineLayout::setRowHeight(int pixels)
-{
-    m_rowHeight = std::clamp(pixels, 4, 200);
-}
+void TimelineLayout::setRowHeight(int pixels) { m_rowHeight = std::clamp(pixels, 4, 200); }
 
 void TimelineLayout::setStageCollapsed(int stage, bool collapsed)
 {

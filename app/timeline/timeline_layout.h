@@ -19,20 +19,20 @@ public:
 
     struct Line {
         int stage = 0;
-        int row = -1;   // index into the store's rows; -1 for a stage header
-        int top = 0;    // in content coordinates
+        int row = -1;  // index into the store's rows; -1 for a stage header
+        int top = 0;   // in content coordinates
         int height = 0;
-        int firstRow = 0;   // header: the stage's rows [firstRow, firstRow + rowCount)
+        int firstRow = 0;  // header: the stage's rows [firstRow, firstRow + rowCount)
         int rowCount = 0;
     };
     struct Hit {
-        const TimelineRow* row = nullptr;   // the measured row, or the overlay's row in its band
+        const TimelineRow* row = nullptr;  // the measured row, or the overlay's row in its band
         std::size_t index = 0;
-        bool predicted = false;   // in the overlay band
+        bool predicted = false;  // in the overlay band
     };
 
     // These take effect at the next build().
-    void setRowHeight(int pixels);   // 4 to 200
+    void setRowHeight(int pixels);  // 4 to 200
     int rowHeight() const { return m_rowHeight; }
     void setStageCollapsed(int stage, bool collapsed);
     bool isStageCollapsed(int stage) const;
@@ -63,7 +63,7 @@ public:
 
 private:
     int m_rowHeight = 18;
-    std::vector<int> m_collapsed;   // stages
+    std::vector<int> m_collapsed;  // stages
     std::vector<Line> m_lines;
     int m_contentHeight = 0;
 };

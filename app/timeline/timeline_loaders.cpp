@@ -9,12 +9,9 @@ namespace meshbench::app {
 
 namespace {
 
-constexpr std::size_t kChunk = 4096;   // spans buffered per rank before an append
+constexpr std::size_t kChunk = 4096;  // spans buffered per rank before an append
 
-std::int64_t toNs(double units, double nsPerUnit)
-{
-    return std::llround(units * nsPerUnit);
-}
+std::int64_t toNs(double units, double nsPerUnit) { return std::llround(units * nsPerUnit); }
 
 // "stage 1", or with chunks the virtual stages it holds in model order: "stage 1 · chunks 1, 6"
 // (the V schedules' V reads down the first numbers and up the second).
@@ -77,10 +74,7 @@ TimelineStore loadSessionTimeline(const store::SessionReader& reader,
     return timeline;
 }
 
-double planNsPerUnit(const plan::Plan& plan)
-{
-    return plan.unitCosts ? 1e6 : 1e9;
-}
+double planNsPerUnit(const plan::Plan& plan) { return plan.unitCosts ? 1e6 : 1e9; }
 
 TimelineStore::OverlappedOps overlappedOpsOf(const plan::Schedule& schedule)
 {
@@ -148,8 +142,8 @@ TimelineStore loadPlanTimeline(const plan::Plan& plan, PlanRows rows, double nsP
             const plan::MeshCoord c = mesh.coordOf(rank);
             if (std::size_t(c.pp) >= stages.size())
                 continue;
-            timeline.append(rank, stageSpans(std::size_t(c.pp),
-                                             [&](int peerStage) { return mesh.rankOf(c.dp, peerStage, c.tp); }));
+            timeline.append(
+                rank, stageSpans(std::size_t(c.pp), [&](int peerStage) { return mesh.rankOf(c.dp, peerStage, c.tp); }));
         }
     }
     return timeline;

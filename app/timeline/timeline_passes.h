@@ -29,16 +29,16 @@ class QPainter;
 namespace meshbench::app {
 
 struct TimelineFrame {
-    QRect widget;      // the whole view
-    QRect plot;        // the time axis: the ruler above it, the label column to its left
-    int scroll = 0;    // the content y at the plot's top
-    TimeScale scale;   // across plot.width()
+    QRect widget;     // the whole view
+    QRect plot;       // the time axis: the ruler above it, the label column to its left
+    int scroll = 0;   // the content y at the plot's top
+    TimeScale scale;  // across plot.width()
     const TimelineLayout* layout = nullptr;
-    const TimelineStore* data = nullptr;   // nullptr when there are no spans
+    const TimelineStore* data = nullptr;  // nullptr when there are no spans
     const TimelineStore* overlay = nullptr;
     std::int64_t overlayOffset = 0;
-    QString placeholder;                            // shown without spans
-    std::optional<std::pair<int, int>> selection;   // [x0, x1) being selected
+    QString placeholder;                           // shown without spans
+    std::optional<std::pair<int, int>> selection;  // [x0, x1) being selected
     QPalette palette;
     QFont font;
 
@@ -62,8 +62,8 @@ public:
     void paint(QPainter& painter, const TimelineFrame& frame) override;
 
 private:
-    QImage m_frame;                       // the rows' pixels, kept between paints to spare the allocation
-    std::vector<QStaticText> m_numbers;   // micro-batch labels, made on first use
+    QImage m_frame;                      // the rows' pixels, kept between paints to spare the allocation
+    std::vector<QStaticText> m_numbers;  // micro-batch labels, made on first use
 };
 
 class TimelineSelectionPass : public TimelinePass {

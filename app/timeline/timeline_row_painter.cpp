@@ -9,12 +9,9 @@ namespace meshbench::app {
 
 namespace {
 
-constexpr std::size_t kDirectScanLimit = 64;   // spans read for one column below level 0
+constexpr std::size_t kDirectScanLimit = 64;  // spans read for one column below level 0
 
-bool thinKind(KindClass cls)
-{
-    return cls == KindClass::PointToPoint;
-}
+bool thinKind(KindClass cls) { return cls == KindClass::PointToPoint; }
 
 }  // namespace
 
@@ -33,7 +30,7 @@ void TimelineRowPainter::clear(int origin, int height)
 {
     m_origin = origin;
     m_height = height;
-    m_pixels = reinterpret_cast<QRgb*>(m_frame.bits());   // detaches once, not per line
+    m_pixels = reinterpret_cast<QRgb*>(m_frame.bits());  // detaches once, not per line
     m_stride = int(m_frame.bytesPerLine() / qsizetype(sizeof(QRgb)));
     for (int y = 0; y < height; ++y)
         std::fill_n(line(y), m_columns, m_base);
@@ -44,7 +41,7 @@ void TimelineRowPainter::paintRow(const TimelineRow& row, std::int64_t offset, i
 {
     m_top = top;
     m_bottom = std::min(m_height, top + height);
-    const std::int64_t rt0 = m_t0 - offset;   // the visible range in the row's own time
+    const std::int64_t rt0 = m_t0 - offset;  // the visible range in the row's own time
     if (summaryLevel(row) < 0) {
         walk(row, rt0, 0, m_columns, numbers);
         return;
@@ -96,7 +93,7 @@ void TimelineRowPainter::walk(const TimelineRow& row, std::int64_t rt0, int firs
                               const std::vector<QStaticText>* numbers)
 {
     const std::int64_t stop = columnBegin(rt0, last);
-    int nextFree = first;   // columns before it have their mark
+    int nextFree = first;  // columns before it have their mark
     std::size_t i = row.scanStart(columnBegin(rt0, first));
     const std::size_t n = row.size();
     while (i < n) {
@@ -106,7 +103,7 @@ void TimelineRowPainter::walk(const TimelineRow& row, std::int64_t rt0, int firs
         const std::int64_t e = row.end(i);
         const double xb = double(b - rt0) / m_nsPerPx;
         const double xe = double(e - rt0) / m_nsPerPx;
-        if (xe <= nextFree) {   // ended before the first unmarked column
+        if (xe <= nextFree) {  // ended before the first unmarked column
             ++i;
             continue;
         }
@@ -213,7 +210,7 @@ void TimelineRowPainter::paintBlock(wire::SpanKind kind, int left, int right, do
     } else {
         fill(left, right, y0, y1, color.rgb());
     }
-    if (width >= 4)   // a darker left edge tells neighbouring blocks of one kind apart
+    if (width >= 4)  // a darker left edge tells neighbouring blocks of one kind apart
         fill(left, left + 1, y0, y1, color.darker(150).rgb());
     if (overlapped) {
         // An F&B pair shares one border (DualPipe's figure): the F opens it, the W closes it.

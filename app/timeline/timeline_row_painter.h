@@ -26,7 +26,7 @@ namespace meshbench::app {
 class TimelineRowPainter {
 public:
     struct Label {
-        QPointF pos;   // in frame coordinates
+        QPointF pos;  // in frame coordinates
         const QStaticText* text;
         QColor pen;
     };
@@ -48,10 +48,10 @@ public:
     void paintSummary(const std::vector<const TimelineRow*>& rows, int top, int height);
 
 private:
-    static constexpr int kLevels = 8;   // busy fraction in eighths
+    static constexpr int kLevels = 8;  // busy fraction in eighths
     struct Summary {
         BucketSummary busy;
-        std::int64_t covered = 0;   // ns the summed buckets (or the column) span
+        std::int64_t covered = 0;  // ns the summed buckets (or the column) span
     };
 
     std::int64_t columnBegin(std::int64_t rt0, int col) const;
@@ -74,8 +74,8 @@ private:
     std::int64_t m_t0;
     double m_nsPerPx;
     QRgb m_base;
-    int m_pixelShift;   // log2 of the ns a pixel spans, rounded down: picks the summary level
-    int m_origin = 0;   // the band's first line in the frame
+    int m_pixelShift;  // log2 of the ns a pixel spans, rounded down: picks the summary level
+    int m_origin = 0;  // the band's first line in the frame
     int m_height = 0;
     int m_top = 0;
     int m_bottom = 0;

@@ -10,36 +10,40 @@ namespace meshbench::app {
 
 namespace {
 
-constexpr std::size_t kBlock = 64;                 // spans per scanStart block
-constexpr std::int64_t kMinLevelZeroCap = 1 << 16; // level-0 buckets a row may always have
+constexpr std::size_t kBlock = 64;                  // spans per scanStart block
+constexpr std::int64_t kMinLevelZeroCap = 1 << 16;  // level-0 buckets a row may always have
 constexpr int kMinShift = 6;
 constexpr int kMaxShift = 40;
 constexpr int kMaxStepIndex = 1 << 20;
-constexpr std::int64_t kMaxTime = std::int64_t(1) << 61;   // about 73 years of nanoseconds
+constexpr std::int64_t kMaxTime = std::int64_t(1) << 61;  // about 73 years of nanoseconds
 
 }  // namespace
 
 std::optional<KindClass> kindClassOf(wire::SpanKind kind)
 {
     switch (kind) {
-    case wire::SpanKind::Forward: return KindClass::Forward;
-    case wire::SpanKind::Backward: return KindClass::Backward;
-    case wire::SpanKind::WeightGrad: return KindClass::WeightGrad;
+    case wire::SpanKind::Forward:
+        return KindClass::Forward;
+    case wire::SpanKind::Backward:
+        return KindClass::Backward;
+    case wire::SpanKind::WeightGrad:
+        return KindClass::WeightGrad;
     case wire::SpanKind::SendActivation:
     case wire::SpanKind::RecvActivation:
     case wire::SpanKind::SendGradient:
-    case wire::SpanKind::RecvGradient: return KindClass::PointToPoint;
-    case wire::SpanKind::DataParallelReduce: return KindClass::DataParallelReduce;
-    case wire::SpanKind::Optimizer: return KindClass::Optimizer;
-    case wire::SpanKind::Idle: break;
+    case wire::SpanKind::RecvGradient:
+        return KindClass::PointToPoint;
+    case wire::SpanKind::DataParallelReduce:
+        return KindClass::DataParallelReduce;
+    case wire::SpanKind::Optimizer:
+        return KindClass::Optimizer;
+    case wire::SpanKind::Idle:
+        break;
     }
     return std::nullopt;
 }
 
-std::int64_t BucketSummary::total() const
-{
-    return std::accumulate(busy.begin(), busy.end(), std::int64_t(0));
-}
+std::int64_t BucketSummary::total() const { return std::accumulate(busy.begin(), busy.end(), std::int64_t(0)); }
 
 std::optional<KindClass> BucketSummary::dominant() const
 {
@@ -61,7 +65,7 @@ TimelineSpan TimelineSpan::fromRecord(const wire::SpanRecord& record)
 {
     TimelineSpan span;
     span.beginNs = record.beginNs;
-    span.endNs = std::max(record.endNs, record.beginNs);   // a reversed span is drawn as an instant
+    span.endNs = std::max(record.endNs, record.beginNs);  // a reversed span is drawn as an instant
     span.kind = record.kind;
     span.microbatch = record.microbatch;
     span.step = record.step;
@@ -112,8 +116,9 @@ std::size_t TimelineRow::lowerBound(std::int64_t t, std::size_t from) const
         step *= 2;
     }
     const std::size_t above = std::min(n, from + step);
-    return std::size_t(std::lower_bound(m_begin.begin() + std::ptrdiff_t(below) + 1, m_begin.begin() + std::ptrdiff_t(above), t) -
-                       m_begin.begin());
+    return std::size_t(
+        std::lower_bound(m_begin.begin() + std::ptrdiff_t(below) + 1, m_begin.begin() + std::ptrdiff_t(above), t) -
+        m_begin.begin());
 }
 
 std::size_t TimelineRow::scanStart(std::int64_t t) const
@@ -173,10 +178,11 @@ void TimelineRow::sortFrom(std::size_t first)
     // A stable permutation of the tail keeps spans with equal begins in arrival order.
     std::vector<std::uint32_t> order(m_begin.size() - first);
     std::iota(order.begin(), order.end(), std::uint32_t(first));
-    std::stable_sort(order.begin(), order.end(), [this](std::uint32_t a, std::uint32_t b) { return m_begin[a] < m_begin[b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [this](std::uint32_t a, std::uint32_t b) { return m_begin[a] < m_begin[b]; });
     const auto permute = [&](auto& column) {
-        const std::vector<typename std::decay_t<decltype(column)>::value_type> tail(column.begin() + std::ptrdiff_t(first),
-                                                                                     column.end());
+        const std::vector<typename std::decay_t<decltype(column)>::value_type> tail(
+            column.begin() + std::ptrdiff_t(first), column.end());
         for (std::size_t k = 0; k < order.size(); ++k)
             column[first + k] = tail[order[k] - first];
     };
@@ -233,7 +239,7 @@ void TimelineRow::propagate(std::int64_t lo, std::int64_t hi)
         const std::size_t parents = (m_levels[k].size() + 1) / 2;
         if (k + 1 == m_levels.size()) {
             m_levels.emplace_back();
-            lo = 0;   // a new level takes every existing child, not only the changed ones
+            lo = 0;  // a new level takes every existing child, not only the changed ones
             hi = std::int64_t(m_levels[k].size()) - 1;
         }
         m_levels[k + 1].resize(parents);

@@ -30,7 +30,7 @@ constexpr int kKindClasses = 6;
 std::optional<KindClass> kindClassOf(wire::SpanKind kind);
 
 struct BucketSummary {
-    std::array<std::int64_t, kKindClasses> busy{};   // ns per class
+    std::array<std::int64_t, kKindClasses> busy{};  // ns per class
     // The longest (non-idle) span that overlaps the bucket: where it is shorter than a pixel, a
     // painter needs the bucket alone, not the spans.
     std::int64_t longest = 0;
@@ -38,7 +38,7 @@ struct BucketSummary {
     std::int64_t total() const;
     // The class with the most busy time (the first on ties), none when nothing is busy.
     std::optional<KindClass> dominant() const;
-    BucketSummary& operator+=(const BucketSummary& other);   // sums busy, takes the larger longest
+    BucketSummary& operator+=(const BucketSummary& other);  // sums busy, takes the larger longest
     bool operator==(const BucketSummary&) const = default;
 };
 
@@ -50,10 +50,10 @@ struct TimelineSpan {
     std::int32_t microbatch = -1;
     std::int32_t step = 0;
     std::int16_t chunk = 0;
-    std::int16_t stage = 0;       // as the span said; rows group by RowInfo::stage
+    std::int16_t stage = 0;  // as the span said; rows group by RowInfo::stage
     std::uint64_t bytes = 0;
     std::int32_t peer = -1;
-    bool overlapped = false;      // half of a DualPipeV F&B pair (drawn inside one border)
+    bool overlapped = false;  // half of a DualPipeV F&B pair (drawn inside one border)
     bool operator==(const TimelineSpan&) const = default;
 
     static TimelineSpan fromRecord(const wire::SpanRecord& record);
@@ -62,7 +62,7 @@ struct TimelineSpan {
 struct RowInfo {
     int rank = 0;
     int stage = 0;
-    std::string label;   // e.g. "rank 3 · dp1 pp0 tp1"
+    std::string label;  // e.g. "rank 3 · dp1 pp0 tp1"
 };
 
 class TimelineRow {
@@ -124,7 +124,7 @@ private:
 
     int m_baseShift = 0;
     std::int64_t m_origin = 0;
-    std::vector<std::vector<BucketSummary>> m_levels;   // [level][bucket]
+    std::vector<std::vector<BucketSummary>> m_levels;  // [level][bucket]
 };
 
 class TimelineStore {
@@ -176,7 +176,7 @@ private:
     std::size_t m_spanCount = 0;
     std::int64_t m_beginTime = 0, m_endTime = 0;
     std::vector<std::int64_t> m_stepBegin;
-    int m_baseShift = -1;   // not chosen yet
+    int m_baseShift = -1;  // not chosen yet
     OverlappedOps m_overlappedOps;
 };
 

@@ -45,16 +45,24 @@ QString TimelineStyle::formatDuration(std::int64_t ns)
 QColor TimelineStyle::kindColor(wire::SpanKind kind)
 {
     switch (kind) {
-    case wire::SpanKind::Forward: return QColor(0x4E, 0x79, 0xA7);
-    case wire::SpanKind::Backward: return QColor(0x59, 0xA1, 0x4F);
-    case wire::SpanKind::WeightGrad: return QColor(0xB0, 0x7A, 0xA1);
+    case wire::SpanKind::Forward:
+        return QColor(0x4E, 0x79, 0xA7);
+    case wire::SpanKind::Backward:
+        return QColor(0x59, 0xA1, 0x4F);
+    case wire::SpanKind::WeightGrad:
+        return QColor(0xB0, 0x7A, 0xA1);
     case wire::SpanKind::SendActivation:
-    case wire::SpanKind::RecvActivation: return QColor(0xF2, 0x8E, 0x2B);
+    case wire::SpanKind::RecvActivation:
+        return QColor(0xF2, 0x8E, 0x2B);
     case wire::SpanKind::SendGradient:
-    case wire::SpanKind::RecvGradient: return QColor(0xED, 0xC9, 0x48);
-    case wire::SpanKind::Optimizer: return QColor(0xE1, 0x57, 0x59);
-    case wire::SpanKind::DataParallelReduce: return QColor(0x76, 0xB7, 0xB2);
-    case wire::SpanKind::Idle: break;
+    case wire::SpanKind::RecvGradient:
+        return QColor(0xED, 0xC9, 0x48);
+    case wire::SpanKind::Optimizer:
+        return QColor(0xE1, 0x57, 0x59);
+    case wire::SpanKind::DataParallelReduce:
+        return QColor(0x76, 0xB7, 0xB2);
+    case wire::SpanKind::Idle:
+        break;
     }
     return QColor(0xBA, 0xB0, 0xAC);
 }
@@ -67,20 +75,23 @@ QColor TimelineStyle::chunkColor(wire::SpanKind kind, int chunk)
     return chunk > 0 ? color.lighter(100 + 35 * std::min(chunk, 3)) : color;
 }
 
-QColor TimelineStyle::pairBorderColor()
-{
-    return QColor(0x1F, 0x1F, 0x1F);
-}
+QColor TimelineStyle::pairBorderColor() { return QColor(0x1F, 0x1F, 0x1F); }
 
 QColor TimelineStyle::classColor(KindClass cls)
 {
     switch (cls) {
-    case KindClass::Forward: return kindColor(wire::SpanKind::Forward);
-    case KindClass::Backward: return kindColor(wire::SpanKind::Backward);
-    case KindClass::WeightGrad: return kindColor(wire::SpanKind::WeightGrad);
-    case KindClass::PointToPoint: return kindColor(wire::SpanKind::SendActivation);
-    case KindClass::DataParallelReduce: return kindColor(wire::SpanKind::DataParallelReduce);
-    case KindClass::Optimizer: return kindColor(wire::SpanKind::Optimizer);
+    case KindClass::Forward:
+        return kindColor(wire::SpanKind::Forward);
+    case KindClass::Backward:
+        return kindColor(wire::SpanKind::Backward);
+    case KindClass::WeightGrad:
+        return kindColor(wire::SpanKind::WeightGrad);
+    case KindClass::PointToPoint:
+        return kindColor(wire::SpanKind::SendActivation);
+    case KindClass::DataParallelReduce:
+        return kindColor(wire::SpanKind::DataParallelReduce);
+    case KindClass::Optimizer:
+        return kindColor(wire::SpanKind::Optimizer);
     }
     return kindColor(wire::SpanKind::Idle);
 }

@@ -39,7 +39,7 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent), m_scroll(new QScr
     m_passes.push_back(std::make_unique<TimelineBackgroundPass>());
     m_passes.push_back(std::make_unique<TimelineSpansPass>());
     m_passes.push_back(std::make_unique<TimelineSelectionPass>());
-    m_passes.push_back(std::make_unique<TimelineAxisPass>());   // after the rows: its grid lines lie over them
+    m_passes.push_back(std::make_unique<TimelineAxisPass>());  // after the rows: its grid lines lie over them
     m_passes.push_back(std::make_unique<TimelineLabelsPass>());
 }
 
@@ -112,20 +112,11 @@ std::int64_t TimelineView::timeForX(double x) const
     return m_zoom.scale(plot.width()).time(x - plot.left());
 }
 
-void TimelineView::setVisibleRange(std::int64_t t0, std::int64_t t1)
-{
-    m_zoom.setRange(t0, t1);
-}
+void TimelineView::setVisibleRange(std::int64_t t0, std::int64_t t1) { m_zoom.setRange(t0, t1); }
 
-void TimelineView::fitAll()
-{
-    m_zoom.fit();
-}
+void TimelineView::fitAll() { m_zoom.fit(); }
 
-void TimelineView::zoomAt(double factor, double x)
-{
-    zoomAround(factor, x, TimelineZoom::Gesture::None);
-}
+void TimelineView::zoomAt(double factor, double x) { zoomAround(factor, x, TimelineZoom::Gesture::None); }
 
 void TimelineView::zoomAround(double factor, double x, TimelineZoom::Gesture gesture)
 {
@@ -284,7 +275,7 @@ void TimelineView::wheelEvent(QWheelEvent* event)
         // Qt turns alt+wheel into a horizontal delta.
         const int delta = angle.y() != 0 ? angle.y() : angle.x();
         m_scroll->setValue(m_scroll->value() - delta * m_layout.rowHeight() / 40);
-    } else if (angle.y() == 0 && angle.x() != 0) {   // a touchpad's sideways swipe pans
+    } else if (angle.y() == 0 && angle.x() != 0) {  // a touchpad's sideways swipe pans
         const auto [t0, t1] = m_zoom.range();
         m_zoom.pan(std::llround(-angle.x() / 8.0 * double(t1 - t0) / plotArea().width()), TimelineZoom::Gesture::Wheel);
     } else if (angle.y() != 0) {
@@ -331,7 +322,7 @@ void TimelineView::mouseMoveEvent(QMouseEvent* event)
         m_selectX = std::clamp(pos.x(), plotArea().left(), plotArea().right() + 1);
         update();
     } else {
-        m_zoom.endGesture();   // wheel events after the pointer moved are a step of their own
+        m_zoom.endGesture();  // wheel events after the pointer moved are a step of their own
     }
 }
 
@@ -358,9 +349,15 @@ void TimelineView::keyPressEvent(QKeyEvent* event)
     const bool alt = event->modifiers() & Qt::AltModifier;
     switch (event->key()) {
     case Qt::Key_Plus:
-    case Qt::Key_Equal: zoomAt(0.8, center); break;
-    case Qt::Key_Minus: zoomAt(1.25, center); break;
-    case Qt::Key_Backspace: m_zoom.back(); break;
+    case Qt::Key_Equal:
+        zoomAt(0.8, center);
+        break;
+    case Qt::Key_Minus:
+        zoomAt(1.25, center);
+        break;
+    case Qt::Key_Backspace:
+        m_zoom.back();
+        break;
     case Qt::Key_Left:
         if (alt)
             m_zoom.back();
@@ -373,11 +370,20 @@ void TimelineView::keyPressEvent(QKeyEvent* event)
         else
             m_zoom.pan(step);
         break;
-    case Qt::Key_Up: m_scroll->setValue(m_scroll->value() - m_layout.rowHeight()); break;
-    case Qt::Key_Down: m_scroll->setValue(m_scroll->value() + m_layout.rowHeight()); break;
-    case Qt::Key_Home: fitAll(); break;
-    case Qt::Key_End: setFollowLive(true); break;
-    default: return QWidget::keyPressEvent(event);
+    case Qt::Key_Up:
+        m_scroll->setValue(m_scroll->value() - m_layout.rowHeight());
+        break;
+    case Qt::Key_Down:
+        m_scroll->setValue(m_scroll->value() + m_layout.rowHeight());
+        break;
+    case Qt::Key_Home:
+        fitAll();
+        break;
+    case Qt::Key_End:
+        setFollowLive(true);
+        break;
+    default:
+        return QWidget::keyPressEvent(event);
     }
     event->accept();
 }

@@ -114,7 +114,7 @@ private:
     std::int64_t m_overlayOffset = 0;
     TimelineZoom m_zoom;
     TimelineLayout m_layout;
-    std::vector<std::unique_ptr<TimelinePass>> m_passes;   // painted in order
+    std::vector<std::unique_ptr<TimelinePass>> m_passes;  // painted in order
     QScrollBar* m_scroll = nullptr;
 
     enum class Drag { None, Pan, Select };

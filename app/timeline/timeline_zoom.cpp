@@ -14,15 +14,9 @@ std::int64_t TimeScale::time(double x) const
 
 TimelineZoom::TimelineZoom(QObject* parent) : QObject(parent) {}
 
-void TimelineZoom::setRange(std::int64_t t0, std::int64_t t1, Gesture gesture)
-{
-    userMove({t0, t1}, gesture);
-}
+void TimelineZoom::setRange(std::int64_t t0, std::int64_t t1, Gesture gesture) { userMove({t0, t1}, gesture); }
 
-void TimelineZoom::pan(std::int64_t dt, Gesture gesture)
-{
-    userMove({m_t0 + dt, m_t1 + dt}, gesture);
-}
+void TimelineZoom::pan(std::int64_t dt, Gesture gesture) { userMove({m_t0 + dt, m_t1 + dt}, gesture); }
 
 void TimelineZoom::zoomAt(double factor, double x, int pixels, Gesture gesture)
 {
@@ -41,15 +35,9 @@ void TimelineZoom::fit()
         step(*m_data, Gesture::None);
 }
 
-bool TimelineZoom::back()
-{
-    return travel(m_back, m_forward);
-}
+bool TimelineZoom::back() { return travel(m_back, m_forward); }
 
-bool TimelineZoom::forward()
-{
-    return travel(m_forward, m_back);
-}
+bool TimelineZoom::forward() { return travel(m_forward, m_back); }
 
 void TimelineZoom::setDataRange(std::optional<TimeRange> data)
 {
@@ -103,7 +91,7 @@ TimeRange TimelineZoom::clamped(TimeRange range) const
     if (m_data) {
         const auto [begin, end] = *m_data;
         const std::int64_t width = t1 - t0;
-        const std::int64_t need = std::min(end - begin, width / 2);   // ns of the range over the data
+        const std::int64_t need = std::min(end - begin, width / 2);  // ns of the range over the data
         if (t0 > end - need) {
             t0 = end - need;
             t1 = t0 + width;
@@ -134,7 +122,7 @@ void TimelineZoom::userMove(TimeRange range, Gesture gesture)
 void TimelineZoom::step(TimeRange range, Gesture gesture)
 {
     if (gesture != m_gesture)
-        m_gesture = Gesture::None;   // any other move ends the gesture under way
+        m_gesture = Gesture::None;  // any other move ends the gesture under way
     const TimeRange target = clamped(range);
     if (target == this->range())
         return;

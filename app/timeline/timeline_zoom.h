@@ -28,7 +28,7 @@ struct TimeScale {
 
     double nsPerPixel() const { return double(t1 - t0) / pixels; }
     double x(std::int64_t ns) const { return double(ns - t0) * pixels / double(t1 - t0); }
-    std::int64_t time(double x) const;   // to the nearest ns
+    std::int64_t time(double x) const;  // to the nearest ns
 };
 
 class TimelineZoom : public QObject {
@@ -36,8 +36,8 @@ class TimelineZoom : public QObject {
 public:
     static constexpr std::int64_t kMinRange = 16;
     static constexpr std::int64_t kMaxRange = std::int64_t(1) << 61;
-    static constexpr std::size_t kHistoryDepth = 100;   // steps kept back
-    enum class Gesture { None, Wheel, Drag };           // None: a step of its own
+    static constexpr std::size_t kHistoryDepth = 100;  // steps kept back
+    enum class Gesture { None, Wheel, Drag };          // None: a step of its own
 
     explicit TimelineZoom(QObject* parent = nullptr);
 
@@ -80,18 +80,18 @@ private:
     TimeRange clamped(TimeRange range) const;
     std::optional<TimeRange> followRange() const;
     void userMove(TimeRange range, Gesture gesture);
-    void step(TimeRange range, Gesture gesture);   // a move the history records
+    void step(TimeRange range, Gesture gesture);  // a move the history records
     bool travel(std::vector<TimeRange>& from, std::vector<TimeRange>& to);
     void apply(TimeRange range);
 
     std::int64_t m_t0 = 0;
     std::int64_t m_t1 = 1'000'000;
     std::optional<TimeRange> m_data;
-    bool m_userRange = false;   // the user chose the range: new data no longer refits
+    bool m_userRange = false;  // the user chose the range: new data no longer refits
     bool m_followLive = false;
     std::int64_t m_liveWindow = 0;
-    Gesture m_gesture = Gesture::None;          // the gesture under way, once it has moved the range
-    std::vector<TimeRange> m_back, m_forward;   // nearest last
+    Gesture m_gesture = Gesture::None;         // the gesture under way, once it has moved the range
+    std::vector<TimeRange> m_back, m_forward;  // nearest last
 };
 
 }  // namespace meshbench::app

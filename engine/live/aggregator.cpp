@@ -53,10 +53,10 @@ std::string describeSpan(std::uint32_t rank, const wire::SpanRecord& span)
 
 struct LiveAggregator::OpenStep {
     struct RankStep {
-        std::int64_t begin = std::numeric_limits<std::int64_t>::max();   // pipeline window of the rank
+        std::int64_t begin = std::numeric_limits<std::int64_t>::max();  // pipeline window of the rank
         std::int64_t end = kNever;
-        std::vector<Interval> busy;               // F, B and W spans; capacity kept for later steps
-        std::vector<Interval> comm;               // sends, receives and DP reductions
+        std::vector<Interval> busy;  // F, B and W spans; capacity kept for later steps
+        std::vector<Interval> comm;  // sends, receives and DP reductions
         std::int64_t lastBusyBegin = kNever;
         bool sorted = true;
         bool optimizer = false;
@@ -74,7 +74,7 @@ struct LiveAggregator::OpenStep {
     std::vector<RankStep> ranks;
     int optimizerRanks = 0;
     std::optional<wire::StepMetricsRecord> metrics;
-    std::vector<LayerLoad> layers;            // by MoE ordinal
+    std::vector<LayerLoad> layers;  // by MoE ordinal
     int layersSeen = 0;
 
     void reopen(std::int64_t s)
@@ -118,10 +118,10 @@ LiveAggregator::LiveAggregator(const plan::JobSpec& spec, const plan::Plan* plan
         throw std::invalid_argument("live aggregator: maxOpenSteps is " + std::to_string(options.maxOpenSteps) +
                                     "; it must be at least 1");
     const plan::ParallelSpec& p = spec.parallel;
-    if (plan != nullptr && (plan->worldSize != p.worldSize() || plan->spec.parallel.pp != p.pp ||
-                            plan->spec.parallel.schedule != p.schedule ||
-                            plan->spec.parallel.microbatches != p.microbatches ||
-                            plan->spec.parallel.virtualStages != p.virtualStages))
+    if (plan != nullptr &&
+        (plan->worldSize != p.worldSize() || plan->spec.parallel.pp != p.pp ||
+         plan->spec.parallel.schedule != p.schedule || plan->spec.parallel.microbatches != p.microbatches ||
+         plan->spec.parallel.virtualStages != p.virtualStages))
         throw std::invalid_argument("live aggregator: the plan was made for another layout (" +
                                     std::to_string(plan->worldSize) + " ranks, pp " +
                                     std::to_string(plan->spec.parallel.pp) + ") than the job (" +
@@ -200,11 +200,21 @@ AddOutcome LiveAggregator::add(std::uint32_t rank, const wire::Record& record)
         outcome = addMetrics(*metrics);
     }
     switch (outcome) {
-    case AddOutcome::Accepted: ++m_counters.accepted; break;
-    case AddOutcome::Ignored: ++m_counters.ignored; break;
-    case AddOutcome::Duplicate: ++m_counters.duplicates; break;
-    case AddOutcome::Late: ++m_counters.late; break;
-    case AddOutcome::Rejected: ++m_counters.rejected; break;
+    case AddOutcome::Accepted:
+        ++m_counters.accepted;
+        break;
+    case AddOutcome::Ignored:
+        ++m_counters.ignored;
+        break;
+    case AddOutcome::Duplicate:
+        ++m_counters.duplicates;
+        break;
+    case AddOutcome::Late:
+        ++m_counters.late;
+        break;
+    case AddOutcome::Rejected:
+        ++m_counters.rejected;
+        break;
     }
     if (m_recheck) {
         m_recheck = false;
@@ -230,8 +240,9 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
     if (span.step < 0)
         return reject(describeSpan(rank, span) + ": steps are numbered from 0");
     if (span.endNs < span.beginNs)
-        return reject(describeSpan(rank, span) + ": ends at " + std::to_string(span.endNs) + " ns, before it begins at " +
-                      std::to_string(span.beginNs) + " ns; the sender's clock readings are swapped");
+        return reject(describeSpan(rank, span) + ": ends at " + std::to_string(span.endNs) +
+                      " ns, before it begins at " + std::to_string(span.beginNs) +
+                      " ns; the sender's clock readings are swapped");
     switch (span.kind) {
     case wire::SpanKind::Forward:
     case wire::SpanKind::Backward:
@@ -243,7 +254,7 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
     case wire::SpanKind::Optimizer:
     case wire::SpanKind::DataParallelReduce:
         break;
-    case wire::SpanKind::Idle:                 // idle is what the window minus busy time measures
+    case wire::SpanKind::Idle:  // idle is what the window minus busy time measures
         return AddOutcome::Ignored;
     default:
         return reject(describeSpan(rank, span) + ": unknown span kind; the sender is newer than this engine");
@@ -253,8 +264,7 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
         return AddOutcome::Late;
     OpenStep::RankStep& r = state->ranks[rank];
     const bool compute = wire::isComputeKind(span.kind);
-    if (span.kind != wire::SpanKind::Optimizer &&
-        (compute ? r.busy.size() : r.comm.size()) >= m_maxSpansPerRankStep)
+    if (span.kind != wire::SpanKind::Optimizer && (compute ? r.busy.size() : r.comm.size()) >= m_maxSpansPerRankStep)
         return reject(describeSpan(rank, span) + ": more than " + std::to_string(m_maxSpansPerRankStep) +
                       " spans of its kind in one step, far more than the schedule runs; the sender repeats spans");
     if (span.kind != wire::SpanKind::Optimizer && !compute)
@@ -283,7 +293,8 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
 
 AddOutcome LiveAggregator::addExpertLoad(const wire::ExpertLoadRecord& load)
 {
-    const std::string what = "expert load of step " + std::to_string(load.step) + " layer " + std::to_string(load.layer);
+    const std::string what =
+        "expert load of step " + std::to_string(load.step) + " layer " + std::to_string(load.layer);
     if (load.step < 0)
         return reject(what + ": steps are numbered from 0");
     if (load.layer < 0 || load.layer >= int(m_moeOrdinal.size()))
@@ -381,10 +392,7 @@ LiveAggregator::OpenStep* LiveAggregator::lowestOpen()
     return nullptr;
 }
 
-LiveAggregator::OpenStep& LiveAggregator::slotOf(std::int64_t step)
-{
-    return m_slots[std::size_t(step % m_maxOpen)];
-}
+LiveAggregator::OpenStep& LiveAggregator::slotOf(std::int64_t step) { return m_slots[std::size_t(step % m_maxOpen)]; }
 
 LiveAggregator::OpenStep* LiveAggregator::stepState(std::int32_t step)
 {
@@ -408,7 +416,7 @@ LiveAggregator::OpenStep* LiveAggregator::stepState(std::int32_t step)
             emitStep(*oldest, true);
         m_base = std::max(m_base, newBase);
         m_baseFixed = true;
-        m_recheck = true;   // a step held back by the ones just emitted may be final
+        m_recheck = true;  // a step held back by the ones just emitted may be final
     }
     m_high = std::max(m_high, std::int64_t(step));
     OpenStep& slot = slotOf(step);
@@ -518,7 +526,8 @@ StepAggregate LiveAggregator::aggregate(OpenStep& state) const
         if (window > 0) {
             for (StageBubble& stage : a.stages)
                 if (stage.ranks > 0)
-                    stage.measured = double(stageIdle[std::size_t(stage.stage)]) / (double(stage.ranks) * double(window));
+                    stage.measured =
+                        double(stageIdle[std::size_t(stage.stage)]) / (double(stage.ranks) * double(window));
             a.bubble = double(idle) / (double(a.ranksReporting) * double(window));
         }
     }

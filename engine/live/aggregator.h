@@ -63,20 +63,20 @@ namespace meshbench::live {
 
 struct StageBubble {
     int stage = 0;
-    std::optional<double> measured;   // empty when no rank of the stage sent a pipeline span
-    std::optional<double> planned;    // the plan's simulated bubble ratio of the stage
-    int ranks = 0;                    // ranks of the stage that sent pipeline spans
+    std::optional<double> measured;  // empty when no rank of the stage sent a pipeline span
+    std::optional<double> planned;   // the plan's simulated bubble ratio of the stage
+    int ranks = 0;                   // ranks of the stage that sent pipeline spans
 };
 
 struct ExpertLayerStats {
-    int layer = 0;                            // global layer index
-    std::vector<std::uint32_t> routed;        // per expert
-    std::vector<std::uint32_t> dropped;       // per expert
+    int layer = 0;                       // global layer index
+    std::vector<std::uint32_t> routed;   // per expert
+    std::vector<std::uint32_t> dropped;  // per expert
     std::uint64_t routedTotal = 0;
     std::uint64_t droppedTotal = 0;
-    std::optional<double> imbalance;          // max / mean routed; empty when nothing was routed
-    std::optional<double> droppedFraction;    // droppedTotal / routedTotal; empty likewise
-    int hottestExpert = 0;                    // most tokens routed; the lowest index on a tie
+    std::optional<double> imbalance;        // max / mean routed; empty when nothing was routed
+    std::optional<double> droppedFraction;  // droppedTotal / routedTotal; empty likewise
+    int hottestExpert = 0;                  // most tokens routed; the lowest index on a tie
 };
 
 struct StepAggregate {
@@ -86,26 +86,26 @@ struct StepAggregate {
     // Pipeline phase: the common window (0 when no pipeline span arrived) and the bubbles.
     std::int64_t pipelineBeginNs = 0;
     std::int64_t pipelineEndNs = 0;
-    std::vector<StageBubble> stages;          // one per pipeline stage
-    std::optional<double> bubble;             // overall measured
-    std::optional<double> plannedBubble;      // the plan's simulated overall bubble ratio
-    std::optional<double> agentBubble;        // what the agent reported in its step metrics
-    int ranksReporting = 0;                   // ranks that sent pipeline spans
-    int ranksFinished = 0;                    // ranks that sent the step's optimizer span
+    std::vector<StageBubble> stages;      // one per pipeline stage
+    std::optional<double> bubble;         // overall measured
+    std::optional<double> plannedBubble;  // the plan's simulated overall bubble ratio
+    std::optional<double> agentBubble;    // what the agent reported in its step metrics
+    int ranksReporting = 0;               // ranks that sent pipeline spans
+    int ranksFinished = 0;                // ranks that sent the step's optimizer span
 
     // From the step metrics (empty when they did not arrive) and the plan.
     std::optional<double> loss;
     std::optional<double> auxLoss;
     std::optional<double> tokensPerSecond;
     std::optional<double> stepSeconds;
-    std::optional<double> mfu;                // empty also without a plan or a positive step time
-    std::optional<double> plannedStepSeconds;     // the plan's step.total
+    std::optional<double> mfu;                 // empty also without a plan or a positive step time
+    std::optional<double> plannedStepSeconds;  // the plan's step.total
     std::optional<double> plannedTokensPerSecond;
     // Mean over the ranks that sent spans of the time each spent in communication spans (pipeline
     // sends and receives, DP reduction; their union, as overlapping transfers share the time).
     std::optional<double> commSeconds;
 
-    std::vector<ExpertLayerStats> expertLayers;   // by layer index, only the layers that arrived
+    std::vector<ExpertLayerStats> expertLayers;  // by layer index, only the layers that arrived
     std::optional<double> imbalanceP50;
     std::optional<double> imbalanceP95;
     std::optional<double> droppedFraction;
@@ -114,20 +114,20 @@ struct StepAggregate {
 struct RankMemory {
     std::uint32_t rank = 0;
     int stage = 0;
-    int samples = 0;                          // memory samples received from this rank
-    std::int32_t step = 0;                    // of the newest sample (by its time)
+    int samples = 0;        // memory samples received from this rank
+    std::int32_t step = 0;  // of the newest sample (by its time)
     std::int64_t timeNs = 0;
-    std::array<std::int64_t, wire::kMemoryCategories> current{};   // by wire::MemoryCategory
-    std::array<std::int64_t, wire::kMemoryCategories> peak{};      // the largest seen, ever
+    std::array<std::int64_t, wire::kMemoryCategories> current{};  // by wire::MemoryCategory
+    std::array<std::int64_t, wire::kMemoryCategories> peak{};     // the largest seen, ever
     std::int64_t currentTotal() const;
 };
 
 enum class AddOutcome {
     Accepted,
-    Ignored,     // a record type the aggregates do not use (node samples, logs, heartbeats)
-    Duplicate,   // expert loads or step metrics of a (step, layer) / step that already arrived
-    Late,        // a step already emitted, or one too far behind the open steps
-    Rejected,    // bad input; rejection() says what and how to fix it
+    Ignored,    // a record type the aggregates do not use (node samples, logs, heartbeats)
+    Duplicate,  // expert loads or step metrics of a (step, layer) / step that already arrived
+    Late,       // a step already emitted, or one too far behind the open steps
+    Rejected,   // bad input; rejection() says what and how to fix it
 };
 
 struct AggregatorCounters {
@@ -136,7 +136,7 @@ struct AggregatorCounters {
     std::uint64_t duplicates = 0;
     std::uint64_t late = 0;
     std::uint64_t rejected = 0;
-    std::uint64_t forcedSteps = 0;            // emitted early because more than maxOpenSteps were open
+    std::uint64_t forcedSteps = 0;  // emitted early because more than maxOpenSteps were open
 };
 
 struct AggregatorOptions {
@@ -170,7 +170,7 @@ public:
 
     const AggregatorCounters& counters() const { return m_counters; }
     int worldSize() const { return m_world; }
-    double modelFlopsPerStep() const { return m_flopsPerStep; }   // 0 without a plan
+    double modelFlopsPerStep() const { return m_flopsPerStep; }  // 0 without a plan
     double devicePeakFlops() const { return m_peakFlops; }
 
 private:
@@ -198,9 +198,9 @@ private:
     int m_stages = 0;
     int m_maxOpen = 0;
     std::size_t m_maxSpansPerRankStep = 0;
-    std::vector<int> m_stageOf;               // per rank
+    std::vector<int> m_stageOf;  // per rank
     std::vector<int> m_ranksPerStage;
-    std::vector<int> m_moeOrdinal;            // per global layer: index among MoE layers, or -1
+    std::vector<int> m_moeOrdinal;  // per global layer: index among MoE layers, or -1
     int m_moeLayers = 0;
     int m_experts = 0;
     double m_flopsPerStep = 0;
@@ -210,14 +210,14 @@ private:
     std::optional<double> m_plannedTokensPerSecond;
     std::vector<std::optional<double>> m_plannedStageBubble;
 
-    std::vector<OpenStep> m_slots;            // ring: step s lives in slot s % size
-    std::int64_t m_base = 0;                  // lowest step that may still be open or arrive
-    std::int64_t m_high = 0;                  // highest open step
-    bool m_started = false;                   // whether any step record arrived yet
-    bool m_baseFixed = false;                 // set once a step was emitted: m_base only rises
-    bool m_recheck = false;                   // whether a step may have become final
+    std::vector<OpenStep> m_slots;  // ring: step s lives in slot s % size
+    std::int64_t m_base = 0;        // lowest step that may still be open or arrive
+    std::int64_t m_high = 0;        // highest open step
+    bool m_started = false;         // whether any step record arrived yet
+    bool m_baseFixed = false;       // set once a step was emitted: m_base only rises
+    bool m_recheck = false;         // whether a step may have become final
     int m_openCount = 0;
-    OpenStep* m_cached = nullptr;             // the slot of the last step looked up
+    OpenStep* m_cached = nullptr;  // the slot of the last step looked up
 
     // Rule (b): the latest step of each rank's optimizer span and the minimum over ranks.
     std::vector<std::int64_t> m_lastOptimizer;
@@ -226,7 +226,7 @@ private:
 
     std::vector<StepAggregate> m_completed;
     std::vector<RankMemory> m_memory;
-    std::vector<std::array<std::int64_t, wire::kMemoryCategories>> m_memoryTime;   // newest sample time
+    std::vector<std::array<std::int64_t, wire::kMemoryCategories>> m_memoryTime;  // newest sample time
     std::vector<char> m_memoryChanged;
     std::vector<std::uint32_t> m_changedRanks;
 

@@ -91,7 +91,8 @@ bool readStage(const json& object, const std::string& prefix, StageBubble& stage
     if (!object.is_object())
         return fail(error, prefix, "an object");
     const std::string p = prefix + ".";
-    return readInt(object, "stage", p, stage.stage, error) && readOptional(object, "bubble", p, stage.measured, error) &&
+    return readInt(object, "stage", p, stage.stage, error) &&
+           readOptional(object, "bubble", p, stage.measured, error) &&
            readOptional(object, "planned_bubble", p, stage.planned, error) &&
            readInt(object, "ranks", p, stage.ranks, error);
 }
@@ -195,7 +196,9 @@ nlohmann::json toJson(const StepAggregate& step)
 {
     nlohmann::json stages = nlohmann::json::array();
     for (const StageBubble& s : step.stages)
-        stages.push_back({{"stage", s.stage}, {"bubble", orNull(s.measured)}, {"planned_bubble", orNull(s.planned)},
+        stages.push_back({{"stage", s.stage},
+                          {"bubble", orNull(s.measured)},
+                          {"planned_bubble", orNull(s.planned)},
                           {"ranks", s.ranks}});
     nlohmann::json layers = nlohmann::json::array();
     for (const ExpertLayerStats& l : step.expertLayers)

@@ -15,8 +15,8 @@ namespace meshbench::live {
 // JSON for the live feed; keys are snake_case and stable, absent figures are null.
 // Step: type "step", step, partial, loss, aux_loss, tokens_per_s, step_seconds, mfu,
 // planned_step_seconds, planned_tokens_per_s, comm_seconds, bubble, planned_bubble, agent_bubble,
-// pipeline_begin_ns, pipeline_end_ns, ranks_reporting, ranks_finished, stages [{stage, bubble, planned_bubble, ranks}], expert_layers [{layer, routed,
-// dropped, imbalance, dropped_fraction, hottest_expert}], imbalance_p50, imbalance_p95,
+// pipeline_begin_ns, pipeline_end_ns, ranks_reporting, ranks_finished, stages [{stage, bubble, planned_bubble, ranks}],
+// expert_layers [{layer, routed, dropped, imbalance, dropped_fraction, hottest_expert}], imbalance_p50, imbalance_p95,
 // dropped_fraction.
 nlohmann::json toJson(const StepAggregate& step);
 // Memory: type "memory", rank, stage, step, time_ns, samples, current {category: bytes},

@@ -15,15 +15,9 @@ namespace meshbench::live {
 
 namespace {
 
-bool finite(const std::optional<double>& value)
-{
-    return value.has_value() && std::isfinite(*value);
-}
+bool finite(const std::optional<double>& value) { return value.has_value() && std::isfinite(*value); }
 
-std::string percent(double share)
-{
-    return plan::formatNumber("%.1f%%", 100 * share);
-}
+std::string percent(double share) { return plan::formatNumber("%.1f%%", 100 * share); }
 
 std::string plural(long long count, const std::string& word)
 {
@@ -127,7 +121,7 @@ double plannedBubble(const plan::JobSpec& spec, const plan::Plan* plan)
             return planned.simulation.overallBubbleRatio;
     } catch (const std::exception&) {
     }
-    return 1; // unknown: every alternative the planner can price counts as better
+    return 1;  // unknown: every alternative the planner can price counts as better
 }
 
 // Median busy (compute) time per step of each stage's ranks; empty when no step measured every stage.
@@ -332,14 +326,15 @@ void hotExperts(const FindingsInput& in, const std::vector<const StepAggregate*>
                      {"dropped_fraction", dropped},
                      {"capacity_factor", moe.capacityFactor}};
         const std::string expert = "expert " + std::to_string(hottest);
-        f.title = expert + " of layer " + std::to_string(layer) + " is the hottest: " + plan::formatNumber("%.2f", overload) +
+        f.title = expert + " of layer " + std::to_string(layer) +
+                  " is the hottest: " + plan::formatNumber("%.2f", overload) +
                   "x the mean load over the recent steps (peak step " + plan::formatNumber("%.2f", peakStep) + "x), " +
                   percent(dropped) + " of the layer's tokens dropped";
         // With the coefficient at 0 nothing balances the router: 0.01 is Switch Transformer's
         // (Fedus et al. 2021, section 2.2) and the spec's default.
         const std::string doubleAux =
-            moe.auxLossCoef > 0 ? "double model.moe.aux_loss_coef (" + plan::formatNumber("%g", moe.auxLossCoef) + " -> " +
-                                      plan::formatNumber("%g", 2 * moe.auxLossCoef) + ")"
+            moe.auxLossCoef > 0 ? "double model.moe.aux_loss_coef (" + plan::formatNumber("%g", moe.auxLossCoef) +
+                                      " -> " + plan::formatNumber("%g", 2 * moe.auxLossCoef) + ")"
                                 : "set model.moe.aux_loss_coef to 0.01 (it is 0: nothing balances the router)";
         if (dropped > kDroppedTokens) {
             // Capacity = tokens x k / E x factor, so a factor at the peak step's overload holds that
@@ -348,8 +343,8 @@ void hotExperts(const FindingsInput& in, const std::vector<const StepAggregate*>
             const bool peakAbove = peakStep > moe.capacityFactor;
             const double target = std::ceil((peakAbove ? peakStep : moe.capacityFactor + 0.25) * 20 - 1e-9) / 20;
             f.suggestion =
-                "raise model.moe.capacity_factor from " + plan::formatNumber("%g", moe.capacityFactor) + " to at least " +
-                plan::formatNumber("%.2f", target) +
+                "raise model.moe.capacity_factor from " + plan::formatNumber("%g", moe.capacityFactor) +
+                " to at least " + plan::formatNumber("%.2f", target) +
                 (peakAbove ? " (the peak step's overload)" : " (micro-batches overflow it above the step average)") +
                 " so that " + expert + " stops dropping tokens; if the imbalance persists, " + doubleAux;
         } else {
@@ -476,7 +471,8 @@ std::optional<Finding> bubbleAbovePlan(const FindingsInput& in, const std::vecto
     f.severity = m - p;
     f.figures = {{"measured", m}, {"planned", p}};
     f.title = "the pipeline bubble is " + percent(m) +
-              (p > 0 ? ", " + plan::formatNumber("%.1f", m / p) + "x the plan's " + percent(p) : " where the plan expects none");
+              (p > 0 ? ", " + plan::formatNumber("%.1f", m / p) + "x the plan's " + percent(p)
+                     : " where the plan expects none");
     if (in.spec.parallel.pp < 2) {
         f.suggestion = "with one stage no schedule is to blame: the idle time is inside the step, so check the TP and "
                        "EP collectives and stragglers";
@@ -513,8 +509,7 @@ std::optional<OffPlanCause> oversubscribed(const FindingsInput& in)
     const int ranks = (world + nodes - 1) / nodes;
     if (cores <= 0 || ranks <= cores)
         return std::nullopt;
-    return OffPlanCause{plural(ranks, "rank") + " share " + plural(cores, "core") +
-                            (nodes > 1 ? " on each node" : ""),
+    return OffPlanCause{plural(ranks, "rank") + " share " + plural(cores, "core") + (nodes > 1 ? " on each node" : ""),
                         "run at most " + plural(cores, "rank") + " a node (fewer dp, pp or tp), or " + kCalibrate +
                             " so that the plan prices the shared cores",
                         "oversubscribed",
@@ -567,15 +562,15 @@ std::optional<OffPlanCause> slowLink(const FindingsInput& in, const std::vector<
         return std::nullopt;
     // The spans time every transfer, hidden or not, so the plan's hidden DP time counts too.
     const plan::StepBreakdown& b = in.plan->step;
-    const double planned =
-        (b.tensorComm + b.expertComm + b.dataParallelComm + b.dataParallelHidden) / b.total;
+    const double planned = (b.tensorComm + b.expertComm + b.dataParallelComm + b.dataParallelHidden) / b.total;
     const double measured = median(shares);
     if (!(measured - planned > kCommOverPlanPoints))
         return std::nullopt;
     return OffPlanCause{"communication takes " + percent(measured) + " of the step against the plan's " +
                             percent(planned),
                         "a link is slower than the cluster spec says: measure it and correct the spec's "
-                        "bandwidth and latency, or " + std::string(kCalibrate),
+                        "bandwidth and latency, or " +
+                            std::string(kCalibrate),
                         "slow_link",
                         {{"comm_share", measured}, {"planned_comm_share", planned}}};
 }
@@ -611,7 +606,9 @@ std::optional<Finding> stepTimeOffPlan(const FindingsInput& in, const std::vecto
         cause = slowLink(in, recent);
     if (!cause)
         cause = OffPlanCause{std::string("the device runs ") + (off > 0 ? "slower" : "faster") + " than its table",
-                             std::string("calibrate from this session: ") + kCalibrate, "device_rate", {}};
+                             std::string("calibrate from this session: ") + kCalibrate,
+                             "device_rate",
+                             {}};
 
     Finding f;
     f.kind = FindingKind::StepTimeOffPlan;
@@ -638,7 +635,7 @@ nlohmann::json orNull(const std::optional<int>& value)
     return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
-} // namespace
+}  // namespace
 
 RankTimes::RankTimes(int worldSize, int keepSteps) : m_world(worldSize)
 {
@@ -738,10 +735,7 @@ std::vector<Finding> findFindings(const FindingsInput& input)
     return findings;
 }
 
-std::string describe(const Finding& finding)
-{
-    return finding.title + "; " + finding.suggestion;
-}
+std::string describe(const Finding& finding) { return finding.title + "; " + finding.suggestion; }
 
 nlohmann::json toJson(const Finding& finding)
 {
@@ -761,4 +755,4 @@ nlohmann::json toJson(const Finding& finding)
             {"category", finding.category ? nlohmann::json(*finding.category) : nlohmann::json(nullptr)}};
 }
 
-} // namespace meshbench::live
+}  // namespace meshbench::live

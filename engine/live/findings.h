@@ -87,10 +87,10 @@ public:
 private:
     struct Slot {
         std::int64_t step = -1;
-        std::vector<double> busy; // seconds per rank; -1 when nothing arrived
+        std::vector<double> busy;  // seconds per rank; -1 when nothing arrived
     };
     int m_world;
-    std::vector<Slot> m_slots; // ring: step s lives in slot s % size
+    std::vector<Slot> m_slots;  // ring: step s lives in slot s % size
     std::int64_t m_newest = -1;
 };
 
@@ -134,26 +134,26 @@ struct FindingFigure {
 struct Finding {
     FindingKind kind = FindingKind::BoundingStage;
     double severity = 0;
-    std::string title; // with the measured figure in words
+    std::string title;  // with the measured figure in words
     std::vector<FindingFigure> figures;
     std::string suggestion;
-    std::optional<int> stage; // the subject, as applicable
+    std::optional<int> stage;  // the subject, as applicable
     std::optional<int> rank;
     std::optional<int> layer;
     std::optional<int> expert;
-    std::optional<std::string> category; // MemoryPressure: the largest memory category;
-                                         // StepTimeOffPlan: the cause
+    std::optional<std::string> category;  // MemoryPressure: the largest memory category;
+                                          // StepTimeOffPlan: the cause
 
     std::optional<double> figure(std::string_view key) const;
 };
 
 struct FindingsInput {
-    const plan::JobSpec& spec;            // must pass plan::validateLayout
-    const plan::Plan* plan = nullptr;     // optional: the planned per-stage imbalance
-    std::span<const StepAggregate> steps; // in step order, from the run's first step (see above)
-    std::span<const RankMemory> memory;   // the latest per rank
-    const RankTimes* rankTimes = nullptr; // optional: without it, no stragglers
-    int coresPerNode = 0;                 // 0: std::thread::hardware_concurrency() of this machine
+    const plan::JobSpec& spec;             // must pass plan::validateLayout
+    const plan::Plan* plan = nullptr;      // optional: the planned per-stage imbalance
+    std::span<const StepAggregate> steps;  // in step order, from the run's first step (see above)
+    std::span<const RankMemory> memory;    // the latest per rank
+    const RankTimes* rankTimes = nullptr;  // optional: without it, no stragglers
+    int coresPerNode = 0;                  // 0: std::thread::hardware_concurrency() of this machine
 };
 
 // Sorted by severity, worst first. Throws std::invalid_argument when the spec's layout is invalid.
@@ -165,4 +165,4 @@ std::string describe(const Finding& finding);
 // stage, rank, layer, expert, category (null when not applicable).
 nlohmann::json toJson(const Finding& finding);
 
-} // namespace meshbench::live
+}  // namespace meshbench::live

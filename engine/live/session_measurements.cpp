@@ -15,10 +15,7 @@
 namespace meshbench::live {
 namespace {
 
-std::string milliseconds(double seconds)
-{
-    return plan::formatNumber("%.3f ms", seconds * 1e3);
-}
+std::string milliseconds(double seconds) { return plan::formatNumber("%.3f ms", seconds * 1e3); }
 
 // One compute op of a rank's step: the span and its times.
 struct ComputeOp {
@@ -64,7 +61,7 @@ double checkedBusySeconds(const std::string& path, std::uint32_t rank, int step,
     return seconds;
 }
 
-} // namespace
+}  // namespace
 
 // Warm-up is left out when later steps exist (steady_state.h).
 plan::MeasuredRun measureSession(const std::string& path)
@@ -158,4 +155,4 @@ plan::MeasuredRun measureSession(const std::string& path)
     return run;
 }
 
-} // namespace meshbench::live
+}  // namespace meshbench::live

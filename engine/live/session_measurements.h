@@ -16,4 +16,4 @@ namespace meshbench::live {
 // A --one-device session is measured as the one-device layout it ran (plan::specAsRun).
 plan::MeasuredRun measureSession(const std::string& path);
 
-} // namespace meshbench::live
+}  // namespace meshbench::live

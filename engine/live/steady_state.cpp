@@ -11,4 +11,4 @@ double median(std::vector<double> values)
     return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-} // namespace meshbench::live
+}  // namespace meshbench::live

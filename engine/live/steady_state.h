@@ -15,12 +15,9 @@ constexpr std::size_t kWarmupSteps = 1;
 // Index of the first step a figure over `stored` steps (in step order) is taken from: the first
 // after warm-up, or the first of all for a run that stored no more than its warm-up (a figure from
 // it is all there is).
-constexpr std::size_t firstSteadyStep(std::size_t stored)
-{
-    return stored > kWarmupSteps ? kWarmupSteps : 0;
-}
+constexpr std::size_t firstSteadyStep(std::size_t stored) { return stored > kWarmupSteps ? kWarmupSteps : 0; }
 
 // The median of non-empty values: the middle one, or the mean of the two middle ones.
 double median(std::vector<double> values);
 
-} // namespace meshbench::live
+}  // namespace meshbench::live

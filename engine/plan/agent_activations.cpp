@@ -13,19 +13,19 @@ constexpr double kFp32 = 4.0;
 
 // The sizes the agent's buffers are made of, elements, for one micro-batch on one rank.
 struct Dims {
-    double T = 0;      // tokens of the micro-batch, b s (every TP region sees all of them)
-    double Tl = 0;     // rows of the residual stream on this rank: T / tp with sequence parallelism
+    double T = 0;   // tokens of the micro-batch, b s (every TP region sees all of them)
+    double Tl = 0;  // rows of the residual stream on this rank: T / tp with sequence parallelism
     double h = 0;
-    double Hd = 0;     // this rank's query heads x head dim
-    double Hkvd = 0;   // this rank's key/value heads x head dim
-    double H = 0;      // this rank's query heads
-    double f = 0;      // this rank's dense MLP width
-    double fm = 0;     // this rank's expert MLP width
-    double g = 1;      // fc1's outputs per MLP unit: 2 for SwiGLU (gate and up), 1 for GELU
+    double Hd = 0;    // this rank's query heads x head dim
+    double Hkvd = 0;  // this rank's key/value heads x head dim
+    double H = 0;     // this rank's query heads
+    double f = 0;     // this rank's dense MLP width
+    double fm = 0;    // this rank's expert MLP width
+    double g = 1;     // fc1's outputs per MLP unit: 2 for SwiGLU (gate and up), 1 for GELU
     double E = 0;
-    double R = 0;      // rows of an MoE layer's expert buffers: E x capacity
-    double routed = 0; // rows its experts get when routing is balanced: min(T k, E x capacity)
-    double V = 0;      // this rank's block of the vocabulary
+    double R = 0;       // rows of an MoE layer's expert buffers: E x capacity
+    double routed = 0;  // rows its experts get when routing is balanced: min(T k, E x capacity)
+    double V = 0;       // this rank's block of the vocabulary
     bool sp = false;
 };
 
@@ -47,7 +47,7 @@ Dims dimsOf(const JobSpec& spec)
     const std::int64_t t = p.tp, d = m.hidden / m.heads;
     Dims x;
     x.T = double(p.microBatchSize) * double(m.seqLen);
-    x.sp = p.sequenceParallel && t > 1;   // TensorParallel's m_sp: a group of one has no SP
+    x.sp = p.sequenceParallel && t > 1;  // TensorParallel's m_sp: a group of one has no SP
     x.Tl = x.sp ? double(std::int64_t(x.T) / t) : x.T;
     x.h = double(m.hidden);
     x.H = double(m.heads / t);
@@ -76,13 +76,14 @@ struct Head {
 Head headOf(const Dims& x)
 {
     Head head;
-    head.dLogits = x.T * x.V;   // dLogits [T, V/tp]: the loss gradient the forward computes, kept for B
-    head.kept = x.Tl * x.h      // xFinal: the last layer's output, the final norm's input
-                + 2.0 * x.Tl    // meanF, rstdF: the final norm's statistics
-                + x.T * x.h     // normOut: the final norm's output [T, h], gathered over TP with SP, for dW of the output layer
-                + head.dLogits;
-    head.transient = x.sp ? x.Tl * x.h : 0.0;   // SP: this rank's rows of the final norm, freed when F returns
-    head.stash = x.T * x.V + x.T * x.h;           // deferred dW of the output layer: copies of dLogits and normOut
+    head.dLogits = x.T * x.V;  // dLogits [T, V/tp]: the loss gradient the forward computes, kept for B
+    head.kept =
+        x.Tl * x.h    // xFinal: the last layer's output, the final norm's input
+        + 2.0 * x.Tl  // meanF, rstdF: the final norm's statistics
+        + x.T * x.h   // normOut: the final norm's output [T, h], gathered over TP with SP, for dW of the output layer
+        + head.dLogits;
+    head.transient = x.sp ? x.Tl * x.h : 0.0;  // SP: this rank's rows of the final norm, freed when F returns
+    head.stash = x.T * x.V + x.T * x.h;        // deferred dW of the output layer: copies of dLogits and normOut
     return head;
 }
 
@@ -91,49 +92,49 @@ AgentLayerActivations layerOf(const Dims& x, Recompute recompute, bool moe)
 {
     // GptModel::LayerActivations, allocated in this order by forwardLayer.
     const double gathered = x.sp ? x.T * x.h : 0.0;
-    const double attentionNorm = x.Tl * x.h   // a: the attention norm's output (this rank's rows)
-                                 + 2.0 * x.Tl // mean1, rstd1: its statistics (mean is allocated for RMSNorm too)
-                                 + gathered;  // aFull: SP's gather of a, the qkv GEMMs' input and dW's x
-    const double qkv = x.T * x.Hd          // q after RoPE, for core attention's backward
+    const double attentionNorm = x.Tl * x.h    // a: the attention norm's output (this rank's rows)
+                                 + 2.0 * x.Tl  // mean1, rstd1: its statistics (mean is allocated for RMSNorm too)
+                                 + gathered;   // aFull: SP's gather of a, the qkv GEMMs' input and dW's x
+    const double qkv = x.T * x.Hd              // q after RoPE, for core attention's backward
                        + 2.0 * x.T * x.Hkvd;   // k and v after RoPE
-    const double core = x.T * x.Hd   // att: the attention output, kept for the output projection's dW
-                        + x.T * x.H; // lse: the row log-sum-exp [b, H, s], for flash attention's backward
-    const double residual = x.Tl * x.h;   // xMid: the stream after the attention residual, the MLP norm's input
-    const double mlpNorm = x.Tl * x.h + 2.0 * x.Tl + gathered;   // c, mean2, rstd2 and SP's cFull, as for attention
+    const double core = x.T * x.Hd             // att: the attention output, kept for the output projection's dW
+                        + x.T * x.H;           // lse: the row log-sum-exp [b, H, s], for flash attention's backward
+    const double residual = x.Tl * x.h;        // xMid: the stream after the attention residual, the MLP norm's input
+    const double mlpNorm = x.Tl * x.h + 2.0 * x.Tl + gathered;  // c, mean2, rstd2 and SP's cFull, as for attention
     double mlp = 0;
     if (moe)
-        mlp = x.R * x.h             // expertIn: the rows dispatched to this rank's experts, [E x capacity, h]
-              + x.R * x.g * x.fm    // eu: the experts' fc1 outputs
-              + x.R * x.fm          // eg: their activation, fc2's input
-              + x.R * x.h;          // eout: the experts' outputs back at their tokens' rank, for the combine's backward
+        mlp = x.R * x.h           // expertIn: the rows dispatched to this rank's experts, [E x capacity, h]
+              + x.R * x.g * x.fm  // eu: the experts' fc1 outputs
+              + x.R * x.fm        // eg: their activation, fc2's input
+              + x.R * x.h;        // eout: the experts' outputs back at their tokens' rank, for the combine's backward
     else
-        mlp = x.T * x.g * x.f   // u: fc1's output, the activation's input
-              + x.T * x.f;      // g: the activation's output, fc2's input
+        mlp = x.T * x.g * x.f  // u: fc1's output, the activation's input
+              + x.T * x.f;     // g: the activation's output, fc2's input
 
     AgentLayerActivations layer;
-    layer.input = x.Tl * x.h;   // xIn
+    layer.input = x.Tl * x.h;  // xIn
     layer.working = attentionNorm + qkv + core + residual + mlpNorm + mlp;
     switch (recompute) {
     case Recompute::None:
         layer.kept = layer.working;
         break;
     case Recompute::Selective:
-        layer.kept = layer.working - core;   // att and lse are dropped; B rebuilds them as workspace
+        layer.kept = layer.working - core;  // att and lse are dropped; B rebuilds them as workspace
         break;
     case Recompute::Full:
-        layer.kept = 0;   // releaseAllButInput
+        layer.kept = 0;  // releaseAllButInput
         break;
     }
     // A split backward's DeferredWeightGrad per linear layer: copies of dy [n, out] and x [n, in].
-    const double attention = (x.h + x.Hd)            // proj: dy, and att as x
-                             + (x.Hd + x.h)          // q block of qkv: dq, and the attention input
-                             + 2.0 * (x.Hkvd + x.h); // k and v blocks: dk, dv, and the attention input again each
+    const double attention = (x.h + x.Hd)             // proj: dy, and att as x
+                             + (x.Hd + x.h)           // q block of qkv: dq, and the attention input
+                             + 2.0 * (x.Hkvd + x.h);  // k and v blocks: dk, dv, and the attention input again each
     if (moe)
-        layer.stash = x.T * attention
-                      + x.T * (x.E + x.h)                       // router: the logits' gradient [T, E], and the MLP input
-                      + x.routed * (x.h + x.fm + x.g * x.fm + x.h);   // each expert's fc2 (dy, eg) and fc1 (deu, expertIn) rows
+        layer.stash =
+            x.T * attention + x.T * (x.E + x.h)            // router: the logits' gradient [T, E], and the MLP input
+            + x.routed * (x.h + x.fm + x.g * x.fm + x.h);  // each expert's fc2 (dy, eg) and fc1 (deu, expertIn) rows
     else
-        layer.stash = x.T * attention + x.T * (x.h + x.f)   // fc2: dy, and g
+        layer.stash = x.T * attention + x.T * (x.h + x.f)  // fc2: dy, and g
                       + x.T * (x.g * x.f + x.h);           // fc1: du, and the MLP input
     return layer;
 }
@@ -166,8 +167,8 @@ AgentChunkActivations agentChunkActivations(const JobSpec& spec, int virtualStag
     const ModelSpec& m = spec.model;
     const ParallelSpec& p = spec.parallel;
     const Dims x = dimsOf(spec);
-    const int count = m.layers / (p.pp * p.virtualStages);   // ModelSlice::ofStage
-    const int first = virtualStage * count;   // virtual stages count in model order
+    const int count = m.layers / (p.pp * p.virtualStages);  // ModelSlice::ofStage
+    const int first = virtualStage * count;                 // virtual stages count in model order
     const bool ends = virtualStage == p.pp * p.virtualStages - 1;
     const bool split = agentSplitsBackward(p);
     const bool full = p.recompute == Recompute::Full;

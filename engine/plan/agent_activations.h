@@ -18,20 +18,20 @@ namespace meshbench::plan {
 
 // One layer for one micro-batch, bytes.
 struct AgentLayerActivations {
-    double input = 0;     // the layer's input (the residual stream), kept under every recompute mode
-    double kept = 0;      // what else it keeps from its forward to its backward under the spec's recompute
-    double working = 0;   // everything but the input that its forward (or full recompute's rebuild) holds
-    double stash = 0;     // zb-h1: the dy and x copies its deferred weight-gradient GEMMs keep from B to W
+    double input = 0;    // the layer's input (the residual stream), kept under every recompute mode
+    double kept = 0;     // what else it keeps from its forward to its backward under the spec's recompute
+    double working = 0;  // everything but the input that its forward (or full recompute's rebuild) holds
+    double stash = 0;    // zb-h1: the dy and x copies its deferred weight-gradient GEMMs keep from B to W
 };
 AgentLayerActivations agentLayerActivations(const JobSpec& spec, bool moe);
 
 // One chunk (virtual stage) for one micro-batch, bytes. A chunk's forward and backward only add to
 // what the other micro-batches in flight hold.
 struct AgentChunkActivations {
-    double kept = 0;           // held from the end of its forward to the start of its backward
-    double forwardPeak = 0;    // the most it holds during its forward
-    double backwardPeak = 0;   // the most it holds during its backward (at least `kept`)
-    double stash = 0;          // held from the end of a split backward (zb-h1's B) to its W; 0 otherwise
+    double kept = 0;          // held from the end of its forward to the start of its backward
+    double forwardPeak = 0;   // the most it holds during its forward
+    double backwardPeak = 0;  // the most it holds during its backward (at least `kept`)
+    double stash = 0;         // held from the end of a split backward (zb-h1's B) to its W; 0 otherwise
 };
 AgentChunkActivations agentChunkActivations(const JobSpec& spec, int virtualStage);
 

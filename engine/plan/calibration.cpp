@@ -44,7 +44,7 @@ double stepError(const std::vector<MeasuredRun>& runs, const CalibrationSpec& ca
     return sum / double(runs.size());
 }
 
-} // namespace
+}  // namespace
 
 CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
 {
@@ -177,4 +177,4 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
     return result;
 }
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

@@ -17,13 +17,13 @@ struct MeasuredCollective {
 };
 
 struct MeasuredRun {
-    std::string source; // the session's file name
+    std::string source;  // the session's file name
     JobSpec spec;
     // Per pipeline stage, the F, B and W seconds its ranks measured per step (their mean over
     // ranks and steps).
     std::vector<double> stageComputeSeconds;
-    std::vector<MeasuredCollective> reductions; // every rank's dp-reduce spans
-    double stepSeconds = 0;                     // median measured step
+    std::vector<MeasuredCollective> reductions;  // every rank's dp-reduce spans
+    double stepSeconds = 0;                      // median measured step
 };
 
 struct CalibrationResult {
@@ -44,4 +44,4 @@ inline constexpr double kFitPrecision = 1e-4;
 // a fitted rate is outside what the device can be (calibrationBoundsErrors, device_model.h).
 CalibrationResult calibrate(const std::vector<MeasuredRun>& runs);
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

@@ -216,8 +216,8 @@ double CostModel::activationBytes(int stage) const
     const int denseLayers = layers - moeLayers;
     const double inFlight = inFlightMicrobatches(stage);
 
-    double perMicrobatch = 0;     // layers' activations for one micro-batch in flight
-    double working = 0;           // held once, whatever the number in flight
+    double perMicrobatch = 0;  // layers' activations for one micro-batch in flight
+    double working = 0;        // held once, whatever the number in flight
     switch (p.recompute) {
     case Recompute::Selective:
     case Recompute::None:
@@ -232,7 +232,7 @@ double CostModel::activationBytes(int stage) const
     }
     double bytes = perMicrobatch * inFlight + working;
     if (stage == 0)
-        bytes += (8.0 * s * b + sbh) * inFlight / (megatronSp ? t : 1.0);   // embedding input and its dropout
+        bytes += (8.0 * s * b + sbh) * inFlight / (megatronSp ? t : 1.0);  // embedding input and its dropout
     if (stage == lastModelStage()) {
         // Inputs to the output layer and the loss (Megatron adds them when p = 1, the only case
         // where they share a stage with the first layer).
@@ -256,8 +256,8 @@ MemoryBreakdown CostModel::stageMemory(int stage) const
         // ZeRO-3 gathers one layer's weights (and keeps its unsharded gradients until the
         // reduce-scatter) at a time: DeepSpeed's estimate_zero3_model_states_mem_needs counts
         // 4 x largest_layer bytes for bf16 weights and gradients.
-        const double largest = std::max({m_params.denseLayer / p.tp, m_params.moeLayer / (double(p.tp) * p.ep),
-                                         m_params.embedding / p.tp});
+        const double largest = std::max(
+            {m_params.denseLayer / p.tp, m_params.moeLayer / (double(p.tp) * p.ep), m_params.embedding / p.tp});
         mem.weights += kBf16 * largest;
         mem.grads += gradBytes(m_spec.precision.grads) * largest;
     }
@@ -278,7 +278,7 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     const double t = p.tp, h = double(m.hidden), s = double(m.seqLen), b = p.microBatchSize;
     const double tokens = s * b;
     const double kvDim = h * m.kvHeads / m.heads;
-    const double gated = m.activation == Activation::SwiGlu ? 2.0 : 1.0;   // SwiGLU's fc1 has two halves
+    const double gated = m.activation == Activation::SwiGlu ? 2.0 : 1.0;  // SwiGLU's fc1 has two halves
     const double e = d.activationBytes;
     // With SP the norms and residuals see 1/t of the sequence (Korthikanti et al. 2022).
     const double rowsPerRank = p.sequenceParallel ? tokens / t : tokens;
@@ -289,8 +289,8 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     // QKV, the output projection, then the MLP: router (MoE only), fc1, fc2.
     std::array<Gemm, 5> gemms = {Gemm{tokens, (h + 2.0 * kvDim) / t, h, 1}, Gemm{tokens, h, h / t, 1}};
     std::size_t count = 2;
-    double mlpElements = 0;   // elements the activation function reads per pass
-    double routedRows = 0;    // token copies an MoE layer dispatches
+    double mlpElements = 0;  // elements the activation function reads per pass
+    double routedRows = 0;   // token copies an MoE layer dispatches
     if (moe) {
         // Balanced routing: the ep ranks' tokens times top-k spread over E experts, E/ep of them here.
         const double f = double(m.moe.ffnHidden) / t;
@@ -311,10 +311,10 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     double forwardGemms = 0, inputGradGemms = 0, weightGradGemms = 0;
     for (std::size_t i = 0; i < count; ++i) {
         const Gemm& g = gemms[i];
-        forwardTimes[i] = g.count * gemmTime(d, g.m, g.n, g.k);      // Y = X W
+        forwardTimes[i] = g.count * gemmTime(d, g.m, g.n, g.k);  // Y = X W
         forwardGemms += forwardTimes[i];
-        inputGradGemms += g.count * gemmTime(d, g.m, g.k, g.n);      // dX = dY W^T
-        weightGradGemms += g.count * gemmTime(d, g.k, g.n, g.m);     // dW = X^T dY
+        inputGradGemms += g.count * gemmTime(d, g.m, g.k, g.n);   // dX = dY W^T
+        weightGradGemms += g.count * gemmTime(d, g.k, g.n, g.m);  // dW = X^T dY
     }
 
     // Flash attention, causal: QK^T and PV over the lower triangle, 2 b s^2 h / t FLOPs forward;
@@ -350,8 +350,8 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     // group inside one NVLink domain can overlap.
     const bool overlapTp = p.tpCommOverlap && p.tp > 1 && m_links.tensor.insideDomain;
     const double blockBytes = tokens * h * e;
-    const double halfCollective = p.sequenceParallel ? allGatherTime(blockBytes, p.tp, tpLink)
-                                                     : allReduceTime(blockBytes, p.tp, tpLink) / 2.0;
+    const double halfCollective =
+        p.sequenceParallel ? allGatherTime(blockBytes, p.tp, tpLink) : allReduceTime(blockBytes, p.tp, tpLink) / 2.0;
     // The GEMMs each half overlaps with: QKV and fc1 take the gathers, the projection and fc2 feed
     // the scatters.
     const double fc2 = forwardTimes[count - 1];
@@ -359,8 +359,7 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
                               fc2};
     double tpForward = 0, tpHidden = 0;
     for (double gemm : paired) {
-        const double exposed =
-            overlapTp ? std::max(halfCollective - gemm, halfCollective / t) : halfCollective;
+        const double exposed = overlapTp ? std::max(halfCollective - gemm, halfCollective / t) : halfCollective;
         tpForward += exposed;
         tpHidden += halfCollective - exposed;
     }
@@ -373,7 +372,7 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
 
     double recompute = 0;
     if (p.recompute == Recompute::Selective)
-        recompute = attentionForward;   // Korthikanti et al.: the attention core only
+        recompute = attentionForward;  // Korthikanti et al.: the attention core only
     else if (p.recompute == Recompute::Full)
         recompute = forwardGemms + attentionForward + elementwiseForward + tpForward + epPass;
 
@@ -549,8 +548,8 @@ double CostModel::optimizerTime(int stage) const
     const ParallelSpec& p = m_spec.parallel;
     const double shardDense = p.zero >= 1 ? p.dp : 1;
     const double shardExpert = p.zero >= 1 ? p.dp / p.ep : 1;
-    return streamTime(m_perf.device,
-                      30.0 * (denseParametersOnStage(stage) / shardDense + expertParametersOnStage(stage) / shardExpert));
+    return streamTime(m_perf.device, 30.0 * (denseParametersOnStage(stage) / shardDense +
+                                             expertParametersOnStage(stage) / shardExpert));
 }
 
 double CostModel::optimizerTime() const
@@ -569,15 +568,13 @@ double CostModel::flopsPerStep() const
     const double B = double(m_spec.parallel.globalBatch()), s = double(m.seqLen), h = double(m.hidden);
     const double g = m.activation == Activation::SwiGlu ? 1.5 : 1.0;
     const double attention = m.layers * (1.0 + double(m.kvHeads) / m.heads + s / h);
-    const double mlp = (m_params.denseLayers * double(m.ffnHidden) +
-                        m_params.moeLayers * double(m.moe.ffnHidden) * m.moe.topK) / h * g;
+    const double mlp =
+        (m_params.denseLayers * double(m.ffnHidden) + m_params.moeLayers * double(m.moe.ffnHidden) * m.moe.topK) / h *
+        g;
     const double logits = double(m.vocab) / (2.0 * h);
     return 12.0 * B * s * h * h * (attention + mlp + logits);
 }
 
-double CostModel::tokensPerStep() const
-{
-    return double(m_spec.parallel.globalBatch()) * double(m_spec.model.seqLen);
-}
+double CostModel::tokensPerStep() const { return double(m_spec.parallel.globalBatch()) * double(m_spec.model.seqLen); }
 
 }  // namespace meshbench::plan

@@ -22,18 +22,18 @@ struct LinkClasses {
 LinkClasses linkClasses(const Mesh& mesh, const ClusterSpec& cluster);
 
 struct ParameterCounts {
-    double attentionPerLayer = 0;   // QKV and output projections
-    double normsPerLayer = 0;       // the two norms of a layer
-    double denseMlp = 0;            // MLP of a dense layer
-    double expertMlp = 0;           // all experts of an MoE layer
+    double attentionPerLayer = 0;  // QKV and output projections
+    double normsPerLayer = 0;      // the two norms of a layer
+    double denseMlp = 0;           // MLP of a dense layer
+    double expertMlp = 0;          // all experts of an MoE layer
     double denseLayer = 0;
     double moeLayer = 0;
     int denseLayers = 0;
     int moeLayers = 0;
     double finalNorm = 0;
-    double embedding = 0;           // V x h, one copy
-    double block = 0;               // every layer plus the final norm
-    double total = 0;               // block plus embedding (twice when untied)
+    double embedding = 0;  // V x h, one copy
+    double block = 0;      // every layer plus the final norm
+    double total = 0;      // block plus embedding (twice when untied)
 };
 ParameterCounts countParameters(const ModelSpec& model);
 
@@ -61,21 +61,21 @@ struct MemoryBreakdown {
 // seconds, with the same time split by cause.
 struct StageWork {
     double forward = 0;
-    double backward = 0;       // input gradient (plus recomputation)
+    double backward = 0;  // input gradient (plus recomputation)
     double weightGrad = 0;
-    double compute = 0;        // forward + backward + weightGrad minus the communication below
-    double tensorComm = 0;     // exposed TP collectives
-    double tensorCommHidden = 0;   // TP collectives overlapped with GEMMs (tp_comm_overlap)
+    double compute = 0;           // forward + backward + weightGrad minus the communication below
+    double tensorComm = 0;        // exposed TP collectives
+    double tensorCommHidden = 0;  // TP collectives overlapped with GEMMs (tp_comm_overlap)
     double expertComm = 0;
     double total() const { return forward + backward + weightGrad; }
 };
 
 // A stage's data-parallel communication per step, before any overlap.
 struct DataParallelCosts {
-    double reduce = 0;         // gradients: all-reduce (ZeRO-0) or reduce-scatter
-    double gather = 0;         // updated weights' all-gather (ZeRO 1-3)
-    double layerGathers = 0;   // ZeRO-3's per-layer gathers, every forward and backward
-    double buckets = 1;        // the reduction's buckets (grad_bucket_mb)
+    double reduce = 0;        // gradients: all-reduce (ZeRO-0) or reduce-scatter
+    double gather = 0;        // updated weights' all-gather (ZeRO 1-3)
+    double layerGathers = 0;  // ZeRO-3's per-layer gathers, every forward and backward
+    double buckets = 1;       // the reduction's buckets (grad_bucket_mb)
 };
 
 // Ranks of the job that share one node.
@@ -103,8 +103,8 @@ public:
     double activationBytes(int stage) const;
 
     StageWork stageWork(int stage) const;
-    OpCosts opCosts() const;                 // per virtual stage, for the simulator
-    double transferTime() const;             // one activation or gradient across a stage boundary
+    OpCosts opCosts() const;      // per virtual stage, for the simulator
+    double transferTime() const;  // one activation or gradient across a stage boundary
     DataParallelCosts dataParallelCosts(int stage) const;
     // What of the reduction (or gather) is left exposed when `window` seconds of backward (or
     // forward) compute can hide it.
@@ -113,10 +113,10 @@ public:
     // Exposed DP communication per step without a simulation, from stage 0's collectives
     // (dataParallelCosts(0)) and work (stageWork(0)).
     double dataParallelTime(const DataParallelCosts& dp, const StageWork& first) const;
-    double optimizerTime(int stage) const;   // AdamW over the stage's optimizer shard
-    double optimizerTime() const;            // the slowest stage's
+    double optimizerTime(int stage) const;  // AdamW over the stage's optimizer shard
+    double optimizerTime() const;           // the slowest stage's
     const Performance& performance() const { return m_perf; }
-    double flopsPerStep() const;             // Megatron-LM's num_floating_point_operations
+    double flopsPerStep() const;  // Megatron-LM's num_floating_point_operations
     double tokensPerStep() const;
 
 private:

@@ -15,7 +15,7 @@ struct KernelRow {
     double matmulEfficiency;
     double computeUnits;
     double attentionEfficiency;
-    double memoryEfficiency; // achieved share of the datasheet's HBM bandwidth
+    double memoryEfficiency;  // achieved share of the datasheet's HBM bandwidth
 };
 
 // What each GPU kind's kernels reach, and where the figure comes from:
@@ -89,18 +89,12 @@ const KernelRow& kernelRow(std::string_view kind)
     return kUnknownGpu;
 }
 
-double orDefault(double calibrated, double otherwise)
-{
-    return calibrated > 0 ? calibrated : otherwise;
-}
+double orDefault(double calibrated, double otherwise) { return calibrated > 0 ? calibrated : otherwise; }
 
 // ceil(x / unit) * unit
-double roundUp(double x, double unit)
-{
-    return std::ceil(x / unit) * unit;
-}
+double roundUp(double x, double unit) { return std::ceil(x / unit) * unit; }
 
-} // namespace
+}  // namespace
 
 Performance devicePerformance(const ClusterSpec& cluster, int ranksPerNode, double busyShare)
 {
@@ -270,20 +264,11 @@ double allGatherTime(double bytes, int n, const LinkPerformance& link)
     return n <= 1 ? 0.0 : (n - 1) * link.latency + double(n - 1) / n * bytes / link.busBandwidth;
 }
 
-double reduceScatterTime(double bytes, int n, const LinkPerformance& link)
-{
-    return allGatherTime(bytes, n, link);
-}
+double reduceScatterTime(double bytes, int n, const LinkPerformance& link) { return allGatherTime(bytes, n, link); }
 
 // Each rank keeps 1/n of its buffer and sends the rest, one part to each peer.
-double allToAllTime(double bytes, int n, const LinkPerformance& link)
-{
-    return allGatherTime(bytes, n, link);
-}
+double allToAllTime(double bytes, int n, const LinkPerformance& link) { return allGatherTime(bytes, n, link); }
 
-double sendTime(double bytes, const LinkPerformance& link)
-{
-    return link.latency + bytes / link.busBandwidth;
-}
+double sendTime(double bytes, const LinkPerformance& link) { return link.latency + bytes / link.busBandwidth; }
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

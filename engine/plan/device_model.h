@@ -9,25 +9,25 @@
 namespace meshbench::plan {
 
 struct DevicePerformance {
-    double matmulPeak = 0;       // FLOP/s, dense (bf16 on GPUs, fp32 on the cpu device)
-    double matmulEfficiency = 0; // share of peak a large GEMM (8192^3) reaches
+    double matmulPeak = 0;        // FLOP/s, dense (bf16 on GPUs, fp32 on the cpu device)
+    double matmulEfficiency = 0;  // share of peak a large GEMM (8192^3) reaches
     // Wave quantization (NVIDIA's "Matrix Multiplication Background" guide): a GEMM runs in
     // output tiles, one per compute unit at a time, so ceil(tiles / units) waves of which the
     // last may be partly empty. Zero tile sizes switch it off (the cpu device).
-    double computeUnits = 1; // SMs
+    double computeUnits = 1;  // SMs
     double tileRows = 0, tileCols = 0;
     // Each output tile's fixed cost (filling the K loop's pipeline, the epilogue's store), as the
     // K depth that would take as long: a GEMM of depth K runs at K / (K + depth) of the rate.
     double tileDepthOverhead = 0;
-    double attentionEfficiency = 0;   // causal flash-attention forward, FLOPs counted causal
-    double attentionBackwardRate = 0; // the backward's FLOP rate relative to the forward's
-    double memoryBandwidth = 0;       // bytes/s that streaming kernels reach on their own
+    double attentionEfficiency = 0;    // causal flash-attention forward, FLOPs counted causal
+    double attentionBackwardRate = 0;  // the backward's FLOP rate relative to the forward's
+    double memoryBandwidth = 0;        // bytes/s that streaming kernels reach on their own
     // Share of their own rates (attentionEfficiency, memoryBandwidth) that attention and the
     // streaming kernels keep inside a training step, between the GEMMs (see device_model.cpp).
     double inStepShare = 1;
-    double kernelOverhead = 0;  // seconds each kernel or CPU op costs beyond its work
-    double rateShare = 1;       // share of the device a rank gets (cpu: of a core, see devicePerformance)
-    double activationBytes = 2; // element size of activations: bf16, or fp32 for the cpu device
+    double kernelOverhead = 0;   // seconds each kernel or CPU op costs beyond its work
+    double rateShare = 1;        // share of the device a rank gets (cpu: of a core, see devicePerformance)
+    double activationBytes = 2;  // element size of activations: bf16, or fp32 for the cpu device
 };
 
 // One tier of links: the bus bandwidth a collective reaches per device (nccl-tests' busbw) and
@@ -46,8 +46,8 @@ struct GroupLink {
 
 struct Performance {
     DevicePerformance device;
-    LinkPerformance intra; // inside an NVLink domain (or a node's shared memory)
-    LinkPerformance inter; // across the network, one NIC
+    LinkPerformance intra;  // inside an NVLink domain (or a node's shared memory)
+    LinkPerformance inter;  // across the network, one NIC
     // A point-to-point transfer uses one link of its tier.
     const LinkPerformance& link(bool insideDomain) const { return insideDomain ? intra : inter; }
     // A collective across domains runs one ring per member of a domain, each leaving through its
@@ -99,4 +99,4 @@ double reduceScatterTime(double bytes, int n, const LinkPerformance& link);
 double allToAllTime(double bytes, int n, const LinkPerformance& link);
 double sendTime(double bytes, const LinkPerformance& link);
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

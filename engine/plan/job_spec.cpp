@@ -138,7 +138,10 @@ public:
     {
     }
 
-    std::string pathOf(std::string_view key) const { return m_path.empty() ? std::string(key) : m_path + "." + std::string(key); }
+    std::string pathOf(std::string_view key) const
+    {
+        return m_path.empty() ? std::string(key) : m_path + "." + std::string(key);
+    }
 
     void fail(std::string_view key, std::string message) { m_errors.push_back({pathOf(key), std::move(message)}); }
 
@@ -187,7 +190,8 @@ public:
             return false;
         }
         if (parsed < min || parsed > max) {
-            fail(key, std::to_string(parsed) + " is out of range; use " + withThousands(min) + " to " + withThousands(max));
+            fail(key,
+                 std::to_string(parsed) + " is out of range; use " + withThousands(min) + " to " + withThousands(max));
             return false;
         }
         out = parsed;
@@ -343,7 +347,8 @@ void readMoe(ObjectReader& parent, const json& object, ModelSpec& model, std::ve
     r.rejectUnknownKeys();
     if (moe.experts > 0 && moe.topK > moe.experts)
         r.fail("top_k", "top_k=" + std::to_string(moe.topK) + " exceeds experts=" + std::to_string(moe.experts) +
-                            "; a token cannot go to more experts than exist: use top_k 1 to " + std::to_string(moe.experts));
+                            "; a token cannot go to more experts than exist: use top_k 1 to " +
+                            std::to_string(moe.experts));
     if (moe.everyNLayers > model.layers && model.layers > 0)
         r.fail("every_n_layers", std::to_string(moe.everyNLayers) + " exceeds the " + std::to_string(model.layers) +
                                      " layers; use 1 to " + std::to_string(model.layers));
@@ -369,12 +374,12 @@ void readModel(const json& object, ModelSpec& model, std::vector<SpecError>& err
     r.rejectUnknownKeys();
 
     if (model.heads > 0 && model.hidden > 0 && model.hidden % model.heads != 0)
-        r.fail("hidden", "hidden=" + std::to_string(model.hidden) + " does not split into heads=" +
-                             std::to_string(model.heads) + " equal head dimensions; use a multiple of " +
-                             std::to_string(model.heads));
+        r.fail("hidden", "hidden=" + std::to_string(model.hidden) +
+                             " does not split into heads=" + std::to_string(model.heads) +
+                             " equal head dimensions; use a multiple of " + std::to_string(model.heads));
     if (model.kvHeads > model.heads)
-        r.fail("kv_heads", "kv_heads=" + std::to_string(model.kvHeads) + " exceeds heads=" + std::to_string(model.heads) +
-                               "; use at most " + std::to_string(model.heads));
+        r.fail("kv_heads", "kv_heads=" + std::to_string(model.kvHeads) + " exceeds heads=" +
+                               std::to_string(model.heads) + "; use at most " + std::to_string(model.heads));
     else if (model.kvHeads > 0 && model.heads % model.kvHeads != 0)
         r.fail("kv_heads", "heads=" + std::to_string(model.heads) + " do not form equal query groups over kv_heads=" +
                                std::to_string(model.kvHeads) + "; use a divisor of " + std::to_string(model.heads));
@@ -443,7 +448,8 @@ void readCluster(const json& object, ClusterSpec& cluster, std::vector<SpecError
         else
             r.fail("preset", "unknown cluster preset '" + preset + "'; " +
                                  suggestion(preset, toStrings(clusterPresetNames())) + "use " +
-                                 joinOr(toStrings(clusterPresetNames())) + ", or describe nodes, devices_per_node and device");
+                                 joinOr(toStrings(clusterPresetNames())) +
+                                 ", or describe nodes, devices_per_node and device");
     }
     if (hasDevice) {
         if (auto d = devicePreset(device))
@@ -495,7 +501,7 @@ void readData(ObjectReader& parent, const json& object, DataSpec& data, const Mo
 {
     ObjectReader r(object, parent.pathOf("data"), errors);
     if (!r.readEnum("source", data.source, kDataSources) && r.present("source"))
-        return;   // the other settings depend on the source
+        return;  // the other settings depend on the source
     const bool markov = data.source == DataSource::Markov;
     if (markov) {
         r.readInt("order", data.order, 1, model.seqLen > 0 ? model.seqLen : 100'000'000);
@@ -546,7 +552,6 @@ void validateData(const JobSpec& spec, std::vector<SpecError>& errors)
                                              "more; raise model.vocab or set train.data to a token file"});
 }
 
-
 std::string listValues(const std::vector<std::int64_t>& values, std::string_view name)
 {
     if (values.empty())
@@ -560,8 +565,6 @@ std::string listValues(const std::vector<std::int64_t>& values, std::string_view
     return "use " + std::string(name) + " " + joinOr(text);
 }
 
-
-
 // The JSON path of a value nested deeper than wire::kMaxJsonDepth, if there is one. Walked without recursion:
 // copying or printing a deeply nested document recurses once per level, so depth is checked before
 // anything else touches it.
@@ -570,8 +573,8 @@ std::optional<std::string> tooDeepAt(const json& document)
     struct Node {
         const json* value;
         int depth;
-        std::size_t parent;   // index into nodes; the root is its own parent
-        std::string label;    // ".key" or "[i]"
+        std::size_t parent;  // index into nodes; the root is its own parent
+        std::string label;   // ".key" or "[i]"
     };
     std::vector<Node> nodes{{&document, 1, 0, ""}};
     std::vector<std::size_t> pending{0};
@@ -588,9 +591,9 @@ std::optional<std::string> tooDeepAt(const json& document)
         std::size_t index = 0;
         for (auto it = value.begin(); it != value.end(); ++it, ++index)
             if (it->is_structured()) {
-                nodes.push_back({&*it, nodes[at].depth + 1, at,
-                                 value.is_object() ? "." + wire::printableText(it.key())
-                                                   : "[" + std::to_string(index) + "]"});
+                nodes.push_back(
+                    {&*it, nodes[at].depth + 1, at,
+                     value.is_object() ? "." + wire::printableText(it.key()) : "[" + std::to_string(index) + "]"});
                 pending.push_back(nodes.size() - 1);
             }
     }
@@ -648,17 +651,19 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
     const ModelSpec& m = spec.model;
     const ParallelSpec& p = spec.parallel;
     const ClusterSpec& c = spec.cluster;
-    auto fail = [&errors](std::string path, std::string message) { errors.push_back({std::move(path), std::move(message)}); };
+    auto fail = [&errors](std::string path, std::string message) {
+        errors.push_back({std::move(path), std::move(message)});
+    };
     const auto str = [](std::int64_t v) { return std::to_string(v); };
 
     if (p.worldSize() != c.devices()) {
         const std::int64_t others = std::int64_t(p.pp) * p.tp;
-        std::string fix = c.devices() % others == 0
-                              ? "use dp=" + str(c.devices() / others)
-                              : "choose dp, pp and tp whose product is " + str(c.devices());
-        fail("parallel.dp", "dp=" + str(p.dp) + " x pp=" + str(p.pp) + " x tp=" + str(p.tp) + " = " + str(p.worldSize()) +
-                                " ranks, but the cluster has " + str(c.devices()) + " devices (" + str(c.nodes) + " nodes x " +
-                                str(c.devicesPerNode) + "); " + fix + ", or change cluster.nodes");
+        std::string fix = c.devices() % others == 0 ? "use dp=" + str(c.devices() / others)
+                                                    : "choose dp, pp and tp whose product is " + str(c.devices());
+        fail("parallel.dp", "dp=" + str(p.dp) + " x pp=" + str(p.pp) + " x tp=" + str(p.tp) + " = " +
+                                str(p.worldSize()) + " ranks, but the cluster has " + str(c.devices()) + " devices (" +
+                                str(c.nodes) + " nodes x " + str(c.devicesPerNode) + "); " + fix +
+                                ", or change cluster.nodes");
     }
 
     const std::int64_t stages = std::int64_t(p.pp) * p.virtualStages;
@@ -697,11 +702,13 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
     if (m.heads % p.tp != 0)
         fail("parallel.tp", str(m.heads) + " attention heads do not split over tp=" + str(p.tp) + "; " + tpFix);
     if (m.kvHeads % p.tp != 0)
-        fail("parallel.tp", str(m.kvHeads) + " kv_heads (query groups) do not split over tp=" + str(p.tp) + "; " + tpFix);
+        fail("parallel.tp",
+             str(m.kvHeads) + " kv_heads (query groups) do not split over tp=" + str(p.tp) + "; " + tpFix);
     if (m.ffnHidden % p.tp != 0)
         fail("parallel.tp", "ffn_hidden=" + str(m.ffnHidden) + " does not split over tp=" + str(p.tp) + "; " + tpFix);
     if (m.moe.enabled() && m.moe.ffnHidden % p.tp != 0)
-        fail("parallel.tp", "moe_ffn_hidden=" + str(m.moe.ffnHidden) + " does not split over tp=" + str(p.tp) + "; " + tpFix);
+        fail("parallel.tp",
+             "moe_ffn_hidden=" + str(m.moe.ffnHidden) + " does not split over tp=" + str(p.tp) + "; " + tpFix);
     if (m.vocab % p.tp != 0) {
         const std::int64_t padded = (m.vocab + p.tp - 1) / p.tp * p.tp;
         fail("parallel.tp", "vocab=" + str(m.vocab) + " does not split over tp=" + str(p.tp) + "; pad model.vocab to " +
@@ -709,8 +716,8 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
     }
     if (p.sequenceParallel && m.seqLen % p.tp != 0)
         fail("parallel.sequence_parallel", "seq_len=" + str(m.seqLen) + " does not split over tp=" + str(p.tp) +
-                                               " for sequence parallelism; use a seq_len that is a multiple of " + str(p.tp) +
-                                               " or set sequence_parallel to false");
+                                               " for sequence parallelism; use a seq_len that is a multiple of " +
+                                               str(p.tp) + " or set sequence_parallel to false");
 
     // EP is carved out of DP; experts are sharded over the ep ranks.
     if (p.ep > 1 && !m.moe.enabled())
@@ -728,8 +735,8 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
         for (std::int64_t d : divisorsOf(m.moe.experts))
             if (p.dp % d == 0)
                 fits.push_back(d);
-        fail("parallel.ep", str(m.moe.experts) + " experts do not shard evenly over ep=" + str(p.ep) + "; " +
-                                listValues(fits, "ep"));
+        fail("parallel.ep",
+             str(m.moe.experts) + " experts do not shard evenly over ep=" + str(p.ep) + "; " + listValues(fits, "ep"));
     }
 
     // DeepSpeed's pipeline engine refuses ZeRO-2/3 with pipeline parallelism: gradients are
@@ -739,12 +746,11 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
                                   "); use zero 0 or 1 (Megatron's distributed optimizer), or pp 1");
 
     if (p.scheduleShape().slotCount() > kMaxScheduleSlots)
-        fail("parallel.microbatches", "pp=" + str(p.pp) + " x microbatches=" + str(p.microbatches) +
-                                          " x virtual_stages=" + str(p.virtualStages) + " = " +
-                                          withThousands(p.scheduleShape().slotCount()) +
-                                          " pipeline slots; the planner simulates at most " +
-                                          withThousands(kMaxScheduleSlots) +
-                                          ": use fewer microbatches with a larger micro_batch_size");
+        fail("parallel.microbatches",
+             "pp=" + str(p.pp) + " x microbatches=" + str(p.microbatches) +
+                 " x virtual_stages=" + str(p.virtualStages) + " = " + withThousands(p.scheduleShape().slotCount()) +
+                 " pipeline slots; the planner simulates at most " + withThousands(kMaxScheduleSlots) +
+                 ": use fewer microbatches with a larger micro_batch_size");
     if (const std::string why = validateVirtualStages(p.scheduleShape()); !why.empty())
         fail("parallel.virtual_stages", why);
     else if (const std::string why = validateScheduleShape(p.scheduleShape()); !why.empty())
@@ -859,18 +865,31 @@ json toJson(const JobSpec& spec)
     const ModelSpec& m = spec.model;
     const ParallelSpec& p = spec.parallel;
     const ClusterSpec& c = spec.cluster;
-    json model = {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"kv_heads", m.kvHeads},
-                  {"ffn_hidden", m.ffnHidden}, {"vocab", m.vocab}, {"seq_len", m.seqLen},
-                  {"norm", normName(m.norm)}, {"activation", activationName(m.activation)},
+    json model = {{"layers", m.layers},
+                  {"hidden", m.hidden},
+                  {"heads", m.heads},
+                  {"kv_heads", m.kvHeads},
+                  {"ffn_hidden", m.ffnHidden},
+                  {"vocab", m.vocab},
+                  {"seq_len", m.seqLen},
+                  {"norm", normName(m.norm)},
+                  {"activation", activationName(m.activation)},
                   {"tied_embeddings", m.tiedEmbeddings}};
     if (m.moe.enabled())
-        model["moe"] = {{"experts", m.moe.experts}, {"top_k", m.moe.topK}, {"moe_ffn_hidden", m.moe.ffnHidden},
-                        {"every_n_layers", m.moe.everyNLayers}, {"capacity_factor", m.moe.capacityFactor},
+        model["moe"] = {{"experts", m.moe.experts},
+                        {"top_k", m.moe.topK},
+                        {"moe_ffn_hidden", m.moe.ffnHidden},
+                        {"every_n_layers", m.moe.everyNLayers},
+                        {"capacity_factor", m.moe.capacityFactor},
                         {"aux_loss_coef", m.moe.auxLossCoef}};
-    json cluster = {{"nodes", c.nodes}, {"devices_per_node", c.devicesPerNode}, {"nvlink_domain", c.nvlinkDomain},
-                    {"device", c.device.kind}, {"intra_node_bandwidth_GBps", c.intraBandwidth / 1e9},
+    json cluster = {{"nodes", c.nodes},
+                    {"devices_per_node", c.devicesPerNode},
+                    {"nvlink_domain", c.nvlinkDomain},
+                    {"device", c.device.kind},
+                    {"intra_node_bandwidth_GBps", c.intraBandwidth / 1e9},
                     {"inter_node_bandwidth_GBps", c.interBandwidth / 1e9},
-                    {"intra_node_latency_us", c.intraLatency * 1e6}, {"inter_node_latency_us", c.interLatency * 1e6}};
+                    {"intra_node_latency_us", c.intraLatency * 1e6},
+                    {"inter_node_latency_us", c.interLatency * 1e6}};
     if (c.computeEfficiency > 0)
         cluster["compute_efficiency"] = c.computeEfficiency;
     if (!c.preset.empty())
@@ -879,22 +898,38 @@ json toJson(const JobSpec& spec)
         cluster["calibration"] = toJson(c.calibration);
     json out = {{"model", model},
                 {"parallel",
-                 {{"dp", p.dp}, {"pp", p.pp}, {"tp", p.tp}, {"ep", p.ep}, {"zero", p.zero},
-                  {"sequence_parallel", p.sequenceParallel}, {"recompute", recomputeName(p.recompute)},
-                  {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
-                  {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
-                  {"order", rankOrderName(p.order)}, {"grad_bucket_mb", p.gradBucketMb},
-                  {"overlap_grad_reduce", p.overlapGradReduce}, {"overlap_param_gather", p.overlapParamGather},
+                 {{"dp", p.dp},
+                  {"pp", p.pp},
+                  {"tp", p.tp},
+                  {"ep", p.ep},
+                  {"zero", p.zero},
+                  {"sequence_parallel", p.sequenceParallel},
+                  {"recompute", recomputeName(p.recompute)},
+                  {"schedule", scheduleName(p.schedule)},
+                  {"virtual_stages", p.virtualStages},
+                  {"microbatches", p.microbatches},
+                  {"micro_batch_size", p.microBatchSize},
+                  {"order", rankOrderName(p.order)},
+                  {"grad_bucket_mb", p.gradBucketMb},
+                  {"overlap_grad_reduce", p.overlapGradReduce},
+                  {"overlap_param_gather", p.overlapParamGather},
                   {"tp_comm_overlap", p.tpCommOverlap}}},
                 {"precision",
                  {{"grads", gradDtypeName(spec.precision.grads)},
                   {"activations", activationDtypeName(spec.precision.activations)}}},
                 {"cluster", cluster},
                 {"train",
-                 {{"steps", spec.train.steps}, {"lr", spec.train.lr}, {"warmup_steps", spec.train.warmupSteps},
-                  {"decay_steps", spec.train.decaySteps}, {"min_lr", spec.train.minLr},
-                  {"weight_decay", spec.train.weightDecay}, {"beta1", spec.train.beta1}, {"beta2", spec.train.beta2},
-                  {"eps", spec.train.eps}, {"grad_clip", spec.train.gradClip}, {"seed", spec.train.seed},
+                 {{"steps", spec.train.steps},
+                  {"lr", spec.train.lr},
+                  {"warmup_steps", spec.train.warmupSteps},
+                  {"decay_steps", spec.train.decaySteps},
+                  {"min_lr", spec.train.minLr},
+                  {"weight_decay", spec.train.weightDecay},
+                  {"beta1", spec.train.beta1},
+                  {"beta2", spec.train.beta2},
+                  {"eps", spec.train.eps},
+                  {"grad_clip", spec.train.gradClip},
+                  {"seed", spec.train.seed},
                   {"data", toJson(spec.train.data)}}},
                 {"backend", backendName(spec.backend)}};
     if (!spec.name.empty())

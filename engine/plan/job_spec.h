@@ -33,10 +33,10 @@ std::string_view activationDtypeName(ActivationDtype a);
 std::string_view rankOrderName(RankOrder o);
 
 struct MoeSpec {
-    int experts = 0;                 // 0: a dense model
+    int experts = 0;  // 0: a dense model
     int topK = 1;
-    std::int64_t ffnHidden = 0;      // per expert
-    int everyNLayers = 1;            // layer i is an MoE layer when i % everyNLayers == 0 (Megatron's moe_layer_freq)
+    std::int64_t ffnHidden = 0;  // per expert
+    int everyNLayers = 1;        // layer i is an MoE layer when i % everyNLayers == 0 (Megatron's moe_layer_freq)
     double capacityFactor = 1.0;
     double auxLossCoef = 0.01;
     bool enabled() const { return experts > 0; }
@@ -46,7 +46,7 @@ struct ModelSpec {
     int layers = 0;
     std::int64_t hidden = 0;
     int heads = 0;
-    int kvHeads = 0;                 // GQA query groups; equal to heads for plain multi-head attention
+    int kvHeads = 0;  // GQA query groups; equal to heads for plain multi-head attention
     std::int64_t ffnHidden = 0;
     std::int64_t vocab = 0;
     std::int64_t seqLen = 0;
@@ -65,12 +65,12 @@ struct ParallelSpec {
     int pp = 1;
     int tp = 1;
     int ep = 1;
-    int zero = 0;                    // ZeRO stage 0-3; 1 is Megatron's distributed optimizer
+    int zero = 0;  // ZeRO stage 0-3; 1 is Megatron's distributed optimizer
     bool sequenceParallel = false;
     Recompute recompute = Recompute::Selective;
     ScheduleKind schedule = ScheduleKind::OneFOneB;
     int virtualStages = 1;
-    int microbatches = 1; // per data-parallel replica and step (m)
+    int microbatches = 1;  // per data-parallel replica and step (m)
     int microBatchSize = 1;
     RankOrder order = RankOrder::TpDpPp;
     // The data-parallel reduction in buckets of this many MiB (PyTorch DDP's bucket_cap_mb),
@@ -90,7 +90,7 @@ struct ParallelSpec {
 };
 
 struct PrecisionSpec {
-    GradDtype grads = GradDtype::Fp32;   // Megatron keeps fp32 main grads; the ZeRO paper uses fp16/bf16
+    GradDtype grads = GradDtype::Fp32;  // Megatron keeps fp32 main grads; the ZeRO paper uses fp16/bf16
     // precision.activations. A document without it gets fp32 when the cluster's device kind is
     // "cpu" and bf16 otherwise (loadJobSpec decides once the cluster is read); a spec built in code
     // gets bf16.
@@ -98,38 +98,38 @@ struct PrecisionSpec {
 };
 
 struct DeviceSpec {
-    std::string kind;                // preset name, e.g. "h100-sxm"
-    double peakFlops = 0;            // dense bf16 (fp32 for the cpu device), FLOP/s
+    std::string kind;      // preset name, e.g. "h100-sxm"
+    double peakFlops = 0;  // dense bf16 (fp32 for the cpu device), FLOP/s
     double memoryBytes = 0;
-    double memoryBandwidth = 0;      // bytes/s
+    double memoryBandwidth = 0;  // bytes/s
 };
 
 // Rates fitted to a session's measured spans by `meshbench-engine calibrate`; each replaces the
 // device table's figure when set (zero, or negative for the latencies and overhead, means unset).
 struct CalibrationSpec {
-    std::string source;              // what it was fitted to, e.g. the session's file name
-    double matmulEfficiency = 0;     // share of the device's peak its large GEMMs reach
+    std::string source;           // what it was fitted to, e.g. the session's file name
+    double matmulEfficiency = 0;  // share of the device's peak its large GEMMs reach
     double attentionEfficiency = 0;
-    double memoryBandwidth = 0;      // bytes/s
-    double kernelOverhead = -1;      // seconds per kernel or op
-    double intraBandwidth = 0;       // bus bytes/s per device
+    double memoryBandwidth = 0;  // bytes/s
+    double kernelOverhead = -1;  // seconds per kernel or op
+    double intraBandwidth = 0;   // bus bytes/s per device
     double interBandwidth = 0;
-    double intraLatency = -1;        // seconds
+    double intraLatency = -1;  // seconds
     double interLatency = -1;
     bool empty() const { return source.empty(); }
 };
 
 struct ClusterSpec {
-    std::string preset;              // empty when described by hand
+    std::string preset;  // empty when described by hand
     int nodes = 1;
     int devicesPerNode = 1;
-    int nvlinkDomain = 1;            // devices that share the fast fabric (a node, or an NVL72 rack)
+    int nvlinkDomain = 1;  // devices that share the fast fabric (a node, or an NVL72 rack)
     DeviceSpec device;
-    double intraBandwidth = 0;       // bytes/s per device, one direction, inside an NVLink domain
-    double interBandwidth = 0;       // bytes/s per device, one direction, across the network
-    double intraLatency = 0;         // seconds
-    double interLatency = 0;         // seconds
-    double computeEfficiency = 0;    // share of peak a large GEMM reaches; 0: the device table's
+    double intraBandwidth = 0;     // bytes/s per device, one direction, inside an NVLink domain
+    double interBandwidth = 0;     // bytes/s per device, one direction, across the network
+    double intraLatency = 0;       // seconds
+    double interLatency = 0;       // seconds
+    double computeEfficiency = 0;  // share of peak a large GEMM reaches; 0: the device table's
     CalibrationSpec calibration;
 
     std::int64_t devices() const { return std::int64_t(nodes) * devicesPerNode; }
@@ -152,9 +152,9 @@ std::string_view tokenDtypeName(TokenDtype d);
 
 struct DataSpec {
     DataSource source = DataSource::Markov;
-    int order = 1;                  // markov
-    std::optional<int> branching;   // markov; unset: min(4, vocab)
-    std::string path;               // file: relative paths are relative to the job spec's folder
+    int order = 1;                 // markov
+    std::optional<int> branching;  // markov; unset: min(4, vocab)
+    std::string path;              // file: relative paths are relative to the job spec's folder
     TokenDtype dtype = TokenDtype::Uint16;
     int branchingFor(std::int64_t vocab) const { return branching.value_or(int(std::min<std::int64_t>(4, vocab))); }
 };
@@ -169,7 +169,7 @@ struct TrainSpec {
     double beta1 = 0.9;
     double beta2 = 0.95;
     double eps = 1e-8;
-    double gradClip = 1.0;          // global gradient-norm clip; 0 turns it off
+    double gradClip = 1.0;  // global gradient-norm clip; 0 turns it off
     std::uint64_t seed = 1234;
     DataSpec data;
 };
@@ -195,8 +195,8 @@ struct SpecError {
 };
 
 struct LoadResult {
-    std::optional<JobSpec> spec;     // set when the document is structurally sound (types, ranges, keys)
-    std::vector<SpecError> errors;   // structural errors, then layout errors
+    std::optional<JobSpec> spec;    // set when the document is structurally sound (types, ranges, keys)
+    std::vector<SpecError> errors;  // structural errors, then layout errors
     // For a valid spec: what this build's meshbench-agent refuses to run of it as laid out
     // (agentCanRun, capability.h). The planner still prices such a spec; run, the Designer and the
     // agent refuse it.

@@ -9,17 +9,21 @@ namespace meshbench::plan {
 std::string_view groupKindName(GroupKind kind)
 {
     switch (kind) {
-    case GroupKind::Tensor: return "tp";
-    case GroupKind::Pipeline: return "pp";
-    case GroupKind::Data: return "dp";
-    case GroupKind::Expert: return "ep";
-    case GroupKind::ExpertData: return "expert-dp";
+    case GroupKind::Tensor:
+        return "tp";
+    case GroupKind::Pipeline:
+        return "pp";
+    case GroupKind::Data:
+        return "dp";
+    case GroupKind::Expert:
+        return "ep";
+    case GroupKind::ExpertData:
+        return "expert-dp";
     }
     return "?";
 }
 
-Mesh::Mesh(int dp, int pp, int tp, int ep, RankOrder order)
-    : m_dp(dp), m_pp(pp), m_tp(tp), m_ep(ep)
+Mesh::Mesh(int dp, int pp, int tp, int ep, RankOrder order) : m_dp(dp), m_pp(pp), m_tp(tp), m_ep(ep)
 {
     if (order == RankOrder::TpDpPp) {
         m_dpStride = tp;
@@ -48,11 +52,16 @@ int Mesh::rankOf(int dp, int pp, int tp) const { return tp + dp * m_dpStride + p
 int Mesh::groupSize(GroupKind kind) const
 {
     switch (kind) {
-    case GroupKind::Tensor: return m_tp;
-    case GroupKind::Pipeline: return m_pp;
-    case GroupKind::Data: return m_dp;
-    case GroupKind::Expert: return m_ep;
-    case GroupKind::ExpertData: return m_dp / m_ep;
+    case GroupKind::Tensor:
+        return m_tp;
+    case GroupKind::Pipeline:
+        return m_pp;
+    case GroupKind::Data:
+        return m_dp;
+    case GroupKind::Expert:
+        return m_ep;
+    case GroupKind::ExpertData:
+        return m_dp / m_ep;
     }
     return 1;
 }
@@ -60,11 +69,16 @@ int Mesh::groupSize(GroupKind kind) const
 int Mesh::groupStride(GroupKind kind) const
 {
     switch (kind) {
-    case GroupKind::Tensor: return 1;
-    case GroupKind::Pipeline: return m_ppStride;
-    case GroupKind::Data: return m_dpStride;
-    case GroupKind::Expert: return m_dpStride;
-    case GroupKind::ExpertData: return m_dpStride * m_ep;
+    case GroupKind::Tensor:
+        return 1;
+    case GroupKind::Pipeline:
+        return m_ppStride;
+    case GroupKind::Data:
+        return m_dpStride;
+    case GroupKind::Expert:
+        return m_dpStride;
+    case GroupKind::ExpertData:
+        return m_dpStride * m_ep;
     }
     return 1;
 }
@@ -73,11 +87,16 @@ int Mesh::indexInGroup(GroupKind kind, int rank) const
 {
     const MeshCoord c = coordOf(rank);
     switch (kind) {
-    case GroupKind::Tensor: return c.tp;
-    case GroupKind::Pipeline: return c.pp;
-    case GroupKind::Data: return c.dp;
-    case GroupKind::Expert: return c.ep;
-    case GroupKind::ExpertData: return c.edp;
+    case GroupKind::Tensor:
+        return c.tp;
+    case GroupKind::Pipeline:
+        return c.pp;
+    case GroupKind::Data:
+        return c.dp;
+    case GroupKind::Expert:
+        return c.ep;
+    case GroupKind::ExpertData:
+        return c.edp;
     }
     return 0;
 }
@@ -148,12 +167,12 @@ std::vector<std::string> placementWarnings(const Mesh& mesh, const ClusterSpec& 
             const DevicePlace first = placeRank(group.front(), cluster);
             const DevicePlace last = placeRank(group.back(), cluster);
             if (first.node != last.node) {
-                warnings.push_back("TP group of ranks " + std::to_string(group.front()) + ".." +
-                                   std::to_string(group.back()) + " spans nodes " + std::to_string(first.node) +
-                                   " to " + std::to_string(last.node) +
-                                   (first.domain != last.domain ? " and leaves its NVLink domain" : " (same NVLink domain)") +
-                                   "; keep tp within devices_per_node=" + std::to_string(cluster.devicesPerNode));
-                break;   // one example is enough: all TP groups have the same shape
+                warnings.push_back(
+                    "TP group of ranks " + std::to_string(group.front()) + ".." + std::to_string(group.back()) +
+                    " spans nodes " + std::to_string(first.node) + " to " + std::to_string(last.node) +
+                    (first.domain != last.domain ? " and leaves its NVLink domain" : " (same NVLink domain)") +
+                    "; keep tp within devices_per_node=" + std::to_string(cluster.devicesPerNode));
+                break;  // one example is enough: all TP groups have the same shape
             }
         }
     }

@@ -13,8 +13,8 @@ struct MeshCoord {
     int dp = 0;
     int pp = 0;
     int tp = 0;
-    int ep = 0;    // dp % ep: position inside the expert-parallel group
-    int edp = 0;   // dp / ep: position inside the expert-data-parallel group
+    int ep = 0;   // dp % ep: position inside the expert-parallel group
+    int edp = 0;  // dp / ep: position inside the expert-data-parallel group
 };
 
 enum class GroupKind { Tensor, Pipeline, Data, Expert, ExpertData };
@@ -52,8 +52,8 @@ private:
 
 struct DevicePlace {
     int node = 0;
-    int device = 0;   // local index on the node
-    int domain = 0;   // NVLink domain
+    int device = 0;  // local index on the node
+    int domain = 0;  // NVLink domain
 };
 
 // Rank r runs on node r / devices_per_node, device r % devices_per_node (mpirun's by-slot fill).

@@ -20,7 +20,7 @@ wire::SpanKind spanKindOf(OpKind kind)
     case OpKind::RecvGradient:
         return wire::SpanKind::RecvGradient;
     }
-    return wire::SpanKind::Idle; // not reached: the switch names every kind
+    return wire::SpanKind::Idle;  // not reached: the switch names every kind
 }
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

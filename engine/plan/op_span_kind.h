@@ -10,4 +10,4 @@ namespace meshbench::plan {
 
 wire::SpanKind spanKindOf(OpKind kind);
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

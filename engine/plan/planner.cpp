@@ -35,10 +35,10 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
         plan.stages.push_back(stage);
     }
     if (!plan.fits)
-        plan.warnings.push_back("stage " + std::to_string(plan.mostLoadedStage) + " needs " +
-                                std::to_string(int(heaviest / 1e9 + 0.5)) + " GB but a " + spec.cluster.device.kind +
-                                " has " + std::to_string(int(plan.deviceMemory / 1e9 + 0.5)) +
-                                " GB; raise tp or pp, use a higher ZeRO stage, recompute, or a smaller micro_batch_size");
+        plan.warnings.push_back(
+            "stage " + std::to_string(plan.mostLoadedStage) + " needs " + std::to_string(int(heaviest / 1e9 + 0.5)) +
+            " GB but a " + spec.cluster.device.kind + " has " + std::to_string(int(plan.deviceMemory / 1e9 + 0.5)) +
+            " GB; raise tp or pp, use a higher ZeRO stage, recompute, or a smaller micro_batch_size");
 
     plan.schedule = buildSchedule(p.scheduleShape());
     // Unit costs are per stage and micro-batch: an interleaved chunk does 1/v of it, and schedules
@@ -46,10 +46,11 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
     const bool split = plan.schedule.splitBackward();
     const double chunk = 1.0 / p.virtualStages;
     const OpCosts costs =
-        unitCosts ? OpCosts::uniform(p.scheduleShape(), unitCosts->forward * chunk,
-                                     (split ? unitCosts->backward : unitCosts->backward + unitCosts->weightGrad) * chunk,
-                                     split ? unitCosts->weightGrad * chunk : 0.0)
-                  : model.opCosts();
+        unitCosts
+            ? OpCosts::uniform(p.scheduleShape(), unitCosts->forward * chunk,
+                               (split ? unitCosts->backward : unitCosts->backward + unitCosts->weightGrad) * chunk,
+                               split ? unitCosts->weightGrad * chunk : 0.0)
+            : model.opCosts();
     plan.simulation = simulate(plan.schedule, costs);
     // Ranks that share cores get more of them while others wait in the bubble: price again with
     // the simulated busy share (the bubble ratio itself does not depend on the common speed).

@@ -24,7 +24,7 @@ struct UnitCosts {
 
 struct StageMemory {
     int stage = 0;
-    double parameters = 0;        // on one GPU of the stage
+    double parameters = 0;  // on one GPU of the stage
     MemoryBreakdown memory;
     bool fits = true;
 };
@@ -49,7 +49,7 @@ struct Plan {
     int worldSize = 0;
     ParameterCounts parameters;
     double parametersPerGpuMax = 0;
-    std::vector<StageMemory> stages;   // one entry per pipeline stage: its ranks share a memory profile
+    std::vector<StageMemory> stages;  // one entry per pipeline stage: its ranks share a memory profile
     int mostLoadedStage = 0;
     double deviceMemory = 0;
     bool fits = true;

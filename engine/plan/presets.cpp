@@ -25,10 +25,8 @@ struct DeviceRow {
 // B200 (HGX B200): 2.25 PFLOP/s dense bf16, 180 GB HBM3e at 7.7 TB/s.
 // GB200 (per Blackwell GPU in an NVL72 rack): 2.5 PFLOP/s dense bf16, 186 GB HBM3e at 8 TB/s.
 constexpr DeviceRow kDevices[] = {
-    {"a100-80gb", 312 * TFLOPS, 80 * GB, 2039 * GB},
-    {"h100-sxm", 989 * TFLOPS, 80 * GB, 3350 * GB},
-    {"h200-sxm", 989 * TFLOPS, 141 * GB, 4800 * GB},
-    {"b200", 2250 * TFLOPS, 180 * GB, 7700 * GB},
+    {"a100-80gb", 312 * TFLOPS, 80 * GB, 2039 * GB}, {"h100-sxm", 989 * TFLOPS, 80 * GB, 3350 * GB},
+    {"h200-sxm", 989 * TFLOPS, 141 * GB, 4800 * GB}, {"b200", 2250 * TFLOPS, 180 * GB, 7700 * GB},
     {"gb200", 2500 * TFLOPS, 186 * GB, 8000 * GB},
 };
 
@@ -131,7 +129,7 @@ std::optional<ClusterSpec> clusterPreset(std::string_view name)
 
 std::vector<std::string_view> clusterPresetNames()
 {
-    return {"dgx-a100", "dgx-h100", "dgx-h100x4", "dgx-h100x128", "dgx-h100x2048",
+    return {"dgx-a100", "dgx-h100", "dgx-h100x4",  "dgx-h100x128", "dgx-h100x2048",
             "dgx-h200", "dgx-b200", "gb200-nvl72", "local-cpu"};
 }
 

@@ -44,8 +44,11 @@ std::string formatFlops(double flops)
 
 json memoryToJson(const MemoryBreakdown& m)
 {
-    return {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer},
-            {"activations", m.activations}, {"total", m.total()}};
+    return {{"weights", m.weights},
+            {"grads", m.grads},
+            {"optimizer", m.optimizer},
+            {"activations", m.activations},
+            {"total", m.total()}};
 }
 
 std::string layoutLine(const ParallelSpec& p)
@@ -164,8 +167,8 @@ json planToJson(const Plan& plan)
 {
     json stages = json::array();
     for (const StageMemory& s : plan.stages)
-        stages.push_back({{"stage", s.stage}, {"params", s.parameters}, {"memory_bytes", memoryToJson(s.memory)},
-                          {"fits", s.fits}});
+        stages.push_back(
+            {{"stage", s.stage}, {"params", s.parameters}, {"memory_bytes", memoryToJson(s.memory)}, {"fits", s.fits}});
     std::size_t opCount = 0;
     for (const auto& stage : plan.simulation.timeline)
         opCount += stage.size();
@@ -175,14 +178,19 @@ json planToJson(const Plan& plan)
         json ops = json::array();
         if (listOps)
             for (const TimedOp& t : plan.simulation.timeline[s]) {
-                json op = {{"op", opKindName(t.op.kind)}, {"mb", t.op.microbatch}, {"chunk", t.op.chunk},
-                           {"begin", t.begin}, {"end", t.end}};
+                json op = {{"op", opKindName(t.op.kind)},
+                           {"mb", t.op.microbatch},
+                           {"chunk", t.op.chunk},
+                           {"begin", t.begin},
+                           {"end", t.end}};
                 if (t.op.peerStage >= 0)
                     op["peer"] = t.op.peerStage;
                 ops.push_back(std::move(op));
             }
-        schedule.push_back({{"stage", s}, {"bubble_ratio", plan.simulation.bubbleRatio[s]},
-                            {"busy", plan.simulation.busy[s]}, {"ops", std::move(ops)}});
+        schedule.push_back({{"stage", s},
+                            {"bubble_ratio", plan.simulation.bubbleRatio[s]},
+                            {"busy", plan.simulation.busy[s]},
+                            {"ops", std::move(ops)}});
     }
     std::vector<std::string> warnings = plan.warnings;
     if (!listOps)
@@ -206,9 +214,13 @@ json planToJson(const Plan& plan)
         {"flops_per_step", plan.flopsPerStep},
         {"step_time_s", st.total},
         {"step_breakdown_s",
-         {{"compute", st.compute}, {"tensor_comm", st.tensorComm}, {"expert_comm", st.expertComm},
-          {"pipeline_bubble", st.pipelineBubble}, {"data_parallel_comm", st.dataParallelComm},
-          {"optimizer", st.optimizer}, {"tensor_comm_hidden", st.tensorCommHidden},
+         {{"compute", st.compute},
+          {"tensor_comm", st.tensorComm},
+          {"expert_comm", st.expertComm},
+          {"pipeline_bubble", st.pipelineBubble},
+          {"data_parallel_comm", st.dataParallelComm},
+          {"optimizer", st.optimizer},
+          {"tensor_comm_hidden", st.tensorCommHidden},
           {"data_parallel_hidden", st.dataParallelHidden}}},
         {"calibration", plan.spec.cluster.calibration.source},
         {"tokens_per_s", plan.tokensPerSecond},
@@ -219,7 +231,8 @@ json planToJson(const Plan& plan)
         {"spec", toJson(plan.spec)},
     };
     if (plan.unitCosts)
-        out["unit_costs"] = {{"F", plan.unitCosts->forward}, {"B", plan.unitCosts->backward}, {"W", plan.unitCosts->weightGrad}};
+        out["unit_costs"] = {
+            {"F", plan.unitCosts->forward}, {"B", plan.unitCosts->backward}, {"W", plan.unitCosts->weightGrad}};
     return out;
 }
 
@@ -232,7 +245,8 @@ std::string planToText(const Plan& plan)
     out << "Meshbench plan" << (spec.name.empty() ? "" : ": " + spec.name) << "\n\n";
     out << "Model    " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads << " heads (" << m.kvHeads
         << " kv), ffn " << m.ffnHidden << ", vocab " << m.vocab << ", seq " << m.seqLen << ", " << normName(m.norm)
-        << ", " << activationName(m.activation) << (m.tiedEmbeddings ? ", tied embeddings" : ", untied embeddings") << "\n";
+        << ", " << activationName(m.activation) << (m.tiedEmbeddings ? ", tied embeddings" : ", untied embeddings")
+        << "\n";
     if (m.moe.enabled())
         out << "         MoE every " << m.moe.everyNLayers << " layer(s): " << m.moe.experts << " experts of "
             << m.moe.ffnHidden << ", top-" << m.moe.topK << ", capacity factor " << m.moe.capacityFactor << "\n";
@@ -258,9 +272,10 @@ std::string planToText(const Plan& plan)
             ++j;
         const StageMemory& s = plan.stages[i];
         const std::string label = i == j ? std::to_string(i) : std::to_string(i) + "-" + std::to_string(j);
-        out << "  " << pad(label, 9, false) << pad(formatCount(s.parameters), 11) << pad(formatBytes(s.memory.weights), 11)
-            << pad(formatBytes(s.memory.grads), 11) << pad(formatBytes(s.memory.optimizer), 11)
-            << pad(formatBytes(s.memory.activations), 13) << pad(formatBytes(s.memory.total()), 11)
+        out << "  " << pad(label, 9, false) << pad(formatCount(s.parameters), 11)
+            << pad(formatBytes(s.memory.weights), 11) << pad(formatBytes(s.memory.grads), 11)
+            << pad(formatBytes(s.memory.optimizer), 11) << pad(formatBytes(s.memory.activations), 13)
+            << pad(formatBytes(s.memory.total()), 11)
             << pad(formatNumber("%.0f%%", 100.0 * s.memory.total() / plan.deviceMemory), 11)
             << (s.fits ? "" : "  DOES NOT FIT") << "\n";
         i = j + 1;
@@ -280,10 +295,12 @@ std::string planToText(const Plan& plan)
         if (!plan.spec.cluster.calibration.empty())
             out << "         rates calibrated from " << plan.spec.cluster.calibration.source << "\n";
         out << "         " << formatFlops(plan.flopsPerStep) << " per step, "
-            << formatNumber("%.0f", plan.tokensPerSecond) << " tokens/s, MFU " << formatNumber("%.1f%%", 100.0 * plan.mfu) << "\n";
+            << formatNumber("%.0f", plan.tokensPerSecond) << " tokens/s, MFU "
+            << formatNumber("%.1f%%", 100.0 * plan.mfu) << "\n";
     } else {
         out << "Unit costs F=" << plan.unitCosts->forward << " B=" << plan.unitCosts->backward
-            << " W=" << plan.unitCosts->weightGrad << " (no communication): makespan " << plan.simulation.makespan << "\n";
+            << " W=" << plan.unitCosts->weightGrad << " (no communication): makespan " << plan.simulation.makespan
+            << "\n";
     }
     out << "Bubble   " << formatNumber("%.2f%%", 100.0 * plan.simulation.overallBubbleRatio)
         << " of stage time (simulated)\n\n";
@@ -300,26 +317,38 @@ json searchToJson(const SearchResult& result)
     json best = json::array();
     for (const SearchCandidate& c : result.best) {
         const ParallelSpec& p = c.parallel;
-        best.push_back({{"dp", p.dp}, {"pp", p.pp}, {"tp", p.tp}, {"ep", p.ep}, {"zero", p.zero},
-                        {"sequence_parallel", p.sequenceParallel}, {"recompute", recomputeName(p.recompute)},
-                        {"schedule", scheduleName(p.schedule)}, {"virtual_stages", p.virtualStages},
-                        {"microbatches", p.microbatches}, {"micro_batch_size", p.microBatchSize},
-                        {"overlap_grad_reduce", p.overlapGradReduce}, {"overlap_param_gather", p.overlapParamGather},
-                        {"tp_comm_overlap", p.tpCommOverlap}, {"step_time_s", c.stepTime},
-                        {"tokens_per_s", c.tokensPerSecond}, {"mfu", c.mfu}, {"memory_bytes", c.memoryBytes},
+        best.push_back({{"dp", p.dp},
+                        {"pp", p.pp},
+                        {"tp", p.tp},
+                        {"ep", p.ep},
+                        {"zero", p.zero},
+                        {"sequence_parallel", p.sequenceParallel},
+                        {"recompute", recomputeName(p.recompute)},
+                        {"schedule", scheduleName(p.schedule)},
+                        {"virtual_stages", p.virtualStages},
+                        {"microbatches", p.microbatches},
+                        {"micro_batch_size", p.microBatchSize},
+                        {"overlap_grad_reduce", p.overlapGradReduce},
+                        {"overlap_param_gather", p.overlapParamGather},
+                        {"tp_comm_overlap", p.tpCommOverlap},
+                        {"step_time_s", c.stepTime},
+                        {"tokens_per_s", c.tokensPerSecond},
+                        {"mfu", c.mfu},
+                        {"memory_bytes", c.memoryBytes},
                         {"bubble_ratio", c.bubbleRatio}});
     }
-    return {{"valid", result.errors.empty()}, {"errors", errorsToJson(result.errors)},
-            {"global_batch", result.globalBatch}, {"planned_only", result.plannedOnly}, {"refused", result.refused},
-            {"evaluated", result.evaluated}, {"fitting", result.fitting},
-            {"evaluation_s", result.evaluationSeconds}, {"total_s", result.totalSeconds}, {"best", best}};
+    return {{"valid", result.errors.empty()},     {"errors", errorsToJson(result.errors)},
+            {"global_batch", result.globalBatch}, {"planned_only", result.plannedOnly},
+            {"refused", result.refused},          {"evaluated", result.evaluated},
+            {"fitting", result.fitting},          {"evaluation_s", result.evaluationSeconds},
+            {"total_s", result.totalSeconds},     {"best", best}};
 }
 
 std::string overlapLetters(const ParallelSpec& p)
 {
     std::string letters;
-    for (const auto& [on, letter] : {std::pair{p.overlapGradReduce, 'g'}, std::pair{p.overlapParamGather, 'p'},
-                                     std::pair{p.tpCommOverlap, 't'}})
+    for (const auto& [on, letter] :
+         {std::pair{p.overlapGradReduce, 'g'}, std::pair{p.overlapParamGather, 'p'}, std::pair{p.tpCommOverlap, 't'}})
         if (on)
             letters += letters.empty() ? std::string(1, letter) : std::string(",") + letter;
     return letters.empty() ? "-" : letters;
@@ -333,9 +362,10 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
     out << "Cluster " << c.nodes << " x " << c.devicesPerNode << " " << c.device.kind << " = " << c.devices()
         << " devices, global batch " << result.globalBatch << " sequences of " << spec.model.seqLen << "\n";
     out << result.evaluated << " layouts priced in " << formatSeconds(result.evaluationSeconds) << " ("
-        << formatNumber("%.2f", result.evaluationSeconds > 0 ? double(result.evaluated) / result.evaluationSeconds / 1e6 : 0.0)
-        << " M/s), " << result.fitting << " fit in memory; best " << result.best.size()
-        << " simulated in full, " << formatSeconds(result.totalSeconds) << " in all\n";
+        << formatNumber("%.2f",
+                        result.evaluationSeconds > 0 ? double(result.evaluated) / result.evaluationSeconds / 1e6 : 0.0)
+        << " M/s), " << result.fitting << " fit in memory; best " << result.best.size() << " simulated in full, "
+        << formatSeconds(result.totalSeconds) << " in all\n";
     if (result.refused > 0)
         out << result.refused << " more valid layouts skipped: meshbench-agent of this build does not run them\n";
     if (result.plannedOnly)
@@ -357,9 +387,10 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
             << pad(std::to_string(p.dp), 6) << pad(std::to_string(p.ep), 5) << pad(std::to_string(p.virtualStages), 4)
             << pad(std::to_string(p.microBatchSize), 5) << pad(std::to_string(p.microbatches), 6)
             << pad(std::to_string(p.zero), 5) << pad(p.sequenceParallel ? "on" : "off", 4) << "  "
-            << pad(std::string(recomputeName(p.recompute)), 10, false) << pad(std::string(scheduleName(p.schedule)), 12, false)
-            << pad(overlapLetters(p), 8, false) << pad(formatSeconds(cand.stepTime), 11)
-            << pad(formatNumber("%.0f", cand.tokensPerSecond), 12) << pad(formatNumber("%.1f%%", 100 * cand.mfu), 7) << pad(formatNumber("%.1f%%", 100 * cand.bubbleRatio), 8)
+            << pad(std::string(recomputeName(p.recompute)), 10, false)
+            << pad(std::string(scheduleName(p.schedule)), 12, false) << pad(overlapLetters(p), 8, false)
+            << pad(formatSeconds(cand.stepTime), 11) << pad(formatNumber("%.0f", cand.tokensPerSecond), 12)
+            << pad(formatNumber("%.1f%%", 100 * cand.mfu), 7) << pad(formatNumber("%.1f%%", 100 * cand.bubbleRatio), 8)
             << pad(formatBytes(cand.memoryBytes), 10) << "\n";
     }
     out << "\noverlap: g the data-parallel reduction under the backward, p ZeRO's weight gather under the\n"

@@ -21,10 +21,7 @@ constexpr ScheduleName kScheduleNames[] = {{"gpipe", ScheduleKind::GPipe},
                                            {"dualpipev", ScheduleKind::DualPipeV}};
 
 // Megatron's micro-batch group size per virtual stage; 0 selects its default, p.
-int groupSizeOf(const ScheduleShape& shape)
-{
-    return shape.groupSize > 0 ? shape.groupSize : shape.stages;
-}
+int groupSizeOf(const ScheduleShape& shape) { return shape.groupSize > 0 ? shape.groupSize : shape.stages; }
 
 struct MicrobatchChunk {
     int microbatch;
@@ -139,9 +136,18 @@ class ChunkCounters {
 public:
     ChunkCounters(StageBuilder& builder, int microbatches) : m_builder(builder), m_m(microbatches) {}
 
-    void forward(int chunk) { run(m_forward[chunk], [&](int mb) { m_builder.forward(mb, chunk); }); }
-    void backward(int chunk) { run(m_backward[chunk], [&](int mb) { m_builder.backward(mb, chunk); }); }
-    void weightGrad(int chunk) { run(m_weightGrad[chunk], [&](int mb) { m_builder.weightGrad(mb, chunk); }); }
+    void forward(int chunk)
+    {
+        run(m_forward[chunk], [&](int mb) { m_builder.forward(mb, chunk); });
+    }
+    void backward(int chunk)
+    {
+        run(m_backward[chunk], [&](int mb) { m_builder.backward(mb, chunk); });
+    }
+    void weightGrad(int chunk)
+    {
+        run(m_weightGrad[chunk], [&](int mb) { m_builder.weightGrad(mb, chunk); });
+    }
     int weightGradsLeft(int chunk) const { return std::max(0, m_m - m_weightGrad[chunk]); }
 
 private:
@@ -374,10 +380,10 @@ private:
     StageBuilder& m_builder;
     int m_forward[2] = {0, 0};
     int m_backward[2] = {0, 0};
-    std::deque<std::pair<int, int>> m_deferred;   // (micro-batch, chunk) whose W is owed
+    std::deque<std::pair<int, int>> m_deferred;  // (micro-batch, chunk) whose W is owed
 };
 
-} // namespace
+}  // namespace
 
 std::string_view scheduleName(ScheduleKind kind)
 {
@@ -470,9 +476,8 @@ std::string validateScheduleShape(const ScheduleShape& shape)
             return name + " needs at least 2 pipeline stages (got " + std::to_string(p) +
                    "); use \"1f1b\" with 1 stage";
         if (shape.kind == ScheduleKind::DualPipeV && m < 2 * p)
-            return "dualpipev needs at least 2 x pipeline stages = " + std::to_string(2 * p) +
-                   " micro-batches (got " + std::to_string(m) + "); use " + std::to_string(2 * p) +
-                   " or more micro-batches, or \"zb-v\"";
+            return "dualpipev needs at least 2 x pipeline stages = " + std::to_string(2 * p) + " micro-batches (got " +
+                   std::to_string(m) + "); use " + std::to_string(2 * p) + " or more micro-batches, or \"zb-v\"";
         return "";
     }
     if (shape.kind != ScheduleKind::Interleaved)
@@ -537,8 +542,8 @@ int warmupCount(const ScheduleShape& shape, int stage)
     case ScheduleKind::DualPipeV: {
         // Read off the stage's op list (2p, and 2p + 1 on dualpipev's last stage, once m >= 2p).
         const std::vector<Op> ops = buildStageOps(shape, stage);
-        const auto firstBackward = std::find_if(ops.begin(), ops.end(),
-                                                [](const Op& op) { return op.kind == OpKind::Backward; });
+        const auto firstBackward =
+            std::find_if(ops.begin(), ops.end(), [](const Op& op) { return op.kind == OpKind::Backward; });
         return int(std::count_if(ops.begin(), firstBackward, [](const Op& op) { return op.kind == OpKind::Forward; }));
     }
     case ScheduleKind::Interleaved: {
@@ -589,4 +594,4 @@ Schedule buildSchedule(const ScheduleShape& shape)
     return schedule;
 }
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

@@ -16,23 +16,23 @@ std::string_view scheduleName(ScheduleKind kind);
 bool parseScheduleName(std::string_view name, ScheduleKind& out);
 
 enum class OpKind : std::uint8_t {
-    Forward,          // F
-    Backward,         // B: the whole backward, or only the input gradient when the schedule splits W off
-    WeightGrad,       // W: weight gradient (schedules that split the backward)
-    SendActivation,   // after F, to the next virtual stage (non-blocking on the sender)
-    RecvActivation,   // before F, from the previous virtual stage (blocking)
-    SendGradient,     // after B, to the previous virtual stage (non-blocking on the sender)
-    RecvGradient,     // before B, from the next virtual stage (blocking)
+    Forward,         // F
+    Backward,        // B: the whole backward, or only the input gradient when the schedule splits W off
+    WeightGrad,      // W: weight gradient (schedules that split the backward)
+    SendActivation,  // after F, to the next virtual stage (non-blocking on the sender)
+    RecvActivation,  // before F, from the previous virtual stage (blocking)
+    SendGradient,    // after B, to the previous virtual stage (non-blocking on the sender)
+    RecvGradient,    // before B, from the next virtual stage (blocking)
 };
 
-std::string_view opKindName(OpKind kind);   // "F", "B", "W", "send-act", "recv-act", "send-grad", "recv-grad"
+std::string_view opKindName(OpKind kind);  // "F", "B", "W", "send-act", "recv-act", "send-grad", "recv-grad"
 bool isCompute(OpKind kind);
 
 struct Op {
     OpKind kind;
-    int microbatch;   // 0 .. m-1
-    int chunk;        // model chunk on this stage, 0 .. v-1 (ScheduleShape::virtualStageOf places it)
-    int peerStage;    // for send/recv: the physical stage on the other side; -1 for compute ops
+    int microbatch;  // 0 .. m-1
+    int chunk;       // model chunk on this stage, 0 .. v-1 (ScheduleShape::virtualStageOf places it)
+    int peerStage;   // for send/recv: the physical stage on the other side; -1 for compute ops
     // DualPipeV's F&B pairs: the forward of one chunk and the whole backward (B and W) of the
     // other, run as one unit between their receives and their sends so that one's compute hides
     // the other's communication. Set on the pair's F, B and W.
@@ -45,10 +45,10 @@ constexpr long long kMaxScheduleSlots = 1'000'000;
 
 struct ScheduleShape {
     ScheduleKind kind = ScheduleKind::OneFOneB;
-    int stages = 1;           // p
-    int microbatches = 1;     // m
-    int virtualStages = 1;    // v (chunks per stage); 1, or 2 for the V schedules, unless interleaved
-    int groupSize = 0;        // interleaved micro-batch group size G; 0 means Megatron's default p
+    int stages = 1;         // p
+    int microbatches = 1;   // m
+    int virtualStages = 1;  // v (chunks per stage); 1, or 2 for the V schedules, unless interleaved
+    int groupSize = 0;      // interleaved micro-batch group size G; 0 means Megatron's default p
 
     long long slotCount() const { return 1LL * stages * microbatches * virtualStages; }
 
@@ -73,7 +73,7 @@ bool splitsBackward(ScheduleKind kind);
 
 struct Schedule {
     ScheduleShape shape;
-    std::vector<std::vector<Op>> stages;   // stages[s] = ordered op list of physical stage s
+    std::vector<std::vector<Op>> stages;  // stages[s] = ordered op list of physical stage s
     bool splitBackward() const { return splitsBackward(shape.kind); }
 };
 

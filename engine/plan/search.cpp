@@ -105,7 +105,7 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
     ParallelSpec& p = candidate.parallel;
     p.order = RankOrder::TpDpPp;
     p.overlapParamGather = p.tpCommOverlap = false;
-    BestList best(std::size_t(std::max(1, options.top)) * 4);   // margin for re-ranking after simulation
+    BestList best(std::size_t(std::max(1, options.top)) * 4);  // margin for re-ranking after simulation
     std::vector<StageWork> works, overlappedWorks;
     const auto priceStages = [&](const CostModel& costs, std::vector<StageWork>& out) {
         out.clear();
@@ -157,8 +157,8 @@ SearchResult searchLayouts(const JobSpec& spec, const SearchOptions& options)
             p.tp = tp;
             p.pp = pp;
             p.dp = int(dp);
-            const std::vector<int> eps = model.moe.enabled() ? divisors(std::gcd(dp, std::int64_t(model.moe.experts)))
-                                                             : std::vector<int>{1};
+            const std::vector<int> eps =
+                model.moe.enabled() ? divisors(std::gcd(dp, std::int64_t(model.moe.experts))) : std::vector<int>{1};
             for (int ep : eps) {
                 p.ep = ep;
                 const LinkClasses links = linkClasses(Mesh(p), spec.cluster);

@@ -148,7 +148,7 @@ double computeCost(const OpCosts& costs, const Op& op, int vs)
     }
 }
 
-} // namespace
+}  // namespace
 
 OpCosts OpCosts::uniform(const ScheduleShape& shape, double f, double b, double w, double transfer)
 {
@@ -250,7 +250,7 @@ SimulationResult simulate(const Schedule& schedule, const OpCosts& costs)
     }
 
     // On a deadlock the timeline keeps what ran, up to where each stage got stuck.
-    constexpr int kListedStages = 8; // enough to see the cycle; a long list hides it
+    constexpr int kListedStages = 8;  // enough to see the cycle; a long list hides it
     std::string stuck;
     int stuckStages = 0;
     for (int s = 0; s < layout.p; ++s) {
@@ -397,4 +397,4 @@ std::string checkDependencies(const Schedule& schedule, const SimulationResult& 
     return "";
 }
 
-} // namespace meshbench::plan
+}  // namespace meshbench::plan

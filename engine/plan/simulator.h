@@ -12,15 +12,14 @@ namespace meshbench::plan {
 // Cost of one op for one micro-batch, per virtual stage (in model order; ScheduleShape places
 // them on stages), in seconds (or any unit, as long as all costs share it).
 struct OpCosts {
-    std::vector<double> forward;        // size p * v
-    std::vector<double> backward;       // B: full backward, or input-gradient only when split
-    std::vector<double> weightGrad;     // W: used only by schedules that split the backward
-    double activationTransfer = 0.0;    // time for an activation to cross a stage boundary
-    double gradientTransfer = 0.0;      // time for a gradient to cross a stage boundary
+    std::vector<double> forward;      // size p * v
+    std::vector<double> backward;     // B: full backward, or input-gradient only when split
+    std::vector<double> weightGrad;   // W: used only by schedules that split the backward
+    double activationTransfer = 0.0;  // time for an activation to cross a stage boundary
+    double gradientTransfer = 0.0;    // time for a gradient to cross a stage boundary
 
     // Every virtual stage costs the same.
-    static OpCosts uniform(const ScheduleShape& shape, double f, double b, double w,
-                           double transfer = 0.0);
+    static OpCosts uniform(const ScheduleShape& shape, double f, double b, double w, double transfer = 0.0);
 };
 
 struct TimedOp {
@@ -30,14 +29,14 @@ struct TimedOp {
 };
 
 struct SimulationResult {
-    bool completed = false;        // false: deadlock or malformed op list (see error)
+    bool completed = false;  // false: deadlock or malformed op list (see error)
     std::string error;
-    double makespan = 0.0;         // from 0 to the end of the last op on any stage
-    std::vector<std::vector<TimedOp>> timeline;   // per stage, in executed order
-    std::vector<double> busy;      // compute time per stage
-    std::vector<double> bubbleRatio;   // per stage: (makespan - busy) / makespan
-    double overallBubbleRatio = 0.0;   // sum of idle / (p * makespan)
-    std::vector<int> peakInFlight;     // per stage: most micro-batch chunks with live activations
+    double makespan = 0.0;                       // from 0 to the end of the last op on any stage
+    std::vector<std::vector<TimedOp>> timeline;  // per stage, in executed order
+    std::vector<double> busy;                    // compute time per stage
+    std::vector<double> bubbleRatio;             // per stage: (makespan - busy) / makespan
+    double overallBubbleRatio = 0.0;             // sum of idle / (p * makespan)
+    std::vector<int> peakInFlight;               // per stage: most micro-batch chunks with live activations
 };
 
 SimulationResult simulate(const Schedule& schedule, const OpCosts& costs);

@@ -61,7 +61,7 @@ int runCalibrate(const std::vector<std::string>& sessions, const std::string& ou
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 Command addCalibrateCommand(CLI::App& engine)
 {
@@ -81,4 +81,4 @@ Command addCalibrateCommand(CLI::App& engine)
     return {calibrate, [args] { return runCalibrate(args->sessions, args->out); }};
 }
 
-} // namespace meshbench::service
+}  // namespace meshbench::service

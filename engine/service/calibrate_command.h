@@ -10,4 +10,4 @@ namespace meshbench::service {
 // is wrong; 5 the profile cannot be written.
 Command addCalibrateCommand(CLI::App& engine);
 
-} // namespace meshbench::service
+}  // namespace meshbench::service

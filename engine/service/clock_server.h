@@ -32,7 +32,7 @@ public:
 private:
     void serve();
 
-    zmq::socket_t m_socket;   // used by the serving thread only, once it runs
+    zmq::socket_t m_socket;  // used by the serving thread only, once it runs
     std::string m_endpoint;
     std::atomic<bool> m_stop{false};
     std::atomic<std::uint64_t> m_answered{0};

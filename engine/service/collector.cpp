@@ -41,10 +41,7 @@ std::string reachableEndpoint(const zmq::socket_t& socket)
     return endpoint;
 }
 
-std::string Collector::endpoint() const
-{
-    return reachableEndpoint(m_socket);
-}
+std::string Collector::endpoint() const { return reachableEndpoint(m_socket); }
 
 void Collector::engineLog(wire::LogLevel level, std::string text)
 {

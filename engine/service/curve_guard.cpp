@@ -23,7 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";   // RFC 27: where ZeroMQ asks
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";  // RFC 27: where ZeroMQ asks
 constexpr const char* kStopEndpoint = "inproc://meshbench-curve-guard-stop";
 constexpr std::size_t kMaxRememberedRefusals = 10000;
 
@@ -65,12 +65,12 @@ struct CurveGuard::Impl {
     explicit Impl(zmq::context_t& c) : context(c) {}
 
     zmq::context_t& context;
-    std::filesystem::path allowListFile;      // empty for a fixed list
+    std::filesystem::path allowListFile;  // empty for a fixed list
     std::string fixedListName;
     // The guard thread (ZAP) and the server's thread (each request) both read the list.
     mutable std::mutex allowedMutex;
     std::set<std::string> allowed;
-    std::atomic<std::size_t> allowedCount{0}; // its size, for any thread
+    std::atomic<std::size_t> allowedCount{0};  // its size, for any thread
     bool revoked = false;                      // a reload took a key away: close every connection
     // The allow-list as last read, to notice a change.
     std::optional<std::filesystem::file_time_type> allowListTime;
@@ -92,7 +92,7 @@ struct CurveGuard::Impl {
     void closeConnectionsIfRevoked();
     void refuse(const std::string& signature, const std::string& message);
     bool admits(const std::string& key);
-    void rereadAllowListIfChanged(); // with allowedMutex held
+    void rereadAllowListIfChanged();  // with allowedMutex held
     void bindHandler();
 };
 
@@ -169,10 +169,7 @@ bool CurveGuard::Impl::admits(const std::string& key)
     return allowed.count(key) > 0;
 }
 
-bool CurveGuard::allows(const std::string& key)
-{
-    return m_impl->admits(key);
-}
+bool CurveGuard::allows(const std::string& key) { return m_impl->admits(key); }
 
 void CurveGuard::Impl::closeConnectionsIfRevoked()
 {
@@ -201,15 +198,9 @@ void CurveGuard::Impl::closeConnectionsIfRevoked()
                  closed);
 }
 
-std::size_t CurveGuard::allowedKeys() const
-{
-    return m_impl->allowedCount.load();
-}
+std::size_t CurveGuard::allowedKeys() const { return m_impl->allowedCount.load(); }
 
-const std::filesystem::path& CurveGuard::allowList() const
-{
-    return m_impl->allowListFile;
-}
+const std::filesystem::path& CurveGuard::allowList() const { return m_impl->allowListFile; }
 
 void CurveGuard::Impl::serve()
 {
@@ -311,9 +302,8 @@ void CurveGuard::Impl::readMonitor(Watched& w)
         w.connections.erase(fd);
         return;
     }
-    const std::string client =
-        "a client on the " + w.name + " (" + wire::printableText(endpoint.to_string_view()) +
-        "; ZeroMQ names no peer address before CURVE starts)";
+    const std::string client = "a client on the " + w.name + " (" + wire::printableText(endpoint.to_string_view()) +
+                               "; ZeroMQ names no peer address before CURVE starts)";
     const std::string keysHint = " (a workbench needs --server-key and --client-key)";
     std::string why;
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
@@ -324,9 +314,10 @@ void CurveGuard::Impl::readMonitor(Watched& w)
     } else if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
         why = client + ": a plaintext client, it connects without CURVE keys" + keysHint;
     } else if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
-        why = client + ": its CURVE handshake does not decrypt with this engine's key, so it holds another server's "
-                       "public key (give it this engine's " + std::string(wire::kServerKeyName) +
-              ".key) or a damaged key pair";
+        why = client +
+              ": its CURVE handshake does not decrypt with this engine's key, so it holds another server's "
+              "public key (give it this engine's " +
+              std::string(wire::kServerKeyName) + ".key) or a damaged key pair";
     } else {
         char code[16];
         std::snprintf(code, sizeof code, "0x%08x", value);
@@ -383,8 +374,7 @@ void CurveGuard::Impl::rereadAllowListIfChanged()
             revoked = true;
         allowed.clear();
         allowedCount = 0;
-        std::fprintf(stderr, "meshbench-engine: %s; no client is let in until the allow-list reads again\n",
-                     e.what());
+        std::fprintf(stderr, "meshbench-engine: %s; no client is let in until the allow-list reads again\n", e.what());
     }
 }
 

@@ -39,7 +39,7 @@ public:
     CurveGuard(zmq::context_t& context, std::filesystem::path allowList);
     // A fixed allow-list, e.g. a run's own agents' key; `whose` names it in refusals.
     CurveGuard(zmq::context_t& context, const std::vector<std::string>& allowedKeys, std::string whose);
-    ~CurveGuard();   // stops the thread
+    ~CurveGuard();  // stops the thread
     CurveGuard(const CurveGuard&) = delete;
     CurveGuard& operator=(const CurveGuard&) = delete;
 

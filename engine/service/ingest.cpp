@@ -34,10 +34,7 @@ void toEngineClock(wire::Record& record, const wire::RankClock& clock)
         record);
 }
 
-std::string milliseconds(std::int64_t ns)
-{
-    return plan::formatNumber("%+.1f ms", double(ns) * 1e-6);
-}
+std::string milliseconds(std::int64_t ns) { return plan::formatNumber("%+.1f ms", double(ns) * 1e-6); }
 
 }  // namespace
 
@@ -76,8 +73,8 @@ Ingest::Accepted Ingest::accept(std::span<const std::uint8_t> frame, std::int64_
     if (batch.sequence < expected) {
         ++m_rejectedFrames;
         out.problems.push_back("dropped a repeated batch from rank " + std::to_string(batch.rank) + " (sequence " +
-                               std::to_string(batch.sequence) + ", already received up to " +
-                               std::to_string(expected) + ")");
+                               std::to_string(batch.sequence) + ", already received up to " + std::to_string(expected) +
+                               ")");
         return out;
     }
     if (batch.sequence > expected) {
@@ -122,10 +119,7 @@ Ingest::Accepted Ingest::accept(std::span<const std::uint8_t> frame, std::int64_
     return out;
 }
 
-std::vector<store::RankTraffic> Ingest::traffic() const
-{
-    return m_traffic;
-}
+std::vector<store::RankTraffic> Ingest::traffic() const { return m_traffic; }
 
 std::uint64_t Ingest::lostRecords() const
 {

@@ -22,7 +22,7 @@ namespace meshbench::service {
 // The life of a rank as the engine sees it.
 struct RankLiveness {
     bool everHeard = false;
-    std::int64_t lastHeardNs = 0;                 // engine clock (wire::wallAlignedNowNs) of its last batch
+    std::int64_t lastHeardNs = 0;  // engine clock (wire::wallAlignedNowNs) of its last batch
     wire::RankState state = wire::RankState::Starting;
     std::int32_t detail = 0;
     std::int32_t pid = 0;
@@ -38,9 +38,9 @@ public:
     explicit Ingest(std::uint32_t worldSize);
 
     struct Accepted {
-        std::optional<wire::Batch> batch;       // records to store, when the frame was good
-        std::vector<std::string> problems;      // what was wrong, one line each (empty when fine)
-        std::vector<std::string> notes;         // worth a line in the log: a clock far from the engine's
+        std::optional<wire::Batch> batch;   // records to store, when the frame was good
+        std::vector<std::string> problems;  // what was wrong, one line each (empty when fine)
+        std::vector<std::string> notes;     // worth a line in the log: a clock far from the engine's
     };
     // nowNs: the engine's clock when the frame arrived.
     Accepted accept(std::span<const std::uint8_t> frame, std::int64_t nowNs);

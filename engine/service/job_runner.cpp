@@ -72,14 +72,14 @@ struct LauncherReport {
     int rank = -1;
     int signal = 0;
     std::optional<int> exitCode;
-    bool improper = false; // exited with status 0 before MPI_Finalize (a non-zero status is the second form)
+    bool improper = false;  // exited with status 0 before MPI_Finalize (a non-zero status is the second form)
     // Slurm's account of a cancelled step or job (srun relays slurmstepd's line):
     //   "slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-12-01T21:20:00 ***"
     //   "... *** JOB 12 ON n1 CANCELLED AT 2026-12-01T21:20:00 DUE TO TIME LIMIT ***"
     std::string slurmCancelledAt;
     bool slurmTimeLimit = false;
     std::string previousLine;
-    int namedRank = -1; // "Process name: [[j,1],R]", waiting for its "Exit code"
+    int namedRank = -1;  // "Process name: [[j,1],R]", waiting for its "Exit code"
     // A host the launch could not reach, in one of Open MPI's (4.x) or ssh's words:
     //   "A process or daemon was unable to complete a TCP connection" / "to another process:" /
     //   "  Local host:    n2" / "  Remote host:   login" (n2's daemon cannot connect back to mpirun)
@@ -87,17 +87,17 @@ struct LauncherReport {
     //   "ORTE has lost communication with a remote daemon." / ... / "  Remote daemon: [[j,0],1] on node n2"
     // followed, at launch, by "ORTE was unable to reliably start one or more daemons."
     std::string unreachableHost;
-    std::string unreachableFrom;    // the other end, when Open MPI names it
-    std::string unreachableWhy;     // ssh's reason, or what Open MPI's block says
-    bool daemonsNotStarted = false; // "ORTE was unable to reliably start one or more daemons"
-    bool inConnectionBlock = false; // between "unable to complete a TCP connection" and its hosts
-    bool inLostDaemonBlock = false; // between "lost communication with a remote daemon" and its node
+    std::string unreachableFrom;     // the other end, when Open MPI names it
+    std::string unreachableWhy;      // ssh's reason, or what Open MPI's block says
+    bool daemonsNotStarted = false;  // "ORTE was unable to reliably start one or more daemons"
+    bool inConnectionBlock = false;  // between "unable to complete a TCP connection" and its hosts
+    bool inLostDaemonBlock = false;  // between "lost communication with a remote daemon" and its node
     // A crash report ("[host:pid] *** Process received signal ***", then its signal and a
     // backtrace, as Open MPI's handler prints it): the first process to crash, its signal, and the
     // first named frame after the handler's.
     int crashPid = 0;
-    std::string crashSignal; // "Segmentation fault (11)"
-    std::string crashFrame;  // "PMIx_Finalize"
+    std::string crashSignal;  // "Segmentation fault (11)"
+    std::string crashFrame;   // "PMIx_Finalize"
 
     std::string describe() const
     {
@@ -127,7 +127,7 @@ void readUnreachableHost(const std::string& line, LauncherReport& report)
             report.unreachableFrom = m[1];
             report.inConnectionBlock = false;
         }
-        return; // the first host named is the one reported
+        return;  // the first host named is the one reported
     }
     if (std::regex_search(line, connection)) {
         report.inConnectionBlock = true;
@@ -184,7 +184,7 @@ void readLauncherLine(const std::string& line, LauncherReport& report)
     readUnreachableHost(line, report);
     readLauncherCrash(line, report);
     if (report.rank >= 0)
-        return; // the first report names the cause; the rest are consequences
+        return;  // the first report names the cause; the rest are consequences
     if (std::regex_search(joined, m, signalled)) {
         report.rank = std::stoi(m[1]);
         report.signal = std::stoi(m[2]);
@@ -404,7 +404,7 @@ private:
 
     const RunRequest& m_request;
     const std::atomic<bool>& m_stop;
-    plan::JobSpec m_spec; // the layout the agents run (one rank with oneDevice)
+    plan::JobSpec m_spec;  // the layout the agents run (one rank with oneDevice)
     plan::Plan m_plan;
     plan::Mesh m_mesh;
     std::uint32_t m_world;
@@ -412,19 +412,19 @@ private:
     RunResult m_result;
     SummaryObserver m_observer;
     zmq::context_t m_context{1};
-    std::unique_ptr<RunKeys> m_keys; // when the collector is reachable from off this machine
+    std::unique_ptr<RunKeys> m_keys;  // when the collector is reachable from off this machine
     Collector m_collector;
     ClockServer m_clock;
     std::unique_ptr<store::SessionWriter> m_writer;
     LauncherReport m_launcherReport;
-    int m_lastStep = 0;                       // the step every rank's last heartbeat says when the job completes
-    std::int64_t m_teardownNs = 0;            // when the engine began stopping the job, 0 before
-    bool m_leftRanksStopped = false;          // the launcher ended and left ranks running, which the engine stopped
-    const LaunchedProcess* m_job = nullptr;   // while it runs
-    std::size_t m_ranksHeard = 0;             // ranks heard from, when the launcher's tree was last noted
-    bool m_networkLost = false;               // the verdict is networkVerdict's: no rank can answer
-    std::vector<std::uint32_t> m_unanswering; // the ranks the verdict found lost with their host or network
-    bool m_orderlyStop = false;               // the user's stop is under way
+    int m_lastStep = 0;                        // the step every rank's last heartbeat says when the job completes
+    std::int64_t m_teardownNs = 0;             // when the engine began stopping the job, 0 before
+    bool m_leftRanksStopped = false;           // the launcher ended and left ranks running, which the engine stopped
+    const LaunchedProcess* m_job = nullptr;    // while it runs
+    std::size_t m_ranksHeard = 0;              // ranks heard from, when the launcher's tree was last noted
+    bool m_networkLost = false;                // the verdict is networkVerdict's: no rank can answer
+    std::vector<std::uint32_t> m_unanswering;  // the ranks the verdict found lost with their host or network
+    bool m_orderlyStop = false;                // the user's stop is under way
 };
 
 store::SessionHeader Run::header() const
@@ -467,7 +467,7 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
         return argv;
     }
     std::vector<std::string> argv{m_request.mpirun, "-np", std::to_string(m_world)};
-    if (m_keys) // mpirun hands its ranks only the variables it is told to
+    if (m_keys)  // mpirun hands its ranks only the variables it is told to
         argv.insert(argv.end(), {"-x", kTelemetryKeysVariable});
     // Without a host list the ranks share this machine, which may have fewer cores than ranks.
     const bool hostsGiven =
@@ -771,7 +771,7 @@ store::SessionOutcome Run::hostVerdict(const std::vector<std::uint32_t>& lost, c
     // gone together, however far each has got on its way out (launchedProcessState).
     std::set<char> states;
     bool allSeen = true;
-    std::string each; // rank by rank, when they disagree
+    std::string each;  // rank by rank, when they disagree
     for (std::uint32_t r : lost) {
         const std::optional<char> state = launchedProcessState(r);
         allSeen = allSeen && state.has_value();
@@ -839,10 +839,7 @@ std::optional<store::SessionOutcome> Run::unreachableHostVerdict() const
     return store::SessionOutcome{store::Outcome::Failed, cause, -1, 0};
 }
 
-bool Run::launcherCrashed() const
-{
-    return m_job && m_launcherReport.crashPid == m_job->pid();
-}
+bool Run::launcherCrashed() const { return m_job && m_launcherReport.crashPid == m_job->pid(); }
 
 std::string Run::crashWords() const
 {
@@ -874,7 +871,7 @@ store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit
     }
     // The engine never signals a launcher before it has a verdict, so this signal came from elsewhere.
     if (exit && exit->signal != 0) {
-        if (m_request.oneDevice) // the agent is rank 0 itself
+        if (m_request.oneDevice)  // the agent is rank 0 itself
             return failedRank(0, rankWords(0) + " " + exit->describe());
         if (launcherCrashed())
             return {store::Outcome::Failed,
@@ -1114,7 +1111,7 @@ RunResult Run::execute()
     return m_result;
 }
 
-} // namespace
+}  // namespace
 
 RunResult runJob(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
 {
@@ -1156,4 +1153,4 @@ std::string newSessionPath(const std::string& dir, const std::string& jobName)
     return candidate;
 }
 
-} // namespace meshbench::service
+}  // namespace meshbench::service

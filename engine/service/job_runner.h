@@ -27,11 +27,11 @@
 namespace meshbench::service {
 
 struct RunRequest {
-    std::string jobPath;                  // handed to the agents
-    std::string specText;                 // stored verbatim
+    std::string jobPath;   // handed to the agents
+    std::string specText;  // stored verbatim
     plan::JobSpec spec;
     std::string sessionPath;
-    std::string collectorBind = "tcp://127.0.0.1:*";   // the clock server binds beside it
+    std::string collectorBind = "tcp://127.0.0.1:*";  // the clock server binds beside it
     std::string mpirun = "mpirun";
     std::vector<std::string> mpirunArgs;  // the launcher's own, e.g. --hostfile FILE (srun's with slurm)
     bool slurm = false;                   // launch with srun --mpi=pmix (a Slurm job step) instead of mpirun
@@ -42,7 +42,7 @@ struct RunRequest {
     // run/serve --allow-run-as-root, the workbench's Run > Allow Open MPI as Root).
     bool allowRunAsRoot = false;
     std::chrono::milliseconds heartbeatTimeout{5000};
-    std::chrono::milliseconds startTimeout{120000};   // launch to a rank's first heartbeat
+    std::chrono::milliseconds startTimeout{120000};  // launch to a rank's first heartbeat
 };
 
 // What a run tells whoever watches it; every call comes from the thread that runs the job.
@@ -61,7 +61,7 @@ public:
 struct RunResult {
     store::SessionOutcome outcome;
     std::string sessionPath;
-    int steps = 0;                         // steps with aggregates
+    int steps = 0;  // steps with aggregates
     std::optional<double> finalLoss;
     // Means over the steps after the warm-up (live/steady_state.h), or over the warm-up for a run
     // that had no more.
@@ -72,7 +72,7 @@ struct RunResult {
     std::optional<double> worstImbalance;  // the largest per-step p95 expert imbalance
     std::vector<live::Finding> findings;   // worst first
     std::uint64_t records = 0;
-    std::uint64_t lostRecords = 0;         // lost on the way or dropped by agents
+    std::uint64_t lostRecords = 0;  // lost on the way or dropped by agents
     std::uint64_t rejectedFrames = 0;
 };
 

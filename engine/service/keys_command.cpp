@@ -103,7 +103,7 @@ Pair keyPair(const fs::path& dir, const std::string& name)
 
 struct Allowed {
     std::string key;
-    std::string from;   // the file it was read from; empty when given as a key
+    std::string from;  // the file it was read from; empty when given as a key
 };
 
 // Appends the keys the allow-list lacks (creating it with its header); returns how many it holds.
@@ -170,10 +170,10 @@ int makeKeys(const fs::path& dir, const std::string& client)
     std::vector<std::string> added;
     // The client pair made here is for a workbench of this host: this engine lets it in.
     const fs::path allowList = wire::allowListPath(dir);
-    const std::size_t allowed =
-        allowKeys(allowList, workbench.created ? std::vector<Allowed>{{workbench.keys.publicKey, client + ".key"}}
-                                               : std::vector<Allowed>{},
-                  added);
+    const std::size_t allowed = allowKeys(
+        allowList,
+        workbench.created ? std::vector<Allowed>{{workbench.keys.publicKey, client + ".key"}} : std::vector<Allowed>{},
+        added);
     std::cout << "key folder " << dir.string() << "\n";
     printPair(dir, wire::kServerKeyName, server, "give it to each workbench (--server-key FILE)",
               "this engine's, it stays here");

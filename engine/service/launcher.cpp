@@ -21,7 +21,7 @@ namespace meshbench::service {
 
 std::string ExitStatus::describe() const
 {
-    if (signal == SIGKILL) // nothing but the kernel or another process sends it
+    if (signal == SIGKILL)  // nothing but the kernel or another process sends it
         return "killed by signal 9 (Killed): by hand, or by the out-of-memory killer (see dmesg)";
     if (signal != 0)
         return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
@@ -70,17 +70,11 @@ bool killPending(pid_t pid)
 bool stuck(pid_t pid);
 
 // Whether the process is still there under its pid (not a zombie, nor a later process reusing it).
-bool present(const ProcessId& id)
-{
-    return processId(id.pid) == id;
-}
+bool present(const ProcessId& id) { return processId(id.pid) == id; }
 
 // Whether the process is still there and can still go on to its end. One that is stuck (killed
 // while frozen, say) goes once it is let go and not before, whatever it is sent.
-bool stillRunning(const ProcessId& id)
-{
-    return present(id) && !stuck(id.pid);
-}
+bool stillRunning(const ProcessId& id) { return present(id) && !stuck(id.pid); }
 
 // The teardown's wait for killed processes to go. One stuck for kStuckFor is past waiting for:
 // waiting would only hold the teardown up. A shorter spell in D state is a page fault or a write
@@ -114,7 +108,7 @@ ExitStatus fromWaitStatus(int status)
     return e;
 }
 
-} // namespace
+}  // namespace
 
 LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
                                  const std::vector<std::pair<std::string, std::string>>& env)
@@ -136,11 +130,11 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
     if (child == 0) {
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) // the engine died before prctl took effect
+        if (getppid() != parent)  // the engine died before prctl took effect
             _exit(127);
         sigset_t none;
         sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, nullptr); // the engine blocks stop signals; the job must not
+        sigprocmask(SIG_SETMASK, &none, nullptr);  // the engine blocks stop signals; the job must not
         dup2(out[1], STDOUT_FILENO);
         dup2(err[1], STDERR_FILENO);
         for (const auto& [key, value] : env)
@@ -248,10 +242,7 @@ std::vector<ProcessId> LaunchedProcess::liveTree()
     return tree;
 }
 
-bool LaunchedProcess::descendantsAlive() const
-{
-    return std::any_of(m_tree.begin(), m_tree.end(), stillRunning);
-}
+bool LaunchedProcess::descendantsAlive() const { return std::any_of(m_tree.begin(), m_tree.end(), stillRunning); }
 
 bool LaunchedProcess::launched(pid_t pid) const
 {
@@ -344,7 +335,7 @@ namespace {
 struct Stat {
     pid_t parent = 0;
     char state = 0;
-    unsigned long flags = 0; // the kernel's PF_* flags of the task
+    unsigned long flags = 0;  // the kernel's PF_* flags of the task
     unsigned long long startTime = 0;
 };
 
@@ -407,7 +398,7 @@ std::multimap<pid_t, pid_t> childrenByParent()
     return children;
 }
 
-} // namespace
+}  // namespace
 
 std::vector<pid_t> descendantsOf(pid_t root)
 {
@@ -448,12 +439,12 @@ namespace {
 
 bool stuck(pid_t pid)
 {
-    constexpr unsigned long kExiting = 0x4; // PF_EXITING, as in processEnding
+    constexpr unsigned long kExiting = 0x4;  // PF_EXITING, as in processEnding
     const std::optional<Stat> stat = readStat(pid);
     return stat && stat->state == 'D' && !(stat->flags & kExiting) && killPending(pid);
 }
 
-} // namespace
+}  // namespace
 
 bool processEnding(pid_t pid)
 {
@@ -463,7 +454,7 @@ bool processEnding(pid_t pid)
     const std::optional<Stat> stat = readStat(pid);
     if (!stat || stat->state == 'Z' || stat->state == 'X' || (stat->flags & kExiting))
         return true;
-    return killPending(pid) || !processId(pid); // (gone since the first read)
+    return killPending(pid) || !processId(pid);  // (gone since the first read)
 }
 
 std::optional<ProcessId> processId(pid_t pid)
@@ -474,4 +465,4 @@ std::optional<ProcessId> processId(pid_t pid)
     return ProcessId{pid, stat->startTime};
 }
 
-} // namespace meshbench::service
+}  // namespace meshbench::service

@@ -20,8 +20,8 @@ namespace meshbench::service {
 
 // How a process ended, in the words of waitpid.
 struct ExitStatus {
-    int code = 0;   // exit code when it exited
-    int signal = 0; // the signal that killed it, else 0
+    int code = 0;    // exit code when it exited
+    int signal = 0;  // the signal that killed it, else 0
     bool ok() const { return code == 0 && signal == 0; }
     std::string describe() const;
 };
@@ -50,12 +50,12 @@ class LaunchedProcess {
 public:
     // Throws std::runtime_error when the program cannot be started (naming it and why).
     LaunchedProcess(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env);
-    ~LaunchedProcess(); // terminates the tree if it still runs
+    ~LaunchedProcess();  // terminates the tree if it still runs
     LaunchedProcess(const LaunchedProcess&) = delete;
     LaunchedProcess& operator=(const LaunchedProcess&) = delete;
 
     pid_t pid() const { return m_pid; }
-    int stdoutFd() const { return m_out; } // non-blocking, -1 once closed
+    int stdoutFd() const { return m_out; }  // non-blocking, -1 once closed
     int stderrFd() const { return m_err; }
     // Reads what is there on one of the two pipes; closes it at end of file.
     std::vector<std::string> readLines(int fd);
@@ -88,7 +88,7 @@ private:
     // Descendants seen while the launcher ran; a pid with its start time, so a reused pid is not killed.
     std::vector<ProcessId> m_tree;
     std::chrono::steady_clock::time_point m_treeNoted;
-    void noteTree(); // at most once a second
+    void noteTree();  // at most once a second
     std::vector<ProcessId> liveTree();
 };
 
@@ -104,4 +104,4 @@ bool processEnding(pid_t pid);
 // The process now at `pid`, or nothing when there is none (or only a zombie).
 std::optional<ProcessId> processId(pid_t pid);
 
-} // namespace meshbench::service
+}  // namespace meshbench::service

@@ -53,17 +53,20 @@ void LivePublisher::job(nlohmann::json status)
 
 void LivePublisher::log(std::uint32_t rank, wire::LogLevel level, const std::string& text)
 {
-    send(wire::LiveKind::Log, nlohmann::json{{"type", "log"}, {"source", m_source}, {"rank", rank},
-                                             {"level", wire::logLevelName(level)}, {"text", text}});
+    send(wire::LiveKind::Log, nlohmann::json{{"type", "log"},
+                                             {"source", m_source},
+                                             {"rank", rank},
+                                             {"level", wire::logLevelName(level)},
+                                             {"text", text}});
 }
 
 void LivePublisher::spans(const wire::Batch& batch)
 {
     Budget& budget = m_budgets[batch.rank];
     const auto now = std::chrono::steady_clock::now();
-    budget.tokens = std::min(kSpansPerRankPerSecond,
-                             budget.tokens + kSpansPerRankPerSecond *
-                                                 std::chrono::duration<double>(now - budget.refilled).count());
+    budget.tokens =
+        std::min(kSpansPerRankPerSecond,
+                 budget.tokens + kSpansPerRankPerSecond * std::chrono::duration<double>(now - budget.refilled).count());
     budget.refilled = now;
     wire::Batch kept{batch.rank, batch.sequence, {}};
     for (const wire::Record& record : batch.records)

@@ -48,7 +48,7 @@ std::string failureMessage(const CLI::Formatter& formatter, const CLI::App* engi
     return message + formatter.make_usage(command, name) + "Run '" + name + " --help' for its arguments.\n";
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv)
 {

@@ -23,7 +23,7 @@ namespace {
 
 constexpr std::streamoff kMaxSpecBytes = 16 << 20;
 
-} // namespace
+}  // namespace
 
 std::optional<SpecFile> loadSpecFile(const std::string& path, bool json, bool layoutMustHold)
 {
@@ -206,7 +206,7 @@ constexpr const char* kSpecExitStatus =
     "exit status: 0 done, 1 the job spec or the profile is wrong, 2 the command line is wrong, 3 an internal "
     "error;\nwith --json, every outcome prints one JSON document on stdout";
 
-} // namespace
+}  // namespace
 
 Command addPlanCommand(CLI::App& engine)
 {
@@ -244,4 +244,4 @@ Command addSearchCommand(CLI::App& engine)
     return {search, [args] { return runSearch(*args); }};
 }
 
-} // namespace meshbench::service
+}  // namespace meshbench::service

@@ -12,7 +12,7 @@ namespace meshbench::service {
 
 struct SpecFile {
     plan::JobSpec spec;
-    std::string text; // the file as written
+    std::string text;  // the file as written
 };
 // Reads and checks a job spec file; prints the errors (as JSON when asked) and returns nullopt
 // when it cannot be used. layoutMustHold: the parallel layout must be valid too (not for search).
@@ -27,4 +27,4 @@ bool applyProfileFile(const std::string& path, plan::JobSpec& spec, bool json = 
 Command addPlanCommand(CLI::App& engine);
 Command addSearchCommand(CLI::App& engine);
 
-} // namespace meshbench::service
+}  // namespace meshbench::service

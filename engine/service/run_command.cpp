@@ -95,7 +95,8 @@ void printSummary(const RunResult& r)
     if (r.meanTokensPerSecond)
         std::printf(", %.0f tokens/s", *r.meanTokensPerSecond);
     if (r.meanBubble)
-        std::printf(", bubble %s measured vs %s planned", percent(r.meanBubble).c_str(), percent(r.plannedBubble).c_str());
+        std::printf(", bubble %s measured vs %s planned", percent(r.meanBubble).c_str(),
+                    percent(r.plannedBubble).c_str());
     if (r.meanMfu)
         std::printf(", MFU %s", percent(r.meanMfu).c_str());
     if (r.worstImbalance)
@@ -106,7 +107,7 @@ void printSummary(const RunResult& r)
         std::printf(", %llu frames rejected", static_cast<unsigned long long>(r.rejectedFrames));
     if (!r.findings.empty())
         std::printf("\nfindings:");
-    constexpr std::size_t kMaxFindings = 8;   // the worst; the GUI lists them all
+    constexpr std::size_t kMaxFindings = 8;  // the worst; the GUI lists them all
     for (std::size_t i = 0; i < std::min(r.findings.size(), kMaxFindings); ++i)
         std::printf("\n  %s", live::describe(r.findings[i]).c_str());
     std::printf("\nsession %s\n", r.sessionPath.c_str());
@@ -168,7 +169,8 @@ int runRun(RunArguments& args, bool mpirunAsked)
             plan::agentRefusals(request.oneDevice ? plan::singleDeviceSpec(file->spec) : file->spec);
         !refusals.empty()) {
         std::cerr << jobPath << ": meshbench-agent of this build does not run this job"
-                  << (request.oneDevice ? " on one device" : "") << ":\n" << plan::errorsToText(refusals);
+                  << (request.oneDevice ? " on one device" : "") << ":\n"
+                  << plan::errorsToText(refusals);
         return 1;
     }
     request.jobPath = std::filesystem::absolute(jobPath).string();

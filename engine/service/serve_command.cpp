@@ -22,9 +22,9 @@ void addEndpointOptions(CLI::App& command, ServeOptions& options)
 {
     command
         .add_option("--bind", options.control,
-                     "the control socket, for the GUI (default ipc://RUNTIME/control, RUNTIME being this user's "
-                     "private folder $XDG_RUNTIME_DIR/meshbench or /tmp/meshbench-UID); a tcp:// endpoint, loopback "
-                     "too, is served with CURVE keys only")
+                    "the control socket, for the GUI (default ipc://RUNTIME/control, RUNTIME being this user's "
+                    "private folder $XDG_RUNTIME_DIR/meshbench or /tmp/meshbench-UID); a tcp:// endpoint, loopback "
+                    "too, is served with CURVE keys only")
         ->type_name("ENDPOINT");
     command.add_option("--live", options.live, "the live feed (default: the control port + 1, or its path + .live)")
         ->type_name("ENDPOINT");

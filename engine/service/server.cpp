@@ -50,7 +50,7 @@ struct Worker {
     std::atomic<double> speed{1.0};
     std::atomic<int> seekStep{-1};
     nlohmann::json status = nlohmann::json::object();
-    std::string failure;   // why it ended early, for the replay command; written before `done`
+    std::string failure;  // why it ended early, for the replay command; written before `done`
 };
 
 // Hands a running job's progress to the live feed.
@@ -61,8 +61,8 @@ public:
     void started(const std::string& sessionPath, const std::string& collector, int ranks) override
     {
         m_session = sessionPath;
-        m_publisher.job({{"state", "running"}, {"session", sessionPath}, {"collector", collector}, {"ranks", ranks},
-                         {"step", 0}});
+        m_publisher.job(
+            {{"state", "running"}, {"session", sessionPath}, {"collector", collector}, {"ranks", ranks}, {"step", 0}});
     }
     void stepCompleted(const live::StepAggregate& step) override
     {
@@ -87,10 +87,7 @@ private:
     std::string m_session;
 };
 
-nlohmann::json controlErrorNoId(const std::string& error)
-{
-    return wire::controlError(nullptr, error);
-}
+nlohmann::json controlErrorNoId(const std::string& error) { return wire::controlError(nullptr, error); }
 
 // Thrown out of a replay's record visitor to end the pass early (a seek, a close).
 struct ReplayInterrupted {};
@@ -199,8 +196,8 @@ void replaySession(zmq::context_t& context, Worker& worker, std::shared_ptr<stor
                     if (atEnd)
                         continue;
                     step = s.step;
-                    publisher.job({{"state", "playing"}, {"session", session}, {"step", step},
-                                   {"speed", worker.speed.load()}});
+                    publisher.job(
+                        {{"state", "playing"}, {"session", session}, {"step", step}, {"speed", worker.speed.load()}});
                 }
             };
             handlers.memory = [&](std::vector<live::RankMemory> memory) {
@@ -235,7 +232,8 @@ std::string liveBeside(const std::string& endpoint)
     const std::string port = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
     if (endpoint.rfind("tcp://", 0) != 0 || port.empty() ||
         (port != "*" && port.find_first_not_of("0123456789") != std::string::npos) || port.size() > 5)
-        throw std::runtime_error("give the live feed's endpoint with --live (cannot derive it from '" + endpoint + "')");
+        throw std::runtime_error("give the live feed's endpoint with --live (cannot derive it from '" + endpoint +
+                                 "')");
     if (port == "*")
         return endpoint;
     if (std::stoi(port) >= 65535)
@@ -288,9 +286,9 @@ struct Server::Impl {
     ServeOptions options;
     zmq::context_t context{1};
     zmq::socket_t control{context, zmq::socket_type::router};
-    zmq::socket_t live{context, zmq::socket_type::xpub}; // a PUB that hears each subscription
+    zmq::socket_t live{context, zmq::socket_type::xpub};  // a PUB that hears each subscription
     zmq::socket_t feed{context, zmq::socket_type::pull};
-    std::unique_ptr<CurveGuard> guard;   // with CURVE; goes before the sockets it guards
+    std::unique_ptr<CurveGuard> guard;  // with CURVE; goes before the sockets it guards
     std::string controlEndpoint, liveEndpoint;
     std::map<std::string, std::unique_ptr<Worker>> workers;
     int nextJob = 1, nextReplay = 1;
@@ -435,7 +433,7 @@ Server::Server(ServeOptions options) : m_impl(std::make_unique<Impl>())
     d.control.set(zmq::sockopt::rcvhwm, kMaxQueuedRequests);
     d.live.set(zmq::sockopt::linger, 0);
     d.live.set(zmq::sockopt::maxmsgsize, kMaxSubscriptionBytes);
-    d.live.set(zmq::sockopt::xpub_verbose, true); // every client's subscription, not only the first
+    d.live.set(zmq::sockopt::xpub_verbose, true);  // every client's subscription, not only the first
     d.feed.bind(kLiveInproc);
     std::string why;
     const EndpointReach controlReach = endpointReach(d.options.control, why);
@@ -468,15 +466,9 @@ Server::~Server()
     }
 }
 
-const std::string& Server::controlEndpoint() const
-{
-    return m_impl->controlEndpoint;
-}
+const std::string& Server::controlEndpoint() const { return m_impl->controlEndpoint; }
 
-const std::string& Server::liveEndpoint() const
-{
-    return m_impl->liveEndpoint;
-}
+const std::string& Server::liveEndpoint() const { return m_impl->liveEndpoint; }
 
 std::string Server::curveSummary() const
 {
@@ -485,10 +477,7 @@ std::string Server::curveSummary() const
                  : std::string();
 }
 
-std::string Server::openReplay(const std::string& session, double speed)
-{
-    return m_impl->openReplay(session, speed);
-}
+std::string Server::openReplay(const std::string& session, double speed) { return m_impl->openReplay(session, speed); }
 
 std::string Server::Impl::openReplay(const std::string& session, double speed)
 {
@@ -564,8 +553,11 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
         PublishingObserver observer(publisher);
         try {
             const RunResult r = runJob(request, observer, w.stop);
-            publisher.job({{"state", store::outcomeName(r.outcome.outcome)}, {"cause", r.outcome.cause},
-                           {"failed_rank", r.outcome.failedRank}, {"session", r.sessionPath}, {"step", r.steps},
+            publisher.job({{"state", store::outcomeName(r.outcome.outcome)},
+                           {"cause", r.outcome.cause},
+                           {"failed_rank", r.outcome.failedRank},
+                           {"session", r.sessionPath},
+                           {"step", r.steps},
                            {"final_loss", r.finalLoss ? nlohmann::json(*r.finalLoss) : nlohmann::json()},
                            {"lost", r.lostRecords}});
         } catch (const std::exception& e) {
@@ -766,8 +758,9 @@ void Server::Impl::queueReply(PendingReply reply)
         // A client that sends without reading its replies cannot hold the engine's memory.
         ++droppedReplies;
         if (droppedReplies == 1 || droppedReplies % 1000 == 0)
-            std::fprintf(stderr, "meshbench-engine: %llu control replies dropped: a client sends requests without "
-                                 "reading the replies (%zu, %zu bytes, are waiting for it)\n",
+            std::fprintf(stderr,
+                         "meshbench-engine: %llu control replies dropped: a client sends requests without "
+                         "reading the replies (%zu, %zu bytes, are waiting for it)\n",
                          static_cast<unsigned long long>(droppedReplies), queue.replies.size(), queue.bytes);
         return;
     }
@@ -787,7 +780,8 @@ void Server::Impl::sendPending()
     }
 }
 
-std::string Server::Impl::replyText(const std::optional<wire::ControlRequest>& request, const wire::ParsedControl& parsed)
+std::string Server::Impl::replyText(const std::optional<wire::ControlRequest>& request,
+                                    const wire::ParsedControl& parsed)
 {
     nlohmann::json reply;
     if (!request) {
@@ -846,7 +840,7 @@ void Server::run(const std::atomic<bool>& stop)
                 parts.push_back(std::move(more));
             }
             if (parts.size() < 2 || !d.admitted(parts.back()))
-                continue; // no body, or a client whose key was taken off the allow-list: no answer
+                continue;  // no body, or a client whose key was taken off the allow-list: no answer
             const wire::ParsedControl parsed = wire::parseControlRequest(parts.back().to_string_view());
             const std::string body = d.replyText(parsed.request, parsed);
             parts.pop_back();

@@ -19,12 +19,12 @@
 namespace meshbench::service {
 
 struct ServeOptions {
-    std::string control;                  // empty: wire::defaultControlEndpoint()
-    std::string live;                     // empty: the control port + 1, or the ipc path + ".live"
-    std::string sessionsDir;              // where submitted jobs store their sessions
-    bool exitWhenIdle = false;            // end once every job and replay has ended (replay command)
-    bool curve = false;                   // CURVE even when both endpoints are on loopback
-    bool allowRunAsRoot = false;          // every job as with run --allow-run-as-root
+    std::string control;          // empty: wire::defaultControlEndpoint()
+    std::string live;             // empty: the control port + 1, or the ipc path + ".live"
+    std::string sessionsDir;      // where submitted jobs store their sessions
+    bool exitWhenIdle = false;    // end once every job and replay has ended (replay command)
+    bool curve = false;           // CURVE even when both endpoints are on loopback
+    bool allowRunAsRoot = false;  // every job as with run --allow-run-as-root
 };
 
 class Server {
@@ -32,7 +32,7 @@ public:
     // Binds both sockets; throws std::runtime_error naming the endpoint, or the key file, and the
     // fix when it cannot.
     explicit Server(ServeOptions options);
-    ~Server();   // stops the jobs and replays still running, and waits for them
+    ~Server();  // stops the jobs and replays still running, and waits for them
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
 

@@ -36,8 +36,12 @@ nlohmann::json sessionListingJson(const store::SessionListing& listing)
 {
     nlohmann::json sessions = nlohmann::json::array();
     for (const store::SessionSummary& s : listing.sessions)
-        sessions.push_back({{"path", s.path}, {"name", s.name}, {"created_ns", s.createdNs}, {"layout", s.layout},
-                            {"outcome", store::outcomeName(s.outcome.outcome)}, {"cause", s.outcome.cause},
+        sessions.push_back({{"path", s.path},
+                            {"name", s.name},
+                            {"created_ns", s.createdNs},
+                            {"layout", s.layout},
+                            {"outcome", store::outcomeName(s.outcome.outcome)},
+                            {"cause", s.outcome.cause},
                             {"steps", s.steps},
                             {"final_loss", s.finalLoss ? nlohmann::json(*s.finalLoss) : nlohmann::json()}});
     nlohmann::json unreadable = nlohmann::json::array();
@@ -79,7 +83,8 @@ int runSessions(std::string dir, bool json)
         std::cout << "no sessions in " << dir << "\n";
         return 0;
     }
-    std::printf("%-16s  %-10s  %6s  %10s  %-28s  %s\n", "date", "outcome", "steps", "final loss", "layout", "name / file");
+    std::printf("%-16s  %-10s  %6s  %10s  %-28s  %s\n", "date", "outcome", "steps", "final loss", "layout",
+                "name / file");
     for (const store::SessionSummary& s : listing.sessions) {
         char loss[32] = "-";
         if (s.finalLoss)

@@ -93,10 +93,7 @@ std::uint64_t distance(std::int64_t start, std::int64_t end)
     return end > start ? static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(start) : 0;
 }
 
-double microseconds(std::uint64_t nanoseconds)
-{
-    return static_cast<double>(nanoseconds) / 1000.0;
-}
+double microseconds(std::uint64_t nanoseconds) { return static_cast<double>(nanoseconds) / 1000.0; }
 
 // ---- Chrome trace -------------------------------------------------------------------------------
 
@@ -146,7 +143,7 @@ struct FlowKey {
 
 struct FlowEnd {
     std::uint32_t rank;
-    std::int64_t timeNs;   // the span's midpoint: inside it, so the arrow binds to that span
+    std::int64_t timeNs;  // the span's midpoint: inside it, so the arrow binds to that span
 };
 
 class ChromeTraceWriter {
@@ -194,8 +191,8 @@ private:
     static std::string processName(const RankInfo& rank)
     {
         std::string name = "rank " + std::to_string(rank.rank) + " (dp" + std::to_string(rank.dp) + " pp" +
-                           std::to_string(rank.pp) + " tp" + std::to_string(rank.tp) + " ep" +
-                           std::to_string(rank.ep) + ")";
+                           std::to_string(rank.pp) + " tp" + std::to_string(rank.tp) + " ep" + std::to_string(rank.ep) +
+                           ")";
         if (!rank.host.empty())
             name += " " + rank.host + ":" + std::to_string(rank.pid);
         return name;
@@ -205,12 +202,8 @@ private:
     {
         const SessionHeader& header = m_session.header();
         const SessionOutcome outcome = m_session.outcome();
-        return {{"session", header.name},
-                {"layout", header.layout},
-                {"engine_version", header.engineVersion},
-                {"created_ns", header.createdNs},
-                {"origin_ns", m_origin},
-                {"outcome", outcomeName(outcome.outcome)},
+        return {{"session", header.name},         {"layout", header.layout}, {"engine_version", header.engineVersion},
+                {"created_ns", header.createdNs}, {"origin_ns", m_origin},   {"outcome", outcomeName(outcome.outcome)},
                 {"cause", outcome.cause}};
     }
 
@@ -350,7 +343,7 @@ private:
     std::uint64_t m_events = 0;
     std::uint64_t m_flows = 0;
     std::set<std::uint32_t> m_namedProcesses;
-    std::map<std::uint32_t, unsigned> m_tracksUsed;   // rank -> bit per tid
+    std::map<std::uint32_t, unsigned> m_tracksUsed;  // rank -> bit per tid
     std::map<FlowKey, std::deque<FlowEnd>> m_pendingSends, m_pendingRecvs;
 };
 
@@ -389,8 +382,7 @@ public:
         return *this;
     }
     template <typename T>
-        requires std::is_arithmetic_v<T>
-    CsvFile& operator<<(T value)
+    requires std::is_arithmetic_v<T> CsvFile& operator<<(T value)
     {
         separate();
         appendNumber(m_out.buffer(), value);
@@ -550,7 +542,7 @@ void exportCsv(const SessionReader& session, const std::string& outDir)
     std::filesystem::create_directories(dir, error);
     if (error || !std::filesystem::is_directory(dir))
         throw ExportError("cannot write CSV files into " + detail::quoted(outDir) + ": " +
-                         (error ? error.message() : std::string("it is not a folder")));
+                          (error ? error.message() : std::string("it is not a folder")));
     for (auto* write : {writeSession, writeSteps, writeSpans, writeExpertLoads, writeMemory, writeNodes, writeLogs,
                         writeHeartbeats, writeClocks, writeRanks, writeTraffic})
         write(session, dir);

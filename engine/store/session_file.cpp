@@ -76,17 +76,11 @@ std::string existingFileMessage(const std::string& path)
            ": the file already exists and a session is never overwritten; choose another path or remove the file";
 }
 
-std::string systemError(int error)
-{
-    return std::strerror(error);
-}
+std::string systemError(int error) { return std::strerror(error); }
 
 }  // namespace
 
-std::string quoted(const std::string& path)
-{
-    return "'" + path + "'";
-}
+std::string quoted(const std::string& path) { return "'" + path + "'"; }
 
 WriterClaim::WriterClaim(const std::string& path) : m_path(path)
 {
@@ -123,7 +117,7 @@ WriterClaim::~WriterClaim()
         for (const char* suffix : {"", "-wal", "-shm"})
             ::unlink((m_path + suffix).c_str());
     }
-    ::close(m_fd);   // releases the flock
+    ::close(m_fd);  // releases the flock
     auto& uses = registry();
     const auto use = uses.find({m_device, m_inode});
     if (use != uses.end()) {

@@ -18,7 +18,7 @@ namespace meshbench::store::detail {
 // removed again when the claim ends, so the same path can be retried.
 class WriterClaim {
 public:
-    explicit WriterClaim(const std::string& path);   // throws StoreError
+    explicit WriterClaim(const std::string& path);  // throws StoreError
     ~WriterClaim();
     WriterClaim(const WriterClaim&) = delete;
     WriterClaim& operator=(const WriterClaim&) = delete;

@@ -46,7 +46,8 @@ constexpr std::string_view kSelectNodeSamples =
 constexpr std::string_view kSelectLogs = "SELECT time_ns, seq, rank, level, text FROM logs";
 constexpr std::string_view kSelectHeartbeats =
     "SELECT time_ns, seq, rank, state, step, pid, detail, dropped_records, host FROM heartbeats";
-constexpr std::string_view kSelectClockOffsets = "SELECT time_ns, seq, rank, offset_ns, round_trip_ns FROM clock_offsets";
+constexpr std::string_view kSelectClockOffsets =
+    "SELECT time_ns, seq, rank, offset_ns, round_trip_ns FROM clock_offsets";
 
 // The earliest begin of a span that reaches `time` when no span is longer than maxSpan. The
 // writer clamps durations to int64's maximum, so that value bounds nothing.
@@ -223,12 +224,11 @@ public:
         m_record.routed.clear();
         m_record.dropped.clear();
         do {
-            if (row.int64(kFirstField + 2) != std::int64_t(m_record.routed.size()) ||
-                row.int64(2) != rank || row.int64(kFirstField) != m_record.step ||
-                row.int64(kFirstField + 1) != m_record.layer)
+            if (row.int64(kFirstField + 2) != std::int64_t(m_record.routed.size()) || row.int64(2) != rank ||
+                row.int64(kFirstField) != m_record.step || row.int64(kFirstField + 1) != m_record.layer)
                 m_db.fileError("is corrupt: the expert loads of rank " + std::to_string(rank) + ", step " +
-                             std::to_string(m_record.step) + ", layer " + std::to_string(m_record.layer) +
-                             " are incomplete");
+                               std::to_string(m_record.step) + ", layer " + std::to_string(m_record.layer) +
+                               " are incomplete");
             m_record.routed.push_back(row.integer<std::uint32_t>(kFirstField + 3));
             m_record.dropped.push_back(row.integer<std::uint32_t>(kFirstField + 4));
             m_pending = m_statement.step();
@@ -241,7 +241,7 @@ private:
     const Connection& m_db;
     Statement m_statement;
     bool m_started = false;
-    bool m_pending = false;   // a row of the next record is loaded
+    bool m_pending = false;  // a row of the next record is loaded
     wire::ExpertLoadRecord m_record;
 };
 
@@ -293,7 +293,7 @@ std::string hex(std::int64_t value)
 bool hasWalFrames(const std::string& path)
 {
     struct stat wal {};
-    return ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 32;   // 32: the WAL header alone
+    return ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 32;  // 32: the WAL header alone
 }
 
 struct stat statOrThrow(const std::string& path)
@@ -302,8 +302,7 @@ struct stat statOrThrow(const std::string& path)
     if (::stat(path.c_str(), &st) != 0) {
         const int error = errno;
         throw StoreError(error == ENOENT ? "session " + detail::quoted(path) + " does not exist"
-                                         : "cannot open session " + detail::quoted(path) + ": " +
-                                               std::strerror(error));
+                                         : "cannot open session " + detail::quoted(path) + ": " + std::strerror(error));
     }
     if (!S_ISREG(st.st_mode))
         throw StoreError(detail::quoted(path) + " is not a session file (it is not a regular file)");
@@ -349,7 +348,7 @@ void checkSession(const Connection& db, const struct stat& st)
                              "filled up?)");
         throw;
     }
-    if (applicationId == 0 && pragmaValue(db, "schema_version") == 0)   // no table was ever created
+    if (applicationId == 0 && pragmaValue(db, "schema_version") == 0)  // no table was ever created
         throw StoreError(detail::quoted(path) + kNoHeader);
     if (applicationId != kApplicationId)
         throw StoreError(detail::quoted(path) + " is an SQLite database but not a Meshbench session (application id " +
@@ -449,11 +448,11 @@ struct SessionReader::Impl {
                                                                           std::span<const std::uint32_t> ranks) const;
 
     const std::string path;
-    detail::ReaderUse use;   // unregistered after the connection is closed (declared before it)
+    detail::ReaderUse use;  // unregistered after the connection is closed (declared before it)
     const struct stat file;
     const Connection db;
     SessionHeader header;
-    bool hasClockOffsets = false;   // format 2 on
+    bool hasClockOffsets = false;  // format 2 on
 };
 
 std::vector<std::uint32_t> SessionReader::Impl::spanRanks() const
@@ -466,7 +465,7 @@ std::vector<std::uint32_t> SessionReader::Impl::spanRanks() const
         if (!next.step())
             break;
         const auto rank = next.integer<std::uint32_t>(0);
-        if (rank <= after)   // out of key order: the B-tree is damaged, and the walk would never end
+        if (rank <= after)  // out of key order: the B-tree is damaged, and the walk would never end
             db.fileError("is corrupt: its spans are out of order");
         ranks.push_back(rank);
         after = rank;
@@ -513,10 +512,7 @@ SessionReader::SessionReader(const std::string& path) : m_impl(std::make_unique<
 
 SessionReader::~SessionReader() = default;
 
-const SessionHeader& SessionReader::header() const
-{
-    return m_impl->header;
-}
+const SessionHeader& SessionReader::header() const { return m_impl->header; }
 
 SessionOutcome SessionReader::outcome() const
 {
@@ -615,8 +611,8 @@ std::pair<std::int64_t, std::int64_t> SessionReader::timeRange() const
         lastEnd.step();
         const std::int64_t last = lastEnd.int64(0);
         lastEnd.reset();
-        range = range ? std::pair{std::min(range->first, first), std::max(range->second, last)}
-                      : std::pair{first, last};
+        range =
+            range ? std::pair{std::min(range->first, first), std::max(range->second, last)} : std::pair{first, last};
     }
     return range.value_or(std::pair<std::int64_t, std::int64_t>{0, 0});
 }
@@ -632,8 +628,8 @@ void SessionReader::spans(std::int64_t t0, std::int64_t t1, std::span<const std:
 
 std::vector<FromRank<wire::ExpertLoadRecord>> SessionReader::expertLoads(std::optional<std::int32_t> step) const
 {
-    ExpertLoadCursor cursor(m_impl->db, sql(kSelectExpertLoads, step ? "WHERE step = ?1 ORDER BY seq"
-                                                                     : "ORDER BY step, seq"));
+    ExpertLoadCursor cursor(m_impl->db,
+                            sql(kSelectExpertLoads, step ? "WHERE step = ?1 ORDER BY seq" : "ORDER BY step, seq"));
     if (step)
         cursor.statement().bindInt(1, *step);
     std::vector<FromRank<wire::ExpertLoadRecord>> loads;
@@ -680,10 +676,7 @@ std::vector<FromRank<wire::ClockOffsetRecord>> SessionReader::clockOffsets() con
                                             "reading clock offsets", decodeClockOffset);
 }
 
-std::uint64_t SessionReader::spanCount() const
-{
-    return static_cast<std::uint64_t>(m_impl->spanStats().second);
-}
+std::uint64_t SessionReader::spanCount() const { return static_cast<std::uint64_t>(m_impl->spanStats().second); }
 
 void SessionReader::forEachRecord(const RecordVisitor& visit, std::int64_t from) const
 {
@@ -696,17 +689,22 @@ void SessionReader::forEachRecord(const RecordVisitor& visit, std::int64_t from)
         cursor->statement().bindInt(1, from);
         return cursor;
     };
-    cursors.push_back(fromOn(std::make_unique<ExpertLoadCursor>(db, sql(kSelectExpertLoads, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"))));
+    cursors.push_back(fromOn(
+        std::make_unique<ExpertLoadCursor>(db, sql(kSelectExpertLoads, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"))));
     cursors.push_back(fromOn(std::make_unique<RowCursor<wire::MemorySampleRecord>>(
-        db, sql(kSelectMemorySamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading memory samples", decodeMemorySample)));
+        db, sql(kSelectMemorySamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading memory samples",
+        decodeMemorySample)));
     cursors.push_back(fromOn(std::make_unique<RowCursor<wire::StepMetricsRecord>>(
-        db, sql(kSelectStepMetrics, "WHERE end_ns >= ?1 ORDER BY end_ns, seq"), "reading step metrics", decodeStepMetrics)));
+        db, sql(kSelectStepMetrics, "WHERE end_ns >= ?1 ORDER BY end_ns, seq"), "reading step metrics",
+        decodeStepMetrics)));
     cursors.push_back(fromOn(std::make_unique<RowCursor<wire::NodeSampleRecord>>(
-        db, sql(kSelectNodeSamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading node samples", decodeNodeSample)));
+        db, sql(kSelectNodeSamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading node samples",
+        decodeNodeSample)));
     cursors.push_back(fromOn(std::make_unique<RowCursor<wire::LogRecord>>(
         db, sql(kSelectLogs, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading log lines", decodeLog)));
     cursors.push_back(fromOn(std::make_unique<RowCursor<wire::HeartbeatRecord>>(
-        db, sql(kSelectHeartbeats, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading heartbeats", decodeHeartbeat)));
+        db, sql(kSelectHeartbeats, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading heartbeats",
+        decodeHeartbeat)));
     if (m_impl->hasClockOffsets)
         cursors.push_back(fromOn(std::make_unique<RowCursor<wire::ClockOffsetRecord>>(
             db, sql(kSelectClockOffsets, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading clock offsets",

@@ -14,10 +14,7 @@ constexpr std::array<std::string_view, 4> kOutcomeNames = {"running", "completed
 
 }  // namespace
 
-std::string_view outcomeName(Outcome outcome)
-{
-    return kOutcomeNames[static_cast<std::size_t>(outcome)];
-}
+std::string_view outcomeName(Outcome outcome) { return kOutcomeNames[static_cast<std::size_t>(outcome)]; }
 
 std::optional<Outcome> outcomeFromName(std::string_view name)
 {

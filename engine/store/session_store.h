@@ -25,7 +25,7 @@ namespace meshbench::store {
 
 // Format 2 adds clock_offsets; a format-1 file reads as one without clock offsets.
 constexpr std::int32_t kSchemaVersion = 2;
-constexpr std::int32_t kApplicationId = 0x4D534842;   // "MSHB"
+constexpr std::int32_t kApplicationId = 0x4D534842;  // "MSHB"
 
 // Anything wrong with a session file: missing, not SQLite, not a session, corrupt, too new,
 // locked by another writer, disk full. The message names the file and what to do.
@@ -54,19 +54,19 @@ struct RankInfo {
 };
 
 struct SessionHeader {
-    std::string name;             // the job's name
-    std::string jobSpec;          // the job spec exactly as the user wrote it
-    std::string planJson;         // engine/plan's plan of it (report JSON)
-    std::string layout;           // short form, e.g. "dp2 pp2 tp2 ep2 1f1b"
+    std::string name;      // the job's name
+    std::string jobSpec;   // the job spec exactly as the user wrote it
+    std::string planJson;  // engine/plan's plan of it (report JSON)
+    std::string layout;    // short form, e.g. "dp2 pp2 tp2 ep2 1f1b"
     std::vector<RankInfo> ranks;
-    std::int64_t createdNs = 0;   // wall clock
+    std::int64_t createdNs = 0;  // wall clock
     std::string engineVersion;
     bool operator==(const SessionHeader&) const = default;
 };
 
 struct SessionOutcome {
     Outcome outcome = Outcome::Running;
-    std::string cause;            // for failed and stopped: what happened, in words
+    std::string cause;  // for failed and stopped: what happened, in words
     std::int32_t failedRank = -1;
     std::int64_t endedNs = 0;
     bool operator==(const SessionOutcome&) const = default;
@@ -88,7 +88,7 @@ public:
     // exclusive lock on the file for as long as the writer lives: a second writer gets a
     // StoreError naming the session.
     SessionWriter(const std::string& path, const SessionHeader& header);
-    ~SessionWriter();   // commits everything queued, then closes
+    ~SessionWriter();  // commits everything queued, then closes
     SessionWriter(const SessionWriter&) = delete;
     SessionWriter& operator=(const SessionWriter&) = delete;
 
@@ -129,7 +129,7 @@ struct SessionSummary {
     std::int64_t createdNs = 0;
     std::string layout;
     SessionOutcome outcome;
-    std::int32_t steps = 0;               // steps with metrics
+    std::int32_t steps = 0;  // steps with metrics
     std::optional<double> finalLoss;
 };
 
@@ -206,7 +206,7 @@ private:
 // apart with the reason. Throws StoreError when `dir` does not exist or cannot be listed.
 struct SessionListing {
     std::vector<SessionSummary> sessions;
-    std::vector<std::pair<std::string, std::string>> unreadable;   // path, why
+    std::vector<std::pair<std::string, std::string>> unreadable;  // path, why
 };
 SessionListing listSessions(const std::string& dir);
 

@@ -43,7 +43,7 @@ std::int64_t duration(std::int64_t begin, std::int64_t end)
         return 0;
     const std::uint64_t d = static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(begin);
     return d > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ? std::numeric_limits<std::int64_t>::max()
-                                                                        : static_cast<std::int64_t>(d);
+                                                                       : static_cast<std::int64_t>(d);
 }
 
 constexpr int kCreateFlags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
@@ -93,11 +93,11 @@ struct SessionWriter::Impl {
     void storeRank(const RankInfo& rank);
 
     const std::string path;
-    detail::WriterClaim claim;   // released after the connection is closed (declared before it)
+    detail::WriterClaim claim;  // released after the connection is closed (declared before it)
     detail::Connection db;
     detail::Statement begin, commit, updateMeta;
-    detail::Statement insertSpan, insertExpertLoad, insertMemorySample, insertStepMetrics, insertNodeSample,
-        insertLog, insertHeartbeat, insertClockOffset, upsertRank, upsertTraffic, updateOutcome;
+    detail::Statement insertSpan, insertExpertLoad, insertMemorySample, insertStepMetrics, insertNodeSample, insertLog,
+        insertHeartbeat, insertClockOffset, upsertRank, upsertTraffic, updateOutcome;
 
     // Writer-thread state.
     std::int64_t nextSeq = 1;
@@ -107,22 +107,20 @@ struct SessionWriter::Impl {
     std::unordered_map<std::uint32_t, std::int64_t> lastTimeByRank;
 
     std::mutex mutex;
-    std::condition_variable wake;        // the writer: work arrived, a flush waits, or stop
-    std::condition_variable committed;   // flush(): committedItems moved on, or the writer failed
+    std::condition_variable wake;       // the writer: work arrived, a flush waits, or stop
+    std::condition_variable committed;  // flush(): committedItems moved on, or the writer failed
     std::deque<Item> queue;
     std::size_t queuedRecords = 0;
     std::uint64_t enqueuedItems = 0;
     std::uint64_t committedItems = 0;
     int flushWaiters = 0;
     bool stopping = false;
-    std::string failure;   // set once, when the writer thread stopped on an error
+    std::string failure;  // set once, when the writer thread stopped on an error
     std::thread thread;
 };
 
 SessionWriter::Impl::Impl(const std::string& sessionPath, const SessionHeader& header)
-    : path(sessionPath),
-      claim(sessionPath),
-      db(sessionPath, kCreateFlags),
+    : path(sessionPath), claim(sessionPath), db(sessionPath, kCreateFlags),
       begin(createSession(db, header), "BEGIN", "starting a transaction", true),
       commit(db, "COMMIT", "committing records", true),
       updateMeta(db, "UPDATE meta SET max_span_ns = ?1, span_count = ?2", "storing the span statistics", true),
@@ -173,7 +171,7 @@ void SessionWriter::Impl::run()
                 std::unique_lock lock(mutex);
                 wake.wait(lock, [&] { return !queue.empty() || stopping; });
                 if (queue.empty())
-                    return;   // stopping with everything committed
+                    return;  // stopping with everything committed
             }
             begin.run();
             const auto deadline = std::chrono::steady_clock::now() + kTransactionWindow;
@@ -184,8 +182,7 @@ void SessionWriter::Impl::run()
                     std::unique_lock lock(mutex);
                     // Wait for more within the window, unless someone waits for this commit.
                     if (queue.empty() && flushWaiters == 0 && !stopping)
-                        wake.wait_until(lock, deadline,
-                                        [&] { return !queue.empty() || flushWaiters > 0 || stopping; });
+                        wake.wait_until(lock, deadline, [&] { return !queue.empty() || flushWaiters > 0 || stopping; });
                     if (queue.empty())
                         break;
                     // Whole items only: a batch is never split over two transactions.
@@ -390,25 +387,13 @@ SessionWriter::~SessionWriter()
     m_impl->thread.join();
 }
 
-void SessionWriter::append(wire::Batch batch)
-{
-    m_impl->enqueue(std::move(batch));
-}
+void SessionWriter::append(wire::Batch batch) { m_impl->enqueue(std::move(batch)); }
 
-void SessionWriter::updateRank(const RankInfo& rank)
-{
-    m_impl->enqueue(rank);
-}
+void SessionWriter::updateRank(const RankInfo& rank) { m_impl->enqueue(rank); }
 
-void SessionWriter::setTraffic(const RankTraffic& traffic)
-{
-    m_impl->enqueue(traffic);
-}
+void SessionWriter::setTraffic(const RankTraffic& traffic) { m_impl->enqueue(traffic); }
 
-void SessionWriter::setOutcome(const SessionOutcome& outcome)
-{
-    m_impl->enqueue(outcome);
-}
+void SessionWriter::setOutcome(const SessionOutcome& outcome) { m_impl->enqueue(outcome); }
 
 void SessionWriter::flush()
 {
@@ -428,9 +413,6 @@ std::size_t SessionWriter::queuedRecords() const
     return m_impl->queuedRecords;
 }
 
-const std::string& SessionWriter::path() const
-{
-    return m_impl->path;
-}
+const std::string& SessionWriter::path() const { return m_impl->path; }
 
 }  // namespace meshbench::store

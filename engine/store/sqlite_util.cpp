@@ -43,20 +43,14 @@ Connection::Connection(const std::string& path, int openFlags, const std::string
     }
 }
 
-Connection::~Connection()
-{
-    sqlite3_close_v2(m_db);
-}
+Connection::~Connection() { sqlite3_close_v2(m_db); }
 
 Connection::Connection(Connection&& other) noexcept
     : m_path(std::move(other.m_path)), m_db(std::exchange(other.m_db, nullptr))
 {
 }
 
-int Connection::errorCode() const
-{
-    return sqlite3_errcode(m_db) & 0xff;
-}
+int Connection::errorCode() const { return sqlite3_errcode(m_db) & 0xff; }
 
 void Connection::exec(std::string_view sql, std::string_view context) const
 {
@@ -70,10 +64,7 @@ void Connection::fail(std::string_view context) const
     throw StoreError(quoted(m_path) + ": " + std::string(context) + " failed: " + sqlite3_errmsg(m_db) + advice(code));
 }
 
-void Connection::fileError(const std::string& what) const
-{
-    throw StoreError(quoted(m_path) + " " + what);
-}
+void Connection::fileError(const std::string& what) const { throw StoreError(quoted(m_path) + " " + what); }
 
 Statement::Statement(const Connection& db, std::string_view sql, std::string_view context, bool persistent)
     : m_db(&db), m_context(context)
@@ -83,25 +74,16 @@ Statement::Statement(const Connection& db, std::string_view sql, std::string_vie
         db.fail(m_context);
 }
 
-Statement::~Statement()
-{
-    sqlite3_finalize(m_stmt);
-}
+Statement::~Statement() { sqlite3_finalize(m_stmt); }
 
 Statement::Statement(Statement&& other) noexcept
     : m_db(other.m_db), m_stmt(std::exchange(other.m_stmt, nullptr)), m_context(std::move(other.m_context))
 {
 }
 
-void Statement::bindInt(int index, std::int64_t value)
-{
-    sqlite3_bind_int64(m_stmt, index, value);
-}
+void Statement::bindInt(int index, std::int64_t value) { sqlite3_bind_int64(m_stmt, index, value); }
 
-void Statement::bindReal(int index, double value)
-{
-    sqlite3_bind_double(m_stmt, index, value);
-}
+void Statement::bindReal(int index, double value) { sqlite3_bind_double(m_stmt, index, value); }
 
 void Statement::bindText(int index, std::string_view text)
 {
@@ -125,15 +107,9 @@ void Statement::run()
     reset();
 }
 
-void Statement::reset()
-{
-    sqlite3_reset(m_stmt);
-}
+void Statement::reset() { sqlite3_reset(m_stmt); }
 
-std::int64_t Statement::int64(int column) const
-{
-    return sqlite3_column_int64(m_stmt, column);
-}
+std::int64_t Statement::int64(int column) const { return sqlite3_column_int64(m_stmt, column); }
 
 double Statement::real(int column) const
 {
@@ -154,7 +130,7 @@ void Statement::badValue(int column, std::int64_t value) const
 {
     const char* name = sqlite3_column_name(m_stmt, column);
     m_db->fileError("is corrupt: " + m_context + " found " + std::to_string(value) + " in column " +
-                  (name ? name : "?") + ", which no Meshbench writes");
+                    (name ? name : "?") + ", which no Meshbench writes");
 }
 
 }  // namespace meshbench::store::detail

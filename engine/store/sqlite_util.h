@@ -27,7 +27,7 @@ public:
 
     sqlite3* handle() const { return m_db; }
     const std::string& path() const { return m_path; }
-    int errorCode() const;   // the primary result code of the last failed call
+    int errorCode() const;  // the primary result code of the last failed call
     // Runs one or more statements that return no rows the caller needs.
     void exec(std::string_view sql, std::string_view context) const;
     // Throws the connection's last error as a StoreError.
@@ -52,7 +52,7 @@ public:
 
     void bindInt(int index, std::int64_t value);
     void bindBits(int index, std::uint64_t value) { bindInt(index, static_cast<std::int64_t>(value)); }
-    void bindReal(int index, double value);   // NaN is stored as NULL: SQLite keeps no NaN
+    void bindReal(int index, double value);  // NaN is stored as NULL: SQLite keeps no NaN
     void bindText(int index, std::string_view text);
 
     // True while a row is ready; false when done. Throws on error.
@@ -63,7 +63,7 @@ public:
 
     std::int64_t int64(int column) const;
     std::uint64_t bits(int column) const { return static_cast<std::uint64_t>(int64(column)); }
-    double real(int column) const;   // NULL (a stored NaN) reads back as NaN
+    double real(int column) const;  // NULL (a stored NaN) reads back as NaN
     std::string text(int column) const;
     // An integer column that must fit T; anything else means the file is corrupt.
     template <std::integral T>

@@ -7,8 +7,8 @@
 namespace meshbench::wire {
 namespace {
 
-constexpr std::uint32_t kRequestMagic = 0x5143424D;   // bytes 'M' 'B' 'C' 'Q'
-constexpr std::uint32_t kReplyMagic = 0x5243424D;     // bytes 'M' 'B' 'C' 'R'
+constexpr std::uint32_t kRequestMagic = 0x5143424D;  // bytes 'M' 'B' 'C' 'Q'
+constexpr std::uint32_t kReplyMagic = 0x5243424D;    // bytes 'M' 'B' 'C' 'R'
 constexpr std::size_t kRequestBytes = 16;
 constexpr std::size_t kReplyBytes = 32;
 
@@ -96,7 +96,7 @@ void RankClock::add(std::int64_t rankTimeNs, std::int64_t offsetNs)
 
 double RankClock::driftNsPerSecond() const
 {
-    constexpr double kMaxDrift = 500e-6 * 1e9;   // 500 ppm
+    constexpr double kMaxDrift = 500e-6 * 1e9;  // 500 ppm
     const double n = m_samples;
     const double spread = n * m_sxx - m_sx * m_sx;
     if (m_samples < 2 || double(m_lastTimeNs - m_firstTimeNs) < 1e9 || spread <= 0)

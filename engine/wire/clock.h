@@ -20,15 +20,15 @@ namespace meshbench::wire {
 
 struct ClockRequest {
     std::uint32_t rank = 0;
-    std::int64_t sentNs = 0;       // t1
+    std::int64_t sentNs = 0;  // t1
     bool operator==(const ClockRequest&) const = default;
 };
 
 struct ClockReply {
     std::uint32_t rank = 0;
-    std::int64_t requestSentNs = 0;   // t1, echoed
-    std::int64_t receivedNs = 0;      // t2
-    std::int64_t repliedNs = 0;       // t3
+    std::int64_t requestSentNs = 0;  // t1, echoed
+    std::int64_t receivedNs = 0;     // t2
+    std::int64_t repliedNs = 0;      // t3
     bool operator==(const ClockReply&) const = default;
 };
 
@@ -38,9 +38,9 @@ std::vector<std::uint8_t> encodeClockReply(const ClockReply& reply);
 std::optional<ClockReply> decodeClockReply(std::span<const std::uint8_t> frame);
 
 struct ClockMeasurement {
-    std::int64_t offsetNs = 0;      // the rank's clock minus the engine's
+    std::int64_t offsetNs = 0;  // the rank's clock minus the engine's
     std::int64_t roundTripNs = 0;
-    std::int64_t midpointNs = 0;    // (t1 + t4) / 2, the rank's clock: when the offset held
+    std::int64_t midpointNs = 0;  // (t1 + t4) / 2, the rank's clock: when the offset held
 };
 // The exchange's result, from the reply and t4.
 ClockMeasurement measureClock(const ClockReply& reply, std::int64_t replyReceivedNs);
@@ -62,9 +62,9 @@ public:
 
 private:
     int m_samples = 0;
-    std::int64_t m_firstTimeNs = 0, m_firstOffsetNs = 0;   // the origin of the fit's sums
+    std::int64_t m_firstTimeNs = 0, m_firstOffsetNs = 0;  // the origin of the fit's sums
     std::int64_t m_lastTimeNs = 0, m_lastOffsetNs = 0;
-    double m_sx = 0, m_sy = 0, m_sxx = 0, m_sxy = 0;       // x: seconds, y: nanoseconds from the origin
+    double m_sx = 0, m_sy = 0, m_sxx = 0, m_sxy = 0;  // x: seconds, y: nanoseconds from the origin
 };
 
 }  // namespace meshbench::wire

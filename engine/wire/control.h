@@ -46,15 +46,15 @@ enum class ControlOp { Hello, Plan, Submit, Stop, Jobs, Sessions, Open, Seek, Pa
 std::string_view controlOpName(ControlOp op);
 
 struct ControlRequest {
-    nlohmann::json id;          // echoed in the reply; null when the request had none
+    nlohmann::json id;  // echoed in the reply; null when the request had none
     ControlOp op = ControlOp::Hello;
-    nlohmann::json args;        // the whole request object
+    nlohmann::json args;  // the whole request object
 };
 
 struct ParsedControl {
     std::optional<ControlRequest> request;
-    std::string error;          // when the frame is not a valid request
-    nlohmann::json id;          // the request's id if it could be read, for the error reply
+    std::string error;  // when the frame is not a valid request
+    nlohmann::json id;  // the request's id if it could be read, for the error reply
 };
 // Never throws: anything malformed becomes `error`.
 ParsedControl parseControlRequest(std::string_view frame);

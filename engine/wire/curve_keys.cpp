@@ -26,10 +26,7 @@ struct KeyLine {
     int line;
 };
 
-bool isBlank(char c)
-{
-    return c == ' ' || c == '\t' || c == '\r';
-}
+bool isBlank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
 std::string_view trimmed(std::string_view text)
 {
@@ -96,8 +93,9 @@ std::vector<KeyLine> parseKeys(std::string_view text, const std::string& file)
                                        : line.rfind(kSecretLabel, 0) == 0 ? kSecretLabel
                                                                           : std::string_view();
         if (label.empty())
-            throw KeyError(where + shown(line) + " is neither a key (40 characters of Z85) nor public-key = \"KEY\" "
-                                                  "or secret-key = \"KEY\"; a comment begins with #");
+            throw KeyError(where + shown(line) +
+                           " is neither a key (40 characters of Z85) nor public-key = \"KEY\" "
+                           "or secret-key = \"KEY\"; a comment begins with #");
         std::string_view rest = trimmed(line.substr(label.size()));
         if (rest.empty() || rest.front() != '=')
             throw KeyError(where + "write " + std::string(label) + " = \"KEY\"");
@@ -149,8 +147,8 @@ std::string publicFileFor(const std::filesystem::path& secretFile)
 void refuseSecrets(const std::vector<KeyLine>& keys, const std::filesystem::path& file)
 {
     if (const std::optional<KeyLine> secret = firstOf(keys, KeyKind::Secret))
-        throw KeyError(file.string() + " holds a secret key (line " + std::to_string(secret->line) +
-                       "): give " + publicFileFor(file) + " instead; a secret key stays on its host");
+        throw KeyError(file.string() + " holds a secret key (line " + std::to_string(secret->line) + "): give " +
+                       publicFileFor(file) + " instead; a secret key stays on its host");
 }
 
 }  // namespace
@@ -165,8 +163,7 @@ std::string z85KeyProblem(std::string_view text)
         for (std::size_t i = group; i < group + 5; ++i) {
             const std::size_t digit = kZ85Alphabet.find(text[i]);
             if (digit == std::string_view::npos)
-                return "character " + std::to_string(i + 1) + " (" + shown(text.substr(i, 1)) +
-                       ") is not one of Z85's";
+                return "character " + std::to_string(i + 1) + " (" + shown(text.substr(i, 1)) + ") is not one of Z85's";
             value = value * 85 + digit;
         }
         if (value > UINT32_MAX)
@@ -194,10 +191,7 @@ std::filesystem::path secretKeyPath(const std::filesystem::path& dir, std::strin
     return dir / (std::string(name) + ".key_secret");
 }
 
-std::filesystem::path allowListPath(const std::filesystem::path& dir)
-{
-    return dir / "allowed_clients";
-}
+std::filesystem::path allowListPath(const std::filesystem::path& dir) { return dir / "allowed_clients"; }
 
 std::string readPublicKey(const std::filesystem::path& file)
 {
@@ -261,8 +255,8 @@ std::string publicKeyArgument(const std::string& keyOrFile)
 std::string publicKeyText(std::string_view name, std::string_view publicKey)
 {
     return "# meshbench CURVE public key \"" + std::string(name) +
-           "\", from meshbench-engine keys. Public: copy it wherever it is asked for.\n" +
-           std::string(kPublicLabel) + " = \"" + std::string(publicKey) + "\"\n";
+           "\", from meshbench-engine keys. Public: copy it wherever it is asked for.\n" + std::string(kPublicLabel) +
+           " = \"" + std::string(publicKey) + "\"\n";
 }
 
 std::string keyPairText(std::string_view name, const KeyPair& pair)

@@ -19,7 +19,7 @@
 
 namespace meshbench::wire {
 
-constexpr std::size_t kZ85KeyLength = 40;   // 32 bytes
+constexpr std::size_t kZ85KeyLength = 40;  // 32 bytes
 constexpr const char* kServerKeyName = "server";
 constexpr const char* kClientKeyName = "client";
 
@@ -29,7 +29,7 @@ public:
 };
 
 struct KeyPair {
-    std::string publicKey;   // Z85
+    std::string publicKey;  // Z85
     std::string secretKey;
 };
 

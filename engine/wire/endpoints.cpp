@@ -81,10 +81,7 @@ std::filesystem::path runtimeDirectory()
     return dir;
 }
 
-std::string defaultControlEndpoint()
-{
-    return "ipc://" + (runtimeDirectory() / "control").string();
-}
+std::string defaultControlEndpoint() { return "ipc://" + (runtimeDirectory() / "control").string(); }
 
 bool isPrivateEndpoint(std::string_view endpoint)
 {

@@ -68,10 +68,10 @@ std::optional<Enum> enumFromName(const std::string_view (&names)[N], std::string
 // ---- little-endian scalars, whatever the host's byte order ----
 
 template <class T>
-using UnsignedOf = std::conditional_t<sizeof(T) == 1, std::uint8_t,
-                                      std::conditional_t<sizeof(T) == 2, std::uint16_t,
-                                                         std::conditional_t<sizeof(T) == 4, std::uint32_t,
-                                                                            std::uint64_t>>>;
+using UnsignedOf =
+    std::conditional_t<sizeof(T) == 1, std::uint8_t,
+                       std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                                          std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
 
 template <class T>
 void storeLe(std::uint8_t* at, T value)
@@ -126,7 +126,7 @@ std::size_t sanitizeUtf8(std::string_view text, std::uint8_t* out)
         const std::uint8_t* piece = in + read;
         std::size_t consumed = 0;
         std::size_t pieceLength = 0;
-        if (in[read] < 0x80) {   // a run of ASCII is copied whole: the common case
+        if (in[read] < 0x80) {  // a run of ASCII is copied whole: the common case
             const std::size_t end = std::min(text.size(), read + room);
             while (read + consumed < end && in[read + consumed] < 0x80)
                 ++consumed;
@@ -176,22 +176,27 @@ constexpr RecordType recordTypeOf()
 std::string_view recordTypeName(RecordType type)
 {
     switch (type) {
-    case RecordType::Span: return "span";
-    case RecordType::ExpertLoad: return "expert load";
-    case RecordType::MemorySample: return "memory sample";
-    case RecordType::StepMetrics: return "step metrics";
-    case RecordType::NodeSample: return "node sample";
-    case RecordType::Log: return "log";
-    case RecordType::Heartbeat: return "heartbeat";
-    case RecordType::ClockOffset: return "clock offset";
+    case RecordType::Span:
+        return "span";
+    case RecordType::ExpertLoad:
+        return "expert load";
+    case RecordType::MemorySample:
+        return "memory sample";
+    case RecordType::StepMetrics:
+        return "step metrics";
+    case RecordType::NodeSample:
+        return "node sample";
+    case RecordType::Log:
+        return "log";
+    case RecordType::Heartbeat:
+        return "heartbeat";
+    case RecordType::ClockOffset:
+        return "clock offset";
     }
-    return {};   // a type this version does not know
+    return {};  // a type this version does not know
 }
 
-std::string str(std::string_view text)
-{
-    return std::string(text);
-}
+std::string str(std::string_view text) { return std::string(text); }
 
 // ---- encoding ----
 
@@ -233,10 +238,7 @@ std::size_t checkedBodySize(const MemorySampleRecord& r, std::size_t index)
     return kMemorySampleBody;
 }
 
-std::size_t checkedBodySize(const StepMetricsRecord&, std::size_t)
-{
-    return kStepMetricsBody;
-}
+std::size_t checkedBodySize(const StepMetricsRecord&, std::size_t) { return kStepMetricsBody; }
 
 std::size_t checkedBodySize(const NodeSampleRecord& r, std::size_t)
 {
@@ -255,10 +257,7 @@ std::size_t checkedBodySize(const HeartbeatRecord& r, std::size_t index)
     return kHeartbeatFixed + sanitizeUtf8(r.host, nullptr);
 }
 
-std::size_t checkedBodySize(const ClockOffsetRecord&, std::size_t)
-{
-    return kClockOffsetBody;
-}
+std::size_t checkedBodySize(const ClockOffsetRecord&, std::size_t) { return kClockOffsetBody; }
 
 // Writes into space the caller has sized exactly, so no write needs a bounds check.
 class Writer {
@@ -617,16 +616,24 @@ private:
     bool decodeBody(Cursor body)
     {
         switch (m_type) {
-        case RecordType::Span: return decodeSpan(body);
-        case RecordType::ExpertLoad: return decodeExpertLoad(body);
-        case RecordType::MemorySample: return decodeMemorySample(body);
-        case RecordType::StepMetrics: return decodeStepMetrics(body);
-        case RecordType::NodeSample: return decodeNodeSample(body);
-        case RecordType::Log: return decodeLog(body);
-        case RecordType::Heartbeat: return decodeHeartbeat(body);
-        case RecordType::ClockOffset: return decodeClockOffset(body);
+        case RecordType::Span:
+            return decodeSpan(body);
+        case RecordType::ExpertLoad:
+            return decodeExpertLoad(body);
+        case RecordType::MemorySample:
+            return decodeMemorySample(body);
+        case RecordType::StepMetrics:
+            return decodeStepMetrics(body);
+        case RecordType::NodeSample:
+            return decodeNodeSample(body);
+        case RecordType::Log:
+            return decodeLog(body);
+        case RecordType::Heartbeat:
+            return decodeHeartbeat(body);
+        case RecordType::ClockOffset:
+            return decodeClockOffset(body);
         }
-        ++m_result.skippedRecords;   // a type from a newer agent
+        ++m_result.skippedRecords;  // a type from a newer agent
         return true;
     }
 
@@ -702,21 +709,15 @@ private:
     DecodeResult m_result;
     std::uint32_t m_index = 0;
     std::size_t m_recordOffset = 0;
-    int m_rawType = -1;   // the current record's type byte, -1 before its header is read
+    int m_rawType = -1;  // the current record's type byte, -1 before its header is read
     RecordType m_type{};
 };
 
 // ---- clocks ----
 
-std::int64_t nanosecondsOf(std::chrono::nanoseconds t)
-{
-    return static_cast<std::int64_t>(t.count());
-}
+std::int64_t nanosecondsOf(std::chrono::nanoseconds t) { return static_cast<std::int64_t>(t.count()); }
 
-std::int64_t monotonicNowNs()
-{
-    return nanosecondsOf(std::chrono::steady_clock::now().time_since_epoch());
-}
+std::int64_t monotonicNowNs() { return nanosecondsOf(std::chrono::steady_clock::now().time_since_epoch()); }
 
 // Brackets a wall-clock read between two monotonic reads and keeps the tightest of a few tries,
 // so the offset is off by at most half that bracket (tens of nanoseconds unless preempted).
@@ -758,15 +759,9 @@ std::string spanLabel(const SpanRecord& span)
     return label;
 }
 
-std::string_view spanKindName(SpanKind kind)
-{
-    return nameAt(kSpanKindNames, underlying(kind));
-}
+std::string_view spanKindName(SpanKind kind) { return nameAt(kSpanKindNames, underlying(kind)); }
 
-std::optional<SpanKind> spanKindFromName(std::string_view name)
-{
-    return enumFromName<SpanKind>(kSpanKindNames, name);
-}
+std::optional<SpanKind> spanKindFromName(std::string_view name) { return enumFromName<SpanKind>(kSpanKindNames, name); }
 
 bool isComputeKind(SpanKind kind)
 {
@@ -780,8 +775,10 @@ bool isCommunicationKind(SpanKind kind)
     case SpanKind::RecvActivation:
     case SpanKind::SendGradient:
     case SpanKind::RecvGradient:
-    case SpanKind::DataParallelReduce: return true;
-    default: return false;
+    case SpanKind::DataParallelReduce:
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -795,20 +792,14 @@ std::optional<MemoryCategory> memoryCategoryFromName(std::string_view name)
     return enumFromName<MemoryCategory>(kMemoryCategoryNames, name);
 }
 
-std::string_view logLevelName(LogLevel level)
-{
-    return nameAt(kLogLevelNames, underlying(level));
-}
+std::string_view logLevelName(LogLevel level) { return nameAt(kLogLevelNames, underlying(level)); }
 
 bool isFinal(RankState state)
 {
     return state == RankState::Finished || state == RankState::Failed || state == RankState::Terminated;
 }
 
-std::string_view rankStateName(RankState state)
-{
-    return nameAt(kRankStateNames, underlying(state));
-}
+std::string_view rankStateName(RankState state) { return nameAt(kRankStateNames, underlying(state)); }
 
 RecordType recordType(const Record& record)
 {
@@ -861,20 +852,11 @@ std::vector<std::uint8_t> encodeBatch(const Batch& batch)
     return out;
 }
 
-DecodeResult decodeBatch(std::span<const std::uint8_t> frame)
-{
-    return FrameDecoder(frame).decode();
-}
+DecodeResult decodeBatch(std::span<const std::uint8_t> frame) { return FrameDecoder(frame).decode(); }
 
-std::int64_t toWallAligned(std::int64_t monotonicNs)
-{
-    return monotonicNs + wallOffsetNs();
-}
+std::int64_t toWallAligned(std::int64_t monotonicNs) { return monotonicNs + wallOffsetNs(); }
 
-std::int64_t wallAlignedNowNs()
-{
-    return toWallAligned(monotonicNowNs());
-}
+std::int64_t wallAlignedNowNs() { return toWallAligned(monotonicNowNs()); }
 
 std::string localHostName()
 {

@@ -46,10 +46,10 @@
 
 namespace meshbench::wire {
 
-constexpr std::uint32_t kBatchMagic = 0x5754424D;          // bytes 'M' 'B' 'T' 'W'
+constexpr std::uint32_t kBatchMagic = 0x5754424D;  // bytes 'M' 'B' 'T' 'W'
 constexpr std::uint16_t kFormatVersion = 1;
 constexpr std::size_t kBatchHeaderBytes = 24;
-constexpr std::size_t kMaxBatchBytes = std::size_t(64) << 20;   // a larger frame is refused unread
+constexpr std::size_t kMaxBatchBytes = std::size_t(64) << 20;  // a larger frame is refused unread
 constexpr std::uint32_t kMaxRecordsPerBatch = 1u << 22;
 constexpr std::uint32_t kMaxExpertsPerLayer = 1u << 16;
 constexpr std::uint32_t kMaxTextBytes = 1u << 16;
@@ -68,16 +68,16 @@ enum class RecordType : std::uint8_t {
 // What a span of a rank's timeline was doing. The names are the agent's op names (plan::opKindName
 // for pipeline ops), so a measured span and a planned op compare by name.
 enum class SpanKind : std::uint8_t {
-    Forward = 0,           // "F"
-    Backward = 1,          // "B"
-    WeightGrad = 2,        // "W"  (zero-bubble split backward)
-    SendActivation = 3,    // "send-act"
-    RecvActivation = 4,    // "recv-act"
-    SendGradient = 5,      // "send-grad"
-    RecvGradient = 6,      // "recv-grad"
-    Optimizer = 7,         // "optimizer"
-    DataParallelReduce = 8,// "dp-reduce"
-    Idle = 9,              // "idle"
+    Forward = 0,             // "F"
+    Backward = 1,            // "B"
+    WeightGrad = 2,          // "W"  (zero-bubble split backward)
+    SendActivation = 3,      // "send-act"
+    RecvActivation = 4,      // "recv-act"
+    SendGradient = 5,        // "send-grad"
+    RecvGradient = 6,        // "recv-grad"
+    Optimizer = 7,           // "optimizer"
+    DataParallelReduce = 8,  // "dp-reduce"
+    Idle = 9,                // "idle"
 };
 constexpr int kSpanKinds = 10;
 std::string_view spanKindName(SpanKind kind);
@@ -89,27 +89,26 @@ bool isCommunicationKind(SpanKind kind);
 struct SpanRecord {
     std::int32_t step = 0;
     std::int16_t stage = 0;
-    std::int16_t chunk = 0;          // virtual pipeline chunk
-    std::int32_t microbatch = -1;    // -1 for spans of the whole step
+    std::int16_t chunk = 0;        // virtual pipeline chunk
+    std::int32_t microbatch = -1;  // -1 for spans of the whole step
     SpanKind kind = SpanKind::Forward;
-    std::int32_t peerRank = -1;      // world rank on the other side of a send/recv, else -1
-    std::int64_t beginNs = 0;        // wall-clock aligned nanoseconds (see below)
+    std::int32_t peerRank = -1;  // world rank on the other side of a send/recv, else -1
+    std::int64_t beginNs = 0;    // wall-clock aligned nanoseconds (see below)
     std::int64_t endNs = 0;
-    std::uint64_t bytes = 0;         // moved, for communication
+    std::uint64_t bytes = 0;  // moved, for communication
     bool operator==(const SpanRecord&) const = default;
 };
 // A span's name on every timeline (the Chrome trace, NVTX ranges): its kind, and for a
 // micro-batch's op the micro-batch and the virtual chunk, "F mb3 chunk0".
 std::string spanLabel(const SpanRecord& span);
 
-
 // Tokens routed to (before capacity) and dropped by (capacity) each expert of one MoE layer in one
 // step, summed over the step's micro-batches and the data-parallel group.
 struct ExpertLoadRecord {
     std::int32_t step = 0;
-    std::int32_t layer = 0;                    // global layer index
-    std::vector<std::uint32_t> routed;         // [experts]
-    std::vector<std::uint32_t> dropped;        // [experts], same length as routed
+    std::int32_t layer = 0;              // global layer index
+    std::vector<std::uint32_t> routed;   // [experts]
+    std::vector<std::uint32_t> dropped;  // [experts], same length as routed
     bool operator==(const ExpertLoadRecord&) const = default;
 };
 
@@ -123,7 +122,7 @@ struct MemorySampleRecord {
     std::int64_t timeNs = 0;
     MemoryCategory category = MemoryCategory::Params;
     std::int64_t currentBytes = 0;
-    std::int64_t peakBytes = 0;     // peak during the step
+    std::int64_t peakBytes = 0;  // peak during the step
     bool operator==(const MemorySampleRecord&) const = default;
 };
 
@@ -136,8 +135,8 @@ struct StepMetricsRecord {
     double gradNorm = 0;
     double learningRate = 0;
     double tokensPerSecond = 0;
-    double bubbleRatio = 0;          // as the agent measured it over the pipeline phase
-    std::int64_t tokens = 0;         // tokens in the step's global batch
+    double bubbleRatio = 0;   // as the agent measured it over the pipeline phase
+    std::int64_t tokens = 0;  // tokens in the step's global batch
     bool operator==(const StepMetricsRecord&) const = default;
 };
 
@@ -147,10 +146,10 @@ struct NodeSampleRecord {
     std::string host;
     std::int64_t hostMemoryTotalBytes = -1;
     std::int64_t hostMemoryUsedBytes = -1;
-    std::int32_t device = -1;                 // local device index, -1 for the CPU
+    std::int32_t device = -1;  // local device index, -1 for the CPU
     std::int64_t deviceMemoryTotalBytes = -1;
     std::int64_t deviceMemoryUsedBytes = -1;
-    float deviceUtilization = -1;             // 0..1
+    float deviceUtilization = -1;  // 0..1
     bool operator==(const NodeSampleRecord&) const = default;
 };
 
@@ -187,10 +186,10 @@ bool isFinal(RankState state);
 struct HeartbeatRecord {
     std::int64_t timeNs = 0;
     RankState state = RankState::Running;
-    std::int32_t step = 0;                  // optimizer steps completed
+    std::int32_t step = 0;  // optimizer steps completed
     std::int32_t pid = 0;
     std::int32_t detail = 0;
-    std::uint64_t droppedRecords = 0;       // dropped by the agent's bounded queue so far
+    std::uint64_t droppedRecords = 0;  // dropped by the agent's bounded queue so far
     std::string host;
     bool operator==(const HeartbeatRecord&) const = default;
 };
@@ -231,10 +230,10 @@ void encodeBatch(const Batch& batch, std::vector<std::uint8_t>& out);
 std::vector<std::uint8_t> encodeBatch(const Batch& batch);
 
 struct DecodeResult {
-    std::optional<Batch> batch;             // set when the frame is valid
-    std::string error;                      // otherwise: what is wrong and at which byte offset
-    std::uint32_t skippedRecords = 0;       // records of types this version does not know
-    std::uint16_t version = 0;              // the frame's format version, when the header was readable
+    std::optional<Batch> batch;        // set when the frame is valid
+    std::string error;                 // otherwise: what is wrong and at which byte offset
+    std::uint32_t skippedRecords = 0;  // records of types this version does not know
+    std::uint16_t version = 0;         // the frame's format version, when the header was readable
 };
 DecodeResult decodeBatch(std::span<const std::uint8_t> frame);
 

@@ -131,9 +131,9 @@ private:
     struct TooDeep {};
     struct Frame {
         bool object = true;
-        std::set<std::string> keys;   // objects: seen so far
-        std::string key;              // objects: the member being read
-        std::size_t index = 0;        // arrays: the element being read
+        std::set<std::string> keys;  // objects: seen so far
+        std::string key;             // objects: the member being read
+        std::size_t index = 0;       // arrays: the element being read
     };
 
     bool visit(int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed)

@@ -19,8 +19,8 @@
 namespace meshbench::kernels {
 namespace {
 
-constexpr int kRowBlock = 64; // Br: query rows per block
-constexpr int kColBlock = 64; // Bc: keys per tile
+constexpr int kRowBlock = 64;  // Br: query rows per block
+constexpr int kColBlock = 64;  // Bc: keys per tile
 
 void checkShape(const AttentionShape& s)
 {
@@ -33,9 +33,9 @@ void checkShape(const AttentionShape& s)
 
 // Pointers to the rows of one (batch, head) pair; row s of a head is at base + s * stride.
 struct HeadView {
-    std::size_t qOffset;   // into q, out, dOut, dq
-    std::size_t kvOffset;  // into k, v, dk, dv
-    std::size_t lseOffset; // into lse
+    std::size_t qOffset;    // into q, out, dOut, dq
+    std::size_t kvOffset;   // into k, v, dk, dv
+    std::size_t lseOffset;  // into lse
 };
 
 HeadView headView(const AttentionShape& s, int b, int h)
@@ -56,7 +56,7 @@ void tileScores(const float* qh, int qStride, const float* kh, int kvStride, int
                 kvStride, 0.0f, scores, kColBlock);
 }
 
-} // namespace
+}  // namespace
 
 void CpuBackend::attentionForward(const AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v, DevPtr out,
                                   DevPtr lse)
@@ -82,7 +82,7 @@ void CpuBackend::attentionForward(const AttentionShape& shape, ConstDevPtr q, Co
     std::vector<float> rowSum(kRowBlock);
 
     for (int b = 0; b < shape.batch; ++b) {
-        for (int h = 0; h < shape.heads; ++h) { // consecutive h share a kv head: k, v stay in cache
+        for (int h = 0; h < shape.heads; ++h) {  // consecutive h share a kv head: k, v stay in cache
             const HeadView view = headView(shape, b, h);
             const float* qh = qp + view.qOffset;
             const float* kh = kp + view.kvOffset;
@@ -92,7 +92,7 @@ void CpuBackend::attentionForward(const AttentionShape& shape, ConstDevPtr q, Co
 
             for (int i0 = 0; i0 < S; i0 += kRowBlock) {
                 const int rows = std::min(kRowBlock, S - i0);
-                const int keyEnd = i0 + rows; // causal: this block sees keys [0, i0 + rows)
+                const int keyEnd = i0 + rows;  // causal: this block sees keys [0, i0 + rows)
                 std::fill(rowMax.begin(), rowMax.end(), negInf);
                 std::fill(rowSum.begin(), rowSum.end(), 0.0f);
                 std::fill(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(rows) * D, 0.0f);
@@ -105,7 +105,7 @@ void CpuBackend::attentionForward(const AttentionShape& shape, ConstDevPtr q, Co
                     // accumulated by exp(m_old - m_new), turn the tile into exp(s - m_new).
                     for (int r = 0; r < rows; ++r) {
                         float* sr = scores.data() + static_cast<std::size_t>(r) * kColBlock;
-                        const int valid = std::clamp(i0 + r - j0 + 1, 0, cols); // keys j <= i
+                        const int valid = std::clamp(i0 + r - j0 + 1, 0, cols);  // keys j <= i
                         if (valid == 0) {
                             std::fill(sr, sr + cols, 0.0f);
                             continue;
@@ -119,7 +119,7 @@ void CpuBackend::attentionForward(const AttentionShape& shape, ConstDevPtr q, Co
                             sum += sr[c];
                         }
                         std::fill(sr + valid, sr + cols, 0.0f);
-                        const float correction = std::exp(rowMax[r] - m); // 0 on the first tile
+                        const float correction = std::exp(rowMax[r] - m);  // 0 on the first tile
                         rowSum[r] = rowSum[r] * correction + sum;
                         rowMax[r] = m;
                         if (correction != 1.0f) {
@@ -185,7 +185,7 @@ void CpuBackend::attentionBackward(const AttentionShape& shape, ConstDevPtr dOut
             const float* doh = dop + view.qOffset;
             const float* lseh = lp + view.lseOffset;
             float* dqh = dqp + view.qOffset;
-            float* dkh = dkp + view.kvOffset; // the group's query heads all add into their kv head
+            float* dkh = dkp + view.kvOffset;  // the group's query heads all add into their kv head
             float* dvh = dvp + view.kvOffset;
 
             for (int i0 = 0; i0 < S; i0 += kRowBlock) {
@@ -247,4 +247,4 @@ void CpuBackend::attentionBackward(const AttentionShape& shape, ConstDevPtr dOut
     }
 }
 
-} // namespace meshbench::kernels
+}  // namespace meshbench::kernels

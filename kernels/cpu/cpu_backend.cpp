@@ -81,10 +81,7 @@ const float* asF32(ConstDevPtr p)
     return static_cast<const float*>(p.data);
 }
 
-CpuBackend::CpuBackend(int threads)
-{
-    openblas_set_num_threads(std::max(1, threads));
-}
+CpuBackend::CpuBackend(int threads) { openblas_set_num_threads(std::max(1, threads)); }
 
 // ---------------------------------------------------------------------------------------------
 // Memory
@@ -106,10 +103,7 @@ DevPtr CpuBackend::allocate(std::size_t count, DType dtype)
     return {data, dtype};
 }
 
-void CpuBackend::release(DevPtr p)
-{
-    std::free(p.data);
-}
+void CpuBackend::release(DevPtr p) { std::free(p.data); }
 
 void CpuBackend::upload(DevPtr dst, const float* src, std::size_t count)
 {
@@ -149,10 +143,7 @@ double CpuBackend::secondsBetween(TimeMark from, TimeMark to)
     return std::chrono::duration<double>(m_marks.at(to) - m_marks.at(from)).count();
 }
 
-void CpuBackend::fill(DevPtr dst, float value, std::size_t count)
-{
-    std::fill_n(asF32(dst), count, value);
-}
+void CpuBackend::fill(DevPtr dst, float value, std::size_t count) { std::fill_n(asF32(dst), count, value); }
 
 void CpuBackend::copy(DevPtr dst, ConstDevPtr src, std::size_t count)
 {
@@ -165,8 +156,8 @@ void CpuBackend::copy(DevPtr dst, ConstDevPtr src, std::size_t count)
 // ---------------------------------------------------------------------------------------------
 // GEMM and elementwise
 
-void CpuBackend::gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda,
-                      ConstDevPtr B, int ldb, float beta, DevPtr C, int ldc)
+void CpuBackend::gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda, ConstDevPtr B,
+                      int ldb, float beta, DevPtr C, int ldc)
 {
     const float* a = asF32(A);
     const float* b = asF32(B);
@@ -181,8 +172,8 @@ void CpuBackend::gemm(bool transA, bool transB, int M, int N, int K, float alpha
     requireDim("gemm", "ldc", ldc, std::max(1, N));
     if (M == 0 || N == 0)
         return;
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K,
-                alpha, a, lda, b, ldb, beta, c, ldc);
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                a, lda, b, ldb, beta, c, ldc);
 }
 
 void CpuBackend::add(ConstDevPtr xPtr, DevPtr yPtr, std::size_t n)
@@ -235,8 +226,8 @@ void CpuBackend::embeddingBackward(const int* ids, int T, ConstDevPtr dOutPtr, i
 // ---------------------------------------------------------------------------------------------
 // Normalisation
 
-void CpuBackend::layerNormForward(ConstDevPtr xPtr, ConstDevPtr gammaPtr, ConstDevPtr betaPtr, int T, int h,
-                                  float eps, DevPtr outPtr, DevPtr meanPtr, DevPtr rstdPtr)
+void CpuBackend::layerNormForward(ConstDevPtr xPtr, ConstDevPtr gammaPtr, ConstDevPtr betaPtr, int T, int h, float eps,
+                                  DevPtr outPtr, DevPtr meanPtr, DevPtr rstdPtr)
 {
     const float* x = asF32(xPtr);
     const float* gamma = asF32(gammaPtr);
@@ -254,10 +245,11 @@ void CpuBackend::layerNormForward(ConstDevPtr xPtr, ConstDevPtr gammaPtr, ConstD
         // Two passes for the statistics (mean, then the centred sum of squares): the row is in L1
         // by then, and E[x^2] - mean^2 would cancel badly for rows with a large offset.
         const float mu = laneSum(n, [row](std::size_t j) { return row[j]; }) * invH;
-        const float var = laneSum(n, [row, mu](std::size_t j) {
-                              const float c = row[j] - mu;
-                              return c * c;
-                          }) *
+        const float var = laneSum(n,
+                                  [row, mu](std::size_t j) {
+                                      const float c = row[j] - mu;
+                                      return c * c;
+                                  }) *
                           invH;
         const float rs = 1.0f / std::sqrt(var + eps);
         for (std::size_t j = 0; j < n; ++j)
@@ -267,9 +259,8 @@ void CpuBackend::layerNormForward(ConstDevPtr xPtr, ConstDevPtr gammaPtr, ConstD
     }
 }
 
-void CpuBackend::layerNormBackward(ConstDevPtr dOutPtr, ConstDevPtr xPtr, ConstDevPtr gammaPtr,
-                                   ConstDevPtr meanPtr, ConstDevPtr rstdPtr, int T, int h, DevPtr dxPtr,
-                                   DevPtr dGammaPtr, DevPtr dBetaPtr)
+void CpuBackend::layerNormBackward(ConstDevPtr dOutPtr, ConstDevPtr xPtr, ConstDevPtr gammaPtr, ConstDevPtr meanPtr,
+                                   ConstDevPtr rstdPtr, int T, int h, DevPtr dxPtr, DevPtr dGammaPtr, DevPtr dBetaPtr)
 {
     const float* dOut = asF32(dOutPtr);
     const float* x = asF32(xPtr);
@@ -297,10 +288,9 @@ void CpuBackend::layerNormBackward(ConstDevPtr dOutPtr, ConstDevPtr xPtr, ConstD
             dBeta[j] += dy[j];
         }
         const float meanG = laneSum(n, [dy, gamma](std::size_t j) { return dy[j] * gamma[j]; }) * invH;
-        const float meanGX = laneSum(n, [dy, gamma, row, mu, rs](std::size_t j) {
-                                 return dy[j] * gamma[j] * ((row[j] - mu) * rs);
-                             }) *
-                             invH;
+        const float meanGX =
+            laneSum(n, [dy, gamma, row, mu, rs](std::size_t j) { return dy[j] * gamma[j] * ((row[j] - mu) * rs); }) *
+            invH;
         for (std::size_t j = 0; j < n; ++j) {
             const float xhat = (row[j] - mu) * rs;
             d[j] = rs * (dy[j] * gamma[j] - meanG - xhat * meanGX);
@@ -428,8 +418,8 @@ double CpuBackend::crossEntropy(ConstDevPtr logitsPtr, const int* targets, int T
     // Check every target before writing anything: dLogits may alias logits.
     for (int t = 0; t < T; ++t)
         if (targets[t] < 0 || targets[t] >= V)
-            throw KernelError("crossEntropy: target " + std::to_string(targets[t]) + " of token " +
-                              std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+            throw KernelError("crossEntropy: target " + std::to_string(targets[t]) + " of token " + std::to_string(t) +
+                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
     const std::size_t n = std::size_t(V);
     double loss = 0.0;
     for (int t = 0; t < T; ++t) {

@@ -44,8 +44,8 @@ public:
     void layerNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr mean, ConstDevPtr rstd,
                            int T, int h, DevPtr dx, DevPtr dGamma, DevPtr dBeta) override;
     void rmsNormForward(ConstDevPtr x, ConstDevPtr gamma, int T, int h, float eps, DevPtr out, DevPtr rstd) override;
-    void rmsNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr rstd, int T, int h,
-                         DevPtr dx, DevPtr dGamma) override;
+    void rmsNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr rstd, int T, int h, DevPtr dx,
+                         DevPtr dGamma) override;
 
     void geluForward(ConstDevPtr x, DevPtr out, std::size_t n) override;
     void geluBackward(ConstDevPtr dOut, ConstDevPtr x, DevPtr dx, std::size_t n) override;
@@ -59,8 +59,7 @@ public:
     void attentionBackward(const AttentionShape& shape, ConstDevPtr dOut, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v,
                            ConstDevPtr out, ConstDevPtr lse, DevPtr dq, DevPtr dk, DevPtr dv) override;
 
-    double crossEntropy(ConstDevPtr logits, const int* targets, int T, int V, float gradScale,
-                        DevPtr dLogits) override;
+    double crossEntropy(ConstDevPtr logits, const int* targets, int T, int V, float gradScale, DevPtr dLogits) override;
 
     void route(const RouterShape& shape, const float* logits, const Routing& routing) override;
     double auxLoss(const RouterShape& shape, const Routing& routing, float coef, float* dLogits) override;

@@ -49,7 +49,7 @@ void softmaxBackwardRow(const float* p, const double* g, int E, float* dLogits)
         dLogits[e] += static_cast<float>(static_cast<double>(p[e]) * (g[e] - dot));
 }
 
-} // namespace
+}  // namespace
 
 void CpuBackend::route(const RouterShape& shape, const float* logits, const Routing& routing)
 {
@@ -216,7 +216,7 @@ void CpuBackend::combine(const RouterShape& shape, const Routing& routing, Const
             const std::size_t s = static_cast<std::size_t>(t) * K + j;
             const int row = routing.rowOf[s];
             if (row < 0)
-                continue; // dropped: the token passes this slot by (the residual carries it)
+                continue;  // dropped: the token passes this slot by (the residual carries it)
             const float w = routing.weightOf[s];
             const float* src = ep + static_cast<std::size_t>(row) * h;
             for (int c = 0; c < h; ++c)
@@ -314,4 +314,4 @@ void CpuBackend::routerBackward(const RouterShape& shape, const Routing& routing
     }
 }
 
-} // namespace meshbench::kernels
+}  // namespace meshbench::kernels

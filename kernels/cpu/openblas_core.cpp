@@ -11,12 +11,12 @@ namespace meshbench::kernels {
 std::string betterOpenblasCore()
 {
     if (std::getenv("OPENBLAS_CORETYPE"))
-        return "";   // the user's choice stands
+        return "";  // the user's choice stands
     const char* core = openblas_get_corename();
     if (!core || std::strcmp(core, "Prescott") != 0)
         return "";
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
         return "SkylakeX";
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return "Haswell";

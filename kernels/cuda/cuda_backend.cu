@@ -45,7 +45,7 @@ void check(cublasStatus_t status, const char* what)
 // gives their types; nothing is linked.
 struct CublasLt {
     bool loaded = false;
-    std::string problem;   // why not, with the fix
+    std::string problem;  // why not, with the fix
     decltype(&cublasLtCreate) create = nullptr;
     decltype(&cublasLtDestroy) destroy = nullptr;
     decltype(&cublasLtMatmul) matmul = nullptr;
@@ -95,7 +95,7 @@ private:
             l.problem = std::string(kName) + " lacks " + library.missing() + "; install CUDA 13's cuBLASLt";
             return l;
         }
-        library.keepLoaded();   // for the process: every backend calls into it until exit
+        library.keepLoaded();  // for the process: every backend calls into it until exit
         l.loaded = true;
         return l;
     }
@@ -112,12 +112,14 @@ unsigned blocksFor(std::size_t n)
 }
 
 // Grid-stride loops: any n with the capped grid above.
-#define MESHBENCH_FOR_EACH(i, n) \
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n); i += std::size_t(gridDim.x) * blockDim.x)
+#define MESHBENCH_FOR_EACH(i, n)                                                                                       \
+    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (n);                                  \
+         i += std::size_t(gridDim.x) * blockDim.x)
 
 __device__ float load(const void* p, DType dtype, std::size_t i)
 {
-    return dtype == DType::F32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    return dtype == DType::F32 ? static_cast<const float*>(p)[i]
+                               : __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 
 __device__ void store(void* p, DType dtype, std::size_t i, float value)
@@ -169,14 +171,14 @@ __global__ void swigluKernel(const void* x, DType xType, std::size_t f, void* ou
     }
 }
 
-__global__ void swigluBackwardKernel(const void* dOut, DType dType, const void* x, DType xType, std::size_t f,
-                                     void* dx, DType dxType, std::size_t n)
+__global__ void swigluBackwardKernel(const void* dOut, DType dType, const void* x, DType xType, std::size_t f, void* dx,
+                                     DType dxType, std::size_t n)
 {
     MESHBENCH_FOR_EACH(i, n)
     {
         const std::size_t t = i / f, j = i % f;
-        const math::SwigluGradient g =
-            math::swigluBackward(load(dOut, dType, i), load(x, xType, t * 2 * f + j), load(x, xType, t * 2 * f + f + j));
+        const math::SwigluGradient g = math::swigluBackward(load(dOut, dType, i), load(x, xType, t * 2 * f + j),
+                                                            load(x, xType, t * 2 * f + f + j));
         store(dx, dxType, t * 2 * f + j, g.gate);
         store(dx, dxType, t * 2 * f + f + j, g.up);
     }
@@ -247,7 +249,8 @@ __global__ void rmsNormForwardKernel(const void* x, DType xType, const void* gam
     }
     const float rs = 1.0f / sqrtf(blockSum(squares) / float(h) + eps);
     for (int j = int(threadIdx.x); j < h; j += int(blockDim.x))
-        store(out, outType, row + std::size_t(j), load(x, xType, row + std::size_t(j)) * rs * load(gamma, gType, std::size_t(j)));
+        store(out, outType, row + std::size_t(j),
+              load(x, xType, row + std::size_t(j)) * rs * load(gamma, gType, std::size_t(j)));
     if (threadIdx.x == 0)
         rstd[blockIdx.x] = rs;
 }
@@ -276,7 +279,8 @@ __global__ void rmsNormBackwardKernel(const void* dOut, DType dType, const void*
 // One block per row; two passes for the statistics (mean, then the centred sum of squares), as the
 // CPU backend: E[x^2] - mean^2 would cancel badly for rows with a large offset.
 __global__ void layerNormForwardKernel(const void* x, DType xType, const void* gamma, DType gType, const void* beta,
-                                       DType bType, int h, float eps, void* out, DType outType, float* mean, float* rstd)
+                                       DType bType, int h, float eps, void* out, DType outType, float* mean,
+                                       float* rstd)
 {
     const std::size_t row = std::size_t(blockIdx.x) * std::size_t(h);
     float sum = 0;
@@ -342,7 +346,7 @@ __global__ void crossEntropyKernel(const void* logits, DType lType, const int* t
     double sum = 0;
     for (int j = int(threadIdx.x); j < V; j += int(blockDim.x))
         sum += double(expf(load(logits, lType, row + std::size_t(j)) - mx));
-    const double total = blockSum(sum);   // its barriers also order the reads above before the writes
+    const double total = blockSum(sum);  // its barriers also order the reads above before the writes
     const float factor = float(double(gradScale) / total);
     for (int j = int(threadIdx.x); j < V; j += int(blockDim.x)) {
         const std::size_t i = row + std::size_t(j);
@@ -436,7 +440,7 @@ __global__ void permuteBackwardKernel(const int* rowOf, int topK, const void* dP
 // lse = max + log(sum) per row [B, H, S]. The simple form: correct for any shape, far from the
 // tensor cores' speed.
 constexpr int kWarp = 32;
-constexpr int kMaxDimsPerLane = 8;   // head dimensions up to 256
+constexpr int kMaxDimsPerLane = 8;  // head dimensions up to 256
 
 __device__ float warpSum(float value)
 {
@@ -464,7 +468,8 @@ struct AttentionIndex {
     AttentionShape shape;
     __device__ std::size_t q(int b, int i, int head) const
     {
-        return ((std::size_t(b) * std::size_t(shape.seq) + std::size_t(i)) * std::size_t(shape.heads) + std::size_t(head)) *
+        return ((std::size_t(b) * std::size_t(shape.seq) + std::size_t(i)) * std::size_t(shape.heads) +
+                std::size_t(head)) *
                std::size_t(shape.headDim);
     }
     __device__ std::size_t kv(int b, int j, int kvHead) const
@@ -475,7 +480,8 @@ struct AttentionIndex {
     }
     __device__ std::size_t lse(int b, int head, int i) const
     {
-        return (std::size_t(b) * std::size_t(shape.heads) + std::size_t(head)) * std::size_t(shape.seq) + std::size_t(i);
+        return (std::size_t(b) * std::size_t(shape.heads) + std::size_t(head)) * std::size_t(shape.seq) +
+               std::size_t(i);
     }
 };
 
@@ -520,7 +526,8 @@ __global__ void attentionForwardKernel(AttentionIndex index, const void* q, cons
         sum = sum * correction + p;
         for (int d = 0; d < dims; ++d) {
             const int dim = lane + d * kWarp;
-            acc[d] = acc[d] * correction + (dim < s.headDim ? p * load(v, dtype, index.kv(b, j, kvHead) + std::size_t(dim)) : 0.0f);
+            acc[d] = acc[d] * correction +
+                     (dim < s.headDim ? p * load(v, dtype, index.kv(b, j, kvHead) + std::size_t(dim)) : 0.0f);
         }
         best = next;
     }
@@ -582,8 +589,8 @@ __global__ void attentionBackwardQueryKernel(AttentionIndex index, const void* d
 }
 
 __global__ void attentionBackwardKeyKernel(AttentionIndex index, const void* dOut, const void* q, const void* k,
-                                           const void* v, DType dtype, const float* lse, const float* rowDots,
-                                           void* dk, void* dv, DType gradType)
+                                           const void* v, DType dtype, const float* lse, const float* rowDots, void* dk,
+                                           void* dv, DType gradType)
 {
     const AttentionShape& s = index.shape;
     const std::size_t warp = std::size_t(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -636,7 +643,8 @@ __global__ void embeddingForwardKernel(const int* ids, const void* table, DType 
 }
 
 // Repeated ids add up in whatever order the atomics land (the CPU adds in token order).
-__global__ void embeddingBackwardKernel(const int* ids, const void* dOut, DType dType, int h, float* dTable, std::size_t n)
+__global__ void embeddingBackwardKernel(const int* ids, const void* dOut, DType dType, int h, float* dTable,
+                                        std::size_t n)
 {
     MESHBENCH_FOR_EACH(i, n)
     {
@@ -655,7 +663,8 @@ __global__ void ropeKernel(void* x, DType dtype, int seq, int heads, int headDim
     {
         const std::size_t i = k % std::size_t(half), rowIndex = k / std::size_t(half);
         const std::size_t t = rowIndex / std::size_t(heads);
-        const std::size_t at = rowIndex * std::size_t(headDim) + i, table = (t % std::size_t(seq)) * std::size_t(half) + i;
+        const std::size_t at = rowIndex * std::size_t(headDim) + i,
+                          table = (t % std::size_t(seq)) * std::size_t(half) + i;
         const float a = load(x, dtype, at), b = load(x, dtype, at + std::size_t(half));
         store(x, dtype, at, a * cosines[table] - b * sines[table]);
         store(x, dtype, at + std::size_t(half), b * cosines[table] + a * sines[table]);
@@ -672,7 +681,7 @@ public:
                   void* p = nullptr;
                   if (cudaMalloc(&p, bytes) == cudaSuccess)
                       return p;
-                  cudaGetLastError();   // out of memory is answered by the allocator, not left pending
+                  cudaGetLastError();  // out of memory is answered by the allocator, not left pending
                   return nullptr;
               },
               [](void* p) { cudaFree(p); })
@@ -765,7 +774,8 @@ public:
     {
         if (n == 0)
             return;
-        check(cudaMemcpyAsync(dst.data, src, n * dtypeSize(dst.dtype), cudaMemcpyHostToDevice, m_stream), "copyFromHost");
+        check(cudaMemcpyAsync(dst.data, src, n * dtypeSize(dst.dtype), cudaMemcpyHostToDevice, m_stream),
+              "copyFromHost");
         check(cudaStreamSynchronize(m_stream), "copyFromHost");
     }
     void synchronize() override { check(cudaStreamSynchronize(m_stream), "cudaStreamSynchronize"); }
@@ -820,10 +830,10 @@ public:
     {
         const GemmPlan& plan = gemmPlan({transA, transB, M, N, K, lda, ldb, ldc, A.dtype, B.dtype, C.dtype,
                                          alignmentOf(A.data), alignmentOf(B.data), alignmentOf(C.data)});
-        check(plan.found ? lt().matmul(m_lt, plan.op, &alpha, B.data, plan.first, A.data, plan.second, &beta, C.data,
-                                       plan.out, C.data, plan.out, &plan.heuristic.algo, m_workspace, kWorkspaceBytes,
-                                       m_stream)
-                         : CUBLAS_STATUS_NOT_SUPPORTED,
+        check(plan.found
+                  ? lt().matmul(m_lt, plan.op, &alpha, B.data, plan.first, A.data, plan.second, &beta, C.data, plan.out,
+                                C.data, plan.out, &plan.heuristic.algo, m_workspace, kWorkspaceBytes, m_stream)
+                  : CUBLAS_STATUS_NOT_SUPPORTED,
               "cublasLtMatmul");
     }
 
@@ -847,7 +857,7 @@ public:
             return;
         DeviceScratch<int> deviceIds(*this, ids, std::size_t(T));
         embeddingForwardKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(deviceIds.data, table.data, table.dtype, h,
-                                                                         out.data, out.dtype, n);
+                                                                        out.data, out.dtype, n);
         launched("embeddingForward");
     }
     void embeddingBackward(const int* ids, int T, ConstDevPtr dOut, int h, DevPtr dTable) override
@@ -858,7 +868,7 @@ public:
         requireF32(dTable, "embeddingBackward's table gradient");
         DeviceScratch<int> deviceIds(*this, ids, std::size_t(T));
         embeddingBackwardKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(deviceIds.data, dOut.data, dOut.dtype, h,
-                                                                          static_cast<float*>(dTable.data), n);
+                                                                         static_cast<float*>(dTable.data), n);
         launched("embeddingBackward");
     }
     void layerNormForward(ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr beta, int T, int h, float eps, DevPtr out,
@@ -888,8 +898,8 @@ public:
     {
         requireF32(rstd, "rmsNormForward's rstd");
         if (T > 0)
-            rmsNormForwardKernel<<<unsigned(T), kThreads, 0, m_stream>>>(x.data, x.dtype, gamma.data, gamma.dtype, h, eps,
-                                                                         out.data, out.dtype, static_cast<float*>(rstd.data));
+            rmsNormForwardKernel<<<unsigned(T), kThreads, 0, m_stream>>>(
+                x.data, x.dtype, gamma.data, gamma.dtype, h, eps, out.data, out.dtype, static_cast<float*>(rstd.data));
         launched("rmsNormForward");
     }
     void rmsNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr rstd, int T, int h, DevPtr dx,
@@ -898,8 +908,8 @@ public:
         requireF32(dGamma, "rmsNormBackward's gamma gradient");
         if (T > 0)
             rmsNormBackwardKernel<<<unsigned(T), kThreads, 0, m_stream>>>(
-                dOut.data, dOut.dtype, x.data, x.dtype, gamma.data, gamma.dtype, static_cast<const float*>(rstd.data), h,
-                dx.data, dx.dtype, static_cast<float*>(dGamma.data));
+                dOut.data, dOut.dtype, x.data, x.dtype, gamma.data, gamma.dtype, static_cast<const float*>(rstd.data),
+                h, dx.data, dx.dtype, static_cast<float*>(dGamma.data));
         launched("rmsNormBackward");
     }
 
@@ -920,7 +930,8 @@ public:
     {
         const std::size_t n = std::size_t(T) * std::size_t(f);
         if (n > 0)
-            swigluKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, std::size_t(f), out.data, out.dtype, n);
+            swigluKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, std::size_t(f), out.data, out.dtype,
+                                                                  n);
         launched("swigluForward");
     }
     void swigluBackward(ConstDevPtr dOut, ConstDevPtr x, int T, int f, DevPtr dx) override
@@ -948,7 +959,8 @@ public:
                 sines[std::size_t(p) * std::size_t(half) + std::size_t(i)] =
                     float(inverse ? -std::sin(angle) : std::sin(angle));
             }
-        DeviceScratch<float> deviceCos(*this, cosines.data(), cosines.size()), deviceSin(*this, sines.data(), sines.size());
+        DeviceScratch<float> deviceCos(*this, cosines.data(), cosines.size()),
+            deviceSin(*this, sines.data(), sines.size());
         const std::size_t n = std::size_t(tokens) * std::size_t(heads) * std::size_t(half);
         ropeKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(x.data, x.dtype, seq, heads, headDim, deviceCos.data,
                                                             deviceSin.data, n);
@@ -1065,10 +1077,9 @@ public:
         DeviceScratch<int> rowOf(*this, routing.rowOf, slots), tokenOfRow(*this, routing.tokenOfRow, rows);
         DeviceScratch<float> weightOf(*this, routing.weightOf, slots), deviceWeight(*this, dWeight, slots);
         if (n > 0)
-            combineBackwardRowsKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(tokenOfRow.data, rowOf.data,
-                                                                              weightOf.data, shape.topK, dOut.data,
-                                                                              dOut.dtype, h, dExpertOut.data,
-                                                                              dExpertOut.dtype, n);
+            combineBackwardRowsKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(
+                tokenOfRow.data, rowOf.data, weightOf.data, shape.topK, dOut.data, dOut.dtype, h, dExpertOut.data,
+                dExpertOut.dtype, n);
         combineBackwardWeightsKernel<<<unsigned(slots), kThreads, 0, m_stream>>>(
             rowOf.data, shape.topK, dOut.data, dOut.dtype, expertOut.data, expertOut.dtype, h, deviceWeight.data);
         launched("combineBackward");
@@ -1116,13 +1127,13 @@ public:
         const math::AdamWStep constants{lr, beta1, beta2, eps, weightDecay, gradScale, bc1, bc2};
         if (n > 0)
             adamwKernel<<<blocksFor(n), kThreads, 0, m_stream>>>(static_cast<float*>(param.data), grad.data, grad.dtype,
-                                                                 static_cast<float*>(m.data), static_cast<float*>(v.data),
-                                                                 n, constants);
+                                                                 static_cast<float*>(m.data),
+                                                                 static_cast<float*>(v.data), n, constants);
         launched("adamw");
     }
 
 private:
-    static constexpr std::size_t kWorkspaceBytes = 32u << 20;   // cuBLASLt's, as Hopper's heuristics like
+    static constexpr std::size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's, as Hopper's heuristics like
 
     // Host values copied to the device for one call, freed once the stream has used them.
     template <typename T>
@@ -1184,7 +1195,8 @@ private:
         // B's and A's column-major views, with N and M swapped; fp32 accumulation for every dtype.
         GemmPlan plan;
         check(lt().descCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-        const cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N, opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+        const cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
         check(lt().descSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof(opB)), "TRANSA");
         check(lt().descSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof(opA)), "TRANSB");
         const auto u = [](int v) { return uint64_t(v); };
@@ -1203,11 +1215,10 @@ private:
                                           sizeof(workspace)),
               "workspace");
         // cuBLASLt's "A" and "B" are our B and A (the swap above); C and D are the same buffer.
-        for (const auto& [attribute, alignment] :
-             {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignB},
-              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignA},
-              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignC},
-              std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignC}})
+        for (const auto& [attribute, alignment] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignB},
+                                                   std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignA},
+                                                   std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignC},
+                                                   std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignC}})
             check(lt().preferenceSetAttribute(preference, attribute, &alignment, sizeof(alignment)), "alignment");
         int found = 0;
         const cublasStatus_t status = lt().algoGetHeuristic(m_lt, plan.op, plan.first, plan.second, plan.out, plan.out,
@@ -1221,10 +1232,10 @@ private:
                                const char* what)
     {
         if (shape.headDim > kWarp * kMaxDimsPerLane || shape.kvHeads <= 0 || shape.heads % shape.kvHeads != 0)
-            throw KernelError(std::string("cuda backend: ") + what + ": head dimension " + std::to_string(shape.headDim) +
-                              " (at most " + std::to_string(kWarp * kMaxDimsPerLane) + ") or heads " +
-                              std::to_string(shape.heads) + " over kv heads " + std::to_string(shape.kvHeads) +
-                              " not supported");
+            throw KernelError(std::string("cuda backend: ") + what + ": head dimension " +
+                              std::to_string(shape.headDim) + " (at most " + std::to_string(kWarp * kMaxDimsPerLane) +
+                              ") or heads " + std::to_string(shape.heads) + " over kv heads " +
+                              std::to_string(shape.kvHeads) + " not supported");
         if (k.dtype != q.dtype || v.dtype != q.dtype)
             throw KernelError(std::string("cuda backend: ") + what + ": q, k and v must share a dtype");
     }
@@ -1238,10 +1249,10 @@ private:
 
     void launched(const char* what) { check(cudaGetLastError(), what); }
 
-    CpuBackend m_host;   // the host-side routing
+    CpuBackend m_host;  // the host-side routing
     CachingAllocator m_allocator;
     std::map<GemmKey, GemmPlan> m_gemmPlans;
-    std::vector<cudaEvent_t> m_marks;   // time marks, reused after forgetTimeMarks
+    std::vector<cudaEvent_t> m_marks;  // time marks, reused after forgetTimeMarks
     std::size_t m_markCount = 0;
     cudaStream_t m_stream = nullptr;
     cublasLtHandle_t m_lt = nullptr;

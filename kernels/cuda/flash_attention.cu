@@ -20,10 +20,10 @@
 namespace meshbench::kernels::cuda {
 namespace {
 
-constexpr int kRows = 64;       // query rows per CTA
-constexpr int kKeys = 64;       // keys per tile
+constexpr int kRows = 64;  // query rows per CTA
+constexpr int kKeys = 64;  // keys per tile
 constexpr int kWarps = 4;
-constexpr int kPad = 8;         // bf16 of padding per shared row: conflict-free fragment loads
+constexpr int kPad = 8;  // bf16 of padding per shared row: conflict-free fragment loads
 
 __device__ std::uint32_t pack(float lo, float hi)
 {
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
     const int head = int(blockIdx.x) % s.heads, b = int(blockIdx.x) / s.heads;
     const int kvHead = head / (s.heads / s.kvHeads);
-    const int rowBase = int(blockIdx.y) * kRows + warp * 16;   // this warp's first query row
+    const int rowBase = int(blockIdx.y) * kRows + warp * 16;  // this warp's first query row
     const std::size_t qStride = std::size_t(s.heads) * D, kvStride = std::size_t(s.kvHeads) * D;
     const __nv_bfloat16* qHead = q + std::size_t(b) * s.seq * qStride + std::size_t(head) * D;
     const __nv_bfloat16* kHead = k + std::size_t(b) * s.seq * kvStride + std::size_t(kvHead) * D;
@@ -65,14 +65,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     // The warp's Q rows as A fragments, one per 16 dimensions; rows past the sequence are zero.
     std::uint32_t qa[D / 16][4];
     const int rows[2] = {rowBase + g, rowBase + g + 8};
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < D / 16; ++c)
         for (int half = 0; half < 2; ++half)
             for (int r = 0; r < 2; ++r) {
                 const int d = c * 16 + 2 * t + 8 * half;
-                qa[c][half * 2 + r] = rows[r] < s.seq ? *reinterpret_cast<const std::uint32_t*>(
-                                                            qHead + std::size_t(rows[r]) * qStride + d)
-                                                      : 0u;
+                qa[c][half * 2 + r] =
+                    rows[r] < s.seq
+                        ? *reinterpret_cast<const std::uint32_t*>(qHead + std::size_t(rows[r]) * qStride + d)
+                        : 0u;
             }
 
     // log2 domain: exp(x scale) = exp2(x scale log2 e).
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     float o[D / 8][4] = {};
     const int lastRow = min(int(blockIdx.y) * kRows + kRows, s.seq) - 1;
     for (int keyBase = 0; keyBase <= lastRow; keyBase += kKeys) {
-        __syncthreads();   // the previous tile is no longer read
+        __syncthreads();  // the previous tile is no longer read
         // 16-byte vectors of the K and V tiles, keys past the sequence zero.
         constexpr int kVectors = kKeys * D / 8;
         for (int i = int(threadIdx.x); i < kVectors; i += kWarps * 32) {
@@ -96,11 +97,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         __syncthreads();
         if (keyBase > rowBase + 15)
-            continue;   // the whole tile is above this warp's diagonal
+            continue;  // the whole tile is above this warp's diagonal
 
         // S = Q K^T: eight 8-key column tiles.
         float sc[kKeys / 8][4];
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < kKeys / 8; ++j) {
             sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0;
 #pragma unroll
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         // Mask (causal, and keys past the sequence), then the online softmax per row.
         float tileBest[2] = {-INFINITY, -INFINITY};
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < kKeys / 8; ++j)
             for (int e = 0; e < 4; ++e) {
                 const int key = keyBase + j * 8 + 2 * t + (e & 1), r = e >> 1;
@@ -130,22 +131,22 @@ __global__ void __launch_bounds__(kWarps * 32)
             best[r] = next;
             sum[r] *= correction[r];
         }
-        #pragma unroll
+#pragma unroll
         for (int j = 0; j < kKeys / 8; ++j)
             for (int e = 0; e < 4; ++e) {
                 const int r = e >> 1;
                 sc[j][e] = best[r] == -INFINITY ? 0.0f : exp2f(sc[j][e] - best[r]);
                 sum[r] += sc[j][e];
             }
-        #pragma unroll
+#pragma unroll
         for (int n = 0; n < D / 8; ++n) {
             o[n][0] *= correction[0];
             o[n][1] *= correction[0];
             o[n][2] *= correction[1];
             o[n][3] *= correction[1];
         }
-        // O += P V: P's accumulators for keys 16kc..16kc+15 are the A fragment of that k step.
-        #pragma unroll
+// O += P V: P's accumulators for keys 16kc..16kc+15 are the A fragment of that k step.
+#pragma unroll
         for (int kc = 0; kc < kKeys / 16; ++kc) {
             const std::uint32_t pa[4] = {pack(sc[2 * kc][0], sc[2 * kc][1]), pack(sc[2 * kc][2], sc[2 * kc][3]),
                                          pack(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
@@ -167,10 +168,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < 2; ++r) {
         if (rows[r] >= s.seq)
             continue;
-        __nv_bfloat16* row = out + std::size_t(b) * s.seq * qStride + std::size_t(rows[r]) * qStride + std::size_t(head) * D;
+        __nv_bfloat16* row =
+            out + std::size_t(b) * s.seq * qStride + std::size_t(rows[r]) * qStride + std::size_t(head) * D;
         for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<std::uint32_t*>(row + n * 8 + 2 * t) = pack(o[n][2 * r] / sum[r], o[n][2 * r + 1] / sum[r]);
-        if (t == 0)   // natural log: best is in the log2 domain
+            *reinterpret_cast<std::uint32_t*>(row + n * 8 + 2 * t) =
+                pack(o[n][2 * r] / sum[r], o[n][2 * r + 1] / sum[r]);
+        if (t == 0)  // natural log: best is in the log2 domain
             lse[(std::size_t(b) * s.heads + head) * s.seq + rows[r]] = (best[r] + log2f(sum[r])) * 0.6931471805599453f;
     }
 }

@@ -26,12 +26,12 @@ struct Clique;
 
 // The fake's communicator, behind nccl.h's opaque ncclComm_t.
 struct ncclComm {
-    Clique* clique = nullptr; // none until a split has formed it
+    Clique* clique = nullptr;  // none until a split has formed it
     int rank = -1;
     bool blocking = true;
     bool freed = false;
-    int issued = 0; // operations issued (a group's count once)
-    int splits = 0; // ncclCommSplit calls on it
+    int issued = 0;  // operations issued (a group's count once)
+    int splits = 0;  // ncclCommSplit calls on it
     ncclResult_t asyncError = ncclSuccess;
 };
 
@@ -49,7 +49,7 @@ struct Failure {
     ncclResult_t result;
 };
 
-} // namespace
+}  // namespace
 
 struct Clique {
     explicit Clique(int n) : members(std::size_t(n), nullptr) {}
@@ -68,7 +68,7 @@ namespace {
 
 std::mutex mutex;
 std::condition_variable changed;
-std::vector<ncclComm*> created; // since the last reset; never deleted
+std::vector<ncclComm*> created;  // since the last reset; never deleted
 std::map<std::string, Clique*> cliques;
 std::map<std::string, int> calls;
 std::vector<Failure> failures;
@@ -92,10 +92,7 @@ ncclComm* make(Clique* clique, int rank, bool blocking)
     return comm;
 }
 
-bool blockingOf(const ncclConfig_t* config)
-{
-    return !config || config->blocking != 0;
-}
+bool blockingOf(const ncclConfig_t* config) { return !config || config->blocking != 0; }
 
 // Counts a use of a freed or missing communicator.
 bool usable(const ncclComm* comm)
@@ -143,7 +140,7 @@ ncclResult_t issue(const char* function, ncclComm* comm)
     if (!usable(comm))
         return ncclInvalidArgument;
     if (stateOf(comm) != ncclSuccess) {
-        ++misuses; // a non-blocking communicator used before it said it was ready
+        ++misuses;  // a non-blocking communicator used before it said it was ready
         return ncclInvalidUsage;
     }
     if (const ncclResult_t failure = injected(function, comm); failure != ncclSuccess) {
@@ -165,7 +162,7 @@ void formSplit(std::vector<SplitCall>& round)
 {
     if (!std::all_of(round.begin(), round.end(), [](const SplitCall& c) { return c.called; }))
         return;
-    std::map<int, std::vector<int>> byColor; // parent ranks
+    std::map<int, std::vector<int>> byColor;  // parent ranks
     for (int r = 0; r < int(round.size()); ++r)
         if (round[std::size_t(r)].child)
             byColor[round[std::size_t(r)].color].push_back(r);
@@ -183,13 +180,13 @@ void formSplit(std::vector<SplitCall>& round)
     }
 }
 
-} // namespace
+}  // namespace
 
 extern "C" {
 
 ncclResult_t ncclGetVersion(int* version)
 {
-    *version = 29900; // "NCCL 2.99.0": no real release, so a test can tell the fake was loaded
+    *version = 29900;  // "NCCL 2.99.0": no real release, so a test can tell the fake was loaded
     return ncclSuccess;
 }
 
@@ -437,9 +434,6 @@ int fakeNcclMisuses()
     return misuses;
 }
 
-int fakeNcclGroupDepth()
-{
-    return groupDepth;
-}
+int fakeNcclGroupDepth() { return groupDepth; }
 
-} // extern "C"
+}  // extern "C"

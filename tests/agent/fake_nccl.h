@@ -66,7 +66,8 @@ public:
     const NcclLibrary library;
 
 private:
-    template <typename Function> Function control(const char* name) const
+    template <typename Function>
+    Function control(const char* name) const
     {
         // POSIX guarantees that dlsym's object pointer converts to a function pointer.
         auto function = reinterpret_cast<Function>(dlsym(m_handle, name));
@@ -78,4 +79,4 @@ private:
     void* m_handle;
 };
 
-} // namespace meshbench::agent::testing
+}  // namespace meshbench::agent::testing

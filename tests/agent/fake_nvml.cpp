@@ -21,7 +21,7 @@ struct Device {
 constexpr Device kDevices[] = {{80 * kGiB, 12 * kGiB, kSuccess, 37}, {80 * kGiB, 3 * kGiB, kUnknownError, 0}};
 constexpr unsigned int kDeviceCount = std::size(kDevices);
 
-int initialised = 0;   // nvmlInit_v2 calls not yet matched by nvmlShutdown
+int initialised = 0;  // nvmlInit_v2 calls not yet matched by nvmlShutdown
 
 struct Memory {
     unsigned long long total, free, used;
@@ -83,9 +83,6 @@ const char* nvmlErrorString(int status)
 }
 
 // Not NVML: lets the test see that every successful nvmlInit_v2 was shut down.
-int fakeNvmlInitialised()
-{
-    return initialised;
-}
+int fakeNvmlInitialised() { return initialised; }
 
 }  // extern "C"

@@ -48,7 +48,10 @@ public:
     }
     void synchronize() override {}
     kernels::TimeMark markTime() override { return m_cpu.markTime(); }
-    double secondsBetween(kernels::TimeMark from, kernels::TimeMark to) override { return m_cpu.secondsBetween(from, to); }
+    double secondsBetween(kernels::TimeMark from, kernels::TimeMark to) override
+    {
+        return m_cpu.secondsBetween(from, to);
+    }
     void forgetTimeMarks() override { m_cpu.forgetTimeMarks(); }
     kernels::DeviceMemory deviceMemory() override { return {}; }
 
@@ -81,8 +84,8 @@ public:
     {
         m_cpu.rmsNormForward(n(x), n(gamma), T, h, eps, n(out), n(rstd));
     }
-    void rmsNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr rstd, int T, int h,
-                         DevPtr dx, DevPtr dGamma) override
+    void rmsNormBackward(ConstDevPtr dOut, ConstDevPtr x, ConstDevPtr gamma, ConstDevPtr rstd, int T, int h, DevPtr dx,
+                         DevPtr dGamma) override
     {
         m_cpu.rmsNormBackward(n(dOut), n(x), n(gamma), n(rstd), T, h, n(dx), n(dGamma));
     }
@@ -100,8 +103,8 @@ public:
     {
         m_cpu.rope(n(x), tokens, seq, heads, headDim, base, inverse);
     }
-    void attentionForward(const kernels::AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v,
-                          DevPtr out, DevPtr lse) override
+    void attentionForward(const kernels::AttentionShape& shape, ConstDevPtr q, ConstDevPtr k, ConstDevPtr v, DevPtr out,
+                          DevPtr lse) override
     {
         m_cpu.attentionForward(shape, n(q), n(k), n(v), n(out), n(lse));
     }

@@ -19,8 +19,9 @@ namespace meshbench::agent::testing {
 // last-bit difference could flip a near-tie and change a loss by far more than rounding.
 inline nlohmann::json equivalenceModel(bool moe)
 {
-    nlohmann::json model = {{"layers", 4}, {"hidden", 32}, {"heads", 4}, {"kv_heads", 2}, {"vocab", 64},
-                            {"seq_len", 16}, {"activation", "swiglu"}, {"norm", "rmsnorm"}};
+    nlohmann::json model = {
+        {"layers", 4},   {"hidden", 32},           {"heads", 4},       {"kv_heads", 2}, {"vocab", 64},
+        {"seq_len", 16}, {"activation", "swiglu"}, {"norm", "rmsnorm"}};
     if (moe)
         model["moe"] = {{"experts", 4}, {"top_k", 4}, {"capacity_factor", 4.0}, {"every_n_layers", 2}};
     return model;
@@ -40,7 +41,10 @@ inline nlohmann::json equivalenceJob(bool moe, nlohmann::json parallel, int rank
             {"train", {{"steps", steps}, {"lr", lr}, {"grad_clip", 0.5}}}};
 }
 
-inline bool agrees(double a, double b, double relative) { return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6); }
+inline bool agrees(double a, double b, double relative)
+{
+    return std::abs(a - b) <= relative * std::max(std::abs(b), 1e-6);
+}
 
 // The first element of two checkpoints of the same model outside the bound, or empty. Adam
 // normalises every element's update to about lr whatever the gradient's size, so an element whose
@@ -72,7 +76,11 @@ inline QString checkpointMismatch(const QString& single, const QString& parallel
         for (std::size_t i = 0; i < n; ++i)
             if (std::abs(p[i] - q[i]) > bound)
                 return QStringLiteral("%1[%2]: one device %3, layout %4 (bound %5)")
-                    .arg(QString::fromStdString(name)).arg(i).arg(p[i]).arg(q[i]).arg(bound);
+                    .arg(QString::fromStdString(name))
+                    .arg(i)
+                    .arg(p[i])
+                    .arg(q[i])
+                    .arg(bound);
     }
     return {};
 }

@@ -59,7 +59,7 @@ inline plan::ModelSpec tinyMoeModel()
     m.moe.experts = 4;
     m.moe.topK = 2;
     m.moe.ffnHidden = 12;
-    m.moe.everyNLayers = 2;   // layer 0 MoE, layer 1 dense
+    m.moe.everyNLayers = 2;  // layer 0 MoE, layer 1 dense
     return m;
 }
 
@@ -89,8 +89,8 @@ inline std::vector<int> groupRanks(const DataMesh& mesh, bool experts, int r)
 struct DataRank {
     int rank;
     Communicator* data;
-    Communicator* expertData;   // null when the experts' range is held by one member
-    int expertDataMember;       // this rank's index in its expert-data group
+    Communicator* expertData;  // null when the experts' range is held by one member
+    int expertDataMember;      // this rank's index in its expert-data group
 };
 
 // Runs body on every rank of the mesh at once, each with its groups.

@@ -3,8 +3,8 @@
 
 #include "common/process_run.h"
 
-#include <QTemporaryDir>
 #include "kernels/backend_choice.h"
+#include <QTemporaryDir>
 
 #include <QtTest>
 
@@ -20,8 +20,13 @@ Run agent(const QStringList& args) { return runProcess(QStringLiteral(MESHBENCH_
 
 json tinyJob()
 {
-    return {{"model", {{"layers", 2}, {"hidden", 32}, {"heads", 4}, {"vocab", 64}, {"seq_len", 16},
-                       {"moe", {{"experts", 4}, {"top_k", 2}}}}},
+    return {{"model",
+             {{"layers", 2},
+              {"hidden", 32},
+              {"heads", 4},
+              {"vocab", 64},
+              {"seq_len", 16},
+              {"moe", {{"experts", 4}, {"top_k", 2}}}}},
             {"parallel", {{"microbatches", 2}, {"micro_batch_size", 2}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", 1}, {"device", "cpu"}}},
             {"train", {{"steps", 4}, {"lr", 0.003}}}};
@@ -33,7 +38,7 @@ QStringList stepLines(const QString& out)
     QStringList lines;
     for (const QString& line : out.split('\n'))
         if (line.startsWith(QStringLiteral("step ")))
-            lines << line.section(QStringLiteral("tokens/s"), 0, 0);   // drop the timing
+            lines << line.section(QStringLiteral("tokens/s"), 0, 0);  // drop the timing
     return lines;
 }
 
@@ -122,8 +127,7 @@ void TestAgentCli::badInput_data()
     QTest::newRow("value missing") << "value missing" << 2 << "--job: 1 required JOB.json missing";
     QTest::newRow("missing job file") << "missing job file" << 1 << "cannot open job spec";
     QTest::newRow("invalid spec") << "invalid spec" << 1 << "model.layers";
-    QTest::newRow("cuda backend, no device") << "cuda backend" << 1
-                                              << "backend \"cuda\": no CUDA device: ";
+    QTest::newRow("cuda backend, no device") << "cuda backend" << 1 << "backend \"cuda\": no CUDA device: ";
     QTest::newRow("truncated checkpoint") << "truncated checkpoint" << 1 << "checkpoint";
     QTest::newRow("checkpoint of another model") << "other model" << 1 << "model.hidden = 32 (the job has 64)";
     QTest::newRow("token id >= vocab") << "token id" << 1 << "vocab";

@@ -77,7 +77,7 @@ QString writeBytes(const QTemporaryDir& dir, const QString& name, qsizetype coun
     return path;
 }
 
-} // namespace
+}  // namespace
 
 class TestData : public QObject {
     Q_OBJECT
@@ -193,8 +193,8 @@ void TestData::markovEmpiricalConditionalEntropy()
             if (count == 0)
                 continue;
             ++observed;
-            const auto it = std::find_if(successors.begin(), successors.end(),
-                                         [&](const auto& s) { return s.first == next; });
+            const auto it =
+                std::find_if(successors.begin(), successors.end(), [&](const auto& s) { return s.first == next; });
             QVERIFY2(it != successors.end(), "a transition the chain does not have");
             const double conditional = double(count) / double(contextCounts[static_cast<std::size_t>(c)]);
             estimate -= double(count) / double(n) * std::log(conditional);
@@ -220,8 +220,8 @@ void TestData::markovOrderTwoFollowsItsContexts()
         source.sample(s, 200, tokens.data());
         for (std::size_t j = 2; j < tokens.size(); ++j) {
             const auto successors = source.successors(&tokens[j - 2]);
-            const bool found = std::any_of(successors.begin(), successors.end(),
-                                           [&](const auto& x) { return x.first == tokens[j]; });
+            const bool found =
+                std::any_of(successors.begin(), successors.end(), [&](const auto& x) { return x.first == tokens[j]; });
             QVERIFY2(found, "token j is not a successor of tokens j-2, j-1");
         }
     }
@@ -310,7 +310,14 @@ void TestData::fileWindowsUint16()
     };
     // Length 5 (seq 4 + 1): 19 window starts; offset = (g * 4) mod 19, worked by hand.
     const std::vector<std::pair<std::int64_t, std::int64_t>> offsets = {
-        {0, 0}, {1, 4}, {4, 16}, {5, 1}, {6, 5}, {10, 2}, {19, 0}, {-1, 15},
+        {0, 0},
+        {1, 4},
+        {4, 16},
+        {5, 1},
+        {6, 5},
+        {10, 2},
+        {19, 0},
+        {-1, 15},
         {std::int64_t{1} << 62, 17},  // 2^62 = 9 (mod 19) by Fermat (2^18 = 1); 9 * 4 = 36 = 17
         {INT64_MAX, 11},              // 2^63 - 1 = 17 (mod 19); 17 * 4 = 68 = 11
     };

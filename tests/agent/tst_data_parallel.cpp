@@ -72,7 +72,8 @@ private slots:
         constexpr int kStep = 3, kPipelineStage = 1;
         std::vector<std::vector<float>> inputs;
         for (int r = 0; r < dp; ++r)
-            inputs.push_back(randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(), 30 + std::uint32_t(r)));
+            inputs.push_back(
+                randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(), 30 + std::uint32_t(r)));
         std::vector<RankResult> results(static_cast<std::size_t>(dp));
         onDataMesh(mesh, [&](const DataRank& self) {
             const int r = self.rank;
@@ -82,7 +83,8 @@ private slots:
             kernels::CpuBackend backend;
             const ParameterLayout layout(model, expertSlice(model, mesh, r));
             const ZeroShards shards(layout, stage, data, expertData);
-            DeviceBuffer grads(backend, layout.totalSize()), shard(backend, std::max<std::size_t>(shards.shardElements(), 1));
+            DeviceBuffer grads(backend, layout.totalSize()),
+                shard(backend, std::max<std::size_t>(shards.shardElements(), 1));
             backend.upload(grads.ptr(), inputs[std::size_t(r)].data(), layout.totalSize());
             out.startShard = randomValues(shards.shardElements(), 70 + std::uint32_t(r));
             backend.upload(shard.ptr(), out.startShard.data(), shards.shardElements());
@@ -96,7 +98,8 @@ private slots:
             std::vector<int> order;
             for (int v = 0; v < int(layout.views().size()); ++v)
                 order.push_back(v);
-            std::sort(order.begin(), order.end(), [&](int a, int b) { return layout.at(a).offset > layout.at(b).offset; });
+            std::sort(order.begin(), order.end(),
+                      [&](int a, int b) { return layout.at(a).offset > layout.at(b).offset; });
             for (std::size_t i = 0; i < order.size(); i += 2) {
                 std::vector<int> ready{order[i]};
                 if (i + 1 < order.size())
@@ -130,15 +133,21 @@ private slots:
                 const ShardRegion& region = got.regions[v.offset >= layout.expertBegin() ? 1 : 0];
                 for (std::size_t i = v.offset; i < v.offset + v.size; ++i) {
                     if (stage == 0) {
-                        QVERIFY2(got.grads[i] == summed(i),
-                                 qPrintable(QStringLiteral("rank %1 %2[%3]: %4 vs %5").arg(r)
-                                                .arg(QString::fromStdString(v.name)).arg(i - v.offset).arg(got.grads[i]).arg(summed(i))));
+                        QVERIFY2(got.grads[i] == summed(i), qPrintable(QStringLiteral("rank %1 %2[%3]: %4 vs %5")
+                                                                           .arg(r)
+                                                                           .arg(QString::fromStdString(v.name))
+                                                                           .arg(i - v.offset)
+                                                                           .arg(got.grads[i])
+                                                                           .arg(summed(i))));
                     } else if (i >= region.ownedBegin() && i < region.ownedEnd()) {
                         const std::size_t at = region.shardOffset + (i - region.ownedBegin());
                         const float expected = summed(i) + got.startShard[at];
-                        QVERIFY2(got.shard[at] == expected,
-                                 qPrintable(QStringLiteral("rank %1 %2[%3]: %4 vs %5").arg(r)
-                                                .arg(QString::fromStdString(v.name)).arg(i - v.offset).arg(got.shard[at]).arg(expected)));
+                        QVERIFY2(got.shard[at] == expected, qPrintable(QStringLiteral("rank %1 %2[%3]: %4 vs %5")
+                                                                           .arg(r)
+                                                                           .arg(QString::fromStdString(v.name))
+                                                                           .arg(i - v.offset)
+                                                                           .arg(got.shard[at])
+                                                                           .arg(expected)));
                     }
                 }
             }
@@ -155,8 +164,8 @@ private slots:
                 const std::size_t rangeBegin = bucket.region == 1 ? layout.expertBegin() : 0;
                 const std::size_t rangeEnd = bucket.region == 1 ? layout.totalSize() : layout.expertBegin();
                 QVERIFY(bucket.begin >= rangeBegin && bucket.end <= rangeEnd);
-                QVERIFY(bucket.end <= previousBegin);   // descending, no overlap, within a range
-                QVERIFY(bucket.region >= previousRegion);   // the dense range's buckets, then the experts'
+                QVERIFY(bucket.end <= previousBegin);      // descending, no overlap, within a range
+                QVERIFY(bucket.region >= previousRegion);  // the dense range's buckets, then the experts'
                 std::size_t lowest = layout.totalSize(), highest = 0;
                 for (int v : bucket.views) {
                     ++seen[std::size_t(v)];
@@ -181,7 +190,7 @@ private slots:
                 previousRegion = bucket.region;
                 previousBegin = bucket.begin;
                 if (b + 1 < got.buckets.size() && got.buckets[b + 1].region != bucket.region)
-                    previousBegin = layout.totalSize();   // the experts' range starts from its top
+                    previousBegin = layout.totalSize();  // the experts' range starts from its top
             }
             for (std::size_t v = 0; v < seen.size(); ++v)
                 QCOMPARE(seen[v], 1);

@@ -11,8 +11,8 @@
 #include "fake_nccl.h"
 #endif
 #include "far_backend.h"
-#include "parallel_test_support.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "parallel_test_support.h"
 
 #include <QRegularExpression>
 #include <QtTest>
@@ -59,7 +59,7 @@ NcclContext contextOf(const NcclLibrary& library)
 }
 #endif
 
-} // namespace
+}  // namespace
 
 class TestDeviceGroups : public QObject {
     Q_OBJECT
@@ -119,10 +119,10 @@ private slots:
     void everyRankMakesTheSameChoice_data()
     {
         QTest::addColumn<int>("ranks");
-        QTest::addColumn<QList<int>>("sharing");     // ranks whose GPU another rank of theirs has
-        QTest::addColumn<QList<int>>("withoutNccl"); // ranks whose machine has no NCCL
-        QTest::addColumn<QList<int>>("onTheCpu");    // ranks whose backend is host memory
-        QTest::addColumn<QStringList>("expected");   // what each rank says
+        QTest::addColumn<QList<int>>("sharing");      // ranks whose GPU another rank of theirs has
+        QTest::addColumn<QList<int>>("withoutNccl");  // ranks whose machine has no NCCL
+        QTest::addColumn<QList<int>>("onTheCpu");     // ranks whose backend is host memory
+        QTest::addColumn<QStringList>("expected");    // what each rank says
         const QString sharing = "mpi, host-staged (ranks share a GPU, which NCCL refuses)";
         QTest::newRow("5 ranks on 4 GPUs")
             << 5 << QList<int>{0, 4} << QList<int>{} << QList<int>{} << QStringList(5, sharing);

@@ -32,7 +32,7 @@ using meshbench::agent::testing::randomValues;
 
 namespace {
 
-constexpr int kTokens = 16;   // per rank
+constexpr int kTokens = 16;  // per rank
 constexpr int kWidth = 5;
 constexpr int kTopK = 2;
 constexpr double kCapacityFactor = 1.0;
@@ -41,13 +41,15 @@ constexpr double kCapacityFactor = 1.0;
 struct RoutingArrays {
     RoutingArrays(const kernels::RouterShape& s)
         : probs(std::size_t(s.tokens) * std::size_t(s.experts)), expertOf(std::size_t(s.tokens) * std::size_t(s.topK)),
-          weightOf(expertOf.size()), rowOf(expertOf.size()), tokenOfRow(std::size_t(s.experts) * std::size_t(s.capacity)),
-          countOf(std::size_t(s.experts)), routedOf(std::size_t(s.experts))
+          weightOf(expertOf.size()), rowOf(expertOf.size()),
+          tokenOfRow(std::size_t(s.experts) * std::size_t(s.capacity)), countOf(std::size_t(s.experts)),
+          routedOf(std::size_t(s.experts))
     {
     }
     kernels::Routing view()
     {
-        return {probs.data(), expertOf.data(), weightOf.data(), rowOf.data(), tokenOfRow.data(), countOf.data(), routedOf.data()};
+        return {probs.data(),      expertOf.data(), weightOf.data(), rowOf.data(),
+                tokenOfRow.data(), countOf.data(),  routedOf.data()};
     }
     std::vector<float> probs;
     std::vector<int> expertOf;
@@ -64,7 +66,7 @@ struct RankRun {
     std::vector<float> x, dy;
     RoutingArrays routing;
     ExpertRoute route;
-    std::vector<float> expertIn;   // owner side, after dispatch
+    std::vector<float> expertIn;  // owner side, after dispatch
     std::vector<float> y, dx, dWeight;
 };
 
@@ -119,7 +121,7 @@ void runRank(kernels::Backend& backend, ExpertDispatcher& dispatcher, int rank, 
     backend.download(gradHost.data(), dExpertOut.ptr(), blockRows);
     gradHost = applyExperts(gradHost, run.route, rank, local);
     backend.upload(dExpertIn.ptr(), gradHost.data(), blockRows);
-    backend.fill(dx.ptr(), 9.0f, dx.size());   // overwritten
+    backend.fill(dx.ptr(), 9.0f, dx.size());  // overwritten
     dispatcher.dispatchBackward(shape, routing, run.route, dExpertIn.ptr(), kWidth, dx.ptr());
     run.dx.resize(run.x.size());
     backend.download(run.dx.data(), dx.ptr(), run.dx.size());
@@ -233,7 +235,8 @@ private slots:
                         const int t = source.routing.tokenOfRow[std::size_t(e * C + i)];
                         QVERIFY(t >= 0 && t < kTokens);
                         for (int c = 0; c < kWidth; ++c)
-                            QCOMPARE(owner.expertIn[(std::size_t(b) * std::size_t(C) + std::size_t(i)) * kWidth + std::size_t(c)],
+                            QCOMPARE(owner.expertIn[(std::size_t(b) * std::size_t(C) + std::size_t(i)) * kWidth +
+                                                    std::size_t(c)],
                                      source.x[std::size_t(t) * kWidth + std::size_t(c)]);
                     }
                 }
@@ -250,7 +253,8 @@ private slots:
                         const std::size_t slot = std::size_t(t) * kTopK + std::size_t(j);
                         if (run.routing.rowOf[slot] < 0)
                             continue;
-                        const double scale = double(run.routing.weightOf[slot]) * double(run.routing.expertOf[slot] + 1);
+                        const double scale =
+                            double(run.routing.weightOf[slot]) * double(run.routing.expertOf[slot] + 1);
                         y += scale * double(run.x[i]);
                         yMagnitude += std::abs(scale * double(run.x[i]));
                         dx += scale * double(run.dy[i]);
@@ -267,7 +271,8 @@ private slots:
                     if (run.routing.rowOf[slot] >= 0)
                         for (int c = 0; c < kWidth; ++c) {
                             const std::size_t i = std::size_t(t) * kWidth + std::size_t(c);
-                            const double term = double(run.dy[i]) * double(run.routing.expertOf[slot] + 1) * double(run.x[i]);
+                            const double term =
+                                double(run.dy[i]) * double(run.routing.expertOf[slot] + 1) * double(run.x[i]);
                             dot += term;
                             magnitude += std::abs(term);
                         }

@@ -90,7 +90,7 @@ private slots:
             });
             for (int r = 0; r < 4; ++r) {
                 const ParameterLayout layout(model, sliceOf(r));
-                const int peer = r ^ 1;   // the other member of r's tensor group (same dp rank)
+                const int peer = r ^ 1;  // the other member of r's tensor group (same dp rank)
                 // Which shard elements are 1-D views' (regions as tst_zero_shards checks them).
                 std::vector<int> oneD(after[std::size_t(r)].size(), 0);
                 int oneDViews = 0;
@@ -102,7 +102,7 @@ private slots:
                         if (v.shape.size() == 1)
                             oneD[region.shardOffset + (i - region.ownedBegin())] = 1;
                 }
-                QVERIFY(oneDViews >= 5);   // two norms per layer and the final norm, with biases
+                QVERIFY(oneDViews >= 5);  // two norms per layer and the final norm, with biases
                 int summedElements = 0;
                 for (std::size_t at = 0; at < oneD.size(); ++at) {
                     // Member order within the tensor group: tp rank 0 first.
@@ -112,7 +112,11 @@ private slots:
                     summedElements += oneD[at];
                     QVERIFY2(after[std::size_t(r)][at] == expected,
                              qPrintable(QStringLiteral("stage %1 rank %2 shard[%3]: %4 vs %5")
-                                            .arg(stage).arg(r).arg(at).arg(after[std::size_t(r)][at]).arg(expected)));
+                                            .arg(stage)
+                                            .arg(r)
+                                            .arg(at)
+                                            .arg(after[std::size_t(r)][at])
+                                            .arg(expected)));
                 }
                 QVERIFY(summedElements > 0);
             }
@@ -163,15 +167,19 @@ private slots:
                 // Every kind is present: replicated norms and router, TP-split dense linears, expert
                 // blocks split by TP (there are no unsplit expert tensors: experts' linears are TP-split).
                 if (kinds[0] == 0 || kinds[1] == 0 || kinds[3] == 0)
-                    sums[0] = -1;   // fails the comparison below
+                    sums[0] = -1;  // fails the comparison below
                 expected[std::size_t(r)] = sums;
             });
             for (int r = 0; r < 2; ++r)
                 for (std::size_t k = 0; k < 4; ++k) {
                     QVERIFY2(std::abs(got[std::size_t(r)][k] - expected[std::size_t(r)][k]) <=
                                  1e-12 * std::max(1.0, expected[std::size_t(r)][k]),
-                             qPrintable(QStringLiteral("stage %1 rank %2 kind %3: %4 vs %5").arg(stage).arg(r).arg(k)
-                                            .arg(got[std::size_t(r)][k], 0, 'g', 17).arg(expected[std::size_t(r)][k], 0, 'g', 17)));
+                             qPrintable(QStringLiteral("stage %1 rank %2 kind %3: %4 vs %5")
+                                            .arg(stage)
+                                            .arg(r)
+                                            .arg(k)
+                                            .arg(got[std::size_t(r)][k], 0, 'g', 17)
+                                            .arg(expected[std::size_t(r)][k], 0, 'g', 17)));
                 }
         }
     }

@@ -17,8 +17,9 @@ using namespace meshbench::agent;
 namespace {
 
 // Four ranks as threads, each given its squares and its groups; returns each rank's norm.
-std::vector<double> normsOf(const std::function<GradientSquares(int)>& squaresOf,
-                            const std::function<GradientNormGroups(int, std::vector<std::unique_ptr<Communicator>>&)>& groupsOf)
+std::vector<double>
+normsOf(const std::function<GradientSquares(int)>& squaresOf,
+        const std::function<GradientNormGroups(int, std::vector<std::unique_ptr<Communicator>>&)>& groupsOf)
 {
     std::vector<double> norms(4);
     std::vector<std::thread> ranks;
@@ -65,12 +66,15 @@ private slots:
         // dp2 (ZeRO) x pp2: rank r = (dp r % 2, stage r / 2). Each rank's shard of a whole tensor:
         // 1, 2 (stage 0) and 4, 8 (stage 1), so the model is 1 + 2 + 4 + 8 = 15.
         InProcessGroup data0(2), data1(2), pipe0(2), pipe1(2);
-        const auto norms = normsOf([](int r) { return GradientSquares{double(1 << r), 0, 0, 0}; },
-                                   [&](int r, std::vector<std::unique_ptr<Communicator>>& owned) {
-                                       owned.push_back((r / 2 == 0 ? data0 : data1).member(r % 2));
-                                       owned.push_back((r % 2 == 0 ? pipe0 : pipe1).member(r / 2));
-                                       return GradientNormGroups{owned[0].get(), nullptr, nullptr, owned[1].get()};
-                                   });
+        const auto norms = normsOf(
+            [](int r) {
+                return GradientSquares{double(1 << r), 0, 0, 0};
+            },
+            [&](int r, std::vector<std::unique_ptr<Communicator>>& owned) {
+                owned.push_back((r / 2 == 0 ? data0 : data1).member(r % 2));
+                owned.push_back((r % 2 == 0 ? pipe0 : pipe1).member(r / 2));
+                return GradientNormGroups{owned[0].get(), nullptr, nullptr, owned[1].get()};
+            });
         for (double norm : norms)
             QCOMPARE(norm, std::sqrt(15.0));
     }
@@ -82,17 +86,20 @@ private slots:
         // and {1, 3}: rank r holds 16 << r of its block. Blocks are summed over the EP groups
         // {0, 1} and {2, 3} too, so each expert element counts once: 15 + (16 + 32 + 64 + 128) = 255.
         InProcessGroup data(4), expertData0(2), expertData1(2), expert0(2), expert1(2);
-        const auto norms = normsOf([](int r) { return GradientSquares{double(1 << r), 0, double(16 << r), 0}; },
-                                   [&](int r, std::vector<std::unique_ptr<Communicator>>& owned) {
-                                       owned.push_back(data.member(r));
-                                       owned.push_back((r % 2 == 0 ? expertData0 : expertData1).member(r / 2));
-                                       owned.push_back((r / 2 == 0 ? expert0 : expert1).member(r % 2));
-                                       GradientNormGroups groups;
-                                       groups.zeroShards = owned[0].get();
-                                       groups.expertZeroShards = owned[1].get();
-                                       groups.expert = owned[2].get();
-                                       return groups;
-                                   });
+        const auto norms = normsOf(
+            [](int r) {
+                return GradientSquares{double(1 << r), 0, double(16 << r), 0};
+            },
+            [&](int r, std::vector<std::unique_ptr<Communicator>>& owned) {
+                owned.push_back(data.member(r));
+                owned.push_back((r % 2 == 0 ? expertData0 : expertData1).member(r / 2));
+                owned.push_back((r / 2 == 0 ? expert0 : expert1).member(r % 2));
+                GradientNormGroups groups;
+                groups.zeroShards = owned[0].get();
+                groups.expertZeroShards = owned[1].get();
+                groups.expert = owned[2].get();
+                return groups;
+            });
         for (double norm : norms)
             QCOMPARE(norm, std::sqrt(255.0));
     }

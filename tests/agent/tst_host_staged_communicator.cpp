@@ -92,8 +92,9 @@ Results exercise(int r, Communicator& c, const Buffers& b)
     return results;
 }
 
-std::vector<Results> onEveryMember(const std::function<Results(int, Communicator&)>& body,
-                                   const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap)
+std::vector<Results>
+onEveryMember(const std::function<Results(int, Communicator&)>& body,
+              const std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)>& wrap)
 {
     InProcessGroup group(kSize);
     std::vector<std::unique_ptr<Communicator>> members;
@@ -129,10 +130,10 @@ private slots:
                            }};
         };
         for (auto& o : owned)
-            o.reserve(16);   // the pointers handed out stay valid
-        const std::vector<Results> expected = onEveryMember(
-            [&](int r, Communicator& c) { return exercise(r, c, host(r)); },
-            [](std::unique_ptr<Communicator> c) { return c; });
+            o.reserve(16);  // the pointers handed out stay valid
+        const std::vector<Results> expected =
+            onEveryMember([&](int r, Communicator& c) { return exercise(r, c, host(r)); },
+                          [](std::unique_ptr<Communicator> c) { return c; });
 
         // The same through host staging over memory only the backend can reach.
         FarBackend far;
@@ -150,9 +151,11 @@ private slots:
                                return v;
                            }};
         };
-        const std::vector<Results> staged = onEveryMember(
-            [&](int r, Communicator& c) { return exercise(r, c, device(r)); },
-            [&](std::unique_ptr<Communicator> c) { return std::make_unique<HostStagedCommunicator>(std::move(c), far); });
+        const std::vector<Results> staged =
+            onEveryMember([&](int r, Communicator& c) { return exercise(r, c, device(r)); },
+                          [&](std::unique_ptr<Communicator> c) {
+                              return std::make_unique<HostStagedCommunicator>(std::move(c), far);
+                          });
         for (auto& list : allocated)
             for (DevPtr p : list)
                 far.release(p);
@@ -194,7 +197,9 @@ private slots:
                 const DevPtr p = far.allocate(3, DType::F32);
                 const std::vector<float> mine = inputOf(r, 3);
                 far.copyFromHost(p, mine.data(), 3);
-                { PendingComm dropped = members[std::size_t(r)]->startAllReduce(p, 3); }
+                {
+                    PendingComm dropped = members[std::size_t(r)]->startAllReduce(p, 3);
+                }
                 out[std::size_t(r)].resize(3);
                 far.copyToHost(out[std::size_t(r)].data(), p, 3);
                 far.release(p);

@@ -55,7 +55,8 @@ private slots:
             // The member's own block inside the output, as ZeRO gathers parameters.
             gathered[std::size_t(r)].assign(kSize * kPerRank, -1.0f);
             std::copy(mine.begin(), mine.begin() + kPerRank, gathered[std::size_t(r)].begin() + r * kPerRank);
-            c.allGather(f32(gathered[std::size_t(r)].data() + r * kPerRank), f32(gathered[std::size_t(r)].data()), kPerRank);
+            c.allGather(f32(gathered[std::size_t(r)].data() + r * kPerRank), f32(gathered[std::size_t(r)].data()),
+                        kPerRank);
             exchanged[std::size_t(r)].resize(kSize * kPerRank);
             c.allToAll(f32(mine.data()), f32(exchanged[std::size_t(r)].data()), kPerRank);
             broadcasted[std::size_t(r)] = mine;
@@ -66,7 +67,7 @@ private slots:
         });
         for (int r = 0; r < kSize; ++r) {
             for (std::size_t i = 0; i < kSize * kPerRank; ++i) {
-                float sum = 0;   // in member order, as the communicator promises
+                float sum = 0;  // in member order, as the communicator promises
                 for (int q = 0; q < kSize; ++q)
                     sum += valueOf(q, i);
                 QCOMPARE(reduced[std::size_t(r)][i], sum);
@@ -127,7 +128,7 @@ private slots:
         std::vector<std::vector<float>> scattered(kSize), gathered(kSize), exchanged(kSize);
         std::vector<std::vector<std::int64_t>> splits(kSize);
         onEveryMember(kSize, [&](int r, Communicator& c) {
-            std::vector<float> mine(12);   // the most any member sends in the all-to-all
+            std::vector<float> mine(12);  // the most any member sends in the all-to-all
             for (std::size_t i = 0; i < mine.size(); ++i)
                 mine[i] = valueOf(r, i);
             scattered[std::size_t(r)].resize(counts[std::size_t(r)]);
@@ -149,7 +150,8 @@ private slots:
         for (int r = 0; r < kSize; ++r) {
             const std::size_t first = r == 0 ? 0 : r == 1 ? 1 : 3;
             for (std::size_t i = 0; i < counts[std::size_t(r)]; ++i)
-                QCOMPARE(scattered[std::size_t(r)][i], valueOf(0, first + i) + valueOf(1, first + i) + valueOf(2, first + i));
+                QCOMPARE(scattered[std::size_t(r)][i],
+                         valueOf(0, first + i) + valueOf(1, first + i) + valueOf(2, first + i));
             // Member q's block of the gather is its own first counts[q] elements.
             std::size_t at = 0;
             for (int q = 0; q < kSize; ++q)
@@ -183,7 +185,7 @@ private slots:
             wrong[std::size_t(r)] += a != float(r + 1) || b != float(10 * (r + 1));
             second.wait();
             wrong[std::size_t(r)] += a != 3.0f || b != 30.0f || !first.done();
-            first.wait();   // a no-op now
+            first.wait();  // a no-op now
             float c1 = float(r);
             PendingComm third = c.startAllReduce(f32(&c1), 1);
             double host = 1.0;
@@ -200,7 +202,8 @@ private slots:
         onEveryMember(kSize, [&](int r, Communicator& c) {
             float in[4] = {}, out[4] = {};
             // Member 0 sends 2 to member 1, which expects 1.
-            const std::vector<std::size_t> send = r == 0 ? std::vector<std::size_t>{1, 2} : std::vector<std::size_t>{1, 1};
+            const std::vector<std::size_t> send =
+                r == 0 ? std::vector<std::size_t>{1, 2} : std::vector<std::size_t>{1, 1};
             try {
                 c.startAllToAll(f32(in), send, f32(out), {1, 1}).wait();
             } catch (const CommError&) {

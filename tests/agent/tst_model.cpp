@@ -7,8 +7,8 @@
 #include "agent/train/trainer.h"
 
 #include "kernels/cpu/cpu_backend.h"
-#include "plan/cost_model.h"
 #include "kernels/cpu/openblas_core.h"
+#include "plan/cost_model.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -28,12 +28,19 @@ namespace {
 // and dropping under fixed routing.
 json tinyJob(bool moe, const char* norm, const char* activation, bool tied, int topK = 2)
 {
-    json model = {{"layers", 2},  {"hidden", 16},     {"heads", 4},          {"kv_heads", 2},
-                  {"ffn_hidden", 24}, {"vocab", 32}, {"seq_len", 8},        {"norm", norm},
-                  {"activation", activation}, {"tied_embeddings", tied}};
+    json model = {{"layers", 2},
+                  {"hidden", 16},
+                  {"heads", 4},
+                  {"kv_heads", 2},
+                  {"ffn_hidden", 24},
+                  {"vocab", 32},
+                  {"seq_len", 8},
+                  {"norm", norm},
+                  {"activation", activation},
+                  {"tied_embeddings", tied}};
     if (moe)
-        model["moe"] = {{"experts", 4}, {"top_k", topK}, {"moe_ffn_hidden", 12}, {"every_n_layers", 1},
-                        {"capacity_factor", 4.0}, {"aux_loss_coef", 0.01}};
+        model["moe"] = {{"experts", 4},        {"top_k", topK},          {"moe_ffn_hidden", 12},
+                        {"every_n_layers", 1}, {"capacity_factor", 4.0}, {"aux_loss_coef", 0.01}};
     return {{"model", model},
             {"parallel", {{"microbatches", 2}, {"micro_batch_size", 2}, {"recompute", "none"}}},
             {"cluster", {{"nodes", 1}, {"devices_per_node", 1}, {"device", "cpu"}}},
@@ -85,7 +92,7 @@ void TestModel::parameterCountMatchesThePlanner()
         const plan::LoadResult loaded = plan::parseJobSpec(f.readAll().toStdString());
         QVERIFY(loaded.valid());
         const plan::ModelSpec& m = loaded.spec->model;
-        const ParameterLayout layout(m);   // the index only: no memory is allocated
+        const ParameterLayout layout(m);  // the index only: no memory is allocated
         const double routers = double(m.moeLayersIn(0, m.layers)) * m.moe.experts * double(m.hidden);
         QCOMPARE(double(layout.parameterCount()), plan::countParameters(m).total + routers);
     }
@@ -97,10 +104,14 @@ void TestModel::gradientsMatchFiniteDifferences_data()
     QTest::addColumn<QString>("norm");
     QTest::addColumn<QString>("activation");
     QTest::addColumn<bool>("tied");
-    QTest::newRow("dense layernorm gelu tied") << false << "layernorm" << "gelu" << true;
-    QTest::newRow("dense rmsnorm swiglu untied") << false << "rmsnorm" << "swiglu" << false;
-    QTest::newRow("moe rmsnorm swiglu") << true << "rmsnorm" << "swiglu" << true;
-    QTest::newRow("moe layernorm gelu untied") << true << "layernorm" << "gelu" << false;
+    QTest::newRow("dense layernorm gelu tied") << false << "layernorm"
+                                               << "gelu" << true;
+    QTest::newRow("dense rmsnorm swiglu untied") << false << "rmsnorm"
+                                                 << "swiglu" << false;
+    QTest::newRow("moe rmsnorm swiglu") << true << "rmsnorm"
+                                        << "swiglu" << true;
+    QTest::newRow("moe layernorm gelu untied") << true << "layernorm"
+                                               << "gelu" << false;
 }
 
 void TestModel::gradientsMatchFiniteDifferences()
@@ -208,8 +219,9 @@ void TestModel::checkpointResumesBitForBit()
     for (int i = 0; i < 3; ++i) {
         const StepMetrics m = resumed.step();
         QCOMPARE(m.step, 4 + i);
-        QVERIFY2(m.loss == straight[std::size_t(i)],
-                 qPrintable(QStringLiteral("%1 != %2").arg(m.loss, 0, 'g', 17).arg(straight[std::size_t(i)], 0, 'g', 17)));
+        QVERIFY2(
+            m.loss == straight[std::size_t(i)],
+            qPrintable(QStringLiteral("%1 != %2").arg(m.loss, 0, 'g', 17).arg(straight[std::size_t(i)], 0, 'g', 17)));
     }
 }
 
@@ -260,7 +272,7 @@ void TestModel::demoModelApproachesEntropyFloor()
     qInfo("after %d steps: loss %.4f (mean of the last 10), entropy floor %.4f (%.1f%% above)", steps, loss, floor,
           100 * (loss / floor - 1));
     QVERIFY(loss < 1.10 * floor);
-    QVERIFY(loss > 0.97 * floor);   // clearly below the floor would mean the loss is miscounted
+    QVERIFY(loss > 0.97 * floor);  // clearly below the floor would mean the loss is miscounted
 }
 
 int main(int argc, char** argv)

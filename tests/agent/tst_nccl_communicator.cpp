@@ -14,8 +14,8 @@
 #include "fake_nccl.h"
 #endif
 #include "far_backend.h"
-#include "parallel_test_support.h"
 #include "kernels/backend_choice.h"
+#include "parallel_test_support.h"
 #if MESHBENCH_HAVE_CUDA
 #include "kernels/cuda/cuda_device.h"
 #endif
@@ -86,7 +86,7 @@ struct Peer {
 };
 #endif
 
-} // namespace
+}  // namespace
 
 class TestNcclCommunicator : public QObject {
     Q_OBJECT
@@ -143,7 +143,7 @@ private slots:
 
     void aFailedCallInAGroupEndsTheGroupBeforeTheAbort_data()
     {
-        QTest::addColumn<QString>("function"); // the call that fails, on rank 0
+        QTest::addColumn<QString>("function");  // the call that fails, on rank 0
         QTest::addColumn<QString>("operation");
         QTest::newRow("uneven reduce-scatter") << "ncclReduce"
                                                << "ncclReduce (uneven reduce-scatter)";
@@ -219,7 +219,7 @@ private slots:
             QCOMPARE(QString::fromStdString(failure),
                      QString("NCCL: ncclCommSplit did not finish within 50 ms (a peer never joined it: it stopped, or "
                              "took another path)"));
-            QCOMPARE(fake.aborted(), 1); // the new communicator; the world is still usable
+            QCOMPARE(fake.aborted(), 1);  // the new communicator; the world is still usable
         }
         QCOMPARE(fake.calls("ncclCommDestroy"), 2);
         QCOMPARE(fake.live(), 0);
@@ -331,8 +331,8 @@ private slots:
         group->enqueued(nccl.allReduce(in.data, out.data, values.size(), ncclFloat32, ncclSum, group->handle(), stream),
                         "ncclAllReduce");
         std::vector<float> sum(values.size());
-        cuda->download(sum.data(), out, sum.size()); // in stream order, after the reduction
-        QCOMPARE(sum, values);                       // one rank's sum is its own block
+        cuda->download(sum.data(), out, sum.size());  // in stream order, after the reduction
+        QCOMPARE(sum, values);                        // one rank's sum is its own block
         cuda->release(out);
         cuda->release(in);
     }
@@ -349,10 +349,7 @@ private slots:
         QCOMPARE(fake.live(), 0);
     }
 #else
-    void needsNccl()
-    {
-        QSKIP("this build has no CUDA, so no NCCL");
-    }
+    void needsNccl() { QSKIP("this build has no CUDA, so no NCCL"); }
 #endif
 };
 

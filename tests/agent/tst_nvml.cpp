@@ -17,10 +17,7 @@ namespace {
 
 constexpr std::int64_t kGiB = std::int64_t(1) << 30;
 
-bool contains(const std::string& text, const std::string& part)
-{
-    return text.find(part) != std::string::npos;
-}
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The fake's own count of initialisations not yet shut down. The handle taken here keeps the fake
 // loaded while Nvml objects load and unload it, so the count survives them.
@@ -42,7 +39,7 @@ private slots:
     void driverLibrary()
     {
         const Nvml& nvml = Nvml::process();
-        if (nvml.available()) {   // a GPU machine: the driver's figures, whatever they are
+        if (nvml.available()) {  // a GPU machine: the driver's figures, whatever they are
             QVERIFY(nvml.unavailableReason().empty());
             const std::vector<GpuSample> gpus = nvml.sample();
             QVERIFY(!gpus.empty());
@@ -68,7 +65,7 @@ private slots:
             QCOMPARE(samples[i].timeNs, host.timeNs);
             QCOMPARE(samples[i].host, host.host);
             QCOMPARE(samples[i].device, gpus[i - 1].index);
-            QCOMPARE(samples[i].hostMemoryTotalBytes, std::int64_t(-1));   // the host's figures travel once
+            QCOMPARE(samples[i].hostMemoryTotalBytes, std::int64_t(-1));  // the host's figures travel once
             QCOMPARE(samples[i].hostMemoryUsedBytes, std::int64_t(-1));
         }
     }
@@ -89,9 +86,9 @@ private slots:
             QCOMPARE(gpus[1].index, 1);
             QCOMPARE(gpus[1].memoryTotalBytes, 80 * kGiB);
             QCOMPARE(gpus[1].memoryUsedBytes, 3 * kGiB);
-            QCOMPARE(gpus[1].utilization, -1.0f);   // its utilisation query fails
+            QCOMPARE(gpus[1].utilization, -1.0f);  // its utilisation query fails
         }
-        QCOMPARE(fakeInitialised(), 0);   // the destructor shut NVML down
+        QCOMPARE(fakeInitialised(), 0);  // the destructor shut NVML down
     }
 
     void failingInitialisation()
@@ -110,7 +107,7 @@ private slots:
 
     void libraryWithoutNvml()
     {
-        const Nvml nvml("libc.so.6");   // loads, but has none of NVML's entry points
+        const Nvml nvml("libc.so.6");  // loads, but has none of NVML's entry points
         QVERIFY(!nvml.available());
         QVERIFY2(contains(nvml.unavailableReason(), "libc.so.6 has no nvmlInit_v2"), nvml.unavailableReason().c_str());
         QVERIFY(nvml.sample().empty());
@@ -120,7 +117,7 @@ private slots:
     {
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
-        const std::string path = dir.filePath("libnvidia-ml.so.1").toStdString();   // never created
+        const std::string path = dir.filePath("libnvidia-ml.so.1").toStdString();  // never created
         const Nvml nvml(path);
         QVERIFY(!nvml.available());
         QVERIFY2(contains(nvml.unavailableReason(), path), nvml.unavailableReason().c_str());

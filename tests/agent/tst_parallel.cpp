@@ -2,22 +2,22 @@
 // the same parameters afterwards; wrong launches and dying ranks end the job with a message.
 
 #include "agent/checkpoint/safetensors.h"
-#include "plan/simulator.h"
 #include "common/process_run.h"
+#include "plan/simulator.h"
 
-#include <QElapsedTimer>
-#include <QRegularExpression>
-#include <QProcess>
-#include <QTemporaryDir>
 #include "layout_equivalence.h"
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
 
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <limits>
 #include <csignal>
+#include <limits>
 
 using namespace meshbench;
 using nlohmann::json;
@@ -36,8 +36,8 @@ struct Layout {
     int ep = 1;
     int tp = 1;
     bool sequenceParallel = false;
-    bool overlap = true;   // the data-parallel buckets reduce during the backward
-    int layers = 4;        // the V schedules over 4 stages need 8 (two chunks of one layer each)
+    bool overlap = true;  // the data-parallel buckets reduce during the backward
+    int layers = 4;       // the V schedules over 4 stages need 8 (two chunks of one layer each)
     int microbatches = 4;
     int ranks() const { return dp * pp * tp; }
 };
@@ -53,9 +53,16 @@ Layout fourStageV(Layout l)
 json job(const Layout& l)
 {
     json doc = equivalenceJob(l.moe,
-                              {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
-                               {"zero", l.zero}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule},
-                               {"virtual_stages", l.virtualStages}, {"recompute", l.recompute}},
+                              {{"dp", l.dp},
+                               {"pp", l.pp},
+                               {"ep", l.ep},
+                               {"tp", l.tp},
+                               {"sequence_parallel", l.sequenceParallel},
+                               {"zero", l.zero},
+                               {"overlap_grad_reduce", l.overlap},
+                               {"schedule", l.schedule},
+                               {"virtual_stages", l.virtualStages},
+                               {"recompute", l.recompute}},
                               l.ranks(), 10, 0.003);
     doc["model"]["layers"] = l.layers;
     doc["parallel"]["microbatches"] = l.microbatches;
@@ -77,7 +84,6 @@ std::vector<json> readMetrics(const QString& path)
         lines.push_back(json::parse(line.toStdString()));
     return lines;
 }
-
 
 }  // namespace
 
@@ -106,7 +112,8 @@ private:
     QString write(const QString& name, const json& content);
     void compareRuns(const QString& single, const QString& parallel, int ranks, double adamReach);
     // Runs the layout under mpirun with --spans and returns every rank's records of step `step`.
-    std::vector<std::vector<json>> spansOfStep(const Layout& layout, const QString& tag, int step, QString* out = nullptr);
+    std::vector<std::vector<json>> spansOfStep(const Layout& layout, const QString& tag, int step,
+                                               QString* out = nullptr);
     QTemporaryDir m_dir;
 };
 
@@ -188,22 +195,22 @@ void TestParallel::layoutEqualsOneDevice()
     const ProcessRun one = runProcess(QStringLiteral(MESHBENCH_AGENT),
                                       {"--job", jobFile, "--metrics", single + ".jsonl", "--save", single});
     QVERIFY2(one.exitCode == 0, qPrintable(one.err));
-    const ProcessRun many = runProcess(
-        QStringLiteral(MESHBENCH_MPIRUN),
-        mpirun(layout.ranks(), {"--job", jobFile, "--metrics", parallel + ".jsonl", "--save", parallel}));
+    const ProcessRun many =
+        runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                   mpirun(layout.ranks(), {"--job", jobFile, "--metrics", parallel + ".jsonl", "--save", parallel}));
     QVERIFY2(many.exitCode == 0, qPrintable(many.err));
     QVERIFY(many.out.contains(QStringLiteral("data parallel %1, pipeline %2").arg(layout.dp).arg(layout.pp)));
     QVERIFY(many.out.contains(QStringLiteral("tensor parallel %1").arg(layout.tp)));
     compareRuns(single, parallel, layout.ranks(), 0.003 * 10);
     if (layout.dp == 1)
-        return;   // no data-parallel reduction to overlap
+        return;  // no data-parallel reduction to overlap
     // The same with every bucket reduced after the backward.
     json off = job(layout);
     off["parallel"]["overlap_grad_reduce"] = false;
     const QString plain = m_dir.filePath(tag + "-no-overlap");
-    const ProcessRun noOverlap = runProcess(
-        QStringLiteral(MESHBENCH_MPIRUN),
-        mpirun(layout.ranks(), {"--job", write(tag + "-no-overlap.json", off), "--metrics", plain + ".jsonl", "--save", plain}));
+    const ProcessRun noOverlap = runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                                            mpirun(layout.ranks(), {"--job", write(tag + "-no-overlap.json", off),
+                                                                    "--metrics", plain + ".jsonl", "--save", plain}));
     QVERIFY2(noOverlap.exitCode == 0, qPrintable(noOverlap.err));
     compareRuns(single, plain, layout.ranks(), 0.003 * 10);
 }
@@ -217,14 +224,18 @@ void TestParallel::compareRuns(const QString& single, const QString& parallel, i
         for (const char* key : {"loss", "aux_loss", "grad_norm"})
             QVERIFY2(agrees(b[i][key].get<double>(), a[i][key].get<double>(), 1e-5),
                      qPrintable(QStringLiteral("step %1 %2: one device %3, %4 ranks %5")
-                                    .arg(i + 1).arg(key).arg(a[i][key].get<double>(), 0, 'g', 10).arg(ranks)
+                                    .arg(i + 1)
+                                    .arg(key)
+                                    .arg(a[i][key].get<double>(), 0, 'g', 10)
+                                    .arg(ranks)
                                     .arg(b[i][key].get<double>(), 0, 'g', 10)));
-    const QString mismatch = checkpointMismatch(single + "/step-000010.safetensors", parallel + "/step-000010.safetensors", adamReach);
+    const QString mismatch =
+        checkpointMismatch(single + "/step-000010.safetensors", parallel + "/step-000010.safetensors", adamReach);
     QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
 }
 
-
-std::vector<std::vector<json>> TestParallel::spansOfStep(const Layout& layout, const QString& tag, int step, QString* out)
+std::vector<std::vector<json>> TestParallel::spansOfStep(const Layout& layout, const QString& tag, int step,
+                                                         QString* out)
 {
     json doc = job(layout);
     doc["train"]["steps"] = 2;
@@ -275,11 +286,15 @@ void TestParallel::spansReproduceTheSchedule()
         QStringList executed, planned;
         for (const json& s : ranks[std::size_t(rank)])
             if (s["type"] == "span" && s["mb"].get<int>() >= 0)
-                executed << QStringLiteral("%1(%2,%3)").arg(QString::fromStdString(s["kind"])).arg(s["mb"].get<int>())
+                executed << QStringLiteral("%1(%2,%3)")
+                                .arg(QString::fromStdString(s["kind"]))
+                                .arg(s["mb"].get<int>())
                                 .arg(s["chunk"].get<int>());
         for (const plan::Op& op : expected.stages[std::size_t(rank)])
-            planned << QStringLiteral("%1(%2,%3)").arg(QString::fromStdString(std::string(plan::opKindName(op.kind))))
-                           .arg(op.microbatch).arg(op.chunk);
+            planned << QStringLiteral("%1(%2,%3)")
+                           .arg(QString::fromStdString(std::string(plan::opKindName(op.kind))))
+                           .arg(op.microbatch)
+                           .arg(op.chunk);
         QCOMPARE(executed, planned);
     }
     // The measured bubble is reported beside the planner's.
@@ -332,14 +347,14 @@ void TestParallel::checkpointMovesBetweenLayouts()
     const Layout layout{2, 2, 0, "1f1b", 1, true, "selective", 2};
     const QString jobFile = write("move.json", job(layout));
     const QString dir = m_dir.filePath("move");
-    const ProcessRun straight = runProcess(QStringLiteral(MESHBENCH_AGENT),
-                                           {"--job", jobFile, "--metrics", dir + "-straight.jsonl", "--save", dir,
-                                            "--save-every", "5"});
+    const ProcessRun straight =
+        runProcess(QStringLiteral(MESHBENCH_AGENT),
+                   {"--job", jobFile, "--metrics", dir + "-straight.jsonl", "--save", dir, "--save-every", "5"});
     QVERIFY2(straight.exitCode == 0, qPrintable(straight.err));
-    const ProcessRun resumed = runProcess(
-        QStringLiteral(MESHBENCH_MPIRUN),
-        mpirun(layout.ranks(), {"--job", jobFile, "--steps", "5", "--load", dir + "/step-000005.safetensors",
-                                "--metrics", dir + "-resumed.jsonl"}));
+    const ProcessRun resumed =
+        runProcess(QStringLiteral(MESHBENCH_MPIRUN),
+                   mpirun(layout.ranks(), {"--job", jobFile, "--steps", "5", "--load", dir + "/step-000005.safetensors",
+                                           "--metrics", dir + "-resumed.jsonl"}));
     QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.err));
     const std::vector<json> a = readMetrics(dir + "-straight.jsonl"), b = readMetrics(dir + "-resumed.jsonl");
     QCOMPARE(b.size(), std::size_t(5));
@@ -355,9 +370,11 @@ void TestParallel::bucketsReduceUnderTheBackward()
     // The parameter bytes of this model, from a one-device checkpoint's tensors.
     const QString jobFile = write("buckets.json", job(Layout{2}));
     const QString dir = m_dir.filePath("buckets-single");
-    const ProcessRun one = runProcess(QStringLiteral(MESHBENCH_AGENT), {"--job", jobFile, "--steps", "1", "--save", dir});
+    const ProcessRun one =
+        runProcess(QStringLiteral(MESHBENCH_AGENT), {"--job", jobFile, "--steps", "1", "--save", dir});
     QVERIFY2(one.exitCode == 0, qPrintable(one.err));
-    const agent::SafetensorsFile checkpoint = agent::SafetensorsFile::open((dir + "/step-000001.safetensors").toStdString());
+    const agent::SafetensorsFile checkpoint =
+        agent::SafetensorsFile::open((dir + "/step-000001.safetensors").toStdString());
     std::uint64_t parameterBytes = 0, tensors = 0;
     for (const std::string& name : checkpoint.names()) {
         if (name.rfind("optimizer.", 0) == 0)
@@ -403,9 +420,11 @@ void TestParallel::bucketsReduceUnderTheBackward()
 
 void TestParallel::wrongRankCountIsRefused()
 {
-    const ProcessRun r = runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(3, {"--job", write("np.json", job(Layout{2}))}));
+    const ProcessRun r =
+        runProcess(QStringLiteral(MESHBENCH_MPIRUN), mpirun(3, {"--job", write("np.json", job(Layout{2}))}));
     QVERIFY(r.exitCode != 0);
-    QVERIFY2((r.out + r.err).contains("the layout needs dp x pp x tp = 2 ranks but mpirun started 3"), qPrintable(r.err));
+    QVERIFY2((r.out + r.err).contains("the layout needs dp x pp x tp = 2 ranks but mpirun started 3"),
+             qPrintable(r.err));
 }
 
 void TestParallel::zero3KeepsAShardOfTheParameters()
@@ -417,13 +436,15 @@ void TestParallel::zero3KeepsAShardOfTheParameters()
         const auto ranks = spansOfStep(Layout{2, 1, zero}, QStringLiteral("zero3-mem-%1").arg(zero), 2);
         for (const json& r : ranks[0])
             if (r["type"] == "memory")
-                return std::pair{r["bytes"]["params"]["current"].get<double>(), r["bytes"]["params"]["peak"].get<double>()};
+                return std::pair{r["bytes"]["params"]["current"].get<double>(),
+                                 r["bytes"]["params"]["peak"].get<double>()};
         qFatal("no memory sample");
     };
     const auto [whole, wholePeak] = paramBytes(0);
     const auto [shard, shardPeak] = paramBytes(3);
     QVERIFY(whole > 0);
-    QVERIFY2(shard >= whole / 2 && shard <= whole / 2 + 64, qPrintable(QStringLiteral("%1 vs %2").arg(shard).arg(whole)));
+    QVERIFY2(shard >= whole / 2 && shard <= whole / 2 + 64,
+             qPrintable(QStringLiteral("%1 vs %2").arg(shard).arg(whole)));
     QVERIFY(shardPeak < wholePeak);
     QCOMPARE(wholePeak, whole);
 }
@@ -484,8 +505,11 @@ void TestParallel::demoEqualsOneDevice()
     for (std::size_t i = 0; i < a.size(); ++i)
         for (const char* key : {"expert_imbalance", "expert_dropped"})
             QVERIFY2(b[i][key].get<double>() == a[i][key].get<double>(),
-                     qPrintable(QStringLiteral("step %1 %2: one device %3, 8 ranks %4").arg(i + 1).arg(key)
-                                    .arg(a[i][key].get<double>()).arg(b[i][key].get<double>())));
+                     qPrintable(QStringLiteral("step %1 %2: one device %3, 8 ranks %4")
+                                    .arg(i + 1)
+                                    .arg(key)
+                                    .arg(a[i][key].get<double>())
+                                    .arg(b[i][key].get<double>())));
     // The model line names the whole model's parameters, and rank 0's share as its share.
     const QRegularExpression modelLine(QStringLiteral("^model (\\d+) parameters( \\(this rank holds (\\d+)\\))?,"),
                                        QRegularExpression::MultilineOption);
@@ -495,7 +519,8 @@ void TestParallel::demoEqualsOneDevice()
     QVERIFY(whole.captured(3).isEmpty());
     QVERIFY(ranked.captured(3).toLongLong() > 0 && ranked.captured(3).toLongLong() < whole.captured(1).toLongLong());
     // The demo warms its learning rate up over 10 steps: Adam's reach is lr x (1 + ... + 10) / 10.
-    const QString mismatch = checkpointMismatch(oneDir + "/step-000010.safetensors", eightDir + "/step-000010.safetensors", 0.003 * 5.5);
+    const QString mismatch =
+        checkpointMismatch(oneDir + "/step-000010.safetensors", eightDir + "/step-000010.safetensors", 0.003 * 5.5);
     QVERIFY2(mismatch.isEmpty(), qPrintable(mismatch));
 }
 

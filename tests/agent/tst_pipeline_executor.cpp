@@ -25,8 +25,8 @@
 
 #include <cmath>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <thread>
 
 using namespace meshbench;
@@ -52,7 +52,7 @@ plan::ModelSpec tinyModel(bool tied, int layers)
     m.moe.experts = 4;
     m.moe.topK = 2;
     m.moe.ffnHidden = 8;
-    m.moe.capacityFactor = 4.0;   // nothing dropped
+    m.moe.capacityFactor = 4.0;  // nothing dropped
     m.moe.everyNLayers = 2;
     return m;
 }
@@ -108,9 +108,9 @@ private slots:
     {
         QTest::addColumn<int>("kind");
         QTest::addColumn<bool>("tied");
-        for (plan::ScheduleKind kind : {plan::ScheduleKind::GPipe, plan::ScheduleKind::OneFOneB,
-                                        plan::ScheduleKind::ZeroBubbleH1, plan::ScheduleKind::ZeroBubbleV,
-                                        plan::ScheduleKind::DualPipeV})
+        for (plan::ScheduleKind kind :
+             {plan::ScheduleKind::GPipe, plan::ScheduleKind::OneFOneB, plan::ScheduleKind::ZeroBubbleH1,
+              plan::ScheduleKind::ZeroBubbleV, plan::ScheduleKind::DualPipeV})
             for (bool tied : {false, true})
                 QTest::addRow("%s %s", std::string(plan::scheduleName(kind)).c_str(), tied ? "tied" : "untied")
                     << int(kind) << tied;
@@ -133,7 +133,8 @@ private slots:
         initialize(whole, wholeBackend);
         ForwardResult wholeResult;
         for (int mb = 0; mb < kMicrobatches; ++mb) {
-            auto activations = whole.forward({batches[std::size_t(mb)].data(), kBatch}, lossScale, auxScale, wholeResult);
+            auto activations =
+                whole.forward({batches[std::size_t(mb)].data(), kBatch}, lossScale, auxScale, wholeResult);
             whole.backward(*activations);
         }
         const auto expected = gradientsByName(whole, wholeBackend);
@@ -197,15 +198,17 @@ private slots:
                 QVERIFY2(it != expected.end(), name.c_str());
                 QCOMPARE(values.size(), it->second.size());
                 const bool tiedEmbedding = tied && name == "embed.weight";
-                float scale = 0.0f;   // the tensor's largest gradient: the size of the terms summed
+                float scale = 0.0f;  // the tensor's largest gradient: the size of the terms summed
                 for (float w : it->second)
                     scale = std::max(scale, std::abs(w));
                 for (std::size_t i = 0; i < values.size(); ++i) {
                     const float want = it->second[i];
-                    const bool ok = tiedEmbedding ? std::abs(values[i] - want) <= 1e-5f * scale
-                                                  : values[i] == want;
-                    QVERIFY2(ok, qPrintable(QStringLiteral("stage %1 %2[%3]: %4 vs %5").arg(stage)
-                                                .arg(QString::fromStdString(name)).arg(i).arg(values[i], 0, 'g', 9)
+                    const bool ok = tiedEmbedding ? std::abs(values[i] - want) <= 1e-5f * scale : values[i] == want;
+                    QVERIFY2(ok, qPrintable(QStringLiteral("stage %1 %2[%3]: %4 vs %5")
+                                                .arg(stage)
+                                                .arg(QString::fromStdString(name))
+                                                .arg(i)
+                                                .arg(values[i], 0, 'g', 9)
                                                 .arg(want, 0, 'g', 9)));
                 }
             }

@@ -66,7 +66,7 @@ std::vector<std::uint32_t> bitsOf(const std::vector<float>& values)
     return bits;
 }
 
-} // namespace
+}  // namespace
 
 class TestSafetensors : public QObject {
     Q_OBJECT
@@ -89,9 +89,9 @@ void TestSafetensors::roundTrip()
 {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
-    std::vector<float> w(12), bias = {-0.0f, std::numeric_limits<float>::infinity(),
-                                      std::numeric_limits<float>::quiet_NaN(),
-                                      std::numeric_limits<float>::denorm_min(), 3.5f};
+    std::vector<float> w(12),
+        bias = {-0.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                std::numeric_limits<float>::denorm_min(), 3.5f};
     for (std::size_t i = 0; i < w.size(); ++i)
         w[i] = 0.25f * static_cast<float>(i) - 1.0f;
     std::vector<float> big(64 * 33);
@@ -99,11 +99,8 @@ void TestSafetensors::roundTrip()
         big[i] = std::sin(static_cast<float>(i));
     const float scalar = 42.0f;
     const std::vector<TensorRecord> tensors = {
-        {"layers.0.w", {3, 4}, w.data()},
-        {"bias", {5}, bias.data()},
-        {"scalar", {}, &scalar},
-        {"empty", {0, 3}, nullptr},
-        {"big", {64, 33}, big.data()},
+        {"layers.0.w", {3, 4}, w.data()}, {"bias", {5}, bias.data()},    {"scalar", {}, &scalar},
+        {"empty", {0, 3}, nullptr},       {"big", {64, 33}, big.data()},
     };
     const std::map<std::string, std::string> metadata = {{"step", "100"}, {"format", "pt"}, {"note", "ünïcødé"}};
     const std::string path = dir.filePath("model.safetensors").toStdString();
@@ -303,11 +300,14 @@ void TestSafetensors::corruptHeadersAreRefused_data()
         4, "overlap");
     // Nesting a million levels deep once overflowed the stack (ordered_json copies recursively).
     const QByteArray deep = QByteArray(1'000'000, '[') + QByteArray(1'000'000, ']');
-    row("deep shape", R"({"x": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})", 0, "nests 1000002 levels");
+    row("deep shape", R"({"x": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})", 0,
+        "nests 1000002 levels");
     row("deep offsets", R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [)" + deep + ", 4]}}", 4, "nests");
     row("deep and unterminated", "{\"x\": " + QByteArray(1'000'000, '{'), 0, "nests");
-    row("brackets in strings", R"({"[[[[": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "x": )" +
-                                   QByteArray(70, '[') + QByteArray(70, ']') + "}", 4, "nests 71 levels");
+    row("brackets in strings",
+        R"({"[[[[": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "x": )" + QByteArray(70, '[') +
+            QByteArray(70, ']') + "}",
+        4, "nests 71 levels");
     row("metadata not object", R"({"__metadata__": 5})", 0, "__metadata__");
     row("metadata not strings", R"({"__metadata__": {"step": 100}})", 0, "'step' is not a string");
 }
@@ -357,10 +357,14 @@ void TestSafetensors::readF32Errors()
     writeSafetensors(path, {{"layers.0.attn.qkv.weight", {96, 32}, qkv.data()}}, {});
     const SafetensorsFile file = SafetensorsFile::open(path);
     std::vector<float> out(192 * 32);
-    QCOMPARE(checkpointError([&] { file.readF32("layers.0.attn.qkv.weight", {192, 32}, out.data()); }),
+    QCOMPARE(checkpointError([&] {
+                 file.readF32("layers.0.attn.qkv.weight", {192, 32}, out.data());
+             }),
              std::string("tensor 'layers.0.attn.qkv.weight' has shape [96, 32] in the checkpoint but the job needs "
                          "[192, 32]"));
-    QVERIFY(has(checkpointError([&] { file.readF32("layers.0.attn.qkv.weight", {96, 32, 1}, out.data()); }),
+    QVERIFY(has(checkpointError([&] {
+                    file.readF32("layers.0.attn.qkv.weight", {96, 32, 1}, out.data());
+                }),
                 "needs [96, 32, 1]"));
     const std::string missing = checkpointError([&] { file.readF32("layers.1.mlp.weight", {1}, out.data()); });
     QVERIFY2(has(missing, "no tensor 'layers.1.mlp.weight'") && has(missing, "c.safetensors"), missing.c_str());
@@ -392,8 +396,9 @@ void TestSafetensors::fromBytesMatchesOpen()
     moved.readF32("b", {}, &scalar);
     QCOMPARE(scalar, 7.0f);
     // The same checks, with the given name in the message.
-    const std::string message =
-        checkpointError([&] { SafetensorsFile::fromBytes({bytes.begin(), bytes.begin() + 12}, "in memory"); });
+    const std::string message = checkpointError([&] {
+        SafetensorsFile::fromBytes({bytes.begin(), bytes.begin() + 12}, "in memory");
+    });
     QVERIFY2(has(message, "checkpoint 'in memory'") && has(message, "exceeds"), message.c_str());
 }
 

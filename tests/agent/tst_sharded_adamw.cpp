@@ -81,7 +81,7 @@ private slots:
             backend.download(got.data(), params.ptr(), size);
             backend.download(gotM.data(), shard.firstMoment().ptr(), size);
             for (std::size_t i = 0; i < size; ++i) {
-                QCOMPARE(got[i], expected[begin + i]);   // the same arithmetic, element by element
+                QCOMPARE(got[i], expected[begin + i]);  // the same arithmetic, element by element
                 QCOMPARE(gotM[i], expectedM[begin + i]);
             }
         }
@@ -96,7 +96,7 @@ private slots:
         kernels::CpuBackend backend;
         const ParameterLayout layout(smallModel());
         const std::size_t shard = (layout.totalSize() + kMembers - 1) / kMembers;
-        const std::size_t padded = shard * kMembers;   // the flat buffer, padded to whole shards
+        const std::size_t padded = shard * kMembers;  // the flat buffer, padded to whole shards
         std::vector<float> start = randomValues(layout.totalSize(), 4, 0.02f);
         start.resize(padded, 0.0f);
         std::vector<std::vector<float>> grads;
@@ -124,7 +124,8 @@ private slots:
             members.emplace_back([&, r, comm = group.member(r)] {
                 kernels::CpuBackend own;
                 std::vector<float> mine(shard);
-                comm->reduceScatterSum(meshbench::kernels::f32(grads[std::size_t(r)].data()), meshbench::kernels::f32(mine.data()), shard);
+                comm->reduceScatterSum(meshbench::kernels::f32(grads[std::size_t(r)].data()),
+                                       meshbench::kernels::f32(mine.data()), shard);
                 const std::size_t begin = shard * std::size_t(r);
                 DeviceBuffer params(own, shard), g(own, shard);
                 own.upload(params.ptr(), start.data() + begin, shard);
@@ -133,7 +134,8 @@ private slots:
                 optimizer.step(params.ptr(), g.ptr(), kSettings, 1, 1.0f);
                 std::vector<float>& out = gathered[std::size_t(r)];
                 own.download(out.data() + begin, params.ptr(), shard);
-                comm->allGather(meshbench::kernels::f32(out.data() + begin), meshbench::kernels::f32(out.data()), shard);
+                comm->allGather(meshbench::kernels::f32(out.data() + begin), meshbench::kernels::f32(out.data()),
+                                shard);
             });
         for (std::thread& t : members)
             t.join();
@@ -167,11 +169,13 @@ private slots:
                 const double g = double(grad[i]) * scale;
                 const double m = (1 - 0.9) * g, second = (1 - 0.95) * g * g;
                 const double update = (m / (1 - 0.9)) / (std::sqrt(second / (1 - 0.95)) + 1e-8);
-                const double expected =
-                    start[i] - 3e-3 * (update + (v.decay ? 0.1 : 0.0) * double(start[i]));
+                const double expected = start[i] - 3e-3 * (update + (v.decay ? 0.1 : 0.0) * double(start[i]));
                 QVERIFY2(std::abs(got[i] - expected) <= 1e-6 * std::max(1.0, std::abs(expected)),
                          qPrintable(QStringLiteral("%1[%2]: %3 vs %4")
-                                        .arg(QString::fromStdString(v.name)).arg(i - v.offset).arg(got[i]).arg(expected)));
+                                        .arg(QString::fromStdString(v.name))
+                                        .arg(i - v.offset)
+                                        .arg(got[i])
+                                        .arg(expected)));
             }
         }
         // The small model has both kinds: matrices decay, norms and biases do not.
@@ -182,7 +186,7 @@ private slots:
     {
         QCOMPARE(clipScale(0.5, 1.0), 1.0f);
         QCOMPARE(clipScale(4.0, 1.0), float(1.0 / (4.0 + 1e-6)));
-        QCOMPARE(clipScale(1e9, 0.0), 1.0f);   // 0 turns clipping off
+        QCOMPARE(clipScale(1e9, 0.0), 1.0f);  // 0 turns clipping off
     }
 };
 

@@ -30,8 +30,8 @@ std::vector<wire::Batch> receiveUntilFinal(zmq::socket_t& pull, int timeoutMs = 
             qFatal("undecodable frame: %s", decoded.error.c_str());
         batches.push_back(std::move(*decoded.batch));
         for (const wire::Record& r : batches.back().records)
-            if (const auto* h = std::get_if<wire::HeartbeatRecord>(&r); h && h->state != wire::RankState::Running &&
-                                                                          h->state != wire::RankState::Starting)
+            if (const auto* h = std::get_if<wire::HeartbeatRecord>(&r);
+                h && h->state != wire::RankState::Running && h->state != wire::RankState::Starting)
                 return batches;
     }
     return batches;
@@ -82,7 +82,7 @@ private slots:
         std::optional<wire::LogRecord> log;
         for (const wire::Batch& b : batches) {
             QCOMPARE(b.rank, 5u);
-            QCOMPARE(b.sequence, expected);   // no gap, no repeat
+            QCOMPARE(b.sequence, expected);  // no gap, no repeat
             expected += b.records.size();
             for (const wire::Record& r : b.records) {
                 if (const auto* s = std::get_if<wire::SpanRecord>(&r))
@@ -102,7 +102,7 @@ private slots:
             }
         }
         QCOMPARE(spans, posted);
-        QVERIFY2(running >= 3, qPrintable(QString::number(running)));   // ~480 ms at 50 ms intervals
+        QVERIFY2(running >= 3, qPrintable(QString::number(running)));  // ~480 ms at 50 ms intervals
         QVERIFY(nodeSamples >= 3);
         QVERIFY(last.has_value());
         QCOMPARE(last->state, wire::RankState::Failed);
@@ -148,7 +148,7 @@ private slots:
         const std::vector<wire::Batch> batches = receiveUntilFinal(pull);
         QVERIFY(!batches.empty() && !batches.front().records.empty());
         const auto* first = std::get_if<wire::HeartbeatRecord>(&batches.front().records.front());
-        QVERIFY(first && first->state == wire::RankState::Starting);   // the stream opens with it
+        QVERIFY(first && first->state == wire::RankState::Starting);  // the stream opens with it
         std::vector<wire::SpanRecord> spans;
         std::optional<wire::HeartbeatRecord> last;
         for (const wire::Batch& b : batches)
@@ -158,7 +158,7 @@ private slots:
                 else if (const auto* h = std::get_if<wire::HeartbeatRecord>(&r))
                     last = *h;
             }
-        QCOMPARE(spans, kept);   // the first posts, whole and in order
+        QCOMPARE(spans, kept);  // the first posts, whole and in order
         QVERIFY(last.has_value());
         QCOMPARE(last->state, wire::RankState::Finished);
         QCOMPARE(last->droppedRecords, sender.dropped());

@@ -27,12 +27,12 @@
 
 using namespace meshbench;
 using namespace meshbench::agent;
-using meshbench::agent::testing::randomValues;
 using kernels::f32;
+using meshbench::agent::testing::randomValues;
 
 namespace {
 
-constexpr int kTokens = 8;   // divisible by every tp below
+constexpr int kTokens = 8;  // divisible by every tp below
 constexpr int kIn = 16;
 constexpr int kOut = 12;
 constexpr int kHidden = 6;
@@ -211,7 +211,7 @@ private slots:
             // The whole input (with sequence parallelism a caller gathers it first), this rank's rows of W.
             DeviceBuffer xd = uploaded(backend, x), wd = uploaded(backend, rowsOf(w, kIn, r * outLocal, outLocal));
             DeviceBuffer y(backend, std::size_t(kTokens) * std::size_t(outLocal));
-            backend.fill(y.ptr(), 7.0f, y.size());   // overwritten, not added to
+            backend.fill(y.ptr(), 7.0f, y.size());  // overwritten, not added to
             tensor.columnParallelLinear(xd.ptr(), kTokens, wd.ptr(), outLocal, kIn, y.ptr());
             failures[std::size_t(r)] = mismatch(downloaded(backend, y), columnsOf(dense, kOut, r * outLocal, outLocal),
                                                 QStringLiteral("rank %1 y").arg(r));
@@ -227,7 +227,7 @@ private slots:
         QFETCH(bool, sp);
         const std::vector<float> x = randomValues(std::size_t(kTokens) * kIn, 3);
         const std::vector<float> w = randomValues(std::size_t(kOut) * kIn, 4);
-        const std::vector<float> start = randomValues(std::size_t(kTokens) * kOut, 5);   // dst is added into
+        const std::vector<float> start = randomValues(std::size_t(kTokens) * kOut, 5);  // dst is added into
         const Expected dense = linearReference(x, w, kTokens, kOut, kIn, start);
         const int inLocal = kIn / tp;
         std::vector<QString> failures(static_cast<std::size_t>(tp));
@@ -272,7 +272,8 @@ private slots:
             DeviceBuffer full(backend, whole.size());
             backend.fill(full.ptr(), -3.0f, full.size());
             tensor.gatherSequence(local.ptr(), full.ptr(), whole.size());
-            failures[std::size_t(r)] = mismatchExact(downloaded(backend, full), whole, QStringLiteral("rank %1 full").arg(r));
+            failures[std::size_t(r)] =
+                mismatchExact(downloaded(backend, full), whole, QStringLiteral("rank %1 full").arg(r));
         });
         for (const QString& failure : failures)
             QVERIFY2(failure.isEmpty(), qPrintable(failure));
@@ -306,7 +307,8 @@ private slots:
             } else {
                 // Completed in place; `local` is the same buffer, as the model passes it.
                 tensor.completePartial(full.ptr(), full.ptr(), n);
-                failures[std::size_t(r)] = mismatch(downloaded(backend, full), sum, QStringLiteral("rank %1 full").arg(r));
+                failures[std::size_t(r)] =
+                    mismatch(downloaded(backend, full), sum, QStringLiteral("rank %1 full").arg(r));
             }
         });
         for (const QString& failure : failures)
@@ -320,10 +322,10 @@ private slots:
         QFETCH(bool, sp);
         const std::vector<float> table = randomValues(std::size_t(kVocab) * kHidden, 20);
         const std::vector<float> dOut = randomValues(std::size_t(kTokens) * kHidden, 21);
-        const std::vector<float> gradStart = randomValues(std::size_t(kVocab) * kHidden, 22);   // accumulated into
+        const std::vector<float> gradStart = randomValues(std::size_t(kVocab) * kHidden, 22);  // accumulated into
         std::vector<std::int32_t> ids = randomIds(kTokens, kVocab, 23);
-        ids[3] = ids[1];   // a repeated id: its gradient rows add up
-        ids[0] = 0;        // the first and last ids of the vocabulary
+        ids[3] = ids[1];  // a repeated id: its gradient rows add up
+        ids[0] = 0;       // the first and last ids of the vocabulary
         ids[kTokens - 1] = kVocab - 1;
 
         // Dense: the lookup, and the scatter-add in token order (float, as the kernel documents).
@@ -343,10 +345,10 @@ private slots:
             const int rows = tensor.localTokens(kTokens), first = tensor.firstLocalToken(kTokens);
             DeviceBuffer tableBlock = uploaded(backend, rowsOf(table, kHidden, r * block, block));
             DeviceBuffer stream(backend, std::size_t(rows) * kHidden);
-            backend.fill(stream.ptr(), 5.0f, stream.size());   // overwritten
+            backend.fill(stream.ptr(), 5.0f, stream.size());  // overwritten
             tensor.embeddingForward(ids, kVocab, tableBlock.ptr(), kHidden, stream.ptr());
-            QString failure =
-                mismatchExact(downloaded(backend, stream), rowsOf(lookup, kHidden, first, rows), QStringLiteral("rank %1 stream").arg(r));
+            QString failure = mismatchExact(downloaded(backend, stream), rowsOf(lookup, kHidden, first, rows),
+                                            QStringLiteral("rank %1 stream").arg(r));
 
             // The stream's gradient: this rank's rows with sequence parallelism, else all of them.
             DeviceBuffer dStream = uploaded(backend, rowsOf(dOut, kHidden, first, rows));
@@ -406,8 +408,9 @@ private slots:
             // Every token's logits (the output layer sees all of them), this rank's vocabulary block.
             DeviceBuffer mine = uploaded(backend, columnsOf(logits, kVocab, r * block, block));
             losses[std::size_t(r)] = tensor.crossEntropy(mine.ptr(), targets, kVocab, lossScale);
-            failures[std::size_t(r)] = mismatch(downloaded(backend, mine), columnsOf(gradient, kVocab, r * block, block),
-                                                QStringLiteral("rank %1 dLogits").arg(r));
+            failures[std::size_t(r)] =
+                mismatch(downloaded(backend, mine), columnsOf(gradient, kVocab, r * block, block),
+                         QStringLiteral("rank %1 dLogits").arg(r));
         });
         for (const QString& failure : failures)
             QVERIFY2(failure.isEmpty(), qPrintable(failure));

@@ -108,7 +108,7 @@ std::vector<json> jsonLines(const std::string& text)
 
 bool agrees(double ours, double torch) { return std::abs(ours - torch) <= std::max(1e-4 * std::abs(torch), 1e-7); }
 
-} // namespace
+}  // namespace
 
 class TestTorchReference : public QObject {
     Q_OBJECT
@@ -121,8 +121,8 @@ private slots:
 
 void TestTorchReference::initTestCase()
 {
-    const Run probe = run(QStringLiteral(MESHBENCH_TORCH_PYTHON),
-                          {QStringLiteral("-c"), QStringLiteral("import torch, numpy")});
+    const Run probe =
+        run(QStringLiteral(MESHBENCH_TORCH_PYTHON), {QStringLiteral("-c"), QStringLiteral("import torch, numpy")});
     if (probe.exitCode != 0)
         QFAIL(qPrintable(QStringLiteral("python3-torch is needed: apt-get install python3-torch (%1 could not "
                                         "import torch and numpy: %2)")
@@ -172,11 +172,11 @@ void TestTorchReference::matchesPyTorch()
     const std::string metricsText{std::istreambuf_iterator<char>(metricsFile), std::istreambuf_iterator<char>()};
     const std::vector<json> ours = jsonLines(metricsText);
 
-    const Run reference = run(QStringLiteral(MESHBENCH_TORCH_PYTHON),
-                              {QStringLiteral(MESHBENCH_SOURCE_DIR "/tests/agent/torch_reference.py"),
-                               QStringLiteral("--job"), jobPath, QStringLiteral("--checkpoint"),
-                               checkpoints + QStringLiteral("/step-000000.safetensors"), QStringLiteral("--steps"),
-                               QString::number(steps)});
+    const Run reference =
+        run(QStringLiteral(MESHBENCH_TORCH_PYTHON),
+            {QStringLiteral(MESHBENCH_SOURCE_DIR "/tests/agent/torch_reference.py"), QStringLiteral("--job"), jobPath,
+             QStringLiteral("--checkpoint"), checkpoints + QStringLiteral("/step-000000.safetensors"),
+             QStringLiteral("--steps"), QString::number(steps)});
     QVERIFY2(reference.exitCode == 0, qPrintable(reference.output));
     const std::vector<json> torch = jsonLines(reference.output.toStdString());
 
@@ -194,11 +194,11 @@ void TestTorchReference::matchesPyTorch()
             const double y = b.at(key).get<double>();
             worst = std::max(worst, std::abs(x - y) / std::max(std::abs(y), 1e-30) * (y != 0.0 ? 1.0 : 0.0));
             QVERIFY2(agrees(x, y), qPrintable(QStringLiteral("step %1 %2: meshbench-agent %3, PyTorch %4 (relative %5)")
-                                                 .arg(i + 1)
-                                                 .arg(QString::fromLatin1(key))
-                                                 .arg(x, 0, 'g', 10)
-                                                 .arg(y, 0, 'g', 10)
-                                                 .arg(std::abs(x - y) / std::max(std::abs(y), 1e-30), 0, 'g', 3)));
+                                                  .arg(i + 1)
+                                                  .arg(QString::fromLatin1(key))
+                                                  .arg(x, 0, 'g', 10)
+                                                  .arg(y, 0, 'g', 10)
+                                                  .arg(std::abs(x - y) / std::max(std::abs(y), 1e-30), 0, 'g', 3)));
         }
         qInfo("step %d  loss %.9f / %.9f  aux %.9f / %.9f  grad-norm %.7f / %.7f  (meshbench-agent / PyTorch)", i + 1,
               a.at("loss").get<double>(), b.at("loss").get<double>(), a.at("aux_loss").get<double>(),

@@ -20,9 +20,9 @@
 
 #include "kernels/cpu/cpu_backend.h"
 
-#include <QTemporaryDir>
 #include "far_backend.h"
 #include "layout_equivalence.h"
+#include <QTemporaryDir>
 
 #include <QtTest>
 
@@ -54,7 +54,7 @@ struct Layout {
     bool moe = false;
     const char* schedule = "1f1b";
     bool sequenceParallel = false;
-    bool overlap = true;   // the data-parallel buckets reduce during the backward
+    bool overlap = true;  // the data-parallel buckets reduce during the backward
     int ranks() const { return dp * pp * tp; }
 };
 
@@ -63,8 +63,14 @@ struct Layout {
 json job(const Layout& l)
 {
     return equivalenceJob(l.moe,
-                          {{"dp", l.dp}, {"pp", l.pp}, {"ep", l.ep}, {"tp", l.tp}, {"sequence_parallel", l.sequenceParallel},
-                           {"zero", l.zero}, {"overlap_grad_reduce", l.overlap}, {"schedule", l.schedule}},
+                          {{"dp", l.dp},
+                           {"pp", l.pp},
+                           {"ep", l.ep},
+                           {"tp", l.tp},
+                           {"sequence_parallel", l.sequenceParallel},
+                           {"zero", l.zero},
+                           {"overlap_grad_reduce", l.overlap},
+                           {"schedule", l.schedule}},
                           l.ranks(), kSteps, kLr);
 }
 
@@ -93,7 +99,6 @@ void onEveryRank(InProcessMesh& mesh, const std::function<void(int, const Proces
         t.join();
 }
 
-
 }  // namespace
 
 Q_DECLARE_METATYPE(Layout)
@@ -111,7 +116,7 @@ private slots:
 
 private:
     QTemporaryDir m_dir;
-    std::map<QString, std::vector<StepMetrics>> m_singles;   // one-device steps by reference name
+    std::map<QString, std::vector<StepMetrics>> m_singles;  // one-device steps by reference name
 };
 
 void TestTrainer::initTestCase() { QVERIFY(m_dir.isValid()); }
@@ -136,8 +141,10 @@ void TestTrainer::meshGroupsFollowThePlan()
     InProcessMesh groups(mesh);
     QCOMPARE(groups.worldSize(), layout.ranks());
     const std::pair<plan::GroupKind, std::unique_ptr<Communicator> ProcessGroups::*> kinds[] = {
-        {plan::GroupKind::Tensor, &ProcessGroups::tensor},   {plan::GroupKind::Pipeline, &ProcessGroups::pipeline},
-        {plan::GroupKind::Data, &ProcessGroups::data},       {plan::GroupKind::Expert, &ProcessGroups::expert},
+        {plan::GroupKind::Tensor, &ProcessGroups::tensor},
+        {plan::GroupKind::Pipeline, &ProcessGroups::pipeline},
+        {plan::GroupKind::Data, &ProcessGroups::data},
+        {plan::GroupKind::Expert, &ProcessGroups::expert},
         {plan::GroupKind::ExpertData, &ProcessGroups::expertData}};
     struct Seen {
         int size = 0, rank = 0;
@@ -211,7 +218,7 @@ void TestTrainer::layoutEqualsOneDevice()
     QFETCH(Layout, layout);
     const QString tag = QString::fromLatin1(QTest::currentDataTag()).replace(' ', '-');
     const plan::JobSpec spec = specOf(job(layout));
-    QVERIFY(spec.model.tiedEmbeddings);   // so that pp2 sums the embedding's two copies
+    QVERIFY(spec.model.tiedEmbeddings);  // so that pp2 sums the embedding's two copies
 
     // One device, once per model and global batch (all the job's one device runs; the layouts'
     // other settings - zero, overlap, schedule - do not reach it).
@@ -252,7 +259,10 @@ void TestTrainer::layoutEqualsOneDevice()
             for (auto [key, x, y] : {std::tuple{"loss", a.loss, b.loss}, std::tuple{"aux_loss", a.auxLoss, b.auxLoss},
                                      std::tuple{"grad_norm", a.gradNorm, b.gradNorm}})
                 QVERIFY2(agrees(y, x, 1e-5), qPrintable(QStringLiteral("rank %1 step %2 %3: one device %4, layout %5")
-                                                            .arg(rank).arg(a.step).arg(key).arg(x, 0, 'g', 10)
+                                                            .arg(rank)
+                                                            .arg(a.step)
+                                                            .arg(key)
+                                                            .arg(x, 0, 'g', 10)
                                                             .arg(y, 0, 'g', 10)));
         }
     }
@@ -303,7 +313,8 @@ void TestTrainer::deviceMemoryRunsTheSameSteps()
         });
         return std::tuple{steps, staged, communicators};
     };
-    const QString hostFile = m_dir.filePath(tag + "-host.safetensors"), farFile = m_dir.filePath(tag + "-far.safetensors");
+    const QString hostFile = m_dir.filePath(tag + "-host.safetensors"),
+                  farFile = m_dir.filePath(tag + "-far.safetensors");
     const auto [host, none, plain] = train(false, hostFile);
     const auto [far, staged, attached] = train(true, farFile);
     QCOMPARE(none, std::size_t(0));

@@ -33,7 +33,10 @@ constexpr std::size_t kAlign = 16;
 
 // The rule of the header, written again: member m of g owns [m P, min(S, (m + 1) P)) of a range of
 // S elements, P = ceil(ceil(S / g) / 16) x 16.
-std::size_t pieceOf(std::size_t size, int members) { return ((size + members - 1) / members + kAlign - 1) / kAlign * kAlign; }
+std::size_t pieceOf(std::size_t size, int members)
+{
+    return ((size + members - 1) / members + kAlign - 1) / kAlign * kAlign;
+}
 int ownerOf(std::size_t begin, std::size_t size, int members, std::size_t at)
 {
     return int((at - begin) / pieceOf(size, members));
@@ -82,10 +85,11 @@ private slots:
                     totals[std::size_t(c.rank)] = layout.totalSize();
                     expertBegins[std::size_t(c.rank)] = layout.expertBegin();
                     // regionOf: the dense region below expertBegin, the experts' from it.
-                    regionOfRight[std::size_t(c.rank)] = shards.stage() == stage && shards.regionOf(0).begin == 0 &&
-                                                         shards.regionOf(layout.expertBegin() - 1).begin == 0 &&
-                                                         shards.regionOf(layout.expertBegin()).begin == layout.expertBegin() &&
-                                                         shards.regionOf(layout.totalSize() - 1).begin == layout.expertBegin();
+                    regionOfRight[std::size_t(c.rank)] =
+                        shards.stage() == stage && shards.regionOf(0).begin == 0 &&
+                        shards.regionOf(layout.expertBegin() - 1).begin == 0 &&
+                        shards.regionOf(layout.expertBegin()).begin == layout.expertBegin() &&
+                        shards.regionOf(layout.totalSize() - 1).begin == layout.expertBegin();
                 });
                 for (int r = 0; r < mesh.dp; ++r) {
                     QVERIFY(regionOfRight[std::size_t(r)]);
@@ -159,7 +163,7 @@ private slots:
                         if (first > last)
                             std::swap(first, last);
                         if (trial == 0)
-                            first = region.begin, last = region.end;   // the whole range: the counts
+                            first = region.begin, last = region.end;  // the whole range: the counts
                         std::vector<std::size_t> expected(std::size_t(g), 0);
                         for (std::size_t i = first; i < last; ++i)
                             ++expected[std::size_t(ownerOf(region.begin, region.end - region.begin, g, i))];
@@ -235,7 +239,11 @@ private slots:
                         const int owner = group[std::size_t(ownerOf(begin, end - begin, int(group.size()), i))];
                         QVERIFY2(got[i] == newValue(owner, i),
                                  qPrintable(meshName(mesh) + QStringLiteral(" stage %1 rank %2 element %3: %4 vs %5")
-                                                .arg(stage).arg(r).arg(i).arg(got[i]).arg(newValue(owner, i))));
+                                                                 .arg(stage)
+                                                                 .arg(r)
+                                                                 .arg(i)
+                                                                 .arg(got[i])
+                                                                 .arg(newValue(owner, i))));
                     }
                 }
             }
@@ -251,7 +259,8 @@ private slots:
             for (int r = 0; r < dp; ++r)
                 grads.push_back(randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(),
                                              100 + std::uint32_t(r)));
-            std::vector<std::vector<float>> gotShard(static_cast<std::size_t>(dp)), startShard(static_cast<std::size_t>(dp));
+            std::vector<std::vector<float>> gotShard(static_cast<std::size_t>(dp)),
+                startShard(static_cast<std::size_t>(dp));
             std::vector<int> paramMismatches(std::size_t(dp), 0);
             onDataMesh(mesh, [&](const DataRank& c) {
                 kernels::CpuBackend backend;
@@ -306,9 +315,12 @@ private slots:
                     const std::size_t ownedEnd = std::min(begin + size, ownedBegin + pieceOf(size, g));
                     const std::size_t shardOffset =
                         experts ? std::min(pieceOf(layout.expertBegin(), dp),
-                                           layout.expertBegin() - std::min(layout.expertBegin(), std::size_t(r) * pieceOf(layout.expertBegin(), dp)))
+                                           layout.expertBegin() -
+                                               std::min(layout.expertBegin(),
+                                                        std::size_t(r) * pieceOf(layout.expertBegin(), dp)))
                                 : 0;
-                    for (std::size_t i = std::max(view.offset, ownedBegin); i < std::min(view.offset + view.size, ownedEnd); ++i) {
+                    for (std::size_t i = std::max(view.offset, ownedBegin);
+                         i < std::min(view.offset + view.size, ownedEnd); ++i) {
                         float sum = 0.0f;
                         for (int q : group)
                             sum += grads[std::size_t(q)][i];
@@ -316,8 +328,11 @@ private slots:
                         const float expected = sum + startShard[std::size_t(r)][at];
                         QVERIFY2(gotShard[std::size_t(r)][at] == expected,
                                  qPrintable(meshName(mesh) + QStringLiteral(" rank %1 %2[%3]: %4 vs %5")
-                                                .arg(r).arg(QString::fromStdString(view.name)).arg(i - view.offset)
-                                                .arg(gotShard[std::size_t(r)][at]).arg(expected)));
+                                                                 .arg(r)
+                                                                 .arg(QString::fromStdString(view.name))
+                                                                 .arg(i - view.offset)
+                                                                 .arg(gotShard[std::size_t(r)][at])
+                                                                 .arg(expected)));
                     }
                 }
             }
@@ -330,11 +345,12 @@ private slots:
         constexpr int kSteps = 2;
         for (const DataMesh& mesh : kMeshes) {
             const int dp = mesh.dp;
-            std::vector<std::vector<std::vector<float>>> grads(static_cast<std::size_t>(dp));   // [rank][step]
+            std::vector<std::vector<std::vector<float>>> grads(static_cast<std::size_t>(dp));  // [rank][step]
             for (int r = 0; r < dp; ++r)
                 for (int s = 0; s < kSteps; ++s)
-                    grads[std::size_t(r)].push_back(randomValues(
-                        ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(), 200 + std::uint32_t(10 * r + s)));
+                    grads[std::size_t(r)].push_back(
+                        randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(),
+                                     200 + std::uint32_t(10 * r + s)));
             auto startOf = [&](const ParameterLayout& layout, int epRank) {
                 std::vector<float> start = wholeBufferOf(layout, epRank);
                 for (float& v : start)
@@ -359,11 +375,13 @@ private slots:
                         const ShardRegion& region = shards.regions()[k];
                         const kernels::DevPtr mine = kernels::offset(shard.ptr(), region.shardOffset);
                         if (region.group)
-                            region.group->startReduceScatter(kernels::offset(grad.ptr(), region.begin), mine, region.counts)
+                            region.group
+                                ->startReduceScatter(kernels::offset(grad.ptr(), region.begin), mine, region.counts)
                                 .wait();
                         else
                             backend.copy(mine, kernels::offset(grad.ptr(), region.begin), region.ownedSize());
-                        optimizers[k].step(kernels::offset(params.ptr(), region.ownedBegin()), mine, kSettings, s + 1, 0.75f);
+                        optimizers[k].step(kernels::offset(params.ptr(), region.ownedBegin()), mine, kSettings, s + 1,
+                                           0.75f);
                     }
                     shards.allGatherParameters(params.ptr());
                 }
@@ -396,8 +414,11 @@ private slots:
                     for (std::size_t i = view.offset; i < view.offset + view.size; ++i)
                         QVERIFY2(got[std::size_t(r)][i] == expected[std::size_t(r)][i],
                                  qPrintable(meshName(mesh) + QStringLiteral(" rank %1 %2[%3]: %4 vs %5")
-                                                .arg(r).arg(QString::fromStdString(view.name)).arg(i - view.offset)
-                                                .arg(got[std::size_t(r)][i]).arg(expected[std::size_t(r)][i])));
+                                                                 .arg(r)
+                                                                 .arg(QString::fromStdString(view.name))
+                                                                 .arg(i - view.offset)
+                                                                 .arg(got[std::size_t(r)][i])
+                                                                 .arg(expected[std::size_t(r)][i])));
             }
         }
     }

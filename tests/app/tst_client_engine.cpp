@@ -23,10 +23,7 @@ using meshbench::app::EngineClient;
 
 namespace {
 
-QString engineExecutable()
-{
-    return QCoreApplication::applicationDirPath() + QStringLiteral("/meshbench-engine");
-}
+QString engineExecutable() { return QCoreApplication::applicationDirPath() + QStringLiteral("/meshbench-engine"); }
 
 nlohmann::json demoJob()
 {
@@ -43,11 +40,11 @@ struct Served {
 
     explicit Served(const QStringList& options = {})
     {
-        process.start(engineExecutable(), QStringList{QStringLiteral("serve"), QStringLiteral("--bind"), control,
-                                                      QStringLiteral("--live"), live, QStringLiteral("--sessions"),
-                                                      dir.path()} +
-                                              options);
-        process.waitForReadyRead(10000);   // "serving: ..." once both sockets are bound
+        process.start(engineExecutable(),
+                      QStringList{QStringLiteral("serve"), QStringLiteral("--bind"), control, QStringLiteral("--live"),
+                                  live, QStringLiteral("--sessions"), dir.path()} +
+                          options);
+        process.waitForReadyRead(10000);  // "serving: ..." once both sockets are bound
     }
     ~Served()
     {
@@ -60,7 +57,8 @@ struct Served {
 nlohmann::json ask(EngineClient& client, nlohmann::json body, int timeoutMs = EngineClient::kDefaultTimeoutMs)
 {
     std::optional<nlohmann::json> reply;
-    client.request(std::move(body), [&](const nlohmann::json& r) { reply = r; }, timeoutMs);
+    client.request(
+        std::move(body), [&](const nlohmann::json& r) { reply = r; }, timeoutMs);
     const bool answered = QTest::qWaitFor([&] { return reply.has_value(); }, timeoutMs + 5000);
     return answered ? *reply : nlohmann::json{{"ok", false}, {"error", "no reply at all"}};
 }
@@ -112,7 +110,7 @@ private slots:
         QCOMPARE(states.first().at(0).value<ConnectionState>(), ConnectionState::Connecting);
         QCOMPARE(states.last().at(0).value<ConnectionState>(), ConnectionState::Connected);
         QCOMPARE(states.last().at(1).toString(), served.control);
-        QCOMPARE(client.liveEndpoint(), served.live);   // taken from the hello reply
+        QCOMPARE(client.liveEndpoint(), served.live);  // taken from the hello reply
 
         const nlohmann::json hello = ask(client, {{"op", "hello"}});
         QCOMPARE(hello["ok"], true);
@@ -136,8 +134,9 @@ private slots:
         // Several in flight at once: each handler gets its own reply.
         std::map<int, std::string> answers;
         for (int i = 0; i < 5; ++i)
-            client.request({{"op", i % 2 ? "jobs" : "hello"}},
-                           [&answers, i](const nlohmann::json& r) { answers[i] = r.contains("jobs") ? "jobs" : "hello"; });
+            client.request({{"op", i % 2 ? "jobs" : "hello"}}, [&answers, i](const nlohmann::json& r) {
+                answers[i] = r.contains("jobs") ? "jobs" : "hello";
+            });
         QTRY_COMPARE(int(answers.size()), 5);
         for (int i = 0; i < 5; ++i)
             QCOMPARE(answers[i], std::string(i % 2 ? "jobs" : "hello"));
@@ -155,7 +154,8 @@ private slots:
         QSignalSpy jobSpy(&client, &EngineClient::jobChanged);
         QSignalSpy spanSpy(&client, &EngineClient::spansArrived);
 
-        const nlohmann::json reply = ask(client, {{"op", "submit"}, {"job", demoJob()}, {"steps", 3}, {"one_device", true}});
+        const nlohmann::json reply =
+            ask(client, {{"op", "submit"}, {"job", demoJob()}, {"steps", 3}, {"one_device", true}});
         QVERIFY2(reply["ok"] == true, reply.dump().c_str());
         const QString source = QString::fromStdString(reply["job"]);
 
@@ -198,7 +198,7 @@ private slots:
         QCOMPARE(reply["ok"], false);
         QCOMPARE(reply["timed_out"], true);
         QVERIFY2(reply["error"].get<std::string>().find("the engine did not answer") == 0, reply.dump().c_str());
-        QVERIFY2(elapsed >= 400, qPrintable(QString::number(elapsed)));   // it waited the whole timeout
+        QVERIFY2(elapsed >= 400, qPrintable(QString::number(elapsed)));  // it waited the whole timeout
         QCOMPARE(client.state(), ConnectionState::Connecting);
 
         // Without any connection the handler still runs once, from the event loop.
@@ -219,7 +219,7 @@ private slots:
         timer.start();
         owner->startLocalEngine(control, live, dir.path());
         QVERIFY(waitConnected(*owner));
-        QVERIFY(timer.elapsed() >= 900);   // it waited for the probe first
+        QVERIFY(timer.elapsed() >= 900);  // it waited for the probe first
         QVERIFY(owner->ownsEngine());
         QCOMPARE(owner->liveEndpoint(), live);
 
@@ -251,8 +251,8 @@ private slots:
                          none.contains(QStringLiteral("--server-key FILE")),
                      qPrintable(none));
         }
-        QVERIFY(app::chooseClientKeys(local, {}, QStringLiteral("x")).error.startsWith(
-            QStringLiteral("--client-key goes with the engine's key")));
+        QVERIFY(app::chooseClientKeys(local, {}, QStringLiteral("x"))
+                    .error.startsWith(QStringLiteral("--client-key goes with the engine's key")));
 
         QVERIFY(folder.makeKeys());
         const wire::KeyPair client = wire::readKeyPair(folder.file("client.key_secret").toStdString());
@@ -273,19 +273,21 @@ private slots:
         QVERIFY(!choice.keys);
         QVERIFY2(choice.error.contains(QStringLiteral("'abc' is neither a public key nor a key file")),
                  qPrintable(choice.error));
-        QVERIFY(app::chooseClientKeys(remote, {}, folder.file("client.key")).error
-                    .contains(QStringLiteral("holds no secret-key line")));
-        QVERIFY(app::chooseClientKeys(remote, folder.file("server.key_secret"), {}).error
-                    .contains(QStringLiteral("holds a secret key")));
+        QVERIFY(app::chooseClientKeys(remote, {}, folder.file("client.key"))
+                    .error.contains(QStringLiteral("holds no secret-key line")));
+        QVERIFY(app::chooseClientKeys(remote, folder.file("server.key_secret"), {})
+                    .error.contains(QStringLiteral("holds a secret key")));
         QFile::remove(folder.file("client.key_secret"));
-        QVERIFY(app::chooseClientKeys(remote, {}, {}).error.contains(QStringLiteral("run `meshbench-engine keys` here")));
+        QVERIFY(
+            app::chooseClientKeys(remote, {}, {}).error.contains(QStringLiteral("run `meshbench-engine keys` here")));
 
         // An engine bound to every interface advertises its feed's wildcard: the control host replaces it.
         QCOMPARE(app::reachableLiveEndpoint(remote, QStringLiteral("tcp://0.0.0.0:5571")),
                  QStringLiteral("tcp://10.0.0.5:5571"));
         QCOMPARE(app::reachableLiveEndpoint(QStringLiteral("tcp://[fd00::7]:5570"), QStringLiteral("tcp://[::]:5571")),
                  QStringLiteral("tcp://[fd00::7]:5571"));
-        QCOMPARE(app::reachableLiveEndpoint(remote, QStringLiteral("tcp://*:5571")), QStringLiteral("tcp://10.0.0.5:5571"));
+        QCOMPARE(app::reachableLiveEndpoint(remote, QStringLiteral("tcp://*:5571")),
+                 QStringLiteral("tcp://10.0.0.5:5571"));
         QCOMPARE(app::reachableLiveEndpoint(remote, QStringLiteral("tcp://10.0.0.6:5571")),
                  QStringLiteral("tcp://10.0.0.6:5571"));
         QCOMPARE(app::reachableLiveEndpoint(QStringLiteral("ipc:///x"), QStringLiteral("tcp://0.0.0.0:5571")),
@@ -387,8 +389,8 @@ private slots:
         publish("spans/job-1", "MBTW but not a batch");
         publish("step/job-1", "{not json");
         publish("nonsense", "{}");
-        publish("future-kind/job-1", "{}");   // a kind from a newer engine: ignored, not an error
-        pub.send(zmq::buffer(std::string("step/job-1")));   // a topic alone
+        publish("future-kind/job-1", "{}");                // a kind from a newer engine: ignored, not an error
+        pub.send(zmq::buffer(std::string("step/job-1")));  // a topic alone
         publish("step/job-1", R"({"type": "step", "step": 7})");
         wire::Batch batch{3, 0, {wire::SpanRecord{7, 1, 0, 2, wire::SpanKind::Backward, -1, 100, 250, 0}}};
         const std::vector<std::uint8_t> frame = wire::encodeBatch(batch);

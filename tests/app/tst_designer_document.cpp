@@ -45,7 +45,7 @@ void writeSession(const std::string& path, const nlohmann::json& job, int steps,
     }
     writer.setOutcome({store::Outcome::Completed, "", -1, ns(stepMs) * (steps + 1)});
 }
-}
+}  // namespace
 
 class TestDesignerDocument : public QObject {
     Q_OBJECT
@@ -53,7 +53,7 @@ private slots:
     void loadsAndPlansTheDemo()
     {
         JobDocument doc;
-        QVERIFY(!doc.plan());   // an empty document does not plan
+        QVERIFY(!doc.plan());  // an empty document does not plan
         QVERIFY(!doc.errors().isEmpty());
         QSignalSpy plans(&doc, &JobDocument::planChanged);
         QString error;
@@ -82,7 +82,7 @@ private slots:
         QVERIFY2(tags.first().contains("needs 32768 pipeline message tags"), qPrintable(tags.first()));
         QVERIFY(doc.plan());
         QVERIFY(!doc.launchable());
-        doc.set("parallel.microbatches", 4096);   // 16,384 messages
+        doc.set("parallel.microbatches", 4096);  // 16,384 messages
         QVERIFY(doc.errors().isEmpty());
         QVERIFY(doc.launchable());
         // ZeRO with the demo's ep 2 is run by the agent: no refusal.
@@ -97,12 +97,12 @@ private slots:
         QVERIFY(doc.loadFile(kJobs + "demo.json"));
         QSignalSpy plans(&doc, &JobDocument::planChanged);
         QSignalSpy errors(&doc, &JobDocument::errorsChanged);
-        doc.set("parallel.tp", 3);   // 4 heads do not split over 3
+        doc.set("parallel.tp", 3);  // 4 heads do not split over 3
         QCOMPARE(plans.count(), 1);
         QCOMPARE(plans.last().at(0).value<const meshbench::plan::Plan*>(), nullptr);
         QCOMPARE(errors.count(), 1);
         QVERIFY(!doc.plan());
-        QVERIFY(doc.spec());   // a layout error keeps the spec for drawing
+        QVERIFY(doc.spec());  // a layout error keeps the spec for drawing
         const QStringList tp = doc.errorsAt("parallel.tp");
         QVERIFY(!tp.isEmpty());
         QVERIFY2(tp.first().contains("4 attention heads do not split over tp=3"), qPrintable(tp.first()));
@@ -147,7 +147,7 @@ private slots:
         QVERIFY(doc.plan());
         QCOMPARE(doc.plan()->spec.parallel.dp, 4);
         QCOMPARE(doc.plan()->spec.parallel.pp, 1);
-        QCOMPARE(doc.plan()->spec.parallel.tp, 2);   // untouched
+        QCOMPARE(doc.plan()->spec.parallel.tp, 2);  // untouched
     }
 
     void savesAndLoadsBack()
@@ -170,7 +170,7 @@ private slots:
         bad.close();
         QVERIFY(!again.loadFile(bad.fileName(), &error));
         QVERIFY(!error.isEmpty());
-        QVERIFY(again.json() == doc.json());   // unchanged
+        QVERIFY(again.json() == doc.json());  // unchanged
         QVERIFY(!again.loadFile(dir.filePath("missing.json"), &error));
     }
 
@@ -180,8 +180,10 @@ private slots:
         QTest::addColumn<QString>("path");
         QTest::addColumn<int>("a");
         QTest::addColumn<int>("b");
-        QTest::newRow("demo") << "demo.json" << "parallel.microbatches" << 4 << 8;
-        QTest::newRow("gpt3-175b") << "gpt3-175b.json" << "parallel.microbatches" << 192 << 96;
+        QTest::newRow("demo") << "demo.json"
+                              << "parallel.microbatches" << 4 << 8;
+        QTest::newRow("gpt3-175b") << "gpt3-175b.json"
+                                   << "parallel.microbatches" << 192 << 96;
     }
 
     // Every field change is validated and planned at once (bench_designer times it).

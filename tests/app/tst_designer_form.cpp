@@ -1,7 +1,7 @@
 // JobForm and PlanInspector through the DesignerView: typing into fields re-plans, the memory chart
 // shows the plan's per-stage memory, and engine and input errors appear next to their fields.
-#include "designer/job_document.h"
 #include "designer/designer_view.h"
+#include "designer/job_document.h"
 #include "designer/job_form.h"
 #include "designer/plan_inspector.h"
 #include "designer/topology_view.h"
@@ -72,9 +72,10 @@ private slots:
 
         // The demo's stages hold a few MB each, far below the CPU device's memory (this machine's RAM
         // per core): the chart is in MB and scaled to the bars, the capacity named in the axis label.
-        const double highest = std::max_element(plan->stages.begin(), plan->stages.end(), [](const auto& a, const auto& b) {
-                                   return a.memory.total() < b.memory.total();
-                               })->memory.total();
+        const double highest =
+            std::max_element(plan->stages.begin(), plan->stages.end(), [](const auto& a, const auto& b) {
+                return a.memory.total() < b.memory.total();
+            })->memory.total();
         QVERIFY2(highest >= 1e6 && highest < 1e8, qPrintable(QString::number(highest)));
         QVERIFY(highest < 0.05 * plan->deviceMemory);
         PlanInspector* inspector = m_view->inspector();
@@ -91,11 +92,11 @@ private slots:
         QVERIFY(m_view->loadFile(kJobs + "gpt3-175b.json"));
         const meshbench::plan::Plan* plan = m_view->document()->plan();
         QVERIFY(plan);
-        QCOMPARE(plan->deviceMemory, 80e9);   // H100 SXM
+        QCOMPARE(plan->deviceMemory, 80e9);  // H100 SXM
         checkMemoryBars(*plan, 1e9);
         const QCPAxis* values = m_view->inspector()->memoryPlot()->yAxis;
         QCOMPARE(values->label(), QString("memory per GPU (GB)"));
-        QCOMPARE(values->range().upper, 80 * 1.15);   // the capacity is the top of the scale
+        QCOMPARE(values->range().upper, 80 * 1.15);  // the capacity is the top of the scale
     }
 
     void legendNeverCoversTheBars()
@@ -173,11 +174,11 @@ private slots:
             const nlohmann::json original = m_view->document()->json();
             type(line, "12abc");
             QVERIFY2(form->errorText(path).contains("'12abc' is not"), qPrintable(path));
-            QVERIFY2(m_view->document()->json() == original, qPrintable(path));   // nothing written
+            QVERIFY2(m_view->document()->json() == original, qPrintable(path));  // nothing written
             type(line, "99999999999999999999999");
             QVERIFY2(!form->errorText(path).isEmpty(), qPrintable(path));
-            type(line, "0");   // zero: the engine's range check, or a valid zero (zero stage, latencies)
-            type(line, "1e300");   // not a whole number, or beyond the engine's range for the field
+            type(line, "0");      // zero: the engine's range check, or a valid zero (zero stage, latencies)
+            type(line, "1e300");  // not a whole number, or beyond the engine's range for the field
             QVERIFY2(!form->errorText(path).isEmpty(), qPrintable(path));
             type(line, before);
             QVERIFY2(form->errorText(path).isEmpty(), qPrintable(path + ": " + form->errorText(path)));
@@ -193,7 +194,7 @@ private slots:
         type(qobject_cast<QLineEdit*>(form->editor("model.layers")), "4");
         type(qobject_cast<QLineEdit*>(form->editor("parallel.dp")), "1000000000");
         QVERIFY2(!form->errorText("parallel.dp").isEmpty(), "dp = 1e9");
-        type(qobject_cast<QLineEdit*>(form->editor("parallel.dp")), "4");   // 4 x 2 x 2 = 16 ranks on 8 devices
+        type(qobject_cast<QLineEdit*>(form->editor("parallel.dp")), "4");  // 4 x 2 x 2 = 16 ranks on 8 devices
         QVERIFY2(form->errorText("parallel.dp").contains("16 ranks"), qPrintable(form->errorText("parallel.dp")));
         type(qobject_cast<QLineEdit*>(form->editor("cluster.nodes")), "2");
         QVERIFY(m_view->document()->plan());
@@ -235,7 +236,7 @@ private slots:
         const auto json = nlohmann::json::parse(launches.first().at(0).toByteArray().toStdString());
         QCOMPARE(json["parallel"]["tp"].get<int>(), 2);
         type(qobject_cast<QLineEdit*>(m_view->form()->editor("parallel.tp")), "3");
-        m_view->requestLaunch();   // invalid: nothing launched
+        m_view->requestLaunch();  // invalid: nothing launched
         QCOMPARE(launches.count(), 1);
     }
 

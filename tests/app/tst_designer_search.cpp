@@ -1,7 +1,7 @@
 // SearchResultsModel under QAbstractItemModelTester (alone and behind its proxy), numeric sorting,
 // filtering, and applying a row to the document.
-#include "designer/search_results_model.h"
 #include "designer/search_panel.h"
+#include "designer/search_results_model.h"
 #include "designer/search_scatter.h"
 #include "plan/report.h"
 
@@ -13,8 +13,8 @@
 #include <QSortFilterProxyModel>
 #include <QTabWidget>
 #include <QTableView>
-#include <QTest>
 #include <QTemporaryDir>
+#include <QTest>
 #include <set>
 
 using namespace meshbench::app;
@@ -54,8 +54,9 @@ private slots:
         // Numeric sort: tokens/s descending, whatever the display strings would sort as.
         proxy.sort(SearchResultsModel::TokensPerSecond, Qt::DescendingOrder);
         for (int r = 1; r < proxy.rowCount(); ++r)
-            QVERIFY(proxy.index(r - 1, SearchResultsModel::TokensPerSecond).data(SearchResultsModel::SortRole).toDouble() >=
-                    proxy.index(r, SearchResultsModel::TokensPerSecond).data(SearchResultsModel::SortRole).toDouble());
+            QVERIFY(
+                proxy.index(r - 1, SearchResultsModel::TokensPerSecond).data(SearchResultsModel::SortRole).toDouble() >=
+                proxy.index(r, SearchResultsModel::TokensPerSecond).data(SearchResultsModel::SortRole).toDouble());
         model.setResult({});
         QCOMPARE(proxy.rowCount(), 0);
     }
@@ -128,8 +129,9 @@ private slots:
         panel.resize(480, 500);
         QCoreApplication::processEvents();
         const QRect memory = table->visualRect(proxy->index(0, SearchResultsModel::Memory));
-        QVERIFY2(memory.right() < table->viewport()->width(),
-                 qPrintable(QStringLiteral("memory ends at %1 of %2").arg(memory.right()).arg(table->viewport()->width())));
+        QVERIFY2(
+            memory.right() < table->viewport()->width(),
+            qPrintable(QStringLiteral("memory ends at %1 of %2").arg(memory.right()).arg(table->viewport()->width())));
     }
 
     void appliesMegatronOverlapsWithTheLayout()
@@ -149,8 +151,9 @@ private slots:
         QVERIFY(chosen.tpCommOverlap || chosen.overlapParamGather);
         QCOMPARE(panel.model()->data(panel.model()->index(row, SearchResultsModel::Overlap)).toString(),
                  QString::fromStdString(meshbench::plan::overlapLetters(chosen)));
-        doc.merge({{"parallel", {{"overlap_param_gather", !chosen.overlapParamGather},
-                                 {"tp_comm_overlap", !chosen.tpCommOverlap}}}});
+        doc.merge(
+            {{"parallel",
+              {{"overlap_param_gather", !chosen.overlapParamGather}, {"tp_comm_overlap", !chosen.tpCommOverlap}}}});
         panel.applyRow(0);
         const auto& p = doc.plan()->spec.parallel;
         QCOMPARE(p.overlapGradReduce, chosen.overlapGradReduce);
@@ -184,7 +187,8 @@ private slots:
             for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) {
                 const bool ofItsSchedule = std::any_of(best.begin(), best.end(), [&](const auto& c) {
                     return c.memoryBytes / 1e9 == it->key && c.tokensPerSecond == it->value &&
-                           graph->name() == QString::fromUtf8(meshbench::plan::scheduleName(c.parallel.schedule).data());
+                           graph->name() ==
+                               QString::fromUtf8(meshbench::plan::scheduleName(c.parallel.schedule).data());
                 });
                 QVERIFY2(ofItsSchedule, qPrintable(graph->name()));
             }
@@ -215,7 +219,7 @@ private slots:
         int chosen = -1;
         for (std::size_t i = best.size(); i-- > 0 && chosen < 0;)
             if (scatter->candidateAt(scatter->pixelOf(int(i))) == int(i))
-                chosen = int(i);   // a point no other lies on
+                chosen = int(i);  // a point no other lies on
         QVERIFY(chosen >= 0);
         const QPoint at = scatter->plot()->mapFrom(scatter, scatter->pixelOf(chosen));
         QTest::mouseClick(scatter->plot(), Qt::LeftButton, {}, at);

@@ -35,7 +35,10 @@ QImage renderOf(TopologyView& view)
 }
 
 // A point inside the cell away from its centred label and its outline.
-QPoint fillPoint(const QRectF& cell) { return (cell.topLeft() + QPointF(cell.width() * 0.2, cell.height() * 0.8)).toPoint(); }
+QPoint fillPoint(const QRectF& cell)
+{
+    return (cell.topLeft() + QPointF(cell.width() * 0.2, cell.height() * 0.8)).toPoint();
+}
 
 }  // namespace
 
@@ -46,13 +49,13 @@ private slots:
     {
         TopologyView view;
         view.resize(640, 420);
-        view.setSpec(specOf("demo.json"));   // 1 node x 8 devices; tp 2, dp 2, pp 2
+        view.setSpec(specOf("demo.json"));  // 1 node x 8 devices; tp 2, dp 2, pp 2
         QVERIFY(!view.isAggregated());
         for (int d = 0; d < 8; ++d) {
             const QRectF cell = view.deviceRect(d);
             QVERIFY(!cell.isEmpty());
             QCOMPARE(view.deviceAt(cell.center()), d);
-            QCOMPARE(view.rankOnDevice(d), d);   // by-slot placement on one node
+            QCOMPARE(view.rankOnDevice(d), d);  // by-slot placement on one node
         }
         QCOMPARE(view.deviceAt(QPointF(1, 1)), -1);
         // Rank 5 = tp 1 + 2 * (dp 0) + 4 * (pp 1).
@@ -79,7 +82,8 @@ private slots:
                 QVERIFY(view.rect().contains(cell.toAlignedRect()));
                 bounds = bounds.united(cell);
             }
-            QVERIFY2(std::abs(bounds.center().x() - size.width() / 2.0) <= 1, qPrintable(QString::number(bounds.center().x())));
+            QVERIFY2(std::abs(bounds.center().x() - size.width() / 2.0) <= 1,
+                     qPrintable(QString::number(bounds.center().x())));
             // Hovering the centre of device k shows rank k (by-slot placement on one node) and its
             // coordinates: tp fastest, then dp, then pp; ep is the position of dp in its EP group (ep 2).
             for (int k = 0; k < 8; ++k) {
@@ -88,7 +92,8 @@ private slots:
                 QHelpEvent hover(QEvent::ToolTip, centre, view.mapToGlobal(centre));
                 QApplication::sendEvent(&view, &hover);
                 const int tp = k % 2, dp = k / 2 % 2, pp = k / 4, ep = dp % 2;
-                const QString expected = QString("rank %1: dp %2, pp %3, tp %4, ep %5").arg(k).arg(dp).arg(pp).arg(tp).arg(ep);
+                const QString expected =
+                    QString("rank %1: dp %2, pp %3, tp %4, ep %5").arg(k).arg(dp).arg(pp).arg(tp).arg(ep);
                 QVERIFY2(QToolTip::text().contains(expected), qPrintable(QToolTip::text() + " != " + expected));
             }
         }
@@ -123,10 +128,9 @@ private slots:
     void warnsWhenTensorGroupsCrossNodes()
     {
         // 2 nodes x 4 devices, NVLink domain = node, tp 8: every TP group spans both nodes.
-        const nlohmann::json patch = {
-            {"model", {{"heads", 8}, {"kv_heads", 8}}},
-            {"parallel", {{"tp", 8}, {"dp", 1}, {"pp", 1}, {"ep", 1}}},
-            {"cluster", {{"nodes", 2}, {"devices_per_node", 4}, {"nvlink_domain", 4}}}};
+        const nlohmann::json patch = {{"model", {{"heads", 8}, {"kv_heads", 8}}},
+                                      {"parallel", {{"tp", 8}, {"dp", 1}, {"pp", 1}, {"ep", 1}}},
+                                      {"cluster", {{"nodes", 2}, {"devices_per_node", 4}, {"nvlink_domain", 4}}}};
         TopologyView view;
         view.resize(640, 420);
         view.setSpec(specOf("demo.json", patch));
@@ -172,7 +176,7 @@ private slots:
         TopologyView view;
         view.resize(900, 600);
         view.setSpec(specOf("gpt3-175b.json", patch));
-        const QImage image = renderOf(view);   // bench_designer times it
+        const QImage image = renderOf(view);  // bench_designer times it
         QVERIFY(view.isAggregated());
         QCOMPARE(view.rankOnDevice(16383), 16383);
         const QRectF last = view.deviceRect(16383);

@@ -27,7 +27,7 @@ QString writeDemoSession(const QTemporaryDir& dir, const std::string& schedule)
     std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const std::string from = "\"schedule\": \"1f1b\"";
     spec.replace(spec.find(from), from.size(), "\"schedule\": " + schedule);
-    const std::string name = schedule.substr(1, schedule.find('"', 1) - 1);   // the schedule's name
+    const std::string name = schedule.substr(1, schedule.find('"', 1) - 1);  // the schedule's name
     const QString path = dir.filePath(QString::fromStdString("demo-" + name + ".meshbench"));
     store::SessionHeader header;
     header.name = "demo";
@@ -99,7 +99,7 @@ private slots:
             store::SessionHeader header;
             header.name = "tiny";
             header.jobSpec = spec;
-            header.ranks.push_back(store::RankInfo{0, 0, 0, 0, 0, 0, 0, "host", 1});   // a --one-device run
+            header.ranks.push_back(store::RankInfo{0, 0, 0, 0, 0, 0, 0, "host", 1});  // a --one-device run
             store::SessionWriter writer(path.toStdString(), header);
             wire::Batch batch{0, 0, {}};
             batch.records.emplace_back(wire::StepMetricsRecord{1, 0, 1'000'000'000, 4.5, 0.02, 1, 1e-3, 1024, 0, 1024});

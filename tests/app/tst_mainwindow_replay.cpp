@@ -25,8 +25,8 @@
 #include <QMenuBar>
 #include <QProgressBar>
 #include <QPushButton>
-#include <QStatusBar>
 #include <QSettings>
+#include <QStatusBar>
 #include <QtTest>
 
 #include <cerrno>
@@ -40,7 +40,7 @@ using namespace meshbench::app;
 namespace {
 
 constexpr int kSteps = 8;
-constexpr int kRunTimeoutMs = 180'000;   // 8 ranks on 2 shared cores
+constexpr int kRunTimeoutMs = 180'000;  // 8 ranks on 2 shared cores
 
 // A window on an engine of its own: ipc endpoints and the sessions folder in a temporary folder.
 struct Workbench {
@@ -114,15 +114,16 @@ private slots:
         // The status bar's progress, as each step arrives: steps done of the job's steps.
         auto* progress = bench.window.statusBar()->findChild<QProgressBar*>();
         QVERIFY(progress && !progress->isVisible());
-        std::vector<std::pair<int, int>> shown;   // (value, maximum) while visible
+        std::vector<std::pair<int, int>> shown;  // (value, maximum) while visible
         connect(state, &RunState::stepsChanged, this, [&] {
             if (progress->isVisible())
                 shown.emplace_back(progress->value(), progress->maximum());
         });
         launch->trigger();
-        QVERIFY2(QTest::qWaitFor([&] { return state->phase() == RunPhase::Completed || state->phase() == RunPhase::Failed; },
-                                 kRunTimeoutMs),
-                 qPrintable(bench.window.statusMessage()));
+        QVERIFY2(
+            QTest::qWaitFor([&] { return state->phase() == RunPhase::Completed || state->phase() == RunPhase::Failed; },
+                            kRunTimeoutMs),
+            qPrintable(bench.window.statusMessage()));
         QCOMPARE(runPhaseName(state->phase()), runPhaseName(RunPhase::Completed));
         QVERIFY(bench.window.monitor()->source().startsWith(QStringLiteral("job-")));
         // The last steps' aggregates may trail the "completed" job message by an event-loop pass.
@@ -134,7 +135,7 @@ private slots:
             QVERIFY(shown[i].first >= 1 && shown[i].first <= kSteps);
             QVERIFY(i == 0 || shown[i].first >= shown[i - 1].first);
         }
-        QVERIFY(!progress->isVisible());   // the job has ended
+        QVERIFY(!progress->isVisible());  // the job has ended
         std::map<std::uint32_t, live::RankMemory> liveMemory;
         for (const auto& [rank, track] : state->memory())
             liveMemory[rank] = track.latest;
@@ -225,8 +226,8 @@ private slots:
         allowRoot->setChecked(true);
         QVERIFY(QSettings().value("run/allow_run_as_root").toBool());
         launch->trigger();
-        QVERIFY(QTest::qWaitFor([&] { return state->phase() == RunPhase::Starting || state->phase() == RunPhase::Running; },
-                                30'000));
+        QVERIFY(QTest::qWaitFor(
+            [&] { return state->phase() == RunPhase::Starting || state->phase() == RunPhase::Running; }, 30'000));
         QVERIFY2(ended(), qPrintable(bench->window.statusMessage()));
         QCOMPARE(runPhaseName(state->phase()), runPhaseName(RunPhase::Completed));
         QVERIFY(QTest::qWaitFor([&] { return state->steps().size() == 2 && state->memory().size() == 8; }, 5000));

@@ -49,7 +49,7 @@ live::StepAggregate stepAt(int step)
     live::StepAggregate s;
     s.step = step;
     s.bubble = 0.1 * (step + 1);
-    s.plannedBubble = 0.999;   // the feed's figure; the chart must prefer the plan's own
+    s.plannedBubble = 0.999;  // the feed's figure; the chart must prefer the plan's own
     s.stages = {{0, 0.05 * (step + 1), std::nullopt, 2}, {1, 0.15 * (step + 1), std::nullopt, 2}};
     s.loss = 5.0 - 0.25 * step;
     s.auxLoss = 0.01 + 0.001 * step;
@@ -119,7 +119,7 @@ private Q_SLOTS:
         QCPGraph* overall = chart.overallGraph();
         for (int step = 0; step < 5; ++step)
             state.addStep(stepAt(step));
-        QCOMPARE(chart.overallGraph(), overall);   // appended to, not rebuilt
+        QCOMPARE(chart.overallGraph(), overall);  // appended to, not rebuilt
         QCOMPARE(overall->dataCount(), 5);
         QCOMPARE(chart.stageGraph(1)->dataCount(), 5);
         for (int step = 0; step < 5; ++step) {
@@ -182,7 +182,7 @@ private Q_SLOTS:
             QCOMPARE(cellAt(view.heatmap(), expert, 0), double(routedTokens(7, 0, expert)));
             QCOMPARE(cellAt(view.heatmap(), expert, 1), double(routedTokens(7, 2, expert)));
         }
-        view.setStep(-1);   // latest
+        view.setStep(-1);  // latest
         QCOMPARE(cellAt(view.heatmap(), 4, 1), double(routedTokens(steps, 2, 4)));
     }
 
@@ -195,7 +195,7 @@ private Q_SLOTS:
         for (std::uint32_t rank = 0; rank < 4; ++rank)
             state.updateMemory(memoryOf(rank, 1'000'000'000, (rank + 1) * 1'000'000'000LL));
         state.updateMemory(memoryOf(1, 3'000'000'000, 4'000'000'000LL));
-        QCoreApplication::processEvents();   // memory updates are coalesced
+        QCoreApplication::processEvents();  // memory updates are coalesced
         for (std::uint32_t rank = 0; rank < 4; ++rank) {
             const live::RankMemory& latest = state.memory().at(rank).latest;
             double sum = 0;
@@ -224,7 +224,7 @@ private Q_SLOTS:
     void memoryAxisScalesToTheDataWhenFarBelowCapacity()
     {
         RunState state;
-        state.setSpec(chartSpec());   // h100-sxm: 80e9 bytes
+        state.setSpec(chartSpec());  // h100-sxm: 80e9 bytes
         QCOMPARE(state.deviceMemoryBytes(), 80e9);
         app::MemoryChart chart;
         chart.setRunState(&state);
@@ -356,7 +356,8 @@ private Q_SLOTS:
             for (app::ChartWidget* chart : charts.charts())
                 chart->plot()->replot(QCustomPlot::rpImmediateRefresh);
             if (!dir.isEmpty())
-                QVERIFY(charts.grab().save(QStringLiteral("%1/monitor-charts-%2x%3.png").arg(dir).arg(size.width()).arg(size.height())));
+                QVERIFY(charts.grab().save(
+                    QStringLiteral("%1/monitor-charts-%2x%3.png").arg(dir).arg(size.width()).arg(size.height())));
         }
         QCOMPARE(charts.size(), QSize(1000, 500));
         for (app::ChartWidget* chart : charts.charts()) {
@@ -374,7 +375,8 @@ private Q_SLOTS:
                 QVERIFY2(rect->height() >= 50, fail(QStringLiteral("%1 px high").arg(rect->height())));
                 QVERIFY2(rect->width() >= 300, fail(QStringLiteral("%1 px wide").arg(rect->width())));
                 for (QCPLegend* legend : legends)
-                    QVERIFY2(!legend->outerRect().intersects(rect->rect()), fail(QStringLiteral("legend over a panel")));
+                    QVERIFY2(!legend->outerRect().intersects(rect->rect()),
+                             fail(QStringLiteral("legend over a panel")));
                 // Neighbouring tick labels never touch: stacked ones a line apart, side-by-side ones
                 // further apart than the wider of the two.
                 for (QCPAxis* axis : rect->axes()) {
@@ -383,13 +385,16 @@ private Q_SLOTS:
                     const QFontMetrics metrics(axis->tickLabelFont());
                     const QVector<double> ticks = axis->tickVector();
                     const QVector<QString> labels = axis->tickVectorLabels();
-                    QVERIFY2(ticks.size() >= 2, fail(QStringLiteral("%1 ticks on %2").arg(ticks.size()).arg(axis->label())));
+                    QVERIFY2(ticks.size() >= 2,
+                             fail(QStringLiteral("%1 ticks on %2").arg(ticks.size()).arg(axis->label())));
                     for (qsizetype i = 1; i < ticks.size(); ++i) {
                         const double gap = std::abs(axis->coordToPixel(ticks[i]) - axis->coordToPixel(ticks[i - 1]));
                         const int extent = axis->orientation() == Qt::Vertical
                                                ? metrics.height()
-                                               : std::max(metrics.horizontalAdvance(labels[i]), metrics.horizontalAdvance(labels[i - 1]));
-                        QVERIFY2(gap > extent, fail(QStringLiteral("labels %1 and %2 of %3 overlap").arg(labels[i - 1], labels[i], axis->label())));
+                                               : std::max(metrics.horizontalAdvance(labels[i]),
+                                                          metrics.horizontalAdvance(labels[i - 1]));
+                        QVERIFY2(gap > extent, fail(QStringLiteral("labels %1 and %2 of %3 overlap")
+                                                        .arg(labels[i - 1], labels[i], axis->label())));
                     }
                 }
             }
@@ -458,7 +463,8 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitForWindowExposed(&chart));
 
         QVERIFY(!chart.contextMenu()->isVisible());
-        QContextMenuEvent click(QContextMenuEvent::Mouse, QPoint(100, 100), chart.plot()->mapToGlobal(QPoint(100, 100)));
+        QContextMenuEvent click(QContextMenuEvent::Mouse, QPoint(100, 100),
+                                chart.plot()->mapToGlobal(QPoint(100, 100)));
         QApplication::sendEvent(chart.plot(), &click);
         QVERIFY(chart.contextMenu()->isVisible());
         chart.contextMenu()->hide();
@@ -476,7 +482,7 @@ private Q_SLOTS:
         });
         QSignalSpy finished(&chart, &app::ChartWidget::exportFinished);
 
-        chosen = dir.filePath(QStringLiteral("training"));   // no suffix: .png is added
+        chosen = dir.filePath(QStringLiteral("training"));  // no suffix: .png is added
         actions[0]->trigger();
         QCOMPARE(asked.last(), QStringLiteral("training-chart.png|PNG images (*.png)"));
         QCOMPARE(finished.size(), 1);
@@ -494,7 +500,7 @@ private Q_SLOTS:
         QVERIFY(pdf.open(QIODevice::ReadOnly));
         QVERIFY(pdf.read(5) == "%PDF-");
 
-        chosen.clear();   // cancelled
+        chosen.clear();  // cancelled
         actions[0]->trigger();
         QCOMPARE(asked.size(), 3);
         QCOMPARE(finished.size(), 2);

@@ -80,10 +80,7 @@ private Q_SLOTS:
         QCOMPARE(app::stepTimeText(emptyStep(8)), QString());
     }
 
-    void badPayloadsAreDropped_data()
-    {
-        malformedStepRows();
-    }
+    void badPayloadsAreDropped_data() { malformedStepRows(); }
     void badPayloadsAreDropped()
     {
         QFETCH(QString, key);
@@ -110,11 +107,11 @@ private Q_SLOTS:
         feed(QStringLiteral("job-1"), 1);
         const int generation = state.generation();
         feed(QStringLiteral("job-1"), 3);
-        QCOMPARE(state.generation(), generation);   // appended at the end
-        feed(QStringLiteral("job-1"), 2);            // late: inserted in order
+        QCOMPARE(state.generation(), generation);  // appended at the end
+        feed(QStringLiteral("job-1"), 2);          // late: inserted in order
         QVERIFY(state.generation() > generation);
-        feed(QStringLiteral("job-1"), 1);            // duplicate
-        feed(QStringLiteral("job-2"), 4);            // another source
+        feed(QStringLiteral("job-1"), 1);  // duplicate
+        feed(QStringLiteral("job-2"), 4);  // another source
         QCOMPARE(changed.count(), 4);
         QCOMPARE(state.steps().size(), 4u);
         for (int i = 0; i < 4; ++i)
@@ -129,10 +126,10 @@ private Q_SLOTS:
         QSignalSpy changed(&state, &RunState::memoryChanged);
         state.onMemory(QString(), live::toJson(memoryOf(1, 100, 1000, 50)));
         state.onMemory(QString(), live::toJson(memoryOf(1, 200, 1000, 70)));
-        state.onMemory(QString(), live::toJson(memoryOf(1, 150, 1000, 60)));   // older: ignored
-        state.onMemory(QString(), live::toJson(memoryOf(1, 200, 1000, 90)));   // same instant: replaces
+        state.onMemory(QString(), live::toJson(memoryOf(1, 150, 1000, 60)));  // older: ignored
+        state.onMemory(QString(), live::toJson(memoryOf(1, 200, 1000, 90)));  // same instant: replaces
         state.onMemory(QString(), live::toJson(memoryOf(0, 120, 500, 0)));
-        state.onMemory(QString(), live::toJson(memoryOf(5, 120, 500, 0)));     // no rank 5 in 2 ranks
+        state.onMemory(QString(), live::toJson(memoryOf(5, 120, 500, 0)));  // no rank 5 in 2 ranks
         QCOMPARE(changed.count(), 4);
         QCOMPARE(state.rejectedMessages(), 1u);
         QCOMPARE(state.memory().size(), 2u);
@@ -152,14 +149,15 @@ private Q_SLOTS:
         state.onJob(QString(), nlohmann::json{{"type", "job"}, {"state", "running"}, {"step", 3}});
         QCOMPARE(state.phase(), RunPhase::Running);
         QCOMPARE(state.currentStep(), 3);
-        state.onJob(QString(), nlohmann::json{{"state", "failed"}, {"cause", "rank 2 exited with status 1"},
-                                              {"step", 4}, {"lost", 17}});
+        state.onJob(
+            QString(),
+            nlohmann::json{{"state", "failed"}, {"cause", "rank 2 exited with status 1"}, {"step", 4}, {"lost", 17}});
         QCOMPARE(state.phase(), RunPhase::Failed);
         QCOMPARE(state.cause(), QStringLiteral("rank 2 exited with status 1"));
         QCOMPARE(state.lostRecords(), 17u);
         QCOMPARE(app::runPhaseName(state.phase()), QStringLiteral("failed"));
         state.onJob(QString(), nlohmann::json{{"state", "exploded"}});
-        QCOMPARE(state.phase(), RunPhase::Failed);   // unknown state: refused, kept
+        QCOMPARE(state.phase(), RunPhase::Failed);  // unknown state: refused, kept
         QCOMPARE(state.rejectedMessages(), 1u);
         QCOMPARE(changed.count(), 2);
     }
@@ -204,12 +202,14 @@ private Q_SLOTS:
                 const std::int64_t t = 1000 * step;
                 // Stage 0 (rank 0): F F ... B B; busy 400 of the window [0, 700].
                 wire::Batch r0{0, 0, {}};
-                r0.records = {span(step, K::Forward, t + 0, t + 100), span(step, K::Forward, t + 100, t + 200),
-                              span(step, K::Backward, t + 500, t + 600), span(step, K::Backward, t + 600, t + 700),
-                              span(step, K::Optimizer, t + 800, t + 850),
-                              wire::ExpertLoadRecord{step, 0, routed0[std::size_t(step)], dropped0[std::size_t(step)]},
-                              wire::StepMetricsRecord{step, t, t + 900, 3.0 - 0.5 * step, 0.01, 1.0, 1e-3, 1000.0,
-                                                      0.4, 1024}};
+                r0.records = {
+                    span(step, K::Forward, t + 0, t + 100),
+                    span(step, K::Forward, t + 100, t + 200),
+                    span(step, K::Backward, t + 500, t + 600),
+                    span(step, K::Backward, t + 600, t + 700),
+                    span(step, K::Optimizer, t + 800, t + 850),
+                    wire::ExpertLoadRecord{step, 0, routed0[std::size_t(step)], dropped0[std::size_t(step)]},
+                    wire::StepMetricsRecord{step, t, t + 900, 3.0 - 0.5 * step, 0.01, 1.0, 1e-3, 1000.0, 0.4, 1024}};
                 if (step == 0)
                     r0.records.insert(r0.records.begin(), memorySample(0, 10, C::Params, 1000, 1000));
                 r0.records.insert(r0.records.begin() + 4,
@@ -314,7 +314,7 @@ private Q_SLOTS:
         QString error;
         QVERIFY(!state.loadSession(reader, &error));
         QVERIFY2(error.contains(named), qPrintable(error));
-        QCOMPARE(steps.count(), 0);              // left as it was
+        QCOMPARE(steps.count(), 0);  // left as it was
         QCOMPARE(state.steps().size(), 1u);
     }
 

@@ -36,10 +36,7 @@ namespace {
 // A few steps for the checks; the README's picture (MESHBENCH_SCREENSHOT_DIR set) runs longer.
 const int kSteps = qEnvironmentVariableIsSet("MESHBENCH_SCREENSHOT_DIR") ? 30 : 3;
 
-QString engine()
-{
-    return QCoreApplication::applicationDirPath() + QStringLiteral("/meshbench-engine");
-}
+QString engine() { return QCoreApplication::applicationDirPath() + QStringLiteral("/meshbench-engine"); }
 
 // The demo's spec with `schedule`, written into `dir`.
 QString demoSpec(const QTemporaryDir& dir, const QString& schedule)
@@ -102,9 +99,9 @@ std::vector<Point> pointsOf(const QCPAbstractPlottable* plottable)
 // What one session stores, read independently of the comparison's own loader.
 struct Stored {
     std::map<std::int32_t, wire::StepMetricsRecord> steps;
-    std::vector<double> peakGB;            // per rank
-    std::vector<double> plannedPeakGB;     // per rank
-    std::vector<double> stageBubble;       // per stage, mean over steps 2.. of the Monitor's replay
+    std::vector<double> peakGB;         // per rank
+    std::vector<double> plannedPeakGB;  // per rank
+    std::vector<double> stageBubble;    // per stage, mean over steps 2.. of the Monitor's replay
     std::vector<double> plannedStageBubble;
     double plannedStepMs = 0, plannedTokensPerSecond = 0, plannedBubble = 0;
 };
@@ -181,10 +178,7 @@ bool compareAndWait(SessionComparison& comparison, const QStringList& paths)
     return compared.wait(60'000);
 }
 
-bool close(double a, double b)
-{
-    return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)});
-}
+bool close(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); }
 
 }  // namespace
 
@@ -231,12 +225,16 @@ private slots:
                 QCOMPARE(int(measured.size()), kSteps);
                 for (const Point& p : measured) {
                     const std::optional<double> expected = storedValue(stored.steps.at(std::int32_t(p.key)), figure);
-                    QVERIFY2(close(p.value, *expected), qPrintable(QStringLiteral("figure %1 session %2 step %3: %4 vs %5")
-                                                                      .arg(int(figure)).arg(i).arg(p.key)
-                                                                      .arg(p.value).arg(*expected)));
+                    QVERIFY2(close(p.value, *expected),
+                             qPrintable(QStringLiteral("figure %1 session %2 step %3: %4 vs %5")
+                                            .arg(int(figure))
+                                            .arg(i)
+                                            .arg(p.key)
+                                            .arg(p.value)
+                                            .arg(*expected)));
                 }
                 if (figure == Figure::Loss) {
-                    QVERIFY(!chart.planned(i));   // a plan predicts no loss
+                    QVERIFY(!chart.planned(i));  // a plan predicts no loss
                 } else {
                     const double plannedValue = figure == Figure::StepTime          ? stored.plannedStepMs
                                                 : figure == Figure::TokensPerSecond ? stored.plannedTokensPerSecond
@@ -269,7 +267,7 @@ private slots:
         ComparisonChart& chart = *comparison.chart();
 
         chart.setFigure(Figure::StageBubble);
-        const std::size_t stages = 2; // the demo's pp
+        const std::size_t stages = 2;  // the demo's pp
         for (int i = 0; i < 2; ++i) {
             const Stored& stored = m_stored[std::size_t(i)];
             QCOMPARE(stored.stageBubble.size(), stages);

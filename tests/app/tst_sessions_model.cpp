@@ -24,10 +24,10 @@ using Category = wire::MemoryCategory;
 // rank 1 10 + max(20, 40) = 50 (two activation samples in one step: the larger counts).
 const std::vector<samples::Step> kStepsA = {
     {1, 0, 2, 6.0, 0.9, 1000}, {2, 2, 3, 3.0, 0.2, 1000}, {3, 3, 5, 2.5, 0.3, 1000}};
-const std::vector<samples::Memory> kMemoryA = {
-    {0, 2, Category::Params, 100}, {0, 2, Category::Grads, 50}, {0, 3, Category::Params, 100},
-    {0, 3, Category::Activations, 300}, {1, 2, Category::Params, 10}, {1, 2, Category::Activations, 20},
-    {1, 2, Category::Activations, 40}};
+const std::vector<samples::Memory> kMemoryA = {{0, 2, Category::Params, 100},    {0, 2, Category::Grads, 50},
+                                               {0, 3, Category::Params, 100},    {0, 3, Category::Activations, 300},
+                                               {1, 2, Category::Params, 10},     {1, 2, Category::Activations, 20},
+                                               {1, 2, Category::Activations, 40}};
 // B: bubble 0.1, step 0.5 s, 2000 tokens/s, final loss 1.25, rank 0 peaks at 200, rank 1 has no samples.
 const std::vector<samples::Step> kStepsB = {{1, 9, 10, 5.0, 0.8, 1000}, {2, 10, 10.5, 1.25, 0.1, 1000}};
 const std::vector<samples::Memory> kMemoryB = {{0, 2, Category::Params, 200}};
@@ -99,12 +99,14 @@ private slots:
         model.setDirectory(folder.dir.path());
         QCOMPARE(model.rowCount(), 4);
         QCOMPARE(model.columnCount(), int(SessionListModel::ColumnCount));
-        QCOMPARE(model.headerData(SessionListModel::FinalLoss, Qt::Horizontal).toString(), QStringLiteral("Final loss"));
+        QCOMPARE(model.headerData(SessionListModel::FinalLoss, Qt::Horizontal).toString(),
+                 QStringLiteral("Final loss"));
         QVERIFY(model.error().isEmpty());
 
         const int beta = rowNamed(model, QStringLiteral("beta"));
         QVERIFY(beta >= 0);
-        QCOMPARE(model.index(beta, SessionListModel::Layout).data().toString(), QStringLiteral("dp1 pp2 tp1 ep1 interleaved"));
+        QCOMPARE(model.index(beta, SessionListModel::Layout).data().toString(),
+                 QStringLiteral("dp1 pp2 tp1 ep1 interleaved"));
         QCOMPARE(model.index(beta, SessionListModel::Outcome).data().toString(), QStringLiteral("failed"));
         QCOMPARE(model.index(beta, SessionListModel::Outcome).data(Qt::ToolTipRole).toString(),
                  QStringLiteral("rank 1 exited with status 3"));
@@ -219,10 +221,11 @@ private slots:
         QCOMPARE(value(QStringLiteral("Final loss"), 3), -50.0);
         QCOMPARE(value(QStringLiteral("Peak memory, rank 0"), 3), -50.0);
         // Bytes in the decimal units the planner and the Monitor use.
-        QCOMPARE(table.item(rowOfMetric(table, QStringLiteral("Peak memory, rank 0")), 1)->text(), QStringLiteral("400 B"));
+        QCOMPARE(table.item(rowOfMetric(table, QStringLiteral("Peak memory, rank 0")), 1)->text(),
+                 QStringLiteral("400 B"));
         const int rank1 = rowOfMetric(table, QStringLiteral("Peak memory, rank 1"));
         QCOMPARE(table.item(rank1, 1)->data(Qt::UserRole).toDouble(), 50.0);
-        QCOMPARE(table.item(rank1, 2)->text(), QStringLiteral("—"));   // B has no samples for rank 1
+        QCOMPARE(table.item(rank1, 2)->text(), QStringLiteral("—"));  // B has no samples for rank 1
         QCOMPARE(table.item(rank1, 3)->text(), QStringLiteral("—"));
         QCOMPARE(table.item(rowOfMetric(table, QStringLiteral("Mean bubble (measured)")), 3)->text(),
                  QStringLiteral("-60.0 %"));
@@ -239,13 +242,13 @@ private slots:
         comparison.compare(folder.a, folder.b);
         QVERIFY(compared.wait(30'000));
         QCOMPARE(compared.count(), 1);
-        QVERIFY2(comparison.errorText().isEmpty(), qPrintable(comparison.errorText()));   // not the first's
+        QVERIFY2(comparison.errorText().isEmpty(), qPrintable(comparison.errorText()));  // not the first's
         const QTableWidget& table = *comparison.table();
         QCOMPARE(table.item(rowOfMetric(table, QStringLiteral("Final loss")), 2)->data(Qt::UserRole).toDouble(), 1.25);
 
         auto* going = new SessionComparison;
         going->compare(folder.a, folder.b);
-        delete going;   // waits for its reader, which then reports to no one
+        delete going;  // waits for its reader, which then reports to no one
     }
 
     void aCorruptSessionIsAnInlineError()

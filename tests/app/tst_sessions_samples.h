@@ -41,12 +41,12 @@ inline void write(const QString& path, const std::string& name, const std::strin
     wire::Batch metrics{0, 0, {}};
     for (const Step& s : steps)
         metrics.records.push_back(wire::StepMetricsRecord{s.step, std::int64_t(s.beginSeconds * 1e9),
-                                                          std::int64_t(s.endSeconds * 1e9), s.loss, 0.01, 1.0, 1e-3,
-                                                          0, s.bubble, s.tokens});
+                                                          std::int64_t(s.endSeconds * 1e9), s.loss, 0.01, 1.0, 1e-3, 0,
+                                                          s.bubble, s.tokens});
     writer.append(metrics);
     for (const Memory& m : memory)
-        writer.append(wire::Batch{m.rank, 0,
-                                  {wire::MemorySampleRecord{m.step, 1'000 + m.step, m.category, m.peak / 2, m.peak}}});
+        writer.append(
+            wire::Batch{m.rank, 0, {wire::MemorySampleRecord{m.step, 1'000 + m.step, m.category, m.peak / 2, m.peak}}});
     writer.setOutcome({outcome, outcome == store::Outcome::Failed ? "rank 1 exited with status 3" : "",
                        outcome == store::Outcome::Failed ? 1 : -1, createdNs + 1});
     writer.flush();

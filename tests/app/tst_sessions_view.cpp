@@ -53,8 +53,10 @@ private slots:
     {
         QTemporaryDir dir;
         const QString a = dir.filePath(QStringLiteral("a.meshbench")), b = dir.filePath(QStringLiteral("b.meshbench"));
-        samples::write(a, "alpha", "dp1 pp2 tp1 ep1 1f1b", 1'000'000'000, store::Outcome::Completed, {{1, 0, 1, 3.0, 0.5, 100}});
-        samples::write(b, "beta", "dp1 pp2 tp1 ep1 1f1b", 2'000'000'000, store::Outcome::Completed, {{1, 0, 1, 3.0, 0.5, 100}});
+        samples::write(a, "alpha", "dp1 pp2 tp1 ep1 1f1b", 1'000'000'000, store::Outcome::Completed,
+                       {{1, 0, 1, 3.0, 0.5, 100}});
+        samples::write(b, "beta", "dp1 pp2 tp1 ep1 1f1b", 2'000'000'000, store::Outcome::Completed,
+                       {{1, 0, 1, 3.0, 0.5, 100}});
         SessionsView view;
         view.setDirectory(dir.path());
         QCOMPARE(view.model()->rowCount(), 2);
@@ -62,7 +64,8 @@ private slots:
         QCOMPARE(view.selectedPaths(), QStringList{b});
         // A third session appears (a run ended): the folder is re-read, beta stays selected and Open stays enabled.
         const QString c = dir.filePath(QStringLiteral("c.meshbench"));
-        samples::write(c, "gamma", "dp2 pp1 tp1 ep1 1f1b", 3'000'000'000, store::Outcome::Completed, {{1, 0, 1, 3.0, 0.5, 100}});
+        samples::write(c, "gamma", "dp2 pp1 tp1 ep1 1f1b", 3'000'000'000, store::Outcome::Completed,
+                       {{1, 0, 1, 3.0, 0.5, 100}});
         view.model()->refresh();
         QCOMPARE(view.model()->rowCount(), 3);
         QCOMPARE(view.selectedPaths(), QStringList{b});
@@ -118,7 +121,7 @@ private slots:
         QSignalSpy shown(view.comparison(), &SessionComparison::compared);
         QTest::mouseClick(compare, Qt::LeftButton);
         QCOMPARE(compared.count(), 1);
-        QVERIFY(shown.wait(30'000));   // read off the GUI thread
+        QVERIFY(shown.wait(30'000));  // read off the GUI thread
         const QStringList comparedPaths = compared.first().at(0).toStringList();
         QCOMPARE(QSet<QString>(comparedPaths.begin(), comparedPaths.end()), QSet<QString>({a, b}));
         QVERIFY(view.comparison()->table()->rowCount() >= 5);
@@ -139,7 +142,7 @@ private slots:
         QCOMPARE(exported.last().at(0).toBool(), true);
         QFile steps(csvDir + QStringLiteral("/steps.csv"));
         QVERIFY(steps.open(QIODevice::ReadOnly));
-        QCOMPARE(steps.readAll().count('\n'), 3);   // header + 2 steps
+        QCOMPARE(steps.readAll().count('\n'), 3);  // header + 2 steps
         view.exportChromeTraceTo(a, dir.filePath(QStringLiteral("no/such/folder/trace.json")));
         QTRY_COMPARE(exported.count(), 2);
         QCOMPARE(exported.last().at(0).toBool(), false);
@@ -216,12 +219,12 @@ private slots:
         QCOMPARE(started.first().at(1).toString(), session);
         QCOMPARE(bar.steps(), 3);
         QTRY_COMPARE_WITH_TIMEOUT(bar.position(), 3, 30000);
-        QTRY_VERIFY_WITH_TIMEOUT(!bar.isPlaying(), 30000);   // ended
+        QTRY_VERIFY_WITH_TIMEOUT(!bar.isPlaying(), 30000);  // ended
         // Play again: the ended replay is sought back to the start and plays to the end once more.
         QSignalSpy steps(&client, &EngineClient::stepArrived);
         QTest::mouseClick(bar.playButton(), Qt::LeftButton);
         QTRY_VERIFY_WITH_TIMEOUT(steps.count() >= 3, 30000);
-        QVERIFY2(!bar.statusText().startsWith(QStringLiteral("seek")), qPrintable(bar.statusText()));   // not refused
+        QVERIFY2(!bar.statusText().startsWith(QStringLiteral("seek")), qPrintable(bar.statusText()));  // not refused
 
         // A corrupt file is refused inline, before asking the engine.
         const QString junk = dir.filePath(QStringLiteral("junk.meshbench"));

@@ -37,7 +37,7 @@ std::vector<TimelineSpan> randomSpans(std::mt19937_64& rng, std::size_t count, s
         s.step = int(i / 100);
         s.bytes = i;
         spans.push_back(s);
-        t = overlap(rng) == 0 ? t + 1 : s.endNs + gap(rng);   // 1 in 10 overlaps the next
+        t = overlap(rng) == 0 ? t + 1 : s.endNs + gap(rng);  // 1 in 10 overlaps the next
     }
     return spans;
 }
@@ -133,7 +133,7 @@ void TestTimelineData::classesOfKinds()
     QVERIFY(!s.dominant());
     s.busy[2] = 5;
     s.busy[4] = 5;
-    QCOMPARE(s.dominant(), KindClass::WeightGrad);   // first on ties
+    QCOMPARE(s.dominant(), KindClass::WeightGrad);  // first on ties
     QCOMPARE(s.total(), std::int64_t(10));
 }
 
@@ -141,7 +141,7 @@ void TestTimelineData::summariesEqualBruteForce()
 {
     std::mt19937_64 rng(7);
     TimelineStore store;
-    store.setBaseShift(8);   // 256 ns level-0 buckets
+    store.setBaseShift(8);  // 256 ns level-0 buckets
     const auto spans = randomSpans(rng, 5000, 1'000'000);
     store.append(3, spans);
     QCOMPARE(store.rowCount(), std::size_t(1));
@@ -193,7 +193,7 @@ void TestTimelineData::outOfOrderAppendKeepsSortAndSummaries()
         std::shuffle(chunk.begin(), chunk.end(), rng);
         store.append(1, chunk);
         if (i == 1500)
-            store.append(1, early);   // before the row's origin: the pyramid is rebuilt
+            store.append(1, early);  // before the row's origin: the pyramid is rebuilt
     }
     const TimelineRow& row = store.row(0);
     QCOMPARE(row.size(), spans.size() + early.size());
@@ -228,9 +228,10 @@ void TestTimelineData::scanStartSkipsOnlyEndedSpans()
         while (firstOverlap < row.size() && row.end(firstOverlap) <= t)
             ++firstOverlap;
         QVERIFY(firstOverlap >= start && firstOverlap - start < 64);
-        QCOMPARE(row.lowerBound(t), std::size_t(std::lower_bound(spans.begin(), spans.end(), t, [](const TimelineSpan& s, std::int64_t v) {
-                                                    return s.beginNs < v;
-                                                }) - spans.begin()));
+        QCOMPARE(row.lowerBound(t),
+                 std::size_t(std::lower_bound(spans.begin(), spans.end(), t,
+                                              [](const TimelineSpan& s, std::int64_t v) { return s.beginNs < v; }) -
+                             spans.begin()));
     }
 }
 
@@ -283,7 +284,7 @@ void TestTimelineData::badTimesDoNotCrash()
     std::vector<TimelineSpan> spans(3);
     spans[0] = {std::numeric_limits<std::int64_t>::min(), 10, wire::SpanKind::Forward};
     spans[1] = {100, std::numeric_limits<std::int64_t>::max(), wire::SpanKind::Backward};
-    spans[2] = {500, 400, wire::SpanKind::Forward};   // reversed: an instant
+    spans[2] = {500, 400, wire::SpanKind::Forward};  // reversed: an instant
     store.append(0, spans);
     const TimelineRow& row = store.row(0);
     QCOMPARE(row.size(), std::size_t(3));
@@ -397,7 +398,8 @@ void TestTimelineData::overlappedPairsAreMarked()
     const TimelineStore::OverlappedOps ops = overlappedOpsOf(plan.schedule);
     std::size_t expected = 0;
     for (const auto& stage : plan.schedule.stages)
-        expected += std::size_t(std::count_if(stage.begin(), stage.end(), [](const plan::Op& op) { return op.overlapped; }));
+        expected +=
+            std::size_t(std::count_if(stage.begin(), stage.end(), [](const plan::Op& op) { return op.overlapped; }));
     // m = 8, p = 2: stage 0 runs 2 x (8 - 4 + 1) pairs in step 4 and 1 in step 5; stage 1 one
     // fewer (its first F0 and B1 run apart), 2 x 6 - 1: 11 + 11 pairs of three ops.
     QCOMPARE(expected, std::size_t(3 * (11 + 11)));
@@ -419,7 +421,7 @@ void TestTimelineData::overlappedPairsAreMarked()
     paired.beginNs = 10;
     paired.endNs = 20;
     TimelineSpan alone = paired;
-    alone.microbatch = 0;   // F of micro-batch 0 runs in the warm-up, never paired
+    alone.microbatch = 0;  // F of micro-batch 0 runs in the warm-up, never paired
     alone.beginNs = 0;
     alone.endNs = 5;
     measured.append(0, std::vector<TimelineSpan>{alone, paired});
@@ -475,10 +477,11 @@ void TestTimelineData::sessionLoader()
     QCOMPARE(all.stepBegin(2), std::optional<std::int64_t>(1'020'000));
 
     // A window: the spans that overlap [1 010 000, 1 019 999].
-    const TimelineStore window = loadSessionTimeline(reader, std::pair<std::int64_t, std::int64_t>(1'010'000, 1'019'999));
+    const TimelineStore window =
+        loadSessionTimeline(reader, std::pair<std::int64_t, std::int64_t>(1'010'000, 1'019'999));
     QCOMPARE(window.rowCount(), std::size_t(2));
     QCOMPARE(window.row(0).size(), std::size_t(10));
-    QCOMPARE(window.row(1).size(), std::size_t(11));   // rank 1's span from 1 009 300 reaches in
+    QCOMPARE(window.row(1).size(), std::size_t(11));  // rank 1's span from 1 009 300 reaches in
 }
 
 QTEST_GUILESS_MAIN(TestTimelineData)

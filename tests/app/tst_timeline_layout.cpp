@@ -123,29 +123,29 @@ void TestTimelineLayout::xFindsTheSpan()
     TimelineLayout layout;
     layout.setRowHeight(20);
     layout.build(&store);
-    const TimeScale scale{0, 2000, 200};   // 10 ns per pixel: a tolerance of 2 px is 20 ns
+    const TimeScale scale{0, 2000, 200};  // 10 ns per pixel: a tolerance of 2 px is 20 ns
     // The index of the span at (y, x), -1 for none.
     const auto indexAt = [&](int y, double x) {
         const auto hit = layout.hitAt(y, x, scale, store, nullptr, 0);
         return hit ? int(hit->index) : -1;
     };
-    const int rank0 = 28;                // the middle of rank 0's line
-    QCOMPARE(indexAt(rank0, 30), 0);     // t = 300, inside F
-    QCOMPARE(indexAt(rank0, 51.5), 0);   // t = 515, 15 ns after F
-    QCOMPARE(indexAt(rank0, 55), -1);    // t = 550, 50 ns from F and from B
-    QCOMPARE(indexAt(rank0, 58.5), 1);   // t = 585, 15 ns before B
-    QCOMPARE(indexAt(rank0, 100), 2);    // t = 1000, idle alone
-    QCOMPARE(indexAt(rank0, 125), 3);    // t = 1250, W over the idle
-    QCOMPARE(indexAt(rank0, 140), -1);   // t = 1400, 100 ns after W
-    QCOMPARE(indexAt(48, 30), -1);       // rank 1: no spans
-    QCOMPARE(indexAt(10, 30), -1);       // a header
-    QCOMPARE(indexAt(86, 199), 0);       // rank 2's F
+    const int rank0 = 28;               // the middle of rank 0's line
+    QCOMPARE(indexAt(rank0, 30), 0);    // t = 300, inside F
+    QCOMPARE(indexAt(rank0, 51.5), 0);  // t = 515, 15 ns after F
+    QCOMPARE(indexAt(rank0, 55), -1);   // t = 550, 50 ns from F and from B
+    QCOMPARE(indexAt(rank0, 58.5), 1);  // t = 585, 15 ns before B
+    QCOMPARE(indexAt(rank0, 100), 2);   // t = 1000, idle alone
+    QCOMPARE(indexAt(rank0, 125), 3);   // t = 1250, W over the idle
+    QCOMPARE(indexAt(rank0, 140), -1);  // t = 1400, 100 ns after W
+    QCOMPARE(indexAt(48, 30), -1);      // rank 1: no spans
+    QCOMPARE(indexAt(10, 30), -1);      // a header
+    QCOMPARE(indexAt(86, 199), 0);      // rank 2's F
     const auto hit = layout.hitAt(86, 199, scale, store, nullptr, 0);
     QCOMPARE(hit->row, &store.row(2));
     QVERIFY(!hit->predicted);
 
     QCOMPARE(TimelineLayout::spanNear(store.row(0), 499, 0).value_or(99), std::size_t(0));
-    QCOMPARE(TimelineLayout::spanNear(store.row(0), 500, 0).value_or(99), std::size_t(0));   // at F's end
+    QCOMPARE(TimelineLayout::spanNear(store.row(0), 500, 0).value_or(99), std::size_t(0));  // at F's end
     QVERIFY(!TimelineLayout::spanNear(store.row(0), 501, 0));
     QCOMPARE(TimelineLayout::spanNear(store.row(0), 520, 20).value_or(99), std::size_t(0));
     QVERIFY(!TimelineLayout::spanNear(store.row(0), 521, 20));
@@ -173,7 +173,7 @@ void TestTimelineLayout::overlayBandAndRows()
     TimelineLayout layout;
     layout.setRowHeight(20);
     layout.build(&store);
-    QCOMPARE(layout.bandHeight(&overlay), 5);   // a quarter of the row
+    QCOMPARE(layout.bandHeight(&overlay), 5);  // a quarter of the row
     QCOMPARE(layout.bandHeight(nullptr), 0);
     const TimelineStore empty;
     QCOMPARE(layout.bandHeight(&empty), 0);
@@ -189,8 +189,8 @@ void TestTimelineLayout::overlayBandAndRows()
     QCOMPARE(band->row->info().rank, 1);
     QCOMPARE(band->row->kind(band->index), wire::SpanKind::Backward);
     QVERIFY(layout.hitAt(43, 110, scale, store, &overlay, 1000)->predicted);
-    QVERIFY(!layout.hitAt(44, 110, scale, store, &overlay, 1000));   // below the band: rank 1 has no spans
-    QVERIFY(!layout.hitAt(41, 140, scale, store, &overlay, 1000));   // overlay t = 400, 100 ns after its B
+    QVERIFY(!layout.hitAt(44, 110, scale, store, &overlay, 1000));  // below the band: rank 1 has no spans
+    QVERIFY(!layout.hitAt(41, 140, scale, store, &overlay, 1000));  // overlay t = 400, 100 ns after its B
     // Rank 0's band at x = 110 is its W; below the band, at t = 1100, rank 0's own idle span.
     const auto band0 = layout.hitAt(20, 110, scale, store, &overlay, 1000);
     QVERIFY(band0->predicted);

@@ -32,10 +32,7 @@ std::set<QRgb> colorsIn(const QImage& image, const QRect& rect)
     return colors;
 }
 
-QRgb rgb(const QColor& color)
-{
-    return color.rgb() & 0xffffff;
-}
+QRgb rgb(const QColor& color) { return color.rgb() & 0xffffff; }
 
 }  // namespace
 
@@ -58,7 +55,7 @@ private Q_SLOTS:
             const wire::SpanKind first = entry.kinds.front();
             for (wire::SpanKind kind : entry.kinds) {
                 ++seen[kind];
-                QCOMPARE(TimelineView::kindColor(kind), TimelineView::kindColor(first));   // painted alike
+                QCOMPARE(TimelineView::kindColor(kind), TimelineView::kindColor(first));  // painted alike
             }
             const std::optional<app::KindClass> cls = app::kindClassOf(first);
             if (!cls) {
@@ -77,8 +74,10 @@ private Q_SLOTS:
             case app::KindClass::PointToPoint:
                 // A thin bar: the colour in the middle, the background above and below.
                 QCOMPARE(image.pixel(swatch.center()) & 0xffffff, rgb(color));
-                QCOMPARE(image.pixel(swatch.center().x(), swatch.top()) & 0xffffff, rgb(legend.palette().color(QPalette::Window)));
-                QCOMPARE(image.pixel(swatch.center().x(), swatch.bottom()) & 0xffffff, rgb(legend.palette().color(QPalette::Window)));
+                QCOMPARE(image.pixel(swatch.center().x(), swatch.top()) & 0xffffff,
+                         rgb(legend.palette().color(QPalette::Window)));
+                QCOMPARE(image.pixel(swatch.center().x(), swatch.bottom()) & 0xffffff,
+                         rgb(legend.palette().color(QPalette::Window)));
                 break;
             default:
                 QCOMPARE(inSwatch, std::set<QRgb>{rgb(color)});
@@ -106,16 +105,21 @@ private Q_SLOTS:
         QCOMPARE(legend.entries()[kinds + 1].mark, Mark::OverlappedPair);
         const QImage image = render(legend, 1200);
         const QRect chunk = legend.swatchRect(kinds);
-        const int y = chunk.center().y();   // the marks may wrap onto a line of their own
-        QCOMPARE(image.pixel(chunk.left() + 1, y) & 0xffffff, rgb(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 0)));
-        QCOMPARE(image.pixel(chunk.right() - 1, y) & 0xffffff, rgb(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 1)));
-        QVERIFY(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 1) != app::TimelineStyle::kindColor(wire::SpanKind::Forward));
+        const int y = chunk.center().y();  // the marks may wrap onto a line of their own
+        QCOMPARE(image.pixel(chunk.left() + 1, y) & 0xffffff,
+                 rgb(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 0)));
+        QCOMPARE(image.pixel(chunk.right() - 1, y) & 0xffffff,
+                 rgb(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 1)));
+        QVERIFY(app::TimelineStyle::chunkColor(wire::SpanKind::Forward, 1) !=
+                app::TimelineStyle::kindColor(wire::SpanKind::Forward));
         const QRect pair = legend.swatchRect(kinds + 1);
         const QRgb border = rgb(app::TimelineStyle::pairBorderColor());
         for (const QPoint& edge : {pair.topLeft(), pair.bottomRight(), QPoint(pair.center().x(), pair.top())})
             QCOMPARE(image.pixel(edge) & 0xffffff, border);
-        QCOMPARE(image.pixel(pair.left() + 2, pair.center().y()) & 0xffffff, rgb(TimelineView::kindColor(wire::SpanKind::Forward)));
-        QCOMPARE(image.pixel(pair.right() - 2, pair.center().y()) & 0xffffff, rgb(TimelineView::kindColor(wire::SpanKind::Backward)));
+        QCOMPARE(image.pixel(pair.left() + 2, pair.center().y()) & 0xffffff,
+                 rgb(TimelineView::kindColor(wire::SpanKind::Forward)));
+        QCOMPARE(image.pixel(pair.right() - 2, pair.center().y()) & 0xffffff,
+                 rgb(TimelineView::kindColor(wire::SpanKind::Backward)));
 
         // Set again for another schedule: only what it has, never twice.
         legend.setScheduleMarks(false, true);
@@ -152,7 +156,7 @@ private Q_SLOTS:
     {
         const QString dir = qEnvironmentVariable("MESHBENCH_SCREENSHOT_DIR");
         for (const auto& [window, text] : {std::pair(QColor(255, 255, 255), QColor(0, 0, 0)),
-                                            std::pair(QColor(30, 30, 30), QColor(235, 235, 235))}) {
+                                           std::pair(QColor(30, 30, 30), QColor(235, 235, 235))}) {
             SpanKindLegend legend;
             QPalette palette = legend.palette();
             palette.setColor(QPalette::Window, window);
@@ -160,10 +164,11 @@ private Q_SLOTS:
             legend.setPalette(palette);
             const QImage image = render(legend, 1000);
             if (!dir.isEmpty())
-                QVERIFY(image.save(QStringLiteral("%1/span-kind-legend-%2.png").arg(dir, window.lightness() > 128 ? "light" : "dark")));
+                QVERIFY(image.save(QStringLiteral("%1/span-kind-legend-%2.png")
+                                       .arg(dir, window.lightness() > 128 ? "light" : "dark")));
             // The first name: between the first two swatches, in the text colour, on the window.
-            const QRect name(legend.swatchRect(0).right() + 2, 0, legend.swatchRect(1).left() - legend.swatchRect(0).right() - 4,
-                             image.height());
+            const QRect name(legend.swatchRect(0).right() + 2, 0,
+                             legend.swatchRect(1).left() - legend.swatchRect(0).right() - 4, image.height());
             const std::set<QRgb> colors = colorsIn(image, name);
             QVERIFY(colors.count(rgb(text)));
             QVERIFY(colors.count(rgb(window)));

@@ -57,7 +57,8 @@ QImage rendered(TimelineView& view, TimelineData& data, int plotWidth, int heigh
 void fillSmall(TimelineData& data)
 {
     data.setRows({{0, 0, "rank 0 · dp0 pp0 tp0"}, {1, 0, "rank 1 · dp1 pp0 tp0"}});
-    std::vector<TimelineSpan> spans{span(1000, 2000, wire::SpanKind::Forward), span(2500, 3000, wire::SpanKind::Backward)};
+    std::vector<TimelineSpan> spans{span(1000, 2000, wire::SpanKind::Forward),
+                                    span(2500, 3000, wire::SpanKind::Backward)};
     for (std::int64_t t = 3200; t < 3600; t += 10)
         spans.push_back(span(t, t + 5, wire::SpanKind::Backward));
     data.appendSpans(0, spans);
@@ -100,12 +101,12 @@ void TestTimelineView::followLiveWindowWithoutAUserRange()
 {
     TimelineData data;
     data.setNotifyInterval(0);
-    fillSmall(data);   // spans [0, 4000)
+    fillSmall(data);  // spans [0, 4000)
     TimelineView view;
     view.setData(&data);
     sizePlot(view, 200);
     view.setFollowLive(true);
-    QCOMPARE(view.visibleRange(), Range(0, 4000));   // no window yet: everything so far
+    QCOMPARE(view.visibleRange(), Range(0, 4000));  // no window yet: everything so far
     view.setLiveWindow(1500);
     QCOMPARE(view.visibleRange(), Range(2500, 4000));
     QSignalSpy changed(&data, &TimelineData::changed);
@@ -160,9 +161,9 @@ void TestTimelineView::mapsTimesToPixels()
 
 void TestTimelineView::niceTicksAndLabels()
 {
-    QCOMPARE(TimelineView::niceTickStep(10, 90), std::int64_t(1000));   // 900 ns -> 1 us
+    QCOMPARE(TimelineView::niceTickStep(10, 90), std::int64_t(1000));  // 900 ns -> 1 us
     QCOMPARE(TimelineView::niceTickStep(1, 90), std::int64_t(100));
-    QCOMPARE(TimelineView::niceTickStep(30, 90), std::int64_t(5000));   // 2700 -> 5000
+    QCOMPARE(TimelineView::niceTickStep(30, 90), std::int64_t(5000));  // 2700 -> 5000
     QCOMPARE(TimelineView::niceTickStep(2e6, 90), std::int64_t(200'000'000));
     QCOMPARE(TimelineView::niceTickStep(0.001, 90), std::int64_t(1));
     QCOMPARE(TimelineView::formatTick(1'500'000, 500'000), QStringLiteral("1.5 ms"));
@@ -185,19 +186,19 @@ void TestTimelineView::wheelZoomKeepsTimeUnderCursor()
     view.setVisibleRange(100'000, 500'000);
     const QPoint cursor(left + 60, 100);
     const std::int64_t under = view.timeForX(cursor.x());
-    sendWheel(view, cursor, 120);   // one notch in
+    sendWheel(view, cursor, 120);  // one notch in
     auto [t0, t1] = view.visibleRange();
     QVERIFY(t1 - t0 < 400'000);
     QCOMPARE(t1 - t0, std::llround(400'000 * std::pow(2.0, -0.25)));
     QVERIFY(std::llabs(view.timeForX(cursor.x()) - under) <= 1);
-    sendWheel(view, cursor, -240, Qt::ControlModifier);   // two notches out with ctrl
+    sendWheel(view, cursor, -240, Qt::ControlModifier);  // two notches out with ctrl
     std::tie(t0, t1) = view.visibleRange();
     QVERIFY(t1 - t0 > 400'000);
     QVERIFY(std::llabs(view.timeForX(cursor.x()) - under) <= 1);
 
     // Pinch.
-    QNativeGestureEvent pinch(Qt::ZoomNativeGesture, QPointingDevice::primaryPointingDevice(), 2, cursor,
-                              cursor, view.mapToGlobal(cursor), 1.0, QPointF(), 0);
+    QNativeGestureEvent pinch(Qt::ZoomNativeGesture, QPointingDevice::primaryPointingDevice(), 2, cursor, cursor,
+                              view.mapToGlobal(cursor), 1.0, QPointF(), 0);
     const std::int64_t before = t1 - t0;
     QApplication::sendEvent(&view, &pinch);
     std::tie(t0, t1) = view.visibleRange();
@@ -231,7 +232,7 @@ void TestTimelineView::shiftDragZoomsToSelection()
     view.setVisibleRange(1000, 3000);
     QTest::mousePress(&view, Qt::LeftButton, Qt::ShiftModifier, QPoint(left + 150, 80));
     QTest::mouseMove(&view, QPoint(left + 50, 80));
-    QCOMPARE(view.visibleRange(), Range(1000, 3000));   // not until release
+    QCOMPARE(view.visibleRange(), Range(1000, 3000));  // not until release
     QTest::mouseRelease(&view, Qt::LeftButton, Qt::ShiftModifier, QPoint(left + 50, 80));
     QCOMPARE(view.visibleRange(), Range(1500, 2500));
 }
@@ -269,8 +270,8 @@ void TestTimelineView::historyKeysAndButtons()
     const int left = view.plotArea().left();
     QCOMPARE(view.visibleRange(), Range(0, 4000));
     view.setVisibleRange(1000, 3000);
-    QTest::keyClick(&view, Qt::Key_Plus);    // 1600 wide about 2000
-    QTest::keyClick(&view, Qt::Key_Right);   // a tenth: 160
+    QTest::keyClick(&view, Qt::Key_Plus);   // 1600 wide about 2000
+    QTest::keyClick(&view, Qt::Key_Right);  // a tenth: 160
     QCOMPARE(view.visibleRange(), Range(1360, 2960));
     QTest::keyClick(&view, Qt::Key_Backspace);
     QCOMPARE(view.visibleRange(), Range(1200, 2800));
@@ -278,7 +279,7 @@ void TestTimelineView::historyKeysAndButtons()
     QCOMPARE(view.visibleRange(), Range(1000, 3000));
     QTest::keyClick(&view, Qt::Key_Backspace);
     QCOMPARE(view.visibleRange(), Range(0, 4000));
-    QTest::keyClick(&view, Qt::Key_Backspace);   // nothing further back
+    QTest::keyClick(&view, Qt::Key_Backspace);  // nothing further back
     QCOMPARE(view.visibleRange(), Range(0, 4000));
     QTest::keyClick(&view, Qt::Key_Right, Qt::AltModifier);
     QTest::keyClick(&view, Qt::Key_Right, Qt::AltModifier);
@@ -321,7 +322,7 @@ void TestTimelineView::followLive()
     view.setVisibleRange(0, 1000);
     view.setFollowLive(true);
     QCOMPARE(follow.count(), 1);
-    QCOMPARE(view.visibleRange(), Range(3000, 4000));   // width kept, end at the newest
+    QCOMPARE(view.visibleRange(), Range(3000, 4000));  // width kept, end at the newest
 
     const TimelineSpan later = span(9000, 9500, wire::SpanKind::Optimizer);
     data.appendSpans(0, std::span(&later, 1));
@@ -367,9 +368,9 @@ void TestTimelineView::tooltipHasEveryField()
     QVERIFY(row.height() > 0);
     const int y = row.center().y();
     const QString text = view.toolTipTextAt(QPoint(int(view.xForTime(1500)), y));
-    for (const char* field : {"rank 5 · dp1 pp2 tp1", "rank: 5", "kind: F", "step: 7", "stage: 2", "chunk: 1",
-                              "micro-batch: 3", "begin: 0 ns (1000 ns)", "end: 1 us (2000 ns)", "duration: 1 us",
-                              "bytes: 4096", "peer: 9"})
+    for (const char* field :
+         {"rank 5 · dp1 pp2 tp1", "rank: 5", "kind: F", "step: 7", "stage: 2", "chunk: 1", "micro-batch: 3",
+          "begin: 0 ns (1000 ns)", "end: 1 us (2000 ns)", "duration: 1 us", "bytes: 4096", "peer: 9"})
         QVERIFY2(text.contains(QString::fromUtf8(field)), qPrintable(text + " lacks " + field));
     // Fitted to [1000, 4000]: 15 ns per pixel. In the gap: nothing; 1 px after the end of F: still F.
     QCOMPARE(view.visibleRange(), (Range(1000, 4000)));
@@ -385,7 +386,7 @@ void TestTimelineView::renderedPixels()
     TimelineData data;
     fillSmall(data);
     TimelineView view;
-    const QImage image = rendered(view, data, 200, 200, 4000);   // 20 ns per pixel
+    const QImage image = rendered(view, data, 200, 200, 4000);  // 20 ns per pixel
     const QRect row = view.rowRect(0);
     const int y = row.top() + 4;
     const QRgb base = view.palette().color(QPalette::Base).rgb();
@@ -423,7 +424,7 @@ void TestTimelineView::chunksAndPairsPaint()
     }
     data.appendSpans(0, spans);
     TimelineView view;
-    const QImage image = rendered(view, data, 200, 200, 4000);   // 20 ns per pixel
+    const QImage image = rendered(view, data, 200, 200, 4000);  // 20 ns per pixel
     const QRect row = view.rowRect(0);
     const int y = row.top() + row.height() / 2;
     const QRgb border = TimelineView::pairBorderColor().rgb();
@@ -493,9 +494,14 @@ void TestTimelineView::scheduleFigures()
             const QRgb expected = TimelineView::chunkColor(plan::spanKindOf(op.op.kind), op.op.chunk).rgb() & 0xffffff;
             QVERIFY2((commonest->first & 0xffffff) == expected,
                      qPrintable(QStringLiteral("stage %1 %2 mb %3 chunk %4 at [%5, %6]: %7, not %8")
-                                    .arg(s).arg(QString::fromLatin1(plan::opKindName(op.op.kind).data()))
-                                    .arg(op.op.microbatch).arg(op.op.chunk).arg(left).arg(right)
-                                    .arg(commonest->first & 0xffffff, 6, 16).arg(expected, 6, 16)));
+                                    .arg(s)
+                                    .arg(QString::fromLatin1(plan::opKindName(op.op.kind).data()))
+                                    .arg(op.op.microbatch)
+                                    .arg(op.op.chunk)
+                                    .arg(left)
+                                    .arg(right)
+                                    .arg(commonest->first & 0xffffff, 6, 16)
+                                    .arg(expected, 6, 16)));
             ++ops;
         }
     }
@@ -524,7 +530,7 @@ void TestTimelineView::collapsedStageIsOneSummaryRow()
     const QRgb forward = TimelineView::kindColor(wire::SpanKind::Forward).rgb();
     QVERIFY(qBlue(summary) > qRed(summary));
     QVERIFY(summary != view.palette().color(QPalette::AlternateBase).rgb());
-    QCOMPARE(summary, forward);   // both ranks busy with F there: fully opaque
+    QCOMPARE(summary, forward);  // both ranks busy with F there: fully opaque
     QTest::mouseClick(&view, Qt::LeftButton, {}, QPoint(20, row0.top() - 5));
     QVERIFY(!view.isStageCollapsed(0));
     QCOMPARE(view.rowRect(0), row0);
@@ -548,7 +554,7 @@ void TestTimelineView::overlayAlignsToStep()
     QVERIFY(!view.alignOverlayToStep(5));
     QVERIFY(view.alignOverlayToStep(4));
     QCOMPARE(view.overlayOffset(), std::int64_t(10'000));
-    view.setVisibleRange(10'000, 12'000);   // 10 ns per pixel
+    view.setVisibleRange(10'000, 12'000);  // 10 ns per pixel
     QImage image(view.size(), QImage::Format_RGB32);
     view.render(&image);
     const QRect row = view.rowRect(0);
@@ -575,7 +581,7 @@ void TestTimelineView::scrolledRowsPaintWhereRowRectSays()
     }
     TimelineView view;
     view.setData(&data);
-    view.resize(view.plotArea().left() + 300, 200);   // the vertical scroll bar takes its width from the plot
+    view.resize(view.plotArea().left() + 300, 200);  // the vertical scroll bar takes its width from the plot
     view.setVisibleRange(0, 3000);
     const QRgb base = view.palette().color(QPalette::Base).rgb();
     const QRgb forward = TimelineView::kindColor(wire::SpanKind::Forward).rgb();
@@ -597,7 +603,7 @@ void TestTimelineView::scrolledRowsPaintWhereRowRectSays()
         }
         QVERIFY2(checked >= 5, qPrintable(QString::number(checked)));
     }
-    QVERIFY(view.rowRect(0).top() < plot.top());   // really scrolled
+    QVERIFY(view.rowRect(0).top() < plot.top());  // really scrolled
 }
 
 QTEST_MAIN(TestTimelineView)

@@ -30,7 +30,7 @@ private slots:
 
 void TestTimelineZoom::scaleMapsTimesToPixels()
 {
-    const TimeScale scale{1000, 3000, 200};   // 10 ns per pixel
+    const TimeScale scale{1000, 3000, 200};  // 10 ns per pixel
     QCOMPARE(scale.nsPerPixel(), 10.0);
     QCOMPARE(scale.x(1000), 0.0);
     QCOMPARE(scale.x(2000), 100.0);
@@ -84,7 +84,7 @@ void TestTimelineZoom::clampsToTheData()
     // 3000 wide, more than twice the data: all of the data in view, so it begins at 0 at the latest.
     zoom.setRange(5000, 8000);
     QCOMPARE(zoom.range(), Range(0, 3000));
-    zoom.setRange(-10'000, 10'000);   // already shows all of it
+    zoom.setRange(-10'000, 10'000);  // already shows all of it
     QCOMPARE(zoom.range(), Range(-10'000, 10'000));
     // A pan past the end stops with half the range over the data: [5000, 6000] becomes [500, 1500].
     zoom.setRange(0, 1000);
@@ -101,7 +101,7 @@ void TestTimelineZoom::historyRestoresExactRanges()
     zoom.resetData(Range(0, 1000));
     QVERIFY(!zoom.canGoBack());
     zoom.setRange(100, 300);
-    zoom.zoomAt(0.5, 50, 100);   // t = 200 in the middle, 100 wide
+    zoom.zoomAt(0.5, 50, 100);  // t = 200 in the middle, 100 wide
     QCOMPARE(zoom.range(), Range(150, 250));
     zoom.pan(-30);
     QCOMPARE(zoom.range(), Range(120, 220));
@@ -132,7 +132,7 @@ void TestTimelineZoom::aMoveAfterGoingBackDropsTheForwardSteps()
     zoom.resetData(Range(0, 1000));
     zoom.setRange(100, 300);
     zoom.setRange(200, 400);
-    zoom.setRange(200, 400);   // no move, no step
+    zoom.setRange(200, 400);  // no move, no step
     QVERIFY(zoom.back());
     QCOMPARE(zoom.range(), Range(100, 300));
     QVERIFY(zoom.canGoForward());
@@ -157,7 +157,7 @@ void TestTimelineZoom::aGestureIsOneStep()
     zoom.zoomAt(0.5, 50, 100, Gesture::Wheel);
     QCOMPARE(zoom.range(), Range(375, 625));
     zoom.endGesture();
-    zoom.zoomAt(2.0, 50, 100, Gesture::Wheel);   // a second run
+    zoom.zoomAt(2.0, 50, 100, Gesture::Wheel);  // a second run
     QCOMPARE(zoom.range(), Range(250, 750));
     // One drag, then a key's pan, then the wheel again: each a step of its own.
     zoom.setRange(300, 800, Gesture::Drag);
@@ -181,9 +181,9 @@ void TestTimelineZoom::followLiveSlidesWithTheData()
     QSignalSpy changed(&zoom, &TimelineZoom::rangeChanged);
     zoom.resetData(Range(0, 4000));
     QCOMPARE(changed.count(), 1);
-    zoom.setLiveWindow(1500);   // not following: nothing moves
+    zoom.setLiveWindow(1500);  // not following: nothing moves
     QCOMPARE(zoom.range(), Range(0, 4000));
-    zoom.setFollowLive(true);   // no width chosen: the live window at the end
+    zoom.setFollowLive(true);  // no width chosen: the live window at the end
     QCOMPARE(follow.count(), 1);
     QCOMPARE(zoom.range(), Range(2500, 4000));
     zoom.setDataRange(Range(0, 9500));
@@ -211,13 +211,13 @@ void TestTimelineZoom::newDataRefitsUntilTheUserMoves()
 {
     TimelineZoom zoom;
     zoom.resetData(Range(0, 1000));
-    zoom.setDataRange(Range(0, 2000));   // not the user's move: refits, no step
+    zoom.setDataRange(Range(0, 2000));  // not the user's move: refits, no step
     QCOMPARE(zoom.range(), Range(0, 2000));
     QVERIFY(!zoom.canGoBack());
     zoom.setRange(100, 200);
     zoom.setDataRange(Range(0, 3000));
     QCOMPARE(zoom.range(), Range(100, 200));
-    zoom.fit();   // a step, and new data refits again
+    zoom.fit();  // a step, and new data refits again
     QCOMPARE(zoom.range(), Range(0, 3000));
     zoom.setDataRange(Range(0, 4000));
     QCOMPARE(zoom.range(), Range(0, 4000));

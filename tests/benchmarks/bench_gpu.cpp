@@ -48,7 +48,7 @@ namespace {
 
 struct Options {
     int hidden = 4096, heads = 32, seq = 4096, batch = 1, layers = 4, reps = 10;
-    double peakTflops = 989;   // H100/H200 SXM dense bf16, the vendor's datasheet
+    double peakTflops = 989;  // H100/H200 SXM dense bf16, the vendor's datasheet
     bool megatronShapes = false;
 };
 
@@ -62,14 +62,22 @@ bool parse(int argc, char** argv, Options& o)
     for (; i + 1 < argc; i += 2) {
         const std::string key = argv[i];
         const double value = std::atof(argv[i + 1]);
-        if (key == "--hidden") o.hidden = int(value);
-        else if (key == "--heads") o.heads = int(value);
-        else if (key == "--seq") o.seq = int(value);
-        else if (key == "--batch") o.batch = int(value);
-        else if (key == "--layers") o.layers = int(value);
-        else if (key == "--reps") o.reps = int(value);
-        else if (key == "--peak-tflops") o.peakTflops = value;
-        else return false;
+        if (key == "--hidden")
+            o.hidden = int(value);
+        else if (key == "--heads")
+            o.heads = int(value);
+        else if (key == "--seq")
+            o.seq = int(value);
+        else if (key == "--batch")
+            o.batch = int(value);
+        else if (key == "--layers")
+            o.layers = int(value);
+        else if (key == "--reps")
+            o.reps = int(value);
+        else if (key == "--peak-tflops")
+            o.peakTflops = value;
+        else
+            return false;
     }
     return i == argc && o.hidden % o.heads == 0 && o.reps > 0;
 }
@@ -211,9 +219,12 @@ std::vector<MegatronGemm> megatronGemms(const meshbench::bench::MegatronRun& run
     const int T = meshbench::bench::kMegatronSeq, h = run.hidden, t = run.tp;
     struct Weight {
         const char* name;
-        int n, k;   // the weight is [n, k]
+        int n, k;  // the weight is [n, k]
     };
-    const Weight weights[] = {{"qkv", 3 * h / t, h}, {"proj", h, h / t}, {"fc1", 4 * h / t, h}, {"fc2", h, 4 * h / t},
+    const Weight weights[] = {{"qkv", 3 * h / t, h},
+                              {"proj", h, h / t},
+                              {"fc1", 4 * h / t, h},
+                              {"fc2", h, 4 * h / t},
                               {"logits", meshbench::bench::kMegatronVocab / t, h}};
     std::vector<MegatronGemm> gemms;
     for (const Weight& w : weights) {
@@ -304,13 +315,13 @@ int main(int argc, char** argv)
     std::printf("\n%-34s %12s %12s %8s\n", "GEMM", "ours TFLOP/s", "cuBLASLt", "ratio");
     double worstRatio = 1e9;
     for (const GemmShape& s : shapes) {
-        const std::size_t aSize = std::size_t(s.M) * s.K, bSize = std::size_t(s.K) * s.N, cSize = std::size_t(s.M) * s.N;
+        const std::size_t aSize = std::size_t(s.M) * s.K, bSize = std::size_t(s.K) * s.N,
+                          cSize = std::size_t(s.M) * s.N;
         const DevPtr A = randomBuffer(gpu, aSize, DType::BF16, 1, 1), B = randomBuffer(gpu, bSize, DType::BF16, 1, 2);
         const DevPtr C = gpu.allocate(cSize, s.out);
         const int lda = s.transA ? s.M : s.K, ldb = s.transB ? s.K : s.N;
-        const double ours = medianSeconds(gpu, o.reps, [&] {
-            gpu.gemm(s.transA, s.transB, s.M, s.N, s.K, 1.0f, A, lda, B, ldb, 0.0f, C, s.N);
-        });
+        const double ours = medianSeconds(
+            gpu, o.reps, [&] { gpu.gemm(s.transA, s.transB, s.M, s.N, s.K, 1.0f, A, lda, B, ldb, 0.0f, C, s.N); });
         PlainMatmul plain(lt, s, workspace, workspaceBytes);
         const double reference = medianSeconds(gpu, o.reps, [&] { plain.run(A.data, B.data, C.data, stream); });
         const double flop = 2.0 * s.M * s.N * double(s.K);
@@ -346,23 +357,46 @@ int main(int argc, char** argv)
         DevPtr gq, gk, gv, go, gUp, gDown, gGamma1, gGamma2;
         DevPtr x, n1, rstd1, lq, lk, lv, att, lse, mid, n2, rstd2, up, act, y;
     };
-    const auto bf = [&](std::size_t n, unsigned seed, float scale) { return randomBuffer(gpu, n, DType::BF16, scale, seed); };
+    const auto bf = [&](std::size_t n, unsigned seed, float scale) {
+        return randomBuffer(gpu, n, DType::BF16, scale, seed);
+    };
     const auto zeros = [&](std::size_t n, DType t) { return gpu.allocate(n, t); };
-    const std::size_t hh = std::size_t(h) * h, hf = std::size_t(h) * f, th = std::size_t(T) * h, tf = std::size_t(T) * f;
+    const std::size_t hh = std::size_t(h) * h, hf = std::size_t(h) * f, th = std::size_t(T) * h,
+                      tf = std::size_t(T) * f;
     std::vector<Layer> layers(std::size_t(o.layers));
     unsigned seed = 10;
     const float weightScale = 0.02f;
     for (Layer& l : layers) {
-        l = {bf(hh, seed++, weightScale), bf(hh, seed++, weightScale), bf(hh, seed++, weightScale),
-             bf(hh, seed++, weightScale), bf(hf, seed++, weightScale), bf(hf, seed++, weightScale),
-             bf(std::size_t(h), seed++, 1), bf(std::size_t(h), seed++, 1),
-             zeros(hh, DType::F32), zeros(hh, DType::F32), zeros(hh, DType::F32), zeros(hh, DType::F32),
-             zeros(hf, DType::F32), zeros(hf, DType::F32), zeros(std::size_t(h), DType::F32),
+        l = {bf(hh, seed++, weightScale),
+             bf(hh, seed++, weightScale),
+             bf(hh, seed++, weightScale),
+             bf(hh, seed++, weightScale),
+             bf(hf, seed++, weightScale),
+             bf(hf, seed++, weightScale),
+             bf(std::size_t(h), seed++, 1),
+             bf(std::size_t(h), seed++, 1),
+             zeros(hh, DType::F32),
+             zeros(hh, DType::F32),
+             zeros(hh, DType::F32),
+             zeros(hh, DType::F32),
+             zeros(hf, DType::F32),
+             zeros(hf, DType::F32),
              zeros(std::size_t(h), DType::F32),
-             zeros(th, DType::BF16), zeros(th, DType::BF16), zeros(std::size_t(T), DType::F32), zeros(th, DType::BF16),
-             zeros(th, DType::BF16), zeros(th, DType::BF16), zeros(th, DType::BF16),
-             zeros(std::size_t(o.batch) * o.heads * o.seq, DType::F32), zeros(th, DType::BF16), zeros(th, DType::BF16),
-             zeros(std::size_t(T), DType::F32), zeros(tf, DType::BF16), zeros(tf, DType::BF16), zeros(th, DType::BF16)};
+             zeros(std::size_t(h), DType::F32),
+             zeros(th, DType::BF16),
+             zeros(th, DType::BF16),
+             zeros(std::size_t(T), DType::F32),
+             zeros(th, DType::BF16),
+             zeros(th, DType::BF16),
+             zeros(th, DType::BF16),
+             zeros(th, DType::BF16),
+             zeros(std::size_t(o.batch) * o.heads * o.seq, DType::F32),
+             zeros(th, DType::BF16),
+             zeros(th, DType::BF16),
+             zeros(std::size_t(T), DType::F32),
+             zeros(tf, DType::BF16),
+             zeros(tf, DType::BF16),
+             zeros(th, DType::BF16)};
     }
     const DevPtr input = bf(th, seed++, 1), dTop = bf(th, seed++, 1);
     const DevPtr dx = zeros(th, DType::BF16), dy = zeros(th, DType::BF16), dn = zeros(th, DType::BF16),
@@ -425,7 +459,7 @@ int main(int argc, char** argv)
             gpu.gemm(false, false, T, h, f, 1, dUp, f, l.wUp, h, 0, dn, h);
             cut(kGemm);
             gpu.rmsNormBackward(dn, l.mid, l.gamma2, l.rstd2, T, h, dx, l.gGamma2);
-            gpu.add(dy, dx, th);   // dMid
+            gpu.add(dy, dx, th);  // dMid
             cut(kOther);
             // Attention: mid = x + proj(attention(rope(q), rope(k), v)).
             gpu.gemm(true, false, h, h, T, 1, dx, h, l.att, h, 1, l.go, h);
@@ -437,19 +471,20 @@ int main(int argc, char** argv)
             gpu.rope(dk2, T, o.seq, o.heads, D, base, true);
             gpu.fill(dn, 0, th);
             cut(kOther);
-            for (const auto& [d, w, g] : {std::tuple{dq2, l.wq, l.gq}, std::tuple{dk2, l.wk, l.gk},
-                                          std::tuple{dv2, l.wv, l.gv}}) {
+            for (const auto& [d, w, g] :
+                 {std::tuple{dq2, l.wq, l.gq}, std::tuple{dk2, l.wk, l.gk}, std::tuple{dv2, l.wv, l.gv}}) {
                 gpu.gemm(true, false, h, h, T, 1, d, h, l.n1, h, 1, g, h);
                 gpu.gemm(false, false, T, h, h, 1, d, h, w, h, 1, dn, h);
             }
             cut(kGemm);
             gpu.rmsNormBackward(dn, l.x, l.gamma1, l.rstd1, T, h, dy, l.gGamma1);
-            gpu.add(dx, dy, th);   // dx of the layer = dMid + norm1's backward
+            gpu.add(dx, dy, th);  // dx of the layer = dMid + norm1's backward
             cut(kOther);
         }
     };
     const double stackSeconds = medianSeconds(gpu, o.reps, stack);
-    const double layerFlop = 3.0 * (12.0 * T * double(h) * h * 2) + 3.0 * (2.0 * 2.0 * o.batch * double(o.seq) * o.seq * h / 2);
+    const double layerFlop =
+        3.0 * (12.0 * T * double(h) * h * 2) + 3.0 * (2.0 * 2.0 * o.batch * double(o.seq) * o.seq * h / 2);
     const double achieved = tflops(layerFlop * o.layers, stackSeconds);
     const DeviceMemory memory = gpu.deviceMemory();
     std::printf("\nlayer stack (%d layers, forward + backward): %.2f ms, %.1f TFLOP/s, MFU %.1f%% of %.0f; worst GEMM "

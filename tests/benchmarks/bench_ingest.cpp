@@ -74,11 +74,11 @@ wire::Batch frame(std::uint32_t rank, std::uint64_t sequence, std::int64_t& cloc
         batch.records.push_back(wire::NodeSampleRecord{clock, "node-" + std::to_string(rank / 4), 64LL << 30,
                                                        20LL << 30, n, 80LL << 30, 30LL << 30, 0.75f});
     for (int l = 0; l < 10; ++l)
-        batch.records.push_back(wire::LogRecord{clock + l, wire::LogLevel::Info,
-                                                "step " + std::to_string(step) + " micro-batch done"});
+        batch.records.push_back(
+            wire::LogRecord{clock + l, wire::LogLevel::Info, "step " + std::to_string(step) + " micro-batch done"});
     for (int h = 0; h < 4; ++h)
-        batch.records.push_back(wire::HeartbeatRecord{clock + h, wire::RankState::Running, step, 4000 + int(rank), 0,
-                                                      0, "node-" + std::to_string(rank / 4)});
+        batch.records.push_back(wire::HeartbeatRecord{clock + h, wire::RankState::Running, step, 4000 + int(rank), 0, 0,
+                                                      "node-" + std::to_string(rank / 4)});
     return batch;
 }
 
@@ -119,13 +119,13 @@ public:
             die("cannot create " + path);
         exec(m_db, store::schema::kWriterPragmas);
         exec(m_db, store::schema::kCreateTables);
-        for (auto sql : {store::schema::kInsertSpan, store::schema::kInsertExpertLoad,
-                         store::schema::kInsertMemorySample, store::schema::kInsertStepMetrics,
-                         store::schema::kInsertNodeSample, store::schema::kInsertLog,
-                         store::schema::kInsertHeartbeat}) {
+        for (auto sql :
+             {store::schema::kInsertSpan, store::schema::kInsertExpertLoad, store::schema::kInsertMemorySample,
+              store::schema::kInsertStepMetrics, store::schema::kInsertNodeSample, store::schema::kInsertLog,
+              store::schema::kInsertHeartbeat}) {
             sqlite3_stmt* statement = nullptr;
-            if (sqlite3_prepare_v3(m_db, sql.data(), int(sql.size()), SQLITE_PREPARE_PERSISTENT, &statement,
-                                   nullptr) != SQLITE_OK)
+            if (sqlite3_prepare_v3(m_db, sql.data(), int(sql.size()), SQLITE_PREPARE_PERSISTENT, &statement, nullptr) !=
+                SQLITE_OK)
                 die(sqlite3_errmsg(m_db));
             m_insert.push_back(statement);
         }
@@ -258,7 +258,7 @@ private:
     }
 
     sqlite3* m_db = nullptr;
-    std::vector<sqlite3_stmt*> m_insert;   // by record type index
+    std::vector<sqlite3_stmt*> m_insert;  // by record type index
     std::int64_t m_seq = 1;
     std::vector<std::int64_t> m_lastTime = std::vector<std::int64_t>(kRanks, 0);
 };

@@ -45,7 +45,7 @@ int main()
     const plan::Mesh mesh(spec.parallel);
     const plan::SimulationResult& sim = plan.simulation;
     constexpr int kSteps = 200;
-    const double scale = 1e9;   // simulated seconds to ns
+    const double scale = 1e9;  // simulated seconds to ns
     const auto ns = [&](double s) { return std::int64_t(std::llround(s * scale)); };
     const std::int64_t stepLength = ns(sim.makespan) + 1'000'000;
 
@@ -75,7 +75,7 @@ int main()
         for (int layer = 0; layer < spec.model.layers; ++layer)
             if (spec.model.isMoeLayer(layer))
                 records.emplace_back(0u, wire::ExpertLoadRecord{step, layer, std::vector<std::uint32_t>(8, 100),
-                                                                 std::vector<std::uint32_t>(8, 1)});
+                                                                std::vector<std::uint32_t>(8, 1)});
         wire::StepMetricsRecord m;
         m.step = step;
         m.endNs = stepLength;

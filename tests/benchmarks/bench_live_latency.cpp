@@ -96,7 +96,7 @@ private:
 struct Percentiles {
     double p50 = 0, p99 = 0;
     std::size_t count = 0;
-    std::string failure; // why the figures are not to be trusted, or empty
+    std::string failure;  // why the figures are not to be trusted, or empty
 };
 
 // Publishes `probe` on `pub` until `sub` (subscribed to it) receives one: the subscription has then
@@ -127,7 +127,9 @@ Percentiles percentiles(std::vector<double> values)
         return p;
     std::sort(values.begin(), values.end());
     // Nearest rank.
-    auto at = [&](double q) { return values[std::min(values.size() - 1, std::size_t(std::ceil(q * double(values.size()))) - 1)]; };
+    auto at = [&](double q) {
+        return values[std::min(values.size() - 1, std::size_t(std::ceil(q * double(values.size()))) - 1)];
+    };
     p.p50 = at(0.50);
     p.p99 = at(0.99);
     return p;
@@ -165,10 +167,10 @@ Percentiles measureEngine(const plan::JobSpec& spec, double rate, double seconds
     }
 
     std::mutex mutex;
-    std::map<int, Clock::time_point> completedAt;   // step -> when its last record was handed over
+    std::map<int, Clock::time_point> completedAt;  // step -> when its last record was handed over
     std::vector<double> latencies;
     std::atomic<bool> producing{true};
-    std::atomic<bool> draining{false};   // the producers are done and the engine has caught up
+    std::atomic<bool> draining{false};  // the producers are done and the engine has caught up
     std::atomic<std::uint64_t> posted{0};
 
     std::thread agents([&] {
@@ -190,7 +192,8 @@ Percentiles measureEngine(const plan::JobSpec& spec, double rate, double seconds
                                 step, layer, std::vector<std::uint32_t>(std::size_t(spec.model.moe.experts), 100),
                                 std::vector<std::uint32_t>(std::size_t(spec.model.moe.experts), 0)});
                 if (r == 0)
-                    batch.emplace_back(wire::StepMetricsRecord{step, 0, 1'000'000, 5.0, 0.01, 1.0, 1e-3, 1e4, 0.2, 1024});
+                    batch.emplace_back(
+                        wire::StepMetricsRecord{step, 0, 1'000'000, 5.0, 0.01, 1.0, 1e-3, 1e4, 0.2, 1024});
                 records += batch.size();
                 if (r + 1 == world) {
                     std::lock_guard lock(mutex);
@@ -217,7 +220,7 @@ Percentiles measureEngine(const plan::JobSpec& spec, double rate, double seconds
                 break;
             }
             if (!topic.more())
-                continue; // a probe
+                continue;  // a probe
             if (!sub.recv(payload))
                 continue;
             const Clock::time_point now = Clock::now();
@@ -293,7 +296,7 @@ Percentiles measureBareSockets(int messages)
         latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - sent).count());
         std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
-    relay.join(); // it gives up 2 s after the last message, when one was lost
+    relay.join();  // it gives up 2 s after the last message, when one was lost
     Percentiles p = percentiles(latencies);
     if (latencies.size() != std::size_t(messages))
         p.failure = "the reference lost message " + std::to_string(latencies.size()) + " of " +

@@ -67,10 +67,10 @@ double overlap(const std::vector<Interval>& a, const std::vector<Interval>& b)
 
 struct Result {
     double medianStepSeconds = 0;
-    double hiddenShare = 0;   // of the reduction's time, under the backward
-    double reduceSeconds = 0; // per step and rank, the reduction's span union
+    double hiddenShare = 0;    // of the reduction's time, under the backward
+    double reduceSeconds = 0;  // per step and rank, the reduction's span union
     bool ok = false;
-    std::string error; // why not, when !ok
+    std::string error;  // why not, when !ok
 };
 
 // The last `lines` lines of a file, for a failed run's message.
@@ -93,11 +93,11 @@ Result run(const std::filesystem::path& dir, const std::string& name, json job, 
 {
     const std::filesystem::path jobFile = dir / (name + ".json"), spans = dir / (name + ".spans");
     std::ofstream(jobFile) << job.dump(2);
-    for (int rank = 0; rank < ranks; ++rank) // a previous run's spans must not pass for this one's
+    for (int rank = 0; rank < ranks; ++rank)  // a previous run's spans must not pass for this one's
         std::filesystem::remove(spans.string() + ".rank" + std::to_string(rank));
     const std::string command = std::string(MESHBENCH_MPIRUN) + " --oversubscribe -np " + std::to_string(ranks) + " " +
-                                MESHBENCH_AGENT + " --job " + jobFile.string() + " --spans " + spans.string() +
-                                " > " + (dir / (name + ".log")).string() + " 2>&1";
+                                MESHBENCH_AGENT + " --job " + jobFile.string() + " --spans " + spans.string() + " > " +
+                                (dir / (name + ".log")).string() + " 2>&1";
     Result result;
     if (const int status = std::system(command.c_str()); status != 0) {
         const std::filesystem::path log = dir / (name + ".log");
@@ -117,8 +117,9 @@ Result run(const std::filesystem::path& dir, const std::string& name, json job, 
                 continue;
             const int step = j["step"].get<int>();
             if (step == 1)
-                continue;   // warm-up
-            const Interval i{double(j["begin_ns"].get<std::int64_t>()) * 1e-9, double(j["end_ns"].get<std::int64_t>()) * 1e-9};
+                continue;  // warm-up
+            const Interval i{double(j["begin_ns"].get<std::int64_t>()) * 1e-9,
+                             double(j["end_ns"].get<std::int64_t>()) * 1e-9};
             const std::string kind = j["kind"].get<std::string>();
             auto& [reduce, backward] = byRankStep[{rank, step}];
             if (kind == "dp-reduce")
@@ -186,13 +187,20 @@ int main(int argc, char** argv)
     for (const auto& [label, ep] : {std::pair{"dp2", 1}, std::pair{"dp2 ep2", 2}}) {
         for (const bool overlapOn : {false, true}) {
             json job = demo;
-            job["parallel"] = {{"dp", 2},         {"pp", 1},      {"tp", 1}, {"ep", ep}, {"zero", 0},
-                               {"microbatches", 4}, {"micro_batch_size", 2}, {"recompute", "none"},
-                               {"grad_bucket_mb", 1.0}, {"overlap_grad_reduce", overlapOn}};
+            job["parallel"] = {{"dp", 2},
+                               {"pp", 1},
+                               {"tp", 1},
+                               {"ep", ep},
+                               {"zero", 0},
+                               {"microbatches", 4},
+                               {"micro_batch_size", 2},
+                               {"recompute", "none"},
+                               {"grad_bucket_mb", 1.0},
+                               {"overlap_grad_reduce", overlapOn}};
             job["cluster"] = {{"nodes", 1}, {"devices_per_node", 2}, {"device", "cpu"}};
             job["train"]["steps"] = steps;
-            const std::string name = std::string(label == std::string("dp2") ? "dp2" : "dp2-ep2") +
-                                     (overlapOn ? "-on" : "-off");
+            const std::string name =
+                std::string(label == std::string("dp2") ? "dp2" : "dp2-ep2") + (overlapOn ? "-on" : "-off");
             rows.push_back({label, overlapOn, run(dir, name, job, 2)});
             if (!rows.back().result.ok) {
                 ++failures;
@@ -213,7 +221,7 @@ int main(int argc, char** argv)
                 "hidden under B");
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const Result& r = rows[i].result;
-        const Result& off = rows[i - (rows[i].overlapOn ? 1 : 0)].result; // each layout's off row comes first
+        const Result& off = rows[i - (rows[i].overlapOn ? 1 : 0)].result;  // each layout's off row comes first
         std::printf("%-10s %-8s %14.1f %13.2fx %18.1f %15.0f%%\n", rows[i].label, rows[i].overlapOn ? "on" : "off",
                     1e3 * r.medianStepSeconds, r.medianStepSeconds / off.medianStepSeconds, 1e3 * r.reduceSeconds,
                     100 * r.hiddenShare);

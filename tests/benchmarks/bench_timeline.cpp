@@ -81,7 +81,7 @@ int main(int argc, char** argv)
 
     constexpr int kStages = 8, kRanksPerStage = 8, kMicrobatches = 32;
     constexpr std::size_t kTargetSpans = 10'000'000;
-    constexpr double kUnitNs = 100'000;   // F = 1 unit = 100 us
+    constexpr double kUnitNs = 100'000;  // F = 1 unit = 100 us
 
     const plan::Schedule schedule = plan::buildSchedule({plan::ScheduleKind::OneFOneB, kStages, kMicrobatches, 1, 0});
     const plan::SimulationResult sim = simulate(schedule, plan::OpCosts::uniform(schedule.shape, 1.0, 2.0, 0.0, 0.1));
@@ -89,12 +89,12 @@ int main(int argc, char** argv)
         std::fprintf(stderr, "simulation failed: %s\n", sim.error.c_str());
         return 1;
     }
-    std::size_t spansPerStep = 0;   // over all ranks: each stage's ops, a dp-reduce and the optimizer
+    std::size_t spansPerStep = 0;  // over all ranks: each stage's ops, a dp-reduce and the optimizer
     for (const auto& ops : sim.timeline)
         spansPerStep += kRanksPerStage * (ops.size() + 2);
     const std::size_t steps = (kTargetSpans + spansPerStep - 1) / spansPerStep;
     const double opsPerStep = double(spansPerStep) / (kStages * kRanksPerStage);
-    const double stepUnits = sim.makespan + 3.0 + 1.0 + 0.5;   // dp-reduce 3, optimizer 1, gap 0.5
+    const double stepUnits = sim.makespan + 3.0 + 1.0 + 0.5;  // dp-reduce 3, optimizer 1, gap 0.5
 
     // Generate step by step and append per rank, as the live feed would; only the appends are timed.
     TimelineStore store;
@@ -159,7 +159,7 @@ int main(int argc, char** argv)
     view.fitAll();
     std::vector<double> firstCpu, panCpu, zoomCpu, deepPanCpu, deepZoomCpu;
     const double first = renderMs(view, image, &firstCpu);
-    if (argc > 1)   // a path: save the first and the last frame to look at
+    if (argc > 1)  // a path: save the first and the last frame to look at
         image.save(QString::fromLocal8Bit(argv[1]) + QStringLiteral("-fit.png"));
     const auto [t0, t1] = view.visibleRange();
     std::vector<double> pans, zooms, deepPans, deepZooms;
@@ -206,8 +206,8 @@ int main(int argc, char** argv)
     }
     const double reference = median(references);
 
-    std::printf("reference: fillRect per pixel column per row (%d rows x %d columns): %.2f ms\n", rowsShown, plot.width(),
-                reference);
+    std::printf("reference: fillRect per pixel column per row (%d rows x %d columns): %.2f ms\n", rowsShown,
+                plot.width(), reference);
     const auto report = [&](const char* name, double wall, const std::vector<double>& cpu, double target) {
         std::printf("%-26s %8.2f ms (cpu %6.2f ms)   target < %4.0f ms   %.2fx reference\n", name, wall, median(cpu),
                     target, wall / reference);

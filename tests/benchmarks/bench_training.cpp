@@ -33,10 +33,7 @@ using namespace meshbench;
 
 namespace {
 
-double now()
-{
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // GFLOP/s of C[M, N] = A[M, K] B[K, N]^T, repeated for at least half a second.
 double sgemmRate(int M, int N, int K)
@@ -46,8 +43,8 @@ double sgemmRate(int M, int N, int K)
     int calls = 0;
     const double start = now();
     do {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f,
-                    c.data(), N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(),
+                    N);
         ++calls;
     } while (now() - start < 0.5);
     return 2.0 * M * N * K * calls / (now() - start) / 1e9;
@@ -73,8 +70,8 @@ std::string statusWords(int status)
 
 struct TorchRun {
     enum class State { Measured, NoTorch, Failed } state = State::Failed;
-    double stepSeconds = 0; // median, when Measured
-    std::string why;        // when not Measured
+    double stepSeconds = 0;  // median, when Measured
+    std::string why;         // when not Measured
 };
 
 constexpr const char* kPython = "/usr/bin/python3";
@@ -128,7 +125,7 @@ TorchRun torchStepSeconds(const std::string& job, const std::string& checkpoint,
                   " step times, asked for " + std::to_string(steps + 1) + ":\n" + readFile(errFile.string());
         return run;
     }
-    seconds.erase(seconds.begin());   // the first step pays for allocations, as ours does
+    seconds.erase(seconds.begin());  // the first step pays for allocations, as ours does
     std::sort(seconds.begin(), seconds.end());
     run.state = TorchRun::State::Measured;
     run.stepSeconds = seconds[seconds.size() / 2];
@@ -160,7 +157,7 @@ int run(int argc, char** argv)
     kernels::CpuBackend backend(1);
     agent::Trainer trainer(spec, backend);
     trainer.initialize();
-    trainer.step();   // warm-up: first-touch allocations
+    trainer.step();  // warm-up: first-touch allocations
     const double start = now();
     for (int i = 0; i < steps; ++i)
         trainer.step();
@@ -202,7 +199,7 @@ int run(int argc, char** argv)
     return 0;
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv)
 {

@@ -108,7 +108,7 @@ bool going(QProcess& engine, const QString& session)
     while (timer.elapsed() < 120000) {
         if (testing::storedSteps(session) >= 3)
             return true;
-        if (engine.waitForFinished(100)) // the poll's pause, and the engine's end if it comes
+        if (engine.waitForFinished(100))  // the poll's pause, and the engine's end if it comes
             return false;
     }
     return false;
@@ -118,7 +118,7 @@ bool going(QProcess& engine, const QString& session)
 QString notGoing(QProcess& engine)
 {
     QString said = "the demo did not get going across the hosts\n";
-    const qint64 pid = engine.processId(); // 0 once it has ended
+    const qint64 pid = engine.processId();  // 0 once it has ended
     if (pid > 0)
         said += runProcess("ps", {"-o", "pid=,stat=,wchan:32=,args=", "--forest", "-g", QString::number(pid)}).out;
     for (const QString host : {"mbt-h1", "mbt-h2"})
@@ -214,7 +214,7 @@ std::map<int, double> lossByStep(const store::SessionReader& session)
     return losses;
 }
 
-} // namespace
+}  // namespace
 
 class ClusterHosts : public QObject {
     Q_OBJECT
@@ -387,7 +387,7 @@ private slots:
         const bool ended = engine.waitForFinished(120000);
         // The engine's teardown must have ended every rank of the host, before the test cleans up
         // (frozen ones cannot end before they are thawed, whatever anyone sends them).
-        QStringList outlived; // "pid (ps state)"
+        QStringList outlived;  // "pid (ps state)"
         for (int pid : ranksOnHost) {
             const QString state = runProcess("ps", {"-o", "stat=", "-p", QString::number(pid)}).out.trimmed();
             if (fault != "kill-frozen" && QFile::exists(QString("/proc/%1/cmdline").arg(pid)) && !state.startsWith('Z'))
@@ -574,7 +574,7 @@ private slots:
         zmq::context_t context;
         zmq::socket_t plain(context, zmq::socket_type::push), forged(context, zmq::socket_type::push);
         char serverKey[41], publicKey[41], secretKey[41];
-        QCOMPARE(zmq_curve_keypair(serverKey, secretKey), 0); // some other server's
+        QCOMPARE(zmq_curve_keypair(serverKey, secretKey), 0);  // some other server's
         QCOMPARE(zmq_curve_keypair(publicKey, secretKey), 0);
         forged.set(zmq::sockopt::curve_serverkey, std::string(serverKey));
         forged.set(zmq::sockopt::curve_publickey, std::string(publicKey));

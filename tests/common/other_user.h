@@ -43,10 +43,10 @@ struct OtherUser {
 inline constexpr const char* kOtherTestUserName = "meshbench-other";
 
 // Statuses runAsOtherUser() returns for its own failures; a function should use other values.
-inline constexpr int kOtherUserForkFailed = -1;  // fork() or pipe() failed in the parent
-inline constexpr int kOtherUserDropFailed = 125; // the child could not become the user
-inline constexpr int kOtherUserThrew = 126;      // the function threw
-inline constexpr int kOtherUserSignalBase = 128; // 128 + n: the child died of signal n
+inline constexpr int kOtherUserForkFailed = -1;   // fork() or pipe() failed in the parent
+inline constexpr int kOtherUserDropFailed = 125;  // the child could not become the user
+inline constexpr int kOtherUserThrew = 126;       // the function threw
+inline constexpr int kOtherUserSignalBase = 128;  // 128 + n: the child died of signal n
 
 namespace other_user_detail {
 
@@ -74,7 +74,7 @@ inline int runCommand(const std::vector<std::string>& argv)
     if (child == 0) {
         const int null = open("/dev/null", O_WRONLY);
         if (null >= 0)
-            dup2(null, STDOUT_FILENO); // useradd's chatter; its errors on stderr stay visible
+            dup2(null, STDOUT_FILENO);  // useradd's chatter; its errors on stderr stay visible
         execvp(args[0], args.data());
         _exit(127);
     }
@@ -113,7 +113,7 @@ inline std::optional<OtherUser> create(std::string& why)
             why = "useradd " + std::string(kOtherTestUserName) + " failed (exit status " + std::to_string(status) +
                   "; is the shadow-utils useradd installed?)";
     }
-    close(lock); // releases the flock
+    close(lock);  // releases the flock
     if (user && (user->uid == 0 || user->gid == 0)) {
         why = std::string("user ") + kOtherTestUserName + " exists but has uid or gid 0: not unprivileged";
         return std::nullopt;
@@ -121,7 +121,7 @@ inline std::optional<OtherUser> create(std::string& why)
     return user;
 }
 
-} // namespace other_user_detail
+}  // namespace other_user_detail
 
 // The unprivileged test user, created on first use when running as root. std::nullopt when not
 // root (nothing to create it with, and the test already runs unprivileged) or when creating it
@@ -160,7 +160,7 @@ inline int runAsOtherUser(const OtherUser& user, const std::function<int(std::st
         message = std::string("pipe: ") + std::strerror(errno);
         return kOtherUserForkFailed;
     }
-    std::fflush(nullptr); // or the child's exit would print the parent's buffered output again
+    std::fflush(nullptr);  // or the child's exit would print the parent's buffered output again
     const pid_t child = fork();
     if (child < 0) {
         message = std::string("fork: ") + std::strerror(errno);
@@ -227,13 +227,13 @@ inline int runAsOtherUser(const OtherUser& user, const std::function<int(std::st
 
 // In a Qt test function: declares `user`, the test user, or ends the test: QSKIP when not root (no
 // user can be made), QFAIL as root (the user should exist: a broken machine, not a reason to skip).
-#define MESHBENCH_OTHER_TEST_USER(user)                                                                     \
-    std::string user##Why;                                                                                 \
-    const std::optional<OtherUser> user = otherTestUser(&user##Why);                                       \
-    if (!user) {                                                                                           \
-        if (geteuid() == 0)                                                                                \
-            QFAIL(user##Why.c_str());                                                                      \
-        QSKIP(user##Why.c_str());                                                                          \
+#define MESHBENCH_OTHER_TEST_USER(user)                                                                                \
+    std::string user##Why;                                                                                             \
+    const std::optional<OtherUser> user = otherTestUser(&user##Why);                                                   \
+    if (!user) {                                                                                                       \
+        if (geteuid() == 0)                                                                                            \
+            QFAIL(user##Why.c_str());                                                                                  \
+        QSKIP(user##Why.c_str());                                                                                      \
     }
 
 // The same for a function with nothing to say beyond its status.

@@ -9,7 +9,7 @@
 #include <QtGlobal>
 
 struct ProcessRun {
-    int exitCode = -1;   // -100 when the process crashed: a crash fails whatever the test expected
+    int exitCode = -1;  // -100 when the process crashed: a crash fails whatever the test expected
     QString out;
     QString err;
 };
@@ -17,7 +17,7 @@ struct ProcessRun {
 // What a run left behind, bytes as written, for tests that judge the output's encoding and the
 // run's time themselves (the fuzz harnesses): a run past its limit is killed and reported.
 struct ProcessBytes {
-    int exitCode = -1;   // -1 when it did not start, -100 when it crashed (or was killed for its time)
+    int exitCode = -1;  // -1 when it did not start, -100 when it crashed (or was killed for its time)
     bool timedOut = false;
     qint64 elapsedMs = 0;
     QByteArray out;

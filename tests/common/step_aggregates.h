@@ -106,23 +106,35 @@ inline nlohmann::json damagedStep(const QString& key, const QString& value)
 // removes it), and the name a refusal must give.
 inline void malformedStepRows()
 {
-        QTest::addColumn<QString>("key");
-        QTest::addColumn<QString>("value");   // JSON; empty removes the key
-        QTest::addColumn<QString>("named");
-        QTest::newRow("missing step") << "step" << "" << "\"step\"";
-        QTest::newRow("step as text") << "step" << "\"3\"" << "\"step\"";
-        QTest::newRow("step out of range") << "step" << "1099511627776" << "\"step\"";
-        QTest::newRow("loss as bool") << "loss" << "true" << "\"loss\"";
-        QTest::newRow("wrong type") << "type" << "\"memory\"" << "\"type\"";
-        QTest::newRow("stage not an object") << "stages" << "[3]" << "\"stages[0]\"";
-        QTest::newRow("negative routed") << "expert_layers"
-                                         << R"([{"layer":0,"routed":[-1],"dropped":[0],"imbalance":null,)"
-                                            R"("dropped_fraction":null,"hottest_expert":0}])"
-                                         << "\"expert_layers[0].routed\"";
-        QTest::newRow("dropped shorter") << "expert_layers"
-                                         << R"([{"layer":0,"routed":[1,2],"dropped":[0],"imbalance":null,)"
-                                            R"("dropped_fraction":null,"hottest_expert":0}])"
-                                         << "\"expert_layers[0].dropped\"";
+    QTest::addColumn<QString>("key");
+    QTest::addColumn<QString>("value");  // JSON; empty removes the key
+    QTest::addColumn<QString>("named");
+    QTest::newRow("missing step") << "step"
+                                  << ""
+                                  << "\"step\"";
+    QTest::newRow("step as text") << "step"
+                                  << "\"3\""
+                                  << "\"step\"";
+    QTest::newRow("step out of range") << "step"
+                                       << "1099511627776"
+                                       << "\"step\"";
+    QTest::newRow("loss as bool") << "loss"
+                                  << "true"
+                                  << "\"loss\"";
+    QTest::newRow("wrong type") << "type"
+                                << "\"memory\""
+                                << "\"type\"";
+    QTest::newRow("stage not an object") << "stages"
+                                         << "[3]"
+                                         << "\"stages[0]\"";
+    QTest::newRow("negative routed") << "expert_layers"
+                                     << R"([{"layer":0,"routed":[-1],"dropped":[0],"imbalance":null,)"
+                                        R"("dropped_fraction":null,"hottest_expert":0}])"
+                                     << "\"expert_layers[0].routed\"";
+    QTest::newRow("dropped shorter") << "expert_layers"
+                                     << R"([{"layer":0,"routed":[1,2],"dropped":[0],"imbalance":null,)"
+                                        R"("dropped_fraction":null,"hottest_expert":0}])"
+                                     << "\"expert_layers[0].dropped\"";
 }
 
 inline bool sameRatio(const std::optional<double>& a, const std::optional<double>& b, double tolerance)

@@ -59,7 +59,7 @@ public:
         std::vector<std::uint8_t> greeting(64, 0);
         greeting[0] = 0xFF;
         greeting[9] = 0x7F;
-        greeting[10] = 3; // ZMTP 3.0
+        greeting[10] = 3;  // ZMTP 3.0
         std::memcpy(&greeting[12], mechanism.data(), std::min<std::size_t>(mechanism.size(), 20));
         return sendAll(greeting.data(), greeting.size()) && receive(64);
     }
@@ -73,7 +73,7 @@ public:
         for (int shift = 24; shift >= 0; shift -= 8)
             body.push_back(std::uint8_t(value.size() >> shift));
         body.insert(body.end(), value.begin(), value.end());
-        std::vector<std::uint8_t> frame{0x04, std::uint8_t(body.size())}; // a short command
+        std::vector<std::uint8_t> frame{0x04, std::uint8_t(body.size())};  // a short command
         frame.insert(frame.end(), body.begin(), body.end());
         if (!sendAll(frame.data(), frame.size()))
             return false;

@@ -41,7 +41,7 @@ std::vector<Tensor> readTensors(const SafetensorsFile& file)
         Tensor t{name, file.shape(name), {}};
         std::size_t count = 1;
         for (const std::int64_t d : t.shape)
-            count *= static_cast<std::size_t>(d);   // cannot overflow: the data lies in the input
+            count *= static_cast<std::size_t>(d);  // cannot overflow: the data lies in the input
         t.values.resize(count);
         file.readF32(name, t.shape, t.values.data());
         tensors.push_back(std::move(t));

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
-#include <string>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,7 +38,10 @@ public:
     std::size_t below(std::size_t n) { return static_cast<std::size_t>(next() % n); }
     bool chance(int percent) { return below(100) < static_cast<std::size_t>(percent); }
     template <typename T>
-    T pick(const std::vector<T>& items) { return items[below(items.size())]; }
+    T pick(const std::vector<T>& items)
+    {
+        return items[below(items.size())];
+    }
 
 private:
     std::uint64_t m_state;
@@ -55,7 +58,10 @@ inline bool isValidUtf8(std::string_view text)
             continue;
         }
         // Sequence length, the lead's payload bits and the least code point that needs it.
-        const std::size_t length = (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : (lead & 0xF8) == 0xF0 ? 4 : 0;
+        const std::size_t length = (lead & 0xE0) == 0xC0   ? 2
+                                   : (lead & 0xF0) == 0xE0 ? 3
+                                   : (lead & 0xF8) == 0xF0 ? 4
+                                                           : 0;
         if (length == 0)
             return false;
         std::uint32_t code = lead & (0x7Fu >> length);
@@ -148,12 +154,16 @@ private:
 // What was wrong with one case: a failure class (with the command) and the details, per problem.
 struct Verdict {
     std::vector<std::pair<std::string, std::string>> problems;
-    void add(std::string failureClass, std::string detail) { problems.emplace_back(std::move(failureClass), std::move(detail)); }
+    void add(std::string failureClass, std::string detail)
+    {
+        problems.emplace_back(std::move(failureClass), std::move(detail));
+    }
 };
 
 // A --json output: one JSON document in valid UTF-8, or nothing with the problem added to `verdict`
 // under `prefix` (e.g. "sessions --json: ").
-inline std::optional<nlohmann::json> jsonOutput(const QByteArray& stdoutBytes, const std::string& prefix, Verdict& verdict)
+inline std::optional<nlohmann::json> jsonOutput(const QByteArray& stdoutBytes, const std::string& prefix,
+                                                Verdict& verdict)
 {
     const std::string out = stdoutBytes.toStdString();
     if (!isValidUtf8(out)) {
@@ -163,7 +173,8 @@ inline std::optional<nlohmann::json> jsonOutput(const QByteArray& stdoutBytes, c
     try {
         return nlohmann::json::parse(out);
     } catch (const nlohmann::json::exception& e) {
-        verdict.add(prefix + "stdout is not one JSON document", std::string(e.what()) + "; stdout: " + excerpt(stdoutBytes));
+        verdict.add(prefix + "stdout is not one JSON document",
+                    std::string(e.what()) + "; stdout: " + excerpt(stdoutBytes));
         return std::nullopt;
     }
 }

@@ -47,9 +47,14 @@ int main(int argc, char** argv)
     const float scalar = 42.0f;
     try {
         writeSafetensors(path("empty.safetensors"), {}, {});
-        writeSafetensors(path("metadata.safetensors"), {}, {{"format", "pt"}, {"note", "\xC3\xBCnic\xC3\xB8" "de"}});
+        writeSafetensors(path("metadata.safetensors"), {},
+                         {{"format", "pt"},
+                          {"note", "\xC3\xBCnic\xC3\xB8"
+                                   "de"}});
         writeSafetensors(path("small.safetensors"),
-                         {{"scalar", {}, &scalar}, {"empty", {0, 3}, nullptr}, {"special", {5}, special.data()},
+                         {{"scalar", {}, &scalar},
+                          {"empty", {0, 3}, nullptr},
+                          {"special", {5}, special.data()},
                           {"matrix", {2, 4}, embed.data()}},
                          {{"step", "7"}});
         // The trainer's layout in miniature (agent/train/trainer.cpp, docs/agent.md, "Checkpoint format").

@@ -50,44 +50,75 @@ struct Case {
     // Then each batch of SQL runs on its own connection to the copy (a batch that edits the schema
     // takes effect for the batches after it).
     std::vector<std::string> sql;
-    bool directory = false;   // the "session" is a folder of that name
+    bool directory = false;  // the "session" is a folder of that name
 };
 
 // The healthy session's shape, for damage that has to land on real pages and rows.
 struct Shape {
     std::string bytes;
     std::size_t pageSize = 4096;
-    std::map<std::string, long long> rows;   // per table
+    std::map<std::string, long long> rows;  // per table
 };
 
-const std::vector<std::string> kTables = {"meta",  "job",          "outcome",        "ranks",        "traffic",
-                                          "spans", "expert_loads", "memory_samples", "step_metrics", "node_samples",
-                                          "logs",  "heartbeats"};
+const std::vector<std::string> kTables = {"meta",         "job",          "outcome",      "ranks",
+                                          "traffic",      "spans",        "expert_loads", "memory_samples",
+                                          "step_metrics", "node_samples", "logs",         "heartbeats"};
 // Text columns per table (engine/store/schema.h).
 const std::vector<std::pair<std::string, std::string>> kTextColumns = {
-    {"meta", "engine_version"}, {"meta", "name"},   {"meta", "layout"},        {"job", "spec"},
-    {"job", "plan_json"},       {"outcome", "state"}, {"outcome", "cause"},    {"ranks", "host"},
-    {"node_samples", "host"},   {"logs", "text"},   {"heartbeats", "host"}};
+    {"meta", "engine_version"}, {"meta", "name"},     {"meta", "layout"},    {"job", "spec"},
+    {"job", "plan_json"},       {"outcome", "state"}, {"outcome", "cause"},  {"ranks", "host"},
+    {"node_samples", "host"},   {"logs", "text"},     {"heartbeats", "host"}};
 // Integer columns that hold times, steps, enumerations and counts.
-const std::vector<std::pair<std::string, std::string>> kIntegerColumns = {
-    {"meta", "created_ns"},        {"meta", "max_span_ns"},      {"meta", "span_count"},
-    {"meta", "schema_version"},    {"outcome", "failed_rank"},   {"outcome", "ended_ns"},
-    {"ranks", "dp"},               {"ranks", "pp"},              {"ranks", "pid"},
-    {"traffic", "received"},       {"spans", "end_ns"},          {"spans", "step"},
-    {"spans", "stage"},            {"spans", "chunk"},           {"spans", "microbatch"},
-    {"spans", "kind"},             {"spans", "peer"},            {"spans", "bytes"},
-    {"expert_loads", "step"},      {"expert_loads", "layer"},    {"expert_loads", "expert"},
-    {"expert_loads", "routed"},    {"memory_samples", "time_ns"}, {"memory_samples", "step"},
-    {"memory_samples", "category"}, {"memory_samples", "current_bytes"}, {"step_metrics", "step"},
-    {"step_metrics", "begin_ns"},  {"step_metrics", "end_ns"},   {"step_metrics", "tokens"},
-    {"node_samples", "time_ns"},   {"node_samples", "device"},   {"logs", "time_ns"},
-    {"logs", "level"},             {"heartbeats", "time_ns"},    {"heartbeats", "state"},
-    {"heartbeats", "step"}};
+const std::vector<std::pair<std::string, std::string>> kIntegerColumns = {{"meta", "created_ns"},
+                                                                          {"meta", "max_span_ns"},
+                                                                          {"meta", "span_count"},
+                                                                          {"meta", "schema_version"},
+                                                                          {"outcome", "failed_rank"},
+                                                                          {"outcome", "ended_ns"},
+                                                                          {"ranks", "dp"},
+                                                                          {"ranks", "pp"},
+                                                                          {"ranks", "pid"},
+                                                                          {"traffic", "received"},
+                                                                          {"spans", "end_ns"},
+                                                                          {"spans", "step"},
+                                                                          {"spans", "stage"},
+                                                                          {"spans", "chunk"},
+                                                                          {"spans", "microbatch"},
+                                                                          {"spans", "kind"},
+                                                                          {"spans", "peer"},
+                                                                          {"spans", "bytes"},
+                                                                          {"expert_loads", "step"},
+                                                                          {"expert_loads", "layer"},
+                                                                          {"expert_loads", "expert"},
+                                                                          {"expert_loads", "routed"},
+                                                                          {"memory_samples", "time_ns"},
+                                                                          {"memory_samples", "step"},
+                                                                          {"memory_samples", "category"},
+                                                                          {"memory_samples", "current_bytes"},
+                                                                          {"step_metrics", "step"},
+                                                                          {"step_metrics", "begin_ns"},
+                                                                          {"step_metrics", "end_ns"},
+                                                                          {"step_metrics", "tokens"},
+                                                                          {"node_samples", "time_ns"},
+                                                                          {"node_samples", "device"},
+                                                                          {"logs", "time_ns"},
+                                                                          {"logs", "level"},
+                                                                          {"heartbeats", "time_ns"},
+                                                                          {"heartbeats", "state"},
+                                                                          {"heartbeats", "step"}};
 // Ill-formed UTF-8, as SQL blob literals: bad leads, lone continuations, overlong forms,
 // surrogates, beyond U+10FFFF, cut short.
 const std::vector<std::string> kBadUtf8 = {"FF", "80", "C0AF", "E080AF", "EDA080", "F4908080", "C3", "E282", "41FE42"};
-const std::vector<std::string> kOddNumbers = {"-1", "0", "2147483648", "-2147483649", "4294967295", "4294967296",
-                                              "9223372036854775807", "-9223372036854775808", "1.5", "'seven'",
+const std::vector<std::string> kOddNumbers = {"-1",
+                                              "0",
+                                              "2147483648",
+                                              "-2147483649",
+                                              "4294967295",
+                                              "4294967296",
+                                              "9223372036854775807",
+                                              "-9223372036854775808",
+                                              "1.5",
+                                              "'seven'",
                                               "X'00'"};
 
 // A row of `table` picked by its position in the table's natural order.
@@ -131,7 +162,10 @@ private:
         const auto it = m_shape.rows.find(table);
         return it == m_shape.rows.end() ? 0 : it->second;
     }
-    long long anyRow(const std::string& table) { return static_cast<long long>(m_rng.below(std::size_t(std::max(1LL, rows(table))))); }
+    long long anyRow(const std::string& table)
+    {
+        return static_cast<long long>(m_rng.below(std::size_t(std::max(1LL, rows(table)))));
+    }
     std::size_t pages() const { return m_shape.bytes.size() / m_shape.pageSize; }
 
     void sqlCase(std::vector<Case>& cases, std::string family, std::string detail, std::vector<std::string> sql)
@@ -170,28 +204,34 @@ private:
         for (const char* table : {"step_metrics", "spans", "expert_loads", "memory_samples", "heartbeats"})
             for (const char* step : {"2147483647", "2147483648", "9223372036854775807", "-1", "-2147483649"})
                 sqlCase(cases, "huge or negative step", std::string(table) + ".step = " + step + " for one row",
-                        {"UPDATE " + std::string(table) + " SET step = " + step + " WHERE " + oneRow(table, anyRow(table))});
+                        {"UPDATE " + std::string(table) + " SET step = " + step + " WHERE " +
+                         oneRow(table, anyRow(table))});
         for (const std::string& table : kTables) {
             sqlCase(cases, "rows deleted", "every row of " + table, {"DELETE FROM " + table});
             if (rows(table) > 1)
                 sqlCase(cases, "rows deleted", "one row of " + table,
                         {"DELETE FROM " + table + " WHERE " + oneRow(table, anyRow(table))});
         }
-        sqlCase(cases, "rows deleted", "every other expert load",
-                {"DELETE FROM expert_loads WHERE seq % 2 = 0"});
+        sqlCase(cases, "rows deleted", "every other expert load", {"DELETE FROM expert_loads WHERE seq % 2 = 0"});
         sqlCase(cases, "rows deleted", "rank 0 of ranks", {"DELETE FROM ranks WHERE rank = 0"});
         for (const char* table : {"spans", "logs", "expert_loads", "heartbeats", "meta"})
             sqlCase(cases, "table dropped", table, {"DROP TABLE " + std::string(table)});
         sqlCase(cases, "table dropped", "spans renamed", {"ALTER TABLE spans RENAME TO spans_old"});
         sqlCase(cases, "table dropped", "index on step_metrics dropped", {"DROP INDEX step_metrics_by_end"});
-        sqlCase(cases, "odd number", "expert index gap",
-                {"UPDATE expert_loads SET expert = expert + 7 WHERE " + oneRow("expert_loads", anyRow("expert_loads"))});
-        sqlCase(cases, "odd number", "spans from a rank not in the job", {"UPDATE spans SET rank = 7 WHERE " + oneRow("spans", 0)});
+        sqlCase(
+            cases, "odd number", "expert index gap",
+            {"UPDATE expert_loads SET expert = expert + 7 WHERE " + oneRow("expert_loads", anyRow("expert_loads"))});
+        sqlCase(cases, "odd number", "spans from a rank not in the job",
+                {"UPDATE spans SET rank = 7 WHERE " + oneRow("spans", 0)});
         sqlCase(cases, "odd number", "a rank numbered as the engine",
                 {"UPDATE ranks SET rank = 4294967295", "UPDATE spans SET rank = 4294967295"});
         sqlCase(cases, "odd number", "outcome 'exploded'", {"UPDATE outcome SET state = 'exploded'"});
         const std::vector<std::pair<std::string, std::string>> specs = {
-            {"not JSON", "'not json {'"}, {"empty", "''"}, {"an array", "'[]'"}, {"null", "'null'"}, {"{}", "'{}'"},
+            {"not JSON", "'not json {'"},
+            {"empty", "''"},
+            {"an array", "'[]'"},
+            {"null", "'null'"},
+            {"{}", "'{}'"},
             {"a spec of another layout", "'{\"model\": {\"layers\": 96, \"hidden\": 12288, \"heads\": 96, \"vocab\": "
                                          "51200, \"seq_len\": 2048}, \"parallel\": {\"dp\": 8, \"pp\": 16, \"tp\": 8}, "
                                          "\"cluster\": {\"preset\": \"dgx-h100x128\"}}'"},
@@ -210,22 +250,29 @@ private:
         const std::string ahead = std::to_string(kHours58Ns);
         const std::string span = oneRow("spans", anyRow("spans"));
         const std::vector<std::pair<std::string, std::string>> damage = {
-            {"one span 58 h ahead", "UPDATE spans SET begin_ns = begin_ns + " + ahead + ", end_ns = end_ns + " + ahead + " WHERE " + span},
-            {"the last span 58 h ahead", "UPDATE spans SET begin_ns = begin_ns + " + ahead + ", end_ns = end_ns + " + ahead +
-                                             " WHERE " + oneRow("spans", std::max(0LL, rows("spans") - 1))},
-            {"rank 0's spans 58 h ahead", "UPDATE spans SET begin_ns = begin_ns + " + ahead + ", end_ns = end_ns + " + ahead + " WHERE rank = 0"},
+            {"one span 58 h ahead",
+             "UPDATE spans SET begin_ns = begin_ns + " + ahead + ", end_ns = end_ns + " + ahead + " WHERE " + span},
+            {"the last span 58 h ahead", "UPDATE spans SET begin_ns = begin_ns + " + ahead + ", end_ns = end_ns + " +
+                                             ahead + " WHERE " + oneRow("spans", std::max(0LL, rows("spans") - 1))},
+            {"rank 0's spans 58 h ahead",
+             "UPDATE spans SET begin_ns = begin_ns + " + ahead + ", end_ns = end_ns + " + ahead + " WHERE rank = 0"},
             {"one span ends 58 h later", "UPDATE spans SET end_ns = end_ns + " + ahead + " WHERE " + span},
             {"one span begins below zero", "UPDATE spans SET begin_ns = -begin_ns WHERE " + span},
             {"every span below zero", "UPDATE spans SET begin_ns = -begin_ns, end_ns = -end_ns"},
             {"one span ends before it begins", "UPDATE spans SET end_ns = begin_ns - 1000000 WHERE " + span},
-            {"one span from int64 min to max", "UPDATE spans SET begin_ns = -9223372036854775808, end_ns = 9223372036854775807 WHERE " + span},
-            {"a step's metrics 58 h ahead", "UPDATE step_metrics SET begin_ns = begin_ns + " + ahead + ", end_ns = end_ns + " + ahead +
-                                                " WHERE " + oneRow("step_metrics", anyRow("step_metrics"))},
-            {"a step ends before it begins", "UPDATE step_metrics SET end_ns = begin_ns - 1 WHERE " + oneRow("step_metrics", 0)},
+            {"one span from int64 min to max",
+             "UPDATE spans SET begin_ns = -9223372036854775808, end_ns = 9223372036854775807 WHERE " + span},
+            {"a step's metrics 58 h ahead", "UPDATE step_metrics SET begin_ns = begin_ns + " + ahead +
+                                                ", end_ns = end_ns + " + ahead + " WHERE " +
+                                                oneRow("step_metrics", anyRow("step_metrics"))},
+            {"a step ends before it begins",
+             "UPDATE step_metrics SET end_ns = begin_ns - 1 WHERE " + oneRow("step_metrics", 0)},
             {"a memory sample 58 h ahead", "UPDATE memory_samples SET time_ns = time_ns + " + ahead + " WHERE " +
                                                oneRow("memory_samples", anyRow("memory_samples"))},
-            {"a log line 58 h ahead", "UPDATE logs SET time_ns = time_ns + " + ahead + " WHERE " + oneRow("logs", anyRow("logs"))},
-            {"a heartbeat at int64 min", "UPDATE heartbeats SET time_ns = -9223372036854775808 WHERE " + oneRow("heartbeats", 0)},
+            {"a log line 58 h ahead",
+             "UPDATE logs SET time_ns = time_ns + " + ahead + " WHERE " + oneRow("logs", anyRow("logs"))},
+            {"a heartbeat at int64 min",
+             "UPDATE heartbeats SET time_ns = -9223372036854775808 WHERE " + oneRow("heartbeats", 0)},
             {"a node sample 58 h ahead", "UPDATE node_samples SET time_ns = time_ns + " + ahead},
             {"created 58 h ahead", "UPDATE meta SET created_ns = created_ns + " + ahead},
             {"created at int64 min", "UPDATE meta SET created_ns = -9223372036854775808"},
@@ -239,7 +286,7 @@ private:
         for (const char* version : {"0", "2", "-1", "1000"})
             sqlCase(cases, "format marks", std::string("PRAGMA user_version = ") + version,
                     {std::string("PRAGMA user_version = ") + version});
-        for (const char* id : {"0", "1", "1297303619"})   // the last is one off "MSHB" (0x4D534842 = 1297303618)
+        for (const char* id : {"0", "1", "1297303619"})  // the last is one off "MSHB" (0x4D534842 = 1297303618)
             sqlCase(cases, "format marks", std::string("PRAGMA application_id = ") + id,
                     {std::string("PRAGMA application_id = ") + id});
         sqlCase(cases, "format marks", "meta.schema_version = 99", {"UPDATE meta SET schema_version = 99"});
@@ -253,7 +300,8 @@ private:
         for (std::size_t page = 0; page < pages(); ++page) {
             std::string bytes = m_shape.bytes;
             bytes.replace(page * size, size, size, '\0');
-            bytesCase(cases, "zeroed page", "page " + std::to_string(page + 1) + " of " + std::to_string(pages()), bytes);
+            bytesCase(cases, "zeroed page", "page " + std::to_string(page + 1) + " of " + std::to_string(pages()),
+                      bytes);
         }
         for (int i = 0; i < 12; ++i) {
             const std::size_t a = m_rng.below(pages()), b = m_rng.below(pages());
@@ -286,12 +334,19 @@ private:
 
     void addForeignFiles(std::vector<Case>& cases)
     {
-        cases.push_back({"foreign file", "an SQLite database of another application", std::string(),
-                         {"CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT); INSERT INTO notes(text) VALUES ('hello')"},
+        cases.push_back(
+            {"foreign file",
+             "an SQLite database of another application",
+             std::string(),
+             {"CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT); INSERT INTO notes(text) VALUES ('hello')"},
+             false});
+        cases.push_back({"foreign file",
+                         "an SQLite database with the session's application id and no tables",
+                         std::string(),
+                         {"PRAGMA application_id = 1297303618; PRAGMA user_version = 1"},
                          false});
-        cases.push_back({"foreign file", "an SQLite database with the session's application id and no tables",
-                         std::string(), {"PRAGMA application_id = 1297303618; PRAGMA user_version = 1"}, false});
-        cases.push_back({"foreign file", "an SQLite database with the session's marks and an empty schema",
+        cases.push_back({"foreign file",
+                         "an SQLite database with the session's marks and an empty schema",
                          std::string(),
                          {"PRAGMA application_id = 1297303618; PRAGMA user_version = 1; CREATE TABLE meta(id INTEGER)"},
                          false});
@@ -309,18 +364,19 @@ private:
         const std::size_t size = bytes.size();
         Case c;
         switch (m_rng.below(4)) {
-        case 0: {   // bits of the 100-byte database header
+        case 0: {  // bits of the 100-byte database header
             c.family = "bit flips in the header";
             const std::size_t flips = 1 + m_rng.below(3);
             for (std::size_t i = 0; i < flips; ++i) {
                 const std::size_t at = m_rng.below(100);
                 const int bit = static_cast<int>(m_rng.below(8));
                 bytes[at] = static_cast<char>(bytes[at] ^ (1 << bit));
-                c.detail += (i ? ", " : "") + std::string("bit ") + std::to_string(bit) + " of byte " + std::to_string(at);
+                c.detail +=
+                    (i ? ", " : "") + std::string("bit ") + std::to_string(bit) + " of byte " + std::to_string(at);
             }
             break;
         }
-        case 1: {   // bits of a b-tree page, mostly its header and cell pointers
+        case 1: {  // bits of a b-tree page, mostly its header and cell pointers
             c.family = "bit flips in a b-tree page";
             const std::size_t page = 1 + m_rng.below(pages() - 1);
             const std::size_t flips = 1 + m_rng.below(4);
@@ -329,22 +385,26 @@ private:
                 const std::size_t at = page * m_shape.pageSize + within;
                 const int bit = static_cast<int>(m_rng.below(8));
                 bytes[at] = static_cast<char>(bytes[at] ^ (1 << bit));
-                c.detail += (i ? ", " : "") + std::string("bit ") + std::to_string(bit) + " of byte " + std::to_string(at);
+                c.detail +=
+                    (i ? ", " : "") + std::string("bit ") + std::to_string(bit) + " of byte " + std::to_string(at);
             }
             c.detail += " (page " + std::to_string(page + 1) + ")";
             break;
         }
-        case 2: {   // a run of bytes overwritten anywhere
+        case 2: {  // a run of bytes overwritten anywhere
             c.family = "byte run";
             const std::size_t length = 4 + m_rng.below(253), at = m_rng.below(size - length);
             const int fill = static_cast<int>(m_rng.below(3));
             for (std::size_t i = 0; i < length; ++i)
                 bytes[at + i] = fill == 0 ? '\0' : fill == 1 ? '\xFF' : static_cast<char>(m_rng.below(256));
-            c.detail = std::to_string(length) + (fill == 0 ? " zero" : fill == 1 ? " 0xFF" : " random") +
+            c.detail = std::to_string(length) +
+                       (fill == 0   ? " zero"
+                        : fill == 1 ? " 0xFF"
+                                    : " random") +
                        " bytes at " + std::to_string(at);
             break;
         }
-        default: {   // bytes in the last page, where the newest rows went
+        default: {  // bytes in the last page, where the newest rows went
             c.family = "bit flips near the end";
             const std::size_t flips = 1 + m_rng.below(6);
             for (std::size_t i = 0; i < flips; ++i) {
@@ -360,7 +420,7 @@ private:
     }
 
     const Shape& m_shape;
-    Rng m_rng{0x73657373'696F6E21ull};   // "session!": fixed, so every run tries the same copies
+    Rng m_rng{0x73657373'696F6E21ull};  // "session!": fixed, so every run tries the same copies
 };
 
 void runSql(const QString& path, const std::vector<std::string>& batches)
@@ -419,9 +479,9 @@ Shape shapeOf(const QString& path)
 
 struct Runs {
     ProcessBytes chrome, csv, sessions, replay;
-    std::string trace;   // the Chrome trace export wrote
+    std::string trace;  // the Chrome trace export wrote
     std::map<std::string, std::string> csvFiles;
-    bool structurallyDamaged = false;   // SQLite's quick_check finds the copy's b-trees damaged
+    bool structurallyDamaged = false;  // SQLite's quick_check finds the copy's b-trees damaged
 };
 
 // What SQLite's own quick_check says of a file: true when it finds damage (or cannot run at all).
@@ -481,7 +541,8 @@ void judgeSessions(const ProcessBytes& run, const std::string& copyPath, const s
     }
     int healthy = 0, listed = 0, unreadable = 0;
     for (const nlohmann::json& s : listing["sessions"]) {
-        const std::string path = s.is_object() && s.contains("path") && s["path"].is_string() ? s["path"].get<std::string>() : "";
+        const std::string path =
+            s.is_object() && s.contains("path") && s["path"].is_string() ? s["path"].get<std::string>() : "";
         healthy += path == healthyPath;
         listed += path == copyPath;
     }
@@ -499,7 +560,8 @@ void judgeSessions(const ProcessBytes& run, const std::string& copyPath, const s
         verdict.add("sessions --json: the copy is neither listed nor unreadable (or both)", fuzz::excerpt(out));
     if ((run.exitCode == 1) != !listing["unreadable"].empty())
         verdict.add("sessions --json: exit status disagrees with the unreadable list",
-                    "exit " + std::to_string(run.exitCode) + ", " + std::to_string(listing["unreadable"].size()) + " unreadable");
+                    "exit " + std::to_string(run.exitCode) + ", " + std::to_string(listing["unreadable"].size()) +
+                        " unreadable");
 }
 
 Verdict judge(const Runs& runs, const std::string& copyPath, const std::string& healthyPath)
@@ -570,7 +632,8 @@ bool makeHealthySession(const QString& path)
     if (run.exitCode == 0 && QFile::exists(path))
         return true;
     std::fprintf(stderr, "session_corruptor: the healthy run failed (exit %d%s):\n%s\n%s\n", run.exitCode,
-                 run.timedOut ? ", timed out" : "", fuzz::excerpt(run.out, 2000).c_str(), fuzz::excerpt(run.err, 2000).c_str());
+                 run.timedOut ? ", timed out" : "", fuzz::excerpt(run.out, 2000).c_str(),
+                 fuzz::excerpt(run.err, 2000).c_str());
     return false;
 }
 
@@ -607,7 +670,8 @@ int main(int argc, char** argv)
     fuzz::forEachConcurrently(static_cast<int>(cases.size()), kWorkers, [&](int i) {
         const Case& c = cases[std::size_t(i)];
         const QDir dir(work.filePath(QStringLiteral("c%1").arg(i)));
-        if (!dir.mkpath(".") || !dir.mkpath("out") || !QFile::copy(healthy, dir.filePath(QString::fromStdString(kHealthyName))))
+        if (!dir.mkpath(".") || !dir.mkpath("out") ||
+            !QFile::copy(healthy, dir.filePath(QString::fromStdString(kHealthyName))))
             qFatal("session_corruptor: cannot prepare %s", qPrintable(dir.path()));
         const QString copy = dir.filePath(QStringLiteral("case-%1.meshbench").arg(i, 3, 10, QLatin1Char('0')));
         if (c.directory) {
@@ -635,9 +699,12 @@ int main(int argc, char** argv)
         const Case& c = cases[i];
         const Runs& r = results[i];
         const auto code = [](const ProcessBytes& run) {
-            return run.timedOut ? std::string("timeout") : run.exitCode == -100 ? std::string("signal") : std::to_string(run.exitCode);
+            return run.timedOut           ? std::string("timeout")
+                   : run.exitCode == -100 ? std::string("signal")
+                                          : std::to_string(run.exitCode);
         };
-        ++outcomes["export " + code(r.chrome) + "/" + code(r.csv) + ", sessions " + code(r.sessions) + ", replay " + code(r.replay)];
+        ++outcomes["export " + code(r.chrome) + "/" + code(r.csv) + ", sessions " + code(r.sessions) + ", replay " +
+                   code(r.replay)];
         const Verdict& verdict = verdicts[i];
         if (verdict.problems.empty())
             continue;
@@ -657,8 +724,8 @@ int main(int argc, char** argv)
             std::fputs(report.c_str(), stdout);
     }
 
-    std::printf("\nsession_corruptor: %zu copies, 4 commands each, in %.1f s (%d at a time)\n  outcomes:\n", cases.size(),
-                seconds, kWorkers);
+    std::printf("\nsession_corruptor: %zu copies, 4 commands each, in %.1f s (%d at a time)\n  outcomes:\n",
+                cases.size(), seconds, kWorkers);
     for (const auto& [outcome, count] : outcomes)
         std::printf("  %5d x %s\n", count, outcome.c_str());
     if (failed == 0) {

@@ -22,8 +22,8 @@
 #include <regex>
 #include <set>
 
-using nlohmann::ordered_json;
 using fuzz::Rng;
+using nlohmann::ordered_json;
 
 namespace {
 
@@ -39,18 +39,21 @@ enum class Command { PlanJson, PlanText, SearchJson };
 const char* commandName(Command c)
 {
     switch (c) {
-    case Command::PlanJson: return "plan --json";
-    case Command::PlanText: return "plan";
-    case Command::SearchJson: return "search --json --top 3";
+    case Command::PlanJson:
+        return "plan --json";
+    case Command::PlanText:
+        return "plan";
+    case Command::SearchJson:
+        return "search --json --top 3";
     }
     return "?";
 }
 
 struct Case {
-    std::string family;     // the kind of mutation, for the failure classes
-    std::string detail;     // what exactly was done
-    std::string seed;       // the example spec it started from
-    std::string text;       // the spec's bytes
+    std::string family;  // the kind of mutation, for the failure classes
+    std::string detail;  // what exactly was done
+    std::string seed;    // the example spec it started from
+    std::string text;    // the spec's bytes
     Command command = Command::PlanJson;
     // The spec is wrong at this JSON path for certain: some error must name it or a field inside it.
     std::string mustName;
@@ -62,41 +65,108 @@ struct Seed {
     std::string name;
     std::string text;
     ordered_json doc;
-    int weight = 1;         // how often it is drawn: plan --json of GPT-3's 1,536 ranks takes a third of a second
+    int weight = 1;  // how often it is drawn: plan --json of GPT-3's 1,536 ranks takes a third of a second
 };
 
 struct Field {
     ordered_json::json_pointer pointer;
-    std::string path;       // dotted, as the engine reports it
+    std::string path;  // dotted, as the engine reports it
     std::string key;
 };
 
 // docs/job-spec.md, the job spec reference: the keys that take whole numbers. Every numeric key has a lower
 // bound of at least 0 and an upper bound below 2^62.
-const std::set<std::string> kIntegerKeys = {
-    "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "experts", "top_k",
-    "moe_ffn_hidden", "every_n_layers", "dp", "pp", "tp", "ep", "zero", "virtual_stages", "microbatches",
-    "micro_batch_size", "nodes", "devices_per_node", "nvlink_domain", "steps", "warmup_steps", "decay_steps",
-    "seed", "order", "branching"};
+const std::set<std::string> kIntegerKeys = {"layers",
+                                            "hidden",
+                                            "heads",
+                                            "kv_heads",
+                                            "ffn_hidden",
+                                            "vocab",
+                                            "seq_len",
+                                            "experts",
+                                            "top_k",
+                                            "moe_ffn_hidden",
+                                            "every_n_layers",
+                                            "dp",
+                                            "pp",
+                                            "tp",
+                                            "ep",
+                                            "zero",
+                                            "virtual_stages",
+                                            "microbatches",
+                                            "micro_batch_size",
+                                            "nodes",
+                                            "devices_per_node",
+                                            "nvlink_domain",
+                                            "steps",
+                                            "warmup_steps",
+                                            "decay_steps",
+                                            "seed",
+                                            "order",
+                                            "branching"};
 
 // Numbers at and beyond the limits of int32, int64, uint64 and double, and fractions where whole
 // numbers belong.
-const std::vector<std::string> kLimitNumbers = {
-    "0", "-0", "0.0", "-1", "1", "3.0", "1.5", "-1.5", "1E2", "2147483647", "2147483648", "-2147483649",
-    "4294967296", "9223372036854775807", "9223372036854775808", "18446744073709551615", "18446744073709551616",
-    "-9223372036854775808", "-9223372036854775809", "123456789012345678901234567890", "1e9", "1e308", "1e400",
-    "-1e400", "1e-400", "4.9e-324", "1048575", "1048576", "1048577", "100000000"};
+const std::vector<std::string> kLimitNumbers = {"0",
+                                                "-0",
+                                                "0.0",
+                                                "-1",
+                                                "1",
+                                                "3.0",
+                                                "1.5",
+                                                "-1.5",
+                                                "1E2",
+                                                "2147483647",
+                                                "2147483648",
+                                                "-2147483649",
+                                                "4294967296",
+                                                "9223372036854775807",
+                                                "9223372036854775808",
+                                                "18446744073709551615",
+                                                "18446744073709551616",
+                                                "-9223372036854775808",
+                                                "-9223372036854775809",
+                                                "123456789012345678901234567890",
+                                                "1e9",
+                                                "1e308",
+                                                "1e400",
+                                                "-1e400",
+                                                "1e-400",
+                                                "4.9e-324",
+                                                "1048575",
+                                                "1048576",
+                                                "1048577",
+                                                "100000000"};
 // Of those, the ones out of range for every numeric key (and fractions for integer keys) that the
 // JSON parser still reads as a number (1e400 is a document-level error).
-const std::set<std::string> kAlwaysOutOfRange = {
-    "-1", "-1.5", "9223372036854775807", "9223372036854775808", "18446744073709551615", "18446744073709551616",
-    "-9223372036854775808", "-9223372036854775809", "123456789012345678901234567890", "1e308"};
+const std::set<std::string> kAlwaysOutOfRange = {"-1",
+                                                 "-1.5",
+                                                 "9223372036854775807",
+                                                 "9223372036854775808",
+                                                 "18446744073709551615",
+                                                 "18446744073709551616",
+                                                 "-9223372036854775808",
+                                                 "-9223372036854775809",
+                                                 "123456789012345678901234567890",
+                                                 "1e308"};
 
 // Ill-formed UTF-8: bad leads, lone continuations, overlong forms, surrogates, beyond U+10FFFF,
 // sequences cut short.
-const std::vector<std::string> kBadUtf8 = {
-    "\xFF", "\xFE", "\x80", "\xBF", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\xAF", "\xF0\x80\x80\xAF",
-    "\xED\xA0\x80", "\xED\xBF\xBF", "\xF4\x90\x80\x80", "\xC3", "\xE2\x82", "\xF0\x9F\x98", "\xF8\x88\x80\x80\x80"};
+const std::vector<std::string> kBadUtf8 = {"\xFF",
+                                           "\xFE",
+                                           "\x80",
+                                           "\xBF",
+                                           "\xC0\xAF",
+                                           "\xC1\xBF",
+                                           "\xE0\x80\xAF",
+                                           "\xF0\x80\x80\xAF",
+                                           "\xED\xA0\x80",
+                                           "\xED\xBF\xBF",
+                                           "\xF4\x90\x80\x80",
+                                           "\xC3",
+                                           "\xE2\x82",
+                                           "\xF0\x9F\x98",
+                                           "\xF8\x88\x80\x80\x80"};
 
 // train.data settings that are wrong for certain, whatever the seed (seq_len <= 8192 and
 // vocab <= 128256 in every example): the agent refuses each of them (agent/data/token_source.cpp),
@@ -137,9 +207,10 @@ const std::vector<std::string> kWrongData = {
 const std::vector<std::string> kRightData = {R"({"source": "markov"})",
                                              R"({"source": "markov", "order": 2, "branching": 8})", "{}"};
 
-const std::vector<std::string> kUnknownKeys = {
-    "frobnicate", "Layers", "dp ", "micro_batches", "", "a.b", "__proto__", "\\u0000", "\xD0\xBA\xD0\xBB\xD1\x8E\xD1\x87",
-    "\xF0\x9F\x9A\x80", "source2", "0"};
+const std::vector<std::string> kUnknownKeys = {"frobnicate",       "Layers",  "dp ",
+                                               "micro_batches",    "",        "a.b",
+                                               "__proto__",        "\\u0000", "\xD0\xBA\xD0\xBB\xD1\x8E\xD1\x87",
+                                               "\xF0\x9F\x9A\x80", "source2", "0"};
 
 // Replacements of another JSON type than the value they replace; null too, which no key takes (a
 // default is had by leaving the key out).
@@ -251,8 +322,8 @@ std::string nested(std::size_t depth, bool arrays)
 // docs/job-spec.md: required keys (a cluster without a preset needs its shape and device).
 bool isRequired(const Seed& seed, const std::string& path)
 {
-    static const std::set<std::string> always = {"model", "cluster", "model.layers", "model.hidden", "model.heads",
-                                                 "model.vocab", "model.seq_len", "model.moe.experts"};
+    static const std::set<std::string> always = {"model",       "cluster",     "model.layers",  "model.hidden",
+                                                 "model.heads", "model.vocab", "model.seq_len", "model.moe.experts"};
     static const std::set<std::string> withoutPreset = {"cluster.device", "cluster.nodes", "cluster.devices_per_node"};
     const bool preset = seed.doc.contains("cluster") && seed.doc["cluster"].contains("preset");
     return always.count(path) || (!preset && withoutPreset.count(path));
@@ -343,10 +414,14 @@ private:
             if (interleaved)
                 most -= most % pp;
             const std::vector<std::pair<std::string, std::string>> values = {
-                {"parallel.microbatches", std::to_string(most)}, {"parallel.microbatches", "1048576"},
-                {"parallel.micro_batch_size", "65536"},            {"train.steps", "1000000000"},
-                {"model.layers", "10000"},                         {"model.seq_len", "100000000"},
-                {"model.vocab", "100000000"},                      {"cluster.nodes", "1048576"}};
+                {"parallel.microbatches", std::to_string(most)},
+                {"parallel.microbatches", "1048576"},
+                {"parallel.micro_batch_size", "65536"},
+                {"train.steps", "1000000000"},
+                {"model.layers", "10000"},
+                {"model.seq_len", "100000000"},
+                {"model.vocab", "100000000"},
+                {"cluster.nodes", "1048576"}};
             for (const auto& [path, value] : values) {
                 const std::string section = path.substr(0, path.find('.'));
                 if (!seed.doc.contains(section))
@@ -391,11 +466,21 @@ private:
         std::string withNul = demo.text;
         withNul.insert(withNul.find("\"model\""), std::string(1, '\0'));
         const std::vector<std::pair<std::string, std::string>> documents = {
-            {"empty file", ""}, {"only spaces", "   \n"}, {"null", "null"}, {"an array", "[]"}, {"a number", "42"},
-            {"a string", R"("demo")"}, {"an empty object", "{}"}, {"unclosed object", R"({"model":)"},
-            {"the spec twice", demo.text + demo.text}, {"trailing garbage", demo.text + "x"},
-            {"a NUL byte before model", withNul}, {"UTF-16LE", utf16}, {"a byte order mark", "\xEF\xBB\xBF" + demo.text},
-            {"100,000 open brackets", std::string(100000, '[')}, {"an array of the spec", "[" + demo.text + "]"}};
+            {"empty file", ""},
+            {"only spaces", "   \n"},
+            {"null", "null"},
+            {"an array", "[]"},
+            {"a number", "42"},
+            {"a string", R"("demo")"},
+            {"an empty object", "{}"},
+            {"unclosed object", R"({"model":)"},
+            {"the spec twice", demo.text + demo.text},
+            {"trailing garbage", demo.text + "x"},
+            {"a NUL byte before model", withNul},
+            {"UTF-16LE", utf16},
+            {"a byte order mark", "\xEF\xBB\xBF" + demo.text},
+            {"100,000 open brackets", std::string(100000, '[')},
+            {"an array of the spec", "[" + demo.text + "]"}};
         for (const auto& [what, text] : documents)
             for (const Command command : {Command::PlanJson, Command::PlanText, Command::SearchJson}) {
                 push(cases, demo, "whole document", what, text, command);
@@ -415,15 +500,16 @@ private:
                 cases.back().mustFail = true;
                 const std::vector<Field> fields = fieldsOf(seed.doc, anyValue);
                 const Field field = m_rng.pick(fields);
-                push(cases, seed, "deep nesting", field.path + " = " + shape, withRawValue(seed.doc, field.pointer, deep),
-                     randomCommand());
+                push(cases, seed, "deep nesting", field.path + " = " + shape,
+                     withRawValue(seed.doc, field.pointer, deep), randomCommand());
                 cases.back().mustFail = true;
                 cases.back().mustName = field.path;
                 push(cases, seed, "deep nesting", "train.data = " + shape, withData(seed, deep), randomCommand());
                 cases.back().mustFail = true;
                 cases.back().mustName = "train.data";
                 push(cases, seed, "deep nesting", "unknown key \"deep\" = " + shape,
-                     withRawMember(seed.doc, ordered_json::json_pointer(), m_rng.below(8), quotedJson("deep"), deep), randomCommand());
+                     withRawMember(seed.doc, ordered_json::json_pointer(), m_rng.below(8), quotedJson("deep"), deep),
+                     randomCommand());
                 cases.back().mustFail = true;
                 cases.back().mustName = "deep";
             }
@@ -472,7 +558,7 @@ private:
         const std::size_t at = m_rng.below(end + 1);
         c.text = seed.text.substr(0, at);
         c.detail = "cut at byte " + std::to_string(at) + " of " + std::to_string(seed.text.size());
-        c.mustFail = true;   // the object's closing brace is gone
+        c.mustFail = true;  // the object's closing brace is gone
     }
 
     void chunkCopy(const Seed& seed, Case& c)
@@ -483,7 +569,8 @@ private:
         const std::string chunk = c.text.substr(from, length);
         const std::size_t to = m_rng.below(c.text.size() + 1);
         c.text.insert(to, chunk);
-        c.detail = "bytes " + std::to_string(from) + "+" + std::to_string(chunk.size()) + " copied to " + std::to_string(to);
+        c.detail =
+            "bytes " + std::to_string(from) + "+" + std::to_string(chunk.size()) + " copied to " + std::to_string(to);
     }
 
     // JSON-level mutations: one field changed, so that the error it causes has a known path.
@@ -500,7 +587,7 @@ private:
             c.mustFail = true;
         }
         if (number == "1e400" || number == "-1e400")
-            c.mustFail = true;   // beyond double: not a number JSON can carry
+            c.mustFail = true;  // beyond double: not a number JSON can carry
     }
 
     void typeSwap(const Seed& seed, Case& c)
@@ -538,7 +625,7 @@ private:
         const Field parent = m_rng.pick(objectsOf(seed.doc));
         std::string key = m_rng.pick(kUnknownKeys);
         if (key.empty() && parent.path.empty())
-            key = "frobnicate";   // an empty key at the top has no path of its own
+            key = "frobnicate";  // an empty key at the top has no path of its own
         const std::string value = m_rng.pick(std::vector<std::string>{"1", R"("x")", "true", "{}", "[0]"});
         c.text = withRawMember(seed.doc, parent.pointer, m_rng.below(16), quotedJson(key), value);
         // The path names the key as it reads once parsed ("\u0000" is one NUL character).
@@ -600,8 +687,8 @@ private:
     {
         c.family = "bad escape in a string";
         const Field field = m_rng.pick(fieldsOf(seed.doc, isString));
-        const std::string escape =
-            m_rng.pick(std::vector<std::string>{"\\ud800", "\\udc00x", "\\ud83d\\u0041", "\\uZZZZ", "\\x41", "\\", "\\u12"});
+        const std::string escape = m_rng.pick(
+            std::vector<std::string>{"\\ud800", "\\udc00x", "\\ud83d\\u0041", "\\uZZZZ", "\\x41", "\\", "\\u12"});
         c.text = withRawValue(seed.doc, field.pointer, "\"a" + escape + "\"");
         c.detail = field.path + " holds " + escape;
         c.mustFail = true;
@@ -618,8 +705,8 @@ private:
     }
 
     std::vector<Seed> m_seeds;
-    std::vector<std::size_t> m_draw;   // seed indexes, each as often as its weight
-    Rng m_rng{0x6D657368'62656E63ull};   // "meshbenc": fixed, so every run tries the same cases
+    std::vector<std::size_t> m_draw;    // seed indexes, each as often as its weight
+    Rng m_rng{0x6D657368'62656E63ull};  // "meshbenc": fixed, so every run tries the same cases
 };
 
 // A position in the message: line and column, or a byte offset.
@@ -631,9 +718,8 @@ bool givesPosition(const std::string& message)
 
 bool namesPath(const std::string& errorPath, const std::string& path)
 {
-    return errorPath == path ||
-           (errorPath.size() > path.size() && errorPath.compare(0, path.size(), path) == 0 &&
-            (errorPath[path.size()] == '.' || errorPath[path.size()] == '['));
+    return errorPath == path || (errorPath.size() > path.size() && errorPath.compare(0, path.size(), path) == 0 &&
+                                 (errorPath[path.size()] == '.' || errorPath[path.size()] == '['));
 }
 
 using fuzz::Verdict;
@@ -653,9 +739,9 @@ void judgeJson(const Case& c, const ProcessBytes& run, Verdict& verdict)
     const bool valid = report["valid"].get<bool>();
     const nlohmann::json& errors = report["errors"];
     if ((run.exitCode == 0) != (valid && errors.empty()))
-        verdict.add("exit status disagrees with \"valid\"",
-                    "exit " + std::to_string(run.exitCode) + ", valid " + (valid ? "true" : "false") + ", " +
-                        std::to_string(errors.size()) + " errors");
+        verdict.add("exit status disagrees with \"valid\"", "exit " + std::to_string(run.exitCode) + ", valid " +
+                                                                (valid ? "true" : "false") + ", " +
+                                                                std::to_string(errors.size()) + " errors");
     if (run.exitCode == 1 && errors.empty())
         verdict.add("refused without errors", fuzz::excerpt(out));
     // A root that is not an object is the document's own problem: "" is its path.
@@ -684,8 +770,10 @@ void judgeText(const Case& c, const ProcessBytes& run, const QString& specPath, 
 {
     if (run.exitCode == 1 && !run.err.contains(specPath.toUtf8()))
         verdict.add("stderr does not name the file", fuzz::excerpt(run.err));
-    if (run.exitCode == 1 && !c.mustName.empty() && !run.err.contains(QByteArray::fromStdString("error: " + c.mustName)))
-        verdict.add("no error names " + c.family + " field", "expected " + c.mustName + "; stderr: " + fuzz::excerpt(run.err));
+    if (run.exitCode == 1 && !c.mustName.empty() &&
+        !run.err.contains(QByteArray::fromStdString("error: " + c.mustName)))
+        verdict.add("no error names " + c.family + " field",
+                    "expected " + c.mustName + "; stderr: " + fuzz::excerpt(run.err));
     if (run.exitCode == 0 && run.out.isEmpty())
         verdict.add("exit 0 with nothing on stdout", fuzz::excerpt(run.err));
 }
@@ -708,7 +796,8 @@ Verdict judge(const Case& c, const ProcessBytes& run, const QString& specPath)
     if (run.out.size() > kMaxReportBytes)
         verdict.add("report over 64 MiB", std::to_string(run.out.size()) + " bytes on stdout");
     if (c.mustFail && run.exitCode != 1)
-        verdict.add("accepted a wrong spec", "exit " + std::to_string(run.exitCode) + "; the spec is wrong for certain");
+        verdict.add("accepted a wrong spec",
+                    "exit " + std::to_string(run.exitCode) + "; the spec is wrong for certain");
     if (c.mustPass && run.exitCode != 0)
         verdict.add("refused a valid spec", fuzz::excerpt(run.out.isEmpty() ? run.err : run.out));
     if (c.command == Command::PlanText)
@@ -721,9 +810,12 @@ Verdict judge(const Case& c, const ProcessBytes& run, const QString& specPath)
 QStringList argumentsFor(Command command, const QString& path)
 {
     switch (command) {
-    case Command::PlanJson: return {"plan", path, "--json"};
-    case Command::PlanText: return {"plan", path};
-    case Command::SearchJson: return {"search", path, "--json", "--top", "3"};
+    case Command::PlanJson:
+        return {"plan", path, "--json"};
+    case Command::PlanText:
+        return {"plan", path};
+    case Command::SearchJson:
+        return {"search", path, "--json", "--top", "3"};
     }
     return {};
 }
@@ -779,7 +871,8 @@ int main(int argc, char** argv)
         const QString path = work.filePath(QStringLiteral("case-%1.json").arg(i, 4, 10, QLatin1Char('0')));
         if (!writeFile(path, cases[std::size_t(i)].text))
             qFatal("spec_mutator: cannot write %s", qPrintable(path));
-        ProcessBytes run = runProcessBytes(QStringLiteral(MESHBENCH_ENGINE), argumentsFor(cases[std::size_t(i)].command, path), kTimeoutMs);
+        ProcessBytes run = runProcessBytes(QStringLiteral(MESHBENCH_ENGINE),
+                                           argumentsFor(cases[std::size_t(i)].command, path), kTimeoutMs);
         // Keep what the judge needs: a 700 MB report is judged by its size and its first bytes.
         if (run.out.size() > kMaxReportBytes)
             run.out.truncate(kMaxReportBytes + 1);

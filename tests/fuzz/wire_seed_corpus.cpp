@@ -42,14 +42,13 @@ int main(int argc, char** argv)
     const NodeSampleRecord node{1500, "node-01", 1ll << 36, 1ll << 34, 0, 1ll << 34, 1ll << 32, 0.75f};
     const LogRecord log{1600, LogLevel::Warning, "loss spike at step 3: 2.5 (\xC3\xA9)"};
     const HeartbeatRecord heartbeat{1700, RankState::Running, 3, 4242, 0, 0, "node-01"};
-    const bool ok = write(directory, "empty", Batch{0, 0, {}}) && write(directory, "span", Batch{1, 0, {span}}) &&
-                    write(directory, "expert_load", Batch{1, 1, {expertLoad}}) &&
-                    write(directory, "memory_sample", Batch{1, 2, {memory}}) &&
-                    write(directory, "step_metrics", Batch{1, 3, {step}}) &&
-                    write(directory, "node_sample", Batch{0, 4, {node}}) &&
-                    write(directory, "log", Batch{2, 5, {log}}) &&
-                    write(directory, "heartbeat", Batch{2, 6, {heartbeat}}) &&
-                    write(directory, "mixed", Batch{7, 100, {span, expertLoad, memory, step, node, log, heartbeat}});
+    const bool ok =
+        write(directory, "empty", Batch{0, 0, {}}) && write(directory, "span", Batch{1, 0, {span}}) &&
+        write(directory, "expert_load", Batch{1, 1, {expertLoad}}) &&
+        write(directory, "memory_sample", Batch{1, 2, {memory}}) &&
+        write(directory, "step_metrics", Batch{1, 3, {step}}) && write(directory, "node_sample", Batch{0, 4, {node}}) &&
+        write(directory, "log", Batch{2, 5, {log}}) && write(directory, "heartbeat", Batch{2, 6, {heartbeat}}) &&
+        write(directory, "mixed", Batch{7, 100, {span, expertLoad, memory, step, node, log, heartbeat}});
     if (!ok) {
         std::fprintf(stderr, "wire_seed_corpus: cannot write the seeds into %s\n", argv[1]);
         return 1;

@@ -35,56 +35,20 @@ void* countedAlloc(std::size_t n, std::size_t align)
         throw std::bad_alloc();
     return p;
 }
-} // namespace
+}  // namespace
 
-void* operator new(std::size_t n)
-{
-    return countedAlloc(n, 0);
-}
-void* operator new[](std::size_t n)
-{
-    return countedAlloc(n, 0);
-}
-void* operator new(std::size_t n, std::align_val_t a)
-{
-    return countedAlloc(n, static_cast<std::size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a)
-{
-    return countedAlloc(n, static_cast<std::size_t>(a));
-}
-void operator delete(void* p) noexcept
-{
-    std::free(p);
-}
-void operator delete[](void* p) noexcept
-{
-    std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept
-{
-    std::free(p);
-}
-void operator delete[](void* p, std::size_t) noexcept
-{
-    std::free(p);
-}
-void operator delete(void* p, std::align_val_t) noexcept
-{
-    std::free(p);
-}
-void operator delete[](void* p, std::align_val_t) noexcept
-{
-    std::free(p);
-}
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept
-{
-    std::free(p);
-}
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept
-{
-    std::free(p);
-}
+void* operator new(std::size_t n) { return countedAlloc(n, 0); }
+void* operator new[](std::size_t n) { return countedAlloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return countedAlloc(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return countedAlloc(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace meshbench::kernels;
 
@@ -99,23 +63,14 @@ std::vector<float> randomVector(std::size_t n, double lo, double hi, std::uint32
     return x;
 }
 
-std::vector<double> toDouble(const std::vector<float>& x)
-{
-    return {x.begin(), x.end()};
-}
+std::vector<double> toDouble(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
-std::size_t qSize(const AttentionShape& s)
-{
-    return static_cast<std::size_t>(s.batch) * s.seq * s.heads * s.headDim;
-}
+std::size_t qSize(const AttentionShape& s) { return static_cast<std::size_t>(s.batch) * s.seq * s.heads * s.headDim; }
 std::size_t kvSize(const AttentionShape& s)
 {
     return static_cast<std::size_t>(s.batch) * s.seq * s.kvHeads * s.headDim;
 }
-std::size_t lseSize(const AttentionShape& s)
-{
-    return static_cast<std::size_t>(s.batch) * s.heads * s.seq;
-}
+std::size_t lseSize(const AttentionShape& s) { return static_cast<std::size_t>(s.batch) * s.heads * s.seq; }
 
 // Element offsets: q/out [B, S, H, D], k/v [B, S, Hkv, D], lse [B, H, S].
 std::size_t qAt(const AttentionShape& s, int b, int i, int h)
@@ -227,7 +182,7 @@ QString compare(const std::vector<float>& got, const std::vector<double>& want, 
     std::size_t at = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
         const double excess = std::abs(got[i] - want[i]) - (atol + rtol * std::abs(want[i]));
-        if (!(excess <= worst)) { // also catches NaN
+        if (!(excess <= worst)) {  // also catches NaN
             worst = std::isnan(excess) ? INFINITY : excess;
             at = i;
         }
@@ -313,7 +268,7 @@ KernelRun runKernel(CpuBackend& backend, const Problem& pb, bool withBackward)
     return r;
 }
 
-} // namespace
+}  // namespace
 
 class TestAttention : public QObject {
     Q_OBJECT
@@ -411,7 +366,7 @@ void TestAttention::backwardMatchesAnalyticReference()
 void TestAttention::backwardMatchesFiniteDifferences_data()
 {
     addShapeColumns();
-    QTest::addColumn<int>("samples"); // entries checked per tensor, 0 = all
+    QTest::addColumn<int>("samples");  // entries checked per tensor, 0 = all
     QTest::newRow("S9 GQA 4/2, every entry") << 1 << 9 << 4 << 2 << 8 << 0;
     QTest::newRow("S5 B2 GQA 2/1, every entry") << 2 << 5 << 2 << 1 << 16 << 0;
     QTest::newRow("S70 GQA 2/1, sampled across the block edge") << 1 << 70 << 2 << 1 << 8 << 120;
@@ -562,7 +517,7 @@ void TestAttention::rejectsBadShapes()
 {
     CpuBackend backend;
     std::vector<float> buf(64, 0.0f);
-    const AttentionShape notGrouped{1, 2, 3, 2, 4}; // 3 query heads cannot share 2 kv heads evenly
+    const AttentionShape notGrouped{1, 2, 3, 2, 4};  // 3 query heads cannot share 2 kv heads evenly
     QVERIFY_THROWS_EXCEPTION(KernelError, backend.attentionForward(notGrouped, f32(buf.data()), f32(buf.data()),
                                                                    f32(buf.data()), f32(buf.data()), f32(buf.data())));
     const AttentionShape empty{1, 0, 1, 1, 4};

@@ -75,7 +75,7 @@ private slots:
                 for (void* b : blocks)
                     cache.release(b);
             }
-            QCOMPARE(device.allocations, int(sizes.size()));   // the first step's only
+            QCOMPARE(device.allocations, int(sizes.size()));  // the first step's only
             const CachingAllocator::Stats stats = cache.stats();
             QCOMPARE(stats.deviceAllocations, std::int64_t(sizes.size()));
             QCOMPARE(stats.cacheHits, std::int64_t(2 * sizes.size()));
@@ -87,7 +87,7 @@ private slots:
             QCOMPARE(stats.peakReservedBytes, reserved);
             QCOMPARE(std::int64_t(device.used), reserved);
         }
-        QCOMPARE(device.frees, device.allocations);   // all given back at the end
+        QCOMPARE(device.frees, device.allocations);  // all given back at the end
         QCOMPARE(device.used, std::size_t(0));
     }
 
@@ -97,9 +97,9 @@ private slots:
         CachingAllocator cache = device.allocator();
         void* big = cache.allocate(8 * kMiB);
         cache.release(big);
-        void* small = cache.allocate(2 * kMiB);   // 8 MiB > 2 x 2 MiB: a new block
+        void* small = cache.allocate(2 * kMiB);  // 8 MiB > 2 x 2 MiB: a new block
         QVERIFY(small != big);
-        void* half = cache.allocate(4 * kMiB + 1);   // rounds to 6 MiB; 8 <= 12: the cached one
+        void* half = cache.allocate(4 * kMiB + 1);  // rounds to 6 MiB; 8 <= 12: the cached one
         QCOMPARE(half, big);
         QCOMPARE(cache.stats().inUseBytes, std::int64_t(10 * kMiB));
         cache.release(small);

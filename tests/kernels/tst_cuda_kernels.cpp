@@ -163,7 +163,8 @@ private slots:
         QFETCH(int, dtype);
         const DType type = DType(dtype);
         const int T = 37, f = 53;
-        std::vector<float> x = randomValues(std::size_t(T) * 2 * f, 2, 2.0f), dy = randomValues(std::size_t(T) * 2 * f, 3);
+        std::vector<float> x = randomValues(std::size_t(T) * 2 * f, 2, 2.0f),
+                           dy = randomValues(std::size_t(T) * 2 * f, 3);
         if (type == DType::BF16)
             for (std::vector<float>* v : {&x, &dy})
                 for (float& e : *v)
@@ -179,15 +180,23 @@ private slots:
             const QString problem = farFrom(gout.read(outSize), cout.read(outSize), tolerance);
             QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
         };
-        compare("gelu", [&](Backend& b, DevPtr in, DevPtr, DevPtr out) { b.geluForward(in, out, n); }, n);
-        compare("gelu backward", [&](Backend& b, DevPtr in, DevPtr d, DevPtr out) { b.geluBackward(d, in, out, n); }, n);
-        compare("swiglu", [&](Backend& b, DevPtr in, DevPtr, DevPtr out) { b.swigluForward(in, T, f, out); }, half);
-        compare("swiglu backward", [&](Backend& b, DevPtr in, DevPtr d, DevPtr out) { b.swigluBackward(d, in, T, f, out); }, n);
-        compare("add", [&](Backend& b, DevPtr in, DevPtr d, DevPtr) { b.add(in, d, n); }, 0);
-        compare("scale", [&](Backend& b, DevPtr in, DevPtr, DevPtr) { b.scale(in, 0.75f, n); }, 0);
+        compare(
+            "gelu", [&](Backend& b, DevPtr in, DevPtr, DevPtr out) { b.geluForward(in, out, n); }, n);
+        compare(
+            "gelu backward", [&](Backend& b, DevPtr in, DevPtr d, DevPtr out) { b.geluBackward(d, in, out, n); }, n);
+        compare(
+            "swiglu", [&](Backend& b, DevPtr in, DevPtr, DevPtr out) { b.swigluForward(in, T, f, out); }, half);
+        compare(
+            "swiglu backward", [&](Backend& b, DevPtr in, DevPtr d, DevPtr out) { b.swigluBackward(d, in, T, f, out); },
+            n);
+        compare(
+            "add", [&](Backend& b, DevPtr in, DevPtr d, DevPtr) { b.add(in, d, n); }, 0);
+        compare(
+            "scale", [&](Backend& b, DevPtr in, DevPtr, DevPtr) { b.scale(in, 0.75f, n); }, 0);
         Buffer cx(m_cpu, x), gx(*m_cuda, x, type);
         const double cpu = m_cpu.sumSquares(cx.ptr, n), gpu = m_cuda->sumSquares(gx.ptr, n);
-        QVERIFY2(std::abs(gpu - cpu) <= 1e-12 * cpu, qPrintable(QStringLiteral("sum of squares %1 vs %2").arg(gpu).arg(cpu)));
+        QVERIFY2(std::abs(gpu - cpu) <= 1e-12 * cpu,
+                 qPrintable(QStringLiteral("sum of squares %1 vs %2").arg(gpu).arg(cpu)));
     }
 
     void rowKernelsMatchTheCpu_data() { elementwiseMatchesTheCpu_data(); }
@@ -208,19 +217,19 @@ private slots:
                     e = roundToBf16(e);
         std::vector<int> ids(static_cast<std::size_t>(T));
         for (int t = 0; t < T; ++t)
-            ids[std::size_t(t)] = (t * 7) % vocab;   // every id, several twice
+            ids[std::size_t(t)] = (t * 7) % vocab;  // every id, several twice
         const std::size_t n = x.size();
 
         Buffer cx(m_cpu, x), cdy(m_cpu, dy), cg(m_cpu, gamma), cout(m_cpu, std::vector<float>(n)),
             crstd(m_cpu, std::vector<float>(std::size_t(T))), cdx(m_cpu, std::vector<float>(n)),
             cdg(m_cpu, std::vector<float>(std::size_t(h), 0.5f));
-        Buffer gx(*m_cuda, x, type), gdy(*m_cuda, dy, type), gg(*m_cuda, gamma), gout(*m_cuda, std::vector<float>(n), type),
-            grstd(*m_cuda, std::vector<float>(std::size_t(T))), gdx(*m_cuda, std::vector<float>(n), type),
-            gdg(*m_cuda, std::vector<float>(std::size_t(h), 0.5f));
+        Buffer gx(*m_cuda, x, type), gdy(*m_cuda, dy, type), gg(*m_cuda, gamma),
+            gout(*m_cuda, std::vector<float>(n), type), grstd(*m_cuda, std::vector<float>(std::size_t(T))),
+            gdx(*m_cuda, std::vector<float>(n), type), gdg(*m_cuda, std::vector<float>(std::size_t(h), 0.5f));
         m_cpu.rmsNormForward(cx.ptr, cg.ptr, T, h, 1e-5f, cout.ptr, crstd.ptr);
         m_cuda->rmsNormForward(gx.ptr, gg.ptr, T, h, 1e-5f, gout.ptr, grstd.ptr);
-        for (const auto& [what, gpu, cpu, size] : {std::tuple{"rms norm", &gout, &cout, n},
-                                                   std::tuple{"rstd", &grstd, &crstd, std::size_t(T)}}) {
+        for (const auto& [what, gpu, cpu, size] :
+             {std::tuple{"rms norm", &gout, &cout, n}, std::tuple{"rstd", &grstd, &crstd, std::size_t(T)}}) {
             const QString problem = farFrom(gpu->read(size), cpu->read(size), tolerance);
             QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
         }
@@ -228,22 +237,25 @@ private slots:
         m_cuda->rmsNormBackward(gdy.ptr, gx.ptr, gg.ptr, grstd.ptr, T, h, gdx.ptr, gdg.ptr);
         // dGamma sums T rows: T ulp of the sum's scale.
         for (const auto& [what, gpu, cpu, size, tol] :
-             {std::tuple{"rms norm dx", &gdx, &cdx, n, tolerance}, std::tuple{"rms norm dgamma", &gdg, &cdg, std::size_t(h), 1e-5}}) {
+             {std::tuple{"rms norm dx", &gdx, &cdx, n, tolerance},
+              std::tuple{"rms norm dgamma", &gdg, &cdg, std::size_t(h), 1e-5}}) {
             const QString problem = farFrom(gpu->read(size), cpu->read(size), tol);
             QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
         }
 
         // LayerNorm, with beta = the first row of dy.
         Buffer cmean(m_cpu, std::vector<float>(std::size_t(T))), gmean(*m_cuda, std::vector<float>(std::size_t(T))),
-            cdb(m_cpu, std::vector<float>(std::size_t(h), -0.5f)), gdb(*m_cuda, std::vector<float>(std::size_t(h), -0.5f));
+            cdb(m_cpu, std::vector<float>(std::size_t(h), -0.5f)),
+            gdb(*m_cuda, std::vector<float>(std::size_t(h), -0.5f));
         m_cpu.layerNormForward(cx.ptr, cg.ptr, cdy.ptr, T, h, 1e-5f, cout.ptr, cmean.ptr, crstd.ptr);
         m_cuda->layerNormForward(gx.ptr, gg.ptr, gdy.ptr, T, h, 1e-5f, gout.ptr, gmean.ptr, grstd.ptr);
         m_cpu.layerNormBackward(cdy.ptr, cx.ptr, cg.ptr, cmean.ptr, crstd.ptr, T, h, cdx.ptr, cdg.ptr, cdb.ptr);
         m_cuda->layerNormBackward(gdy.ptr, gx.ptr, gg.ptr, gmean.ptr, grstd.ptr, T, h, gdx.ptr, gdg.ptr, gdb.ptr);
-        for (const auto& [what, gpu, cpu, size, tol] :
-             {std::tuple{"layer norm", &gout, &cout, n, tolerance}, std::tuple{"mean", &gmean, &cmean, std::size_t(T), 2e-6},
-              std::tuple{"layer norm dx", &gdx, &cdx, n, tolerance}, std::tuple{"dgamma", &gdg, &cdg, std::size_t(h), 1e-5},
-              std::tuple{"dbeta", &gdb, &cdb, std::size_t(h), 1e-5}}) {
+        for (const auto& [what, gpu, cpu, size, tol] : {std::tuple{"layer norm", &gout, &cout, n, tolerance},
+                                                        std::tuple{"mean", &gmean, &cmean, std::size_t(T), 2e-6},
+                                                        std::tuple{"layer norm dx", &gdx, &cdx, n, tolerance},
+                                                        std::tuple{"dgamma", &gdg, &cdg, std::size_t(h), 1e-5},
+                                                        std::tuple{"dbeta", &gdb, &cdb, std::size_t(h), 1e-5}}) {
             const QString problem = farFrom(gpu->read(size), cpu->read(size), tol);
             QVERIFY2(problem.isEmpty(), qPrintable(QString(what) + problem));
         }
@@ -252,7 +264,7 @@ private slots:
             gdt(*m_cuda, std::vector<float>(table.size(), 0.25f));
         m_cpu.embeddingForward(ids.data(), T, ct.ptr, h, cout.ptr);
         m_cuda->embeddingForward(ids.data(), T, gt.ptr, h, gout.ptr);
-        QCOMPARE(gout.read(n), cout.read(n));   // a copy: exact
+        QCOMPARE(gout.read(n), cout.read(n));  // a copy: exact
         m_cpu.embeddingBackward(ids.data(), T, cdy.ptr, h, cdt.ptr);
         m_cuda->embeddingBackward(ids.data(), T, gdy.ptr, h, gdt.ptr);
         QString problem = farFrom(gdt.read(table.size()), cdt.read(table.size()), 1e-6);
@@ -291,23 +303,25 @@ private slots:
         const int T = 32, E = 4, K = 2, h = 16;
         const RouterShape shape{T, E, K, routerCapacity(T, E, K, 1.0)};
         const std::size_t rows = std::size_t(E) * std::size_t(shape.capacity), slotCount = std::size_t(T) * K;
-        std::vector<float> logits = randomValues(std::size_t(T) * E, 16, 2.0f), probs(logits.size()), weightOf(slotCount);
+        std::vector<float> logits = randomValues(std::size_t(T) * E, 16, 2.0f), probs(logits.size()),
+                           weightOf(slotCount);
         std::vector<int> expertOf(slotCount), rowOf(slotCount), tokenOfRow(rows), countOf(static_cast<std::size_t>(E)),
             routedOf(static_cast<std::size_t>(E));
-        const Routing routing{probs.data(), expertOf.data(), weightOf.data(), rowOf.data(), tokenOfRow.data(),
-                              countOf.data(), routedOf.data()};
+        const Routing routing{probs.data(),      expertOf.data(), weightOf.data(), rowOf.data(),
+                              tokenOfRow.data(), countOf.data(),  routedOf.data()};
         m_cpu.route(shape, logits.data(), routing);
-        QVERIFY(std::count(rowOf.begin(), rowOf.end(), -1) > 0);   // some dropped, so the test covers them
+        QVERIFY(std::count(rowOf.begin(), rowOf.end(), -1) > 0);  // some dropped, so the test covers them
 
         const std::vector<float> x = randomValues(std::size_t(T) * h, 17), expertOut = randomValues(rows * h, 18),
-                                 dOut = randomValues(std::size_t(T) * h, 19), start = randomValues(std::size_t(T) * h, 20);
+                                 dOut = randomValues(std::size_t(T) * h, 19),
+                                 start = randomValues(std::size_t(T) * h, 20);
         Buffer cx(m_cpu, x), gx(*m_cuda, x), ce(m_cpu, expertOut), ge(*m_cuda, expertOut), cd(m_cpu, dOut),
-            gd(*m_cuda, dOut), cp(m_cpu, std::vector<float>(rows * h, 9.0f)), gp(*m_cuda, std::vector<float>(rows * h, 9.0f)),
-            co(m_cpu, std::vector<float>(std::size_t(T) * h)), go(*m_cuda, std::vector<float>(std::size_t(T) * h)),
-            cdx(m_cpu, start), gdx(*m_cuda, start);
+            gd(*m_cuda, dOut), cp(m_cpu, std::vector<float>(rows * h, 9.0f)),
+            gp(*m_cuda, std::vector<float>(rows * h, 9.0f)), co(m_cpu, std::vector<float>(std::size_t(T) * h)),
+            go(*m_cuda, std::vector<float>(std::size_t(T) * h)), cdx(m_cpu, start), gdx(*m_cuda, start);
         m_cpu.permute(shape, routing, cx.ptr, h, cp.ptr);
         m_cuda->permute(shape, routing, gx.ptr, h, gp.ptr);
-        QCOMPARE(gp.read(rows * h), cp.read(rows * h));   // copies and zeros: exact
+        QCOMPARE(gp.read(rows * h), cp.read(rows * h));  // copies and zeros: exact
         m_cpu.combine(shape, routing, ce.ptr, h, co.ptr);
         m_cuda->combine(shape, routing, ge.ptr, h, go.ptr);
         QString problem = farFrom(go.read(std::size_t(T) * h), co.read(std::size_t(T) * h), 1e-6);
@@ -358,8 +372,8 @@ private slots:
                     e = roundToBf16(e);
         const double tolerance = type == DType::F32 ? 1e-5 : 1.0 / 64;
         Buffer cq(m_cpu, q), ck(m_cpu, k), cv(m_cpu, v), cd(m_cpu, dOut), co(m_cpu, std::vector<float>(qn)),
-            cl(m_cpu, std::vector<float>(lsen)), cdq(m_cpu, std::vector<float>(qn)), cdk(m_cpu, std::vector<float>(kvn)),
-            cdv(m_cpu, std::vector<float>(kvn));
+            cl(m_cpu, std::vector<float>(lsen)), cdq(m_cpu, std::vector<float>(qn)),
+            cdk(m_cpu, std::vector<float>(kvn)), cdv(m_cpu, std::vector<float>(kvn));
         Buffer gq(*m_cuda, q, type), gk(*m_cuda, k, type), gv(*m_cuda, v, type), gd(*m_cuda, dOut, type),
             go(*m_cuda, std::vector<float>(qn), type), gl(*m_cuda, std::vector<float>(lsen)),
             gdq(*m_cuda, std::vector<float>(qn), type), gdk(*m_cuda, std::vector<float>(kvn), type),
@@ -423,7 +437,7 @@ private slots:
                     e = roundToBf16(e);
         const int lda = transA ? M : K, ldb = transB ? K : N;
         Buffer ca(m_cpu, a), cb(m_cpu, b), cc(m_cpu, c);
-        Buffer ga(*m_cuda, a, type), gb(*m_cuda, b, type), gc(*m_cuda, c);   // fp32 output and accumulation
+        Buffer ga(*m_cuda, a, type), gb(*m_cuda, b, type), gc(*m_cuda, c);  // fp32 output and accumulation
         m_cpu.gemm(transA, transB, M, N, K, 0.5f, ca.ptr, lda, cb.ptr, ldb, 0.25f, cc.ptr, N);
         m_cuda->gemm(transA, transB, M, N, K, 0.5f, ga.ptr, lda, gb.ptr, ldb, 0.25f, gc.ptr, N);
         // Sums of K products of unit normals reordered: K x 2^-24 x sqrt(K) or so; 1e-4 is ample.

@@ -135,8 +135,7 @@ std::vector<double> layerNormRef(const std::vector<double>& x, const std::vector
     return out;
 }
 
-std::vector<double> rmsNormRef(const std::vector<double>& x, const std::vector<double>& gamma, int T, int h,
-                               double eps)
+std::vector<double> rmsNormRef(const std::vector<double>& x, const std::vector<double>& gamma, int T, int h, double eps)
 {
     std::vector<double> out(x.size());
     for (int t = 0; t < T; ++t) {
@@ -246,22 +245,22 @@ void TestDenseKernels::dtypes()
 
 void TestDenseKernels::routerCapacityFormula()
 {
-    QCOMPARE(routerCapacity(8, 4, 2, 1.0), 4);      // 8 x 2 / 4
-    QCOMPARE(routerCapacity(8, 4, 2, 1.25), 5);     // 4 x 1.25
-    QCOMPARE(routerCapacity(7, 3, 2, 1.0), 5);      // ceil(4.67)
-    QCOMPARE(routerCapacity(10, 1, 1, 1.1), 11);    // 10 x 1.1 is 11.000000000000002 in binary
-    QCOMPARE(routerCapacity(100, 8, 2, 1.5), 38);   // ceil(37.5)
-    QCOMPARE(routerCapacity(3, 4, 1, 1.0), 1);      // ceil(0.75)
+    QCOMPARE(routerCapacity(8, 4, 2, 1.0), 4);     // 8 x 2 / 4
+    QCOMPARE(routerCapacity(8, 4, 2, 1.25), 5);    // 4 x 1.25
+    QCOMPARE(routerCapacity(7, 3, 2, 1.0), 5);     // ceil(4.67)
+    QCOMPARE(routerCapacity(10, 1, 1, 1.1), 11);   // 10 x 1.1 is 11.000000000000002 in binary
+    QCOMPARE(routerCapacity(100, 8, 2, 1.5), 38);  // ceil(37.5)
+    QCOMPARE(routerCapacity(3, 4, 1, 1.0), 1);     // ceil(0.75)
     QCOMPARE(routerCapacity(1, 64, 1, 1.0), 1);
-    QCOMPARE(routerCapacity(16, 4, 1, 0.0), 1);     // at least one row
+    QCOMPARE(routerCapacity(16, 4, 1, 0.0), 1);  // at least one row
     QCOMPARE(routerCapacity(0, 4, 1, 1.0), 1);
     QVERIFY_THROWS_EXCEPTION(KernelError, routerCapacity(8, 0, 1, 1.0));
 }
 
 void TestDenseKernels::memory()
 {
-    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(15), std::size_t(16), std::size_t(17),
-                          std::size_t(1001)}) {
+    for (std::size_t n :
+         {std::size_t(0), std::size_t(1), std::size_t(15), std::size_t(16), std::size_t(17), std::size_t(1001)}) {
         DevPtr p = m_cpu.allocate(n, DType::F32);
         QVERIFY(p.data != nullptr);
         QCOMPARE(p.dtype, DType::F32);
@@ -285,13 +284,13 @@ void TestDenseKernels::memory()
         m_cpu.fill(q, 2.5f, n);
         m_cpu.download(back.data(), q, n);
         QCOMPARE(back, std::vector<float>(n, 2.5f));
-        m_cpu.download(back.data(), p, n);   // the source of the copy is untouched
+        m_cpu.download(back.data(), p, n);  // the source of the copy is untouched
         QCOMPARE(back, src);
 
         m_cpu.release(q);
         m_cpu.release(p);
     }
-    m_cpu.release(DevPtr{});   // releasing null is a no-op
+    m_cpu.release(DevPtr{});  // releasing null is a no-op
 }
 
 void TestDenseKernels::refusesBf16()
@@ -370,7 +369,7 @@ void TestDenseKernels::gemm()
         for (int j = 0; j < ldc; ++j) {
             const std::size_t at = std::size_t(i) * ldc + j;
             if (j >= N) {
-                QCOMPARE(C[at], C0[at]);   // padding untouched
+                QCOMPARE(C[at], C0[at]);  // padding untouched
                 continue;
             }
             double ref = 0.0, magnitude = 0.0;
@@ -381,17 +380,18 @@ void TestDenseKernels::gemm()
             ref = double(alpha) * ref + double(beta) * double(C0[at]);
             magnitude = std::abs(double(alpha)) * magnitude + std::abs(double(beta) * double(C0[at]));
             const double tol = 2.0 * (K + 2) * kEps32 * magnitude;
-            QVERIFY2(std::abs(double(C[at]) - ref) <= tol,
-                     qPrintable(QString("C[%1,%2] = %3, want %4").arg(i).arg(j).arg(double(C[at]), 0, 'g', 9).arg(
-                         ref, 0, 'g', 9)));
+            QVERIFY2(
+                std::abs(double(C[at]) - ref) <= tol,
+                qPrintable(
+                    QString("C[%1,%2] = %3, want %4").arg(i).arg(j).arg(double(C[at]), 0, 'g', 9).arg(ref, 0, 'g', 9)));
         }
 }
 
 void TestDenseKernels::gemmBetaZeroIgnoresC()
 {
     // beta = 0 means C is not read (BLAS semantics): stale NaNs in C must not survive.
-    const std::vector<float> A = {1, 2, 3, 4, 5, 6};   // [2, 3]
-    const std::vector<float> B = {1, 0, 0, 1, 1, 1};   // [3, 2]
+    const std::vector<float> A = {1, 2, 3, 4, 5, 6};  // [2, 3]
+    const std::vector<float> B = {1, 0, 0, 1, 1, 1};  // [3, 2]
     std::vector<float> C(4, std::numeric_limits<float>::quiet_NaN());
     m_cpu.gemm(false, false, 2, 2, 3, 1.0f, f32(A.data()), 3, f32(B.data()), 2, 0.0f, f32(C.data()), 2);
     QCOMPARE(C, (std::vector<float>{4, 5, 10, 11}));
@@ -400,17 +400,17 @@ void TestDenseKernels::gemmBetaZeroIgnoresC()
 void TestDenseKernels::gemmRejectsBadLeadingDimension()
 {
     std::vector<float> buf(64);
-    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.gemm(false, false, 2, 3, 4, 1.0f, f32(buf.data()), 3,
-                                                     f32(buf.data()), 3, 0.0f, f32(buf.data()), 3));
-    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.gemm(false, false, -1, 3, 4, 1.0f, f32(buf.data()), 4,
-                                                     f32(buf.data()), 3, 0.0f, f32(buf.data()), 3));
+    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.gemm(false, false, 2, 3, 4, 1.0f, f32(buf.data()), 3, f32(buf.data()),
+                                                     3, 0.0f, f32(buf.data()), 3));
+    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.gemm(false, false, -1, 3, 4, 1.0f, f32(buf.data()), 4, f32(buf.data()),
+                                                     3, 0.0f, f32(buf.data()), 3));
 }
 
 void TestDenseKernels::addAndScale()
 {
     std::vector<float> x = {1.0f, -2.0f, 0.5f, 3.0f, 7.0f};
     std::vector<float> y = {10.0f, 20.0f, 30.0f, 40.0f, 50.0f};
-    m_cpu.add(f32(x.data()), f32(y.data()), 4);   // the fifth element is outside n
+    m_cpu.add(f32(x.data()), f32(y.data()), 4);  // the fifth element is outside n
     QCOMPARE(y, (std::vector<float>{11.0f, 18.0f, 30.5f, 43.0f, 50.0f}));
     m_cpu.scale(f32(y.data()), -0.5f, 5);
     QCOMPARE(y, (std::vector<float>{-5.5f, -9.0f, -15.25f, -21.5f, -25.0f}));
@@ -436,11 +436,12 @@ void TestDenseKernels::embeddingBackwardAccumulates()
     const int V = 4, h = 2;
     const std::vector<int> ids = {2, 0, 2, 2, 1};
     const std::vector<float> dOut = {1.0f, 0.5f, 2.0f, -1.0f, 0.25f, 4.0f, -3.0f, 8.0f, 0.5f, 0.5f};
-    std::vector<float> dTable(V * h, 1.0f);   // existing gradient: the kernel adds to it
+    std::vector<float> dTable(V * h, 1.0f);  // existing gradient: the kernel adds to it
     m_cpu.embeddingBackward(ids.data(), int(ids.size()), f32(dOut.data()), h, f32(dTable.data()));
     // Row 2 collects tokens 0, 2 and 3; row 3 is never used.
-    const std::vector<float> want = {1.0f + 2.0f,  1.0f - 1.0f, 1.0f + 0.5f, 1.0f + 0.5f,
-                                     1.0f + 1.0f + 0.25f - 3.0f, 1.0f + 0.5f + 4.0f + 8.0f, 1.0f, 1.0f};
+    const std::vector<float> want = {
+        1.0f + 2.0f, 1.0f - 1.0f, 1.0f + 0.5f, 1.0f + 0.5f, 1.0f + 1.0f + 0.25f - 3.0f, 1.0f + 0.5f + 4.0f + 8.0f,
+        1.0f,        1.0f};
     QCOMPARE(dTable, want);
 }
 
@@ -449,12 +450,12 @@ void TestDenseKernels::embeddingBackwardMatchesFiniteDifferences()
     std::mt19937 rng(7);
     const int V = 6, h = 9, T = 11;
     std::vector<int> ids(T);
-    std::uniform_int_distribution<int> pick(0, V - 2);   // the last row stays unused
+    std::uniform_int_distribution<int> pick(0, V - 2);  // the last row stays unused
     for (int& id : ids)
         id = pick(rng);
     ids[3] = ids[7] = ids[9];
     const auto table = randomVector(rng, std::size_t(V) * h);
-    const auto w = randomVector(rng, std::size_t(T) * h);   // L = sum w . embedding(table)
+    const auto w = randomVector(rng, std::size_t(T) * h);  // L = sum w . embedding(table)
     const auto wd = toDouble(w);
     auto loss = [&](const std::vector<double>& tab) {
         double s = 0.0;
@@ -479,10 +480,10 @@ void TestDenseKernels::layerNorm()
     const float eps = 1e-5f;
     auto x = randomVector(rng, std::size_t(T) * h);
     for (std::size_t i = 0; i < x.size(); ++i)
-        x[i] += 2.0f;   // an offset the variance must not cancel on
+        x[i] += 2.0f;  // an offset the variance must not cancel on
     const auto gamma = randomVector(rng, std::size_t(h), 0.5f, 1.5f);
     const auto beta = randomVector(rng, std::size_t(h));
-    const auto w = randomVector(rng, std::size_t(T) * h);   // L = sum w . out, so dOut = w
+    const auto w = randomVector(rng, std::size_t(T) * h);  // L = sum w . out, so dOut = w
 
     std::vector<float> out(x.size()), mean(static_cast<std::size_t>(T)), rstd(static_cast<std::size_t>(T));
     m_cpu.layerNormForward(f32(x.data()), f32(gamma.data()), f32(beta.data()), T, h, eps, f32(out.data()),
@@ -493,8 +494,8 @@ void TestDenseKernels::layerNorm()
 
     // dx overwrites (start from garbage); dGamma and dBeta accumulate onto 1.
     std::vector<float> dx(x.size(), 1e6f), dGamma(std::size_t(h), 1.0f), dBeta(std::size_t(h), 1.0f);
-    m_cpu.layerNormBackward(f32(w.data()), f32(x.data()), f32(gamma.data()), f32(mean.data()), f32(rstd.data()), T,
-                            h, f32(dx.data()), f32(dGamma.data()), f32(dBeta.data()));
+    m_cpu.layerNormBackward(f32(w.data()), f32(x.data()), f32(gamma.data()), f32(mean.data()), f32(rstd.data()), T, h,
+                            f32(dx.data()), f32(dGamma.data()), f32(dBeta.data()));
     const double d = 1e-4;
     const auto wantDx = numericGradient(
         xd, [&](const std::vector<double>& v) { return dot(wd, layerNormRef(v, gd, bd, T, h, eps)); }, d);
@@ -542,10 +543,10 @@ void TestDenseKernels::rmsNorm()
     m_cpu.rmsNormBackward(f32(w.data()), f32(x.data()), f32(gamma.data()), f32(rstd.data()), T, h, f32(dx.data()),
                           f32(dGamma.data()));
     const double d = 1e-4;
-    const auto wantDx =
-        numericGradient(xd, [&](const std::vector<double>& v) { return dot(wd, rmsNormRef(v, gd, T, h, eps)); }, d);
-    auto wantDGamma =
-        numericGradient(gd, [&](const std::vector<double>& v) { return dot(wd, rmsNormRef(xd, v, T, h, eps)); }, d);
+    const auto wantDx = numericGradient(
+        xd, [&](const std::vector<double>& v) { return dot(wd, rmsNormRef(v, gd, T, h, eps)); }, d);
+    auto wantDGamma = numericGradient(
+        gd, [&](const std::vector<double>& v) { return dot(wd, rmsNormRef(xd, v, T, h, eps)); }, d);
     for (double& g : wantDGamma)
         g += 1.0;
     failure = compare(dx, wantDx, allowance(h), "dx", normTermScale(rstd, w, gamma));
@@ -567,8 +568,10 @@ void TestDenseKernels::geluKnownPoints()
         // A few ulp from erfc plus the rounding of x / sqrt 2 amplified by |d ln erfc / dz| ~ 2 z in
         // the tail (z = 3.5 at x = -5): 64 eps32 relative covers both.
         QVERIFY2(std::abs(double(out[i]) - want[i]) <= 64 * kEps32 * std::abs(want[i]),
-                 qPrintable(QString("gelu(%1) = %2, want %3").arg(double(x[i])).arg(double(out[i]), 0, 'g', 9).arg(
-                     want[i], 0, 'g', 9)));
+                 qPrintable(QString("gelu(%1) = %2, want %3")
+                                .arg(double(x[i]))
+                                .arg(double(out[i]), 0, 'g', 9)
+                                .arg(want[i], 0, 'g', 9)));
     }
 }
 
@@ -600,7 +603,7 @@ void TestDenseKernels::gelu()
                 s += wd[i] * geluRef(v[i]);
             return s;
         },
-        4e-4);   // 1e-4 x the input scale
+        4e-4);  // 1e-4 x the input scale
     // Elementwise: reduction length 1.
     QByteArray failure = compare(out, wantOut, allowance(1), "out");
     QVERIFY2(failure.isEmpty(), failure.constData());
@@ -616,13 +619,13 @@ void TestDenseKernels::swigluKnownPoints()
     m_cpu.swigluForward(f32(x.data()), 1, 3, f32(out.data()));
     QVERIFY(std::abs(double(out[0]) - 2 * 0.7310585786300049) <= 8 * kEps32);
     QCOMPARE(out[1], 0.0f);
-    QVERIFY(std::abs(out[2]) < 1e-30f);   // saturated, no NaN
+    QVERIFY(std::abs(out[2]) < 1e-30f);  // saturated, no NaN
     const std::vector<float> dOut = {1.0f, 1.0f, 1.0f};
     m_cpu.swigluBackward(f32(dOut.data()), f32(x.data()), 1, 3, f32(dx.data()));
     // d/dgate at a = 1: up s (1 + a (1 - s)), s = sigmoid(1); d/dup = silu(1).
     const double s = 0.7310585786300049;
     QVERIFY(std::abs(double(dx[0]) - 2 * s * (1 + (1 - s))) <= 8 * kEps32);
-    QVERIFY(std::abs(double(dx[1]) - 5 * 0.5) <= 8 * kEps32);   // silu'(0) = 1/2
+    QVERIFY(std::abs(double(dx[1]) - 5 * 0.5) <= 8 * kEps32);  // silu'(0) = 1/2
     QVERIFY(std::isfinite(dx[2]) && std::abs(dx[2]) < 1e-30f);
     QVERIFY(std::abs(double(dx[3]) - s) <= 8 * kEps32);
     QCOMPARE(dx[4], 0.0f);
@@ -680,8 +683,9 @@ void TestDenseKernels::crossEntropyTwoClasses()
     QVERIFY(std::abs(loss - (0.31326168751822286 + 1.3132616875182228)) <= 16 * kEps32);
     const std::vector<double> want = {s, -s, s - 1.0, 1.0 - s};
     for (std::size_t i = 0; i < 4; ++i)
-        QVERIFY2(std::abs(double(d[i]) - want[i]) <= 8 * kEps32,
-                 qPrintable(QString("d[%1] = %2, want %3").arg(i).arg(double(d[i]), 0, 'g', 9).arg(want[i], 0, 'g', 9)));
+        QVERIFY2(
+            std::abs(double(d[i]) - want[i]) <= 8 * kEps32,
+            qPrintable(QString("d[%1] = %2, want %3").arg(i).arg(double(d[i]), 0, 'g', 9).arg(want[i], 0, 'g', 9)));
 }
 
 void TestDenseKernels::crossEntropy()
@@ -737,8 +741,7 @@ void TestDenseKernels::crossEntropyAliasedAndStable()
     QVERIFY(std::abs(loss - wantLoss) <= 16 * kEps32 * 101 * T);
     // In place: the same numbers.
     auto inPlace = logits;
-    const double aliasedLoss =
-        m_cpu.crossEntropy(f32(inPlace.data()), targets.data(), T, V, 1.0f, f32(inPlace.data()));
+    const double aliasedLoss = m_cpu.crossEntropy(f32(inPlace.data()), targets.data(), T, V, 1.0f, f32(inPlace.data()));
     QCOMPARE(aliasedLoss, loss);
     QCOMPARE(inPlace, separate);
 }
@@ -755,7 +758,7 @@ void TestDenseKernels::crossEntropyRejectsTargets()
         } catch (const KernelError& e) {
             QVERIFY2(std::string(e.what()).find(std::to_string(bad)) != std::string::npos, e.what());
         }
-        QCOMPARE(logits, before);   // refused before anything was written, even in place
+        QCOMPARE(logits, before);  // refused before anything was written, even in place
     }
 }
 

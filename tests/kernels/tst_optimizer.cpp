@@ -82,8 +82,8 @@ void TestOptimizer::oneStepByHand()
     const double wantM = (1.0 - double(hp.beta1)) * 0.5, wantV = (1.0 - double(hp.beta2)) * 0.25;
     QVERIFY(near(m, wantM, 4 * kEps32 * wantM));
     QVERIFY(near(v, wantV, 4 * kEps32 * wantV));
-    QVERIFY(near(m, 0.05, 1e-6));       // the decimal values, up to the representation of 0.9f
-    QVERIFY(near(v, 0.00025, 1e-8));    // and 0.999f (1.2e-5 relative in 1 - beta2)
+    QVERIFY(near(m, 0.05, 1e-6));     // the decimal values, up to the representation of 0.9f
+    QVERIFY(near(v, 0.00025, 1e-8));  // and 0.999f (1.2e-5 relative in 1 - beta2)
 }
 
 void TestOptimizer::secondStepUsesState()
@@ -121,8 +121,7 @@ void TestOptimizer::gradScaleScalesTheGradient()
     const float half = 0.5f, one = 1.0f;
     m_cpu.adamw(f32(&p1), f32(&half), f32(&m1), f32(&v1), 1, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, 1,
                 1.0f);
-    m_cpu.adamw(f32(&p2), f32(&one), f32(&m2), f32(&v2), 1, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, 1,
-                0.5f);
+    m_cpu.adamw(f32(&p2), f32(&one), f32(&m2), f32(&v2), 1, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, 1, 0.5f);
     QCOMPARE(m2, m1);
     QCOMPARE(v2, v1);
     QCOMPARE(p2, p1);
@@ -130,8 +129,7 @@ void TestOptimizer::gradScaleScalesTheGradient()
     const float g = 0.75f;
     RefAdamW ref{{1.0}, {double(m2)}, {double(v2)}};
     ref.p[0] = double(p2);
-    m_cpu.adamw(f32(&p2), f32(&g), f32(&m2), f32(&v2), 1, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, 2,
-                0.25f);
+    m_cpu.adamw(f32(&p2), f32(&g), f32(&m2), f32(&v2), 1, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weightDecay, 2, 0.25f);
     ref.step({g}, hp, 2, 0.25f);
     QVERIFY(near(m2, ref.m[0], 8 * kEps32 * 0.05));
     QVERIFY(near(v2, ref.v[0], 8 * kEps32 * ref.v[0]));
@@ -217,10 +215,10 @@ void TestOptimizer::randomStepsMatchDoubleReference()
     QVERIFY(tol < 0.1 * double(hp.lr));
     for (std::size_t i = 0; i < p.size(); ++i) {
         QVERIFY2(near(p[i], ref.p[i], tol), qPrintable(QString("p[%1] = %2, want %3, tolerance %4")
-                                                          .arg(i)
-                                                          .arg(double(p[i]), 0, 'g', 10)
-                                                          .arg(ref.p[i], 0, 'g', 10)
-                                                          .arg(tol, 0, 'g', 3)));
+                                                           .arg(i)
+                                                           .arg(double(p[i]), 0, 'g', 10)
+                                                           .arg(ref.p[i], 0, 'g', 10)
+                                                           .arg(tol, 0, 'g', 3)));
         // The running averages: relative to their terms (|g| <= 1.5 gradScale, so |m| and v's
         // terms are bounded by that and its square).
         const double gMax = 1.5 * double(gradScale);
@@ -232,15 +230,15 @@ void TestOptimizer::randomStepsMatchDoubleReference()
 void TestOptimizer::refusesBadArguments()
 {
     float p = 1.0f, g = 1.0f, m = 0.0f, v = 0.0f;
-    QVERIFY_THROWS_EXCEPTION(KernelError,
-                             m_cpu.adamw(f32(&p), f32(&g), f32(&m), f32(&v), 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 1.0f));
-    QVERIFY_THROWS_EXCEPTION(KernelError,
-                             m_cpu.adamw(f32(&p), f32(&g), f32(&m), f32(&v), 1, 0.1f, 1.0f, 0.999f, 1e-8f, 0.0f, 1, 1.0f));
-    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.adamw(DevPtr{&p, DType::BF16}, f32(&g), f32(&m), f32(&v), 1, 0.1f,
+    QVERIFY_THROWS_EXCEPTION(
+        KernelError, m_cpu.adamw(f32(&p), f32(&g), f32(&m), f32(&v), 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 1.0f));
+    QVERIFY_THROWS_EXCEPTION(
+        KernelError, m_cpu.adamw(f32(&p), f32(&g), f32(&m), f32(&v), 1, 0.1f, 1.0f, 0.999f, 1e-8f, 0.0f, 1, 1.0f));
+    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.adamw(DevPtr{&p, DType::BF16}, f32(&g), f32(&m), f32(&v), 1, 0.1f, 0.9f,
+                                                      0.999f, 1e-8f, 0.0f, 1, 1.0f));
+    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.adamw(f32(&p), ConstDevPtr(&g, DType::BF16), f32(&m), f32(&v), 1, 0.1f,
                                                       0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f));
-    QVERIFY_THROWS_EXCEPTION(KernelError, m_cpu.adamw(f32(&p), ConstDevPtr(&g, DType::BF16), f32(&m), f32(&v), 1,
-                                                      0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, 1.0f));
-    QCOMPARE(p, 1.0f);   // untouched
+    QCOMPARE(p, 1.0f);  // untouched
     QCOMPARE(m, 0.0f);
 }
 

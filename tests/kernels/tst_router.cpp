@@ -47,10 +47,7 @@ std::vector<float> randomVector(std::size_t n, double lo, double hi, std::uint32
     return x;
 }
 
-double sigmoid(double x)
-{
-    return 1.0 / (1.0 + std::exp(-x));
-}
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // Softmax of one row in double (the reference for the router's probabilities).
 std::vector<double> softmax(const double* x, int n)
@@ -115,7 +112,7 @@ QString checkInvariants(const RoutingBuffers& r)
     return {};
 }
 
-} // namespace
+}  // namespace
 
 class TestRouter : public QObject {
     Q_OBJECT
@@ -277,7 +274,7 @@ void TestRouter::auxLossWorkedByHand()
     backend.route(s, logits.data(), r.view());
     QCOMPARE(r.routedOf, (std::vector<int>{2, 0}));
 
-    std::vector<float> dLogits{1.0f, 2.0f, 3.0f, 4.0f}; // the gradient is added to what is there
+    std::vector<float> dLogits{1.0f, 2.0f, 3.0f, 4.0f};  // the gradient is added to what is there
     const double loss = backend.auxLoss(s, r.view(), 0.01f, dLogits.data());
     QVERIFY2(close(loss, 0.0135, 0.0, 1e-6), qPrintable(QString::number(loss, 'g', 10)));
     const std::vector<double> want{1.001875, 1.998125, 3.0024, 3.9976};
@@ -394,7 +391,7 @@ void TestRouter::permuteBackwardIsTheAdjointAndAccumulates()
     const std::vector<float> x = randomVector(static_cast<std::size_t>(s.tokens) * h, -1.0, 1.0, 10u);
     const std::vector<float> y = randomVector(static_cast<std::size_t>(rows) * h, -1.0, 1.0, 11u);
     const std::vector<float> base = randomVector(x.size(), -1.0, 1.0, 12u);
-    std::vector<float> permuted(y.size(), NAN); // unused rows must come back zero
+    std::vector<float> permuted(y.size(), NAN);  // unused rows must come back zero
     backend.permute(s, r.view(), f32(x.data()), h, f32(permuted.data()));
     std::vector<float> dx = base;
     backend.permuteBackward(s, r.view(), f32(y.data()), h, f32(dx.data()));
@@ -424,7 +421,7 @@ void TestRouter::combineAndRouterBackwardMatchFiniteDifferences()
     // Finite differences in double (step 1e-4, error ~ 1e-9) against fp32 kernels whose outputs carry
     // ~ 6e-8 relative error, over terms of size ~ 1: 1e-6 absolute + 1e-5 relative.
     CpuBackend backend;
-    const RouterShape s{8, 4, 2, 3}; // 16 assignments, 12 rows: some tokens are dropped
+    const RouterShape s{8, 4, 2, 3};  // 16 assignments, 12 rows: some tokens are dropped
     const int h = 3;
     const int rows = s.experts * s.capacity;
     std::vector<float> logits = randomVector(32, -3.0, 3.0, 21u);
@@ -490,7 +487,7 @@ void TestRouter::combineAndRouterBackwardMatchFiniteDifferences()
     }
     QVERIFY2(decisionsHeld, "a perturbation changed the routing; the logits are not separated enough");
     for (std::size_t i = 0; i < yd.size(); ++i) {
-        const double fd = difference(yd, i); // zero for unused rows
+        const double fd = difference(yd, i);  // zero for unused rows
         QVERIFY2(close(dY[i], fd, 1e-6, 1e-5),
                  qPrintable(QStringLiteral("dExpertOut[%1]: %2 vs finite difference %3").arg(i).arg(dY[i]).arg(fd)));
     }

@@ -42,7 +42,8 @@ plan::JobSpec specFrom(const nlohmann::json& document)
 {
     const plan::LoadResult loaded = plan::loadJobSpec(document);
     if (!loaded.valid())
-        qFatal("test spec is invalid: %s: %s", loaded.errors.front().path.c_str(), loaded.errors.front().message.c_str());
+        qFatal("test spec is invalid: %s: %s", loaded.errors.front().path.c_str(),
+               loaded.errors.front().message.c_str());
     return *loaded.spec;
 }
 
@@ -115,12 +116,13 @@ bool near(double actual, double expected, double tolerance = 1e-12)
 
 QByteArray describe(const std::optional<double>& actual, double expected)
 {
-    return (actual ? QByteArray::number(*actual, 'g', 17) : QByteArray("(none)")) + " != " +
-           QByteArray::number(expected, 'g', 17);
+    return (actual ? QByteArray::number(*actual, 'g', 17) : QByteArray("(none)")) +
+           " != " + QByteArray::number(expected, 'g', 17);
 }
 
-#define CHECK_NEAR(actual, expected, tolerance)                                                                       \
-    QVERIFY2((actual).has_value() && near(*(actual), (expected), (tolerance)), describe((actual), (expected)).constData())
+#define CHECK_NEAR(actual, expected, tolerance)                                                                        \
+    QVERIFY2((actual).has_value() && near(*(actual), (expected), (tolerance)),                                         \
+             describe((actual), (expected)).constData())
 
 // Every step's records of every rank, in the order each rank sends them, from the planner's own
 // simulated timeline. One simulated second becomes `scale` ns, chosen so that rounding each time
@@ -130,7 +132,10 @@ struct SimulatedRun {
     double scale = 0;
 };
 
-std::vector<std::uint32_t> routedFor(int step, int layer) { return {std::uint32_t(10 * step), 20, 30, std::uint32_t(40 + layer)}; }
+std::vector<std::uint32_t> routedFor(int step, int layer)
+{
+    return {std::uint32_t(10 * step), 20, 30, std::uint32_t(40 + layer)};
+}
 
 SimulatedRun simulatedRun(const plan::JobSpec& spec, const plan::Plan& plan, int steps)
 {
@@ -225,25 +230,29 @@ void TestAggregator::handBuiltTwoStages()
     LiveAggregator aggregator(spec, &plan);
     using K = wire::SpanKind;
     const std::vector<wire::SpanRecord> stage0 = {
-        span(1, K::Forward, 0, 10, 0),       span(1, K::SendActivation, 10, 10, 0),
-        span(1, K::Forward, 10, 20, 1),      span(1, K::SendActivation, 20, 20, 1),
-        span(1, K::RecvGradient, 20, 50, 0), span(1, K::Idle, 20, 50, 0),
-        span(1, K::Backward, 50, 70, 0),     span(1, K::Backward, 70, 90, 1),
-        span(1, K::Forward, 5, 15, 0),       // overlaps both forwards and arrives late: the union is unchanged
-        span(1, K::DataParallelReduce, 90, 120, -1), span(1, K::Optimizer, 120, 130, -1)};
+        span(1, K::Forward, 0, 10, 0),
+        span(1, K::SendActivation, 10, 10, 0),
+        span(1, K::Forward, 10, 20, 1),
+        span(1, K::SendActivation, 20, 20, 1),
+        span(1, K::RecvGradient, 20, 50, 0),
+        span(1, K::Idle, 20, 50, 0),
+        span(1, K::Backward, 50, 70, 0),
+        span(1, K::Backward, 70, 90, 1),
+        span(1, K::Forward, 5, 15, 0),  // overlaps both forwards and arrives late: the union is unchanged
+        span(1, K::DataParallelReduce, 90, 120, -1),
+        span(1, K::Optimizer, 120, 130, -1)};
     const std::vector<wire::SpanRecord> stage1 = {
-        span(1, K::RecvActivation, 0, 10, 0), span(1, K::Forward, 10, 20, 0), span(1, K::Forward, 20, 30, 1),
-        span(1, K::Backward, 30, 45, 0),      span(1, K::SendGradient, 45, 45, 0),
-        span(1, K::Backward, 45, 60, 1),      span(1, K::SendGradient, 60, 60, 1),
-        span(1, K::Optimizer, 100, 110, -1)};
+        span(1, K::RecvActivation, 0, 10, 0), span(1, K::Forward, 10, 20, 0),      span(1, K::Forward, 20, 30, 1),
+        span(1, K::Backward, 30, 45, 0),      span(1, K::SendGradient, 45, 45, 0), span(1, K::Backward, 45, 60, 1),
+        span(1, K::SendGradient, 60, 60, 1),  span(1, K::Optimizer, 100, 110, -1)};
     for (const auto& s : stage0)
         aggregator.add(0, s);
     for (const auto& s : stage1)
         aggregator.add(1, s);
-    QVERIFY(aggregator.takeCompletedSteps().empty());   // no step metrics yet, no MoE loads
+    QVERIFY(aggregator.takeCompletedSteps().empty());  // no step metrics yet, no MoE loads
     aggregator.add(0, metrics(1, 0, 130));
     aggregator.add(0, expertLoad(1, 0, {1, 1, 1, 1}, {0, 0, 0, 0}));
-    QVERIFY(aggregator.takeCompletedSteps().empty());   // layer 2's loads are missing
+    QVERIFY(aggregator.takeCompletedSteps().empty());  // layer 2's loads are missing
     aggregator.add(1, expertLoad(1, 2, {1, 1, 1, 1}, {0, 0, 0, 0}));
     const std::vector<StepAggregate> steps = aggregator.takeCompletedSteps();
     QCOMPARE(steps.size(), std::size_t(1));
@@ -261,7 +270,7 @@ void TestAggregator::handBuiltTwoStages()
     CHECK_NEAR(s.plannedBubble, plan.simulation.overallBubbleRatio, 0);
     CHECK_NEAR(s.stages[1].planned, plan.simulation.bubbleRatio[1], 0);
     CHECK_NEAR(s.agentBubble, 0.25, 0);
-    QCOMPARE(aggregator.counters().ignored, std::uint64_t(1));   // the idle span
+    QCOMPARE(aggregator.counters().ignored, std::uint64_t(1));  // the idle span
 }
 
 void TestAggregator::matchesSimulator_data()
@@ -290,7 +299,7 @@ void TestAggregator::matchesSimulator()
     const plan::JobSpec spec = layoutSpec(dp, pp, tp, dp, schedule.toStdString().c_str(), virtualStages);
     const plan::Plan plan = plan::makePlan(spec);
     QVERIFY2(plan.simulation.completed, plan.simulation.error.c_str());
-    QVERIFY(plan.simulation.overallBubbleRatio > 0.01);   // a pipeline with a real bubble
+    QVERIFY(plan.simulation.overallBubbleRatio > 0.01);  // a pipeline with a real bubble
     const SimulatedRun run = simulatedRun(spec, plan, 2);
     LiveAggregator aggregator(spec, &plan);
     Feeder feed{aggregator, {}};
@@ -351,7 +360,7 @@ void TestAggregator::shuffledArrival()
         }
         QVERIFY(shuffled.flush().empty());
         QCOMPARE(feed.steps.size(), std::size_t(4));
-        QVERIFY(stepsSeenBeforeEnd >= 1);   // steps come out while the run goes on
+        QVERIFY(stepsSeenBeforeEnd >= 1);  // steps come out while the run goes on
         for (std::size_t i = 0; i < feed.steps.size(); ++i) {
             QCOMPARE(feed.steps[i].step, int(i) + 1);
             QCOMPARE(toJson(feed.steps[i]).dump(), toJson(orderedFeed.steps[i]).dump());
@@ -403,7 +412,7 @@ void TestAggregator::expertStatistics()
     CHECK_NEAR(s.imbalanceP95, 4.0, 1e-15);
     CHECK_NEAR(s.droppedFraction, 49.0 / 340.0, 1e-15);
     QVERIFY(!s.partial);
-    QVERIFY(!s.mfu);             // no plan given
+    QVERIFY(!s.mfu);  // no plan given
     QVERIFY(!s.plannedBubble);
 }
 
@@ -422,7 +431,7 @@ void TestAggregator::nearestRankPercentiles()
                  AddOutcome::Accepted);
     const std::vector<StepAggregate> steps = aggregator.flush();
     QCOMPARE(steps.size(), std::size_t(1));
-    QVERIFY(steps[0].partial);   // no spans, no step metrics
+    QVERIFY(steps[0].partial);  // no spans, no step metrics
     CHECK_NEAR(steps[0].imbalanceP50, 1.18, 1e-15);
     CHECK_NEAR(steps[0].imbalanceP95, 1.36, 1e-15);
     CHECK_NEAR(steps[0].droppedFraction, 0.0, 0);
@@ -477,7 +486,7 @@ void TestAggregator::memoryCurrentAndPeak()
     aggregator.add(3, sample(3, 30, C::Activations, 80, 120));
     aggregator.add(3, sample(2, 20, C::Activations, 200, 300));
     aggregator.add(3, sample(1, 10, C::Params, 1000, 1000));
-    aggregator.add(5, sample(1, 5, C::Grads, 400, 0));   // a peak below current: current is the peak
+    aggregator.add(5, sample(1, 5, C::Grads, 400, 0));  // a peak below current: current is the peak
     QCOMPARE(aggregator.add(5, sample(1, 6, C(9), 1, 1)), AddOutcome::Rejected);
     QCOMPARE(aggregator.add(5, sample(1, 6, C::Grads, -1, 1)), AddOutcome::Rejected);
 
@@ -529,7 +538,7 @@ void TestAggregator::modelFlopsUtilisation()
     CHECK_NEAR(steps[0].loss, 2.5, 0);
     CHECK_NEAR(steps[0].auxLoss, 0.125, 0);
     CHECK_NEAR(steps[0].tokensPerSecond, 1000, 0);
-    QVERIFY(!steps[0].bubble);   // no spans arrived
+    QVERIFY(!steps[0].bubble);  // no spans arrived
 }
 
 // Step 1 completes; of step 2 only half of the ranks report before the run ends: flush emits it
@@ -560,7 +569,7 @@ void TestAggregator::flushPartialStep()
     QVERIFY(s.partial);
     QCOMPARE(s.ranksReporting, 4);
     QCOMPARE(s.ranksFinished, 4);
-    CHECK_NEAR(s.loss, 3.0 - 0.2, 1e-15);   // rank 0 sent the metrics
+    CHECK_NEAR(s.loss, 3.0 - 0.2, 1e-15);  // rank 0 sent the metrics
     // The even ranks cover both stages, so the bubble is still the simulated one.
     CHECK_NEAR(s.bubble, plan.simulation.overallBubbleRatio, 1e-9);
     QCOMPARE(s.stages[0].ranks, 2);
@@ -582,10 +591,10 @@ void TestAggregator::laterOptimizerFinalisesStep()
         aggregator.add(rank, span(1, wire::SpanKind::Forward, 0, 10));
         aggregator.add(rank, span(1, wire::SpanKind::Optimizer, 20, 30, -1));
     }
-    QVERIFY(aggregator.takeCompletedSteps().empty());   // no metrics, no expert loads
+    QVERIFY(aggregator.takeCompletedSteps().empty());  // no metrics, no expert loads
     aggregator.add(0, span(2, wire::SpanKind::Optimizer, 100, 110, -1));
-    QVERIFY(aggregator.takeCompletedSteps().empty());   // rank 1 has not finished step 2
-    wire::Batch batch;   // a whole batch of rank 1 at once
+    QVERIFY(aggregator.takeCompletedSteps().empty());  // rank 1 has not finished step 2
+    wire::Batch batch;                                 // a whole batch of rank 1 at once
     batch.rank = 1;
     batch.records = {span(2, wire::SpanKind::Forward, 50, 60), span(2, wire::SpanKind::Optimizer, 100, 110, -1)};
     aggregator.add(batch);
@@ -594,7 +603,7 @@ void TestAggregator::laterOptimizerFinalisesStep()
     QCOMPARE(steps[0].step, 1);
     QVERIFY(steps[0].partial);
     QVERIFY(!steps[0].loss);
-    CHECK_NEAR(steps[0].bubble, 0.0, 0);   // both ranks computed through the whole window [0, 10]
+    CHECK_NEAR(steps[0].bubble, 0.0, 0);  // both ranks computed through the whole window [0, 10]
     QCOMPARE(aggregator.flush().size(), std::size_t(1));
 }
 
@@ -647,7 +656,7 @@ void TestAggregator::badInput()
     QCOMPARE(aggregator.counters().rejected, std::uint64_t(6));
     const std::vector<StepAggregate> steps = aggregator.flush();
     QCOMPARE(steps.size(), std::size_t(1));
-    CHECK_NEAR(steps[0].loss, 2.5, 0);   // the first step metrics count
+    CHECK_NEAR(steps[0].loss, 2.5, 0);  // the first step metrics count
 
     plan::JobSpec broken = spec;
     broken.parallel.dp = 3;
@@ -677,20 +686,37 @@ void TestAggregator::jsonKeys()
     for (const auto& item : json.items())
         keys.push_back(item.key());
     std::sort(keys.begin(), keys.end());
-    const std::vector<std::string> expected = {
-        "agent_bubble",      "aux_loss",        "bubble",         "comm_seconds",         "dropped_fraction",
-        "expert_layers",     "imbalance_p50",   "imbalance_p95",  "loss",                 "mfu",
-        "partial",           "pipeline_begin_ns", "pipeline_end_ns", "planned_bubble",    "planned_step_seconds",
-        "planned_tokens_per_s", "ranks_finished", "ranks_reporting", "stages",            "step",
-        "step_seconds",      "tokens_per_s",    "type"};
+    const std::vector<std::string> expected = {"agent_bubble",
+                                               "aux_loss",
+                                               "bubble",
+                                               "comm_seconds",
+                                               "dropped_fraction",
+                                               "expert_layers",
+                                               "imbalance_p50",
+                                               "imbalance_p95",
+                                               "loss",
+                                               "mfu",
+                                               "partial",
+                                               "pipeline_begin_ns",
+                                               "pipeline_end_ns",
+                                               "planned_bubble",
+                                               "planned_step_seconds",
+                                               "planned_tokens_per_s",
+                                               "ranks_finished",
+                                               "ranks_reporting",
+                                               "stages",
+                                               "step",
+                                               "step_seconds",
+                                               "tokens_per_s",
+                                               "type"};
     QCOMPARE(keys, expected);
-    QVERIFY(json.at("loss").is_null());   // no step metrics arrived
+    QVERIFY(json.at("loss").is_null());  // no step metrics arrived
     QVERIFY(json.at("mfu").is_null());
     QCOMPARE(json.at("bubble").get<double>(), 0.0);
     QCOMPARE(json.at("partial").get<bool>(), true);
     QCOMPARE(json.at("planned_bubble").get<double>(), plan.simulation.overallBubbleRatio);
     QCOMPARE(json.at("stages").size(), std::size_t(2));
-    QVERIFY(json.at("stages")[1].at("bubble").is_null());   // stage 1 sent nothing
+    QVERIFY(json.at("stages")[1].at("bubble").is_null());  // stage 1 sent nothing
     QCOMPARE(json.at("stages")[1].at("planned_bubble").get<double>(), plan.simulation.bubbleRatio[1]);
     const nlohmann::json& layer = json.at("expert_layers")[0];
     QCOMPARE(layer.at("layer").get<int>(), 0);

@@ -35,8 +35,7 @@ private Q_SLOTS:
 
     void memoryRoundTrip()
     {
-        for (const live::RankMemory& original :
-             {memoryOf(3, 123'456'789'012, 1LL << 40, 12345), live::RankMemory{}}) {
+        for (const live::RankMemory& original : {memoryOf(3, 123'456'789'012, 1LL << 40, 12345), live::RankMemory{}}) {
             const nlohmann::json wire = nlohmann::json::parse(live::toJson(original).dump());
             live::RankMemory back = memoryOf(9, 1, 1, 1);
             std::string error;
@@ -45,10 +44,7 @@ private Q_SLOTS:
         }
     }
 
-    void badPayloadsAreRefusedByName_data()
-    {
-        malformedStepRows();
-    }
+    void badPayloadsAreRefusedByName_data() { malformedStepRows(); }
     void badPayloadsAreRefusedByName()
     {
         QFETCH(QString, key);
@@ -59,7 +55,7 @@ private Q_SLOTS:
         std::string error;
         QVERIFY(!live::fromJson(payload, kept, error));
         QVERIFY2(QString::fromStdString(error).contains(named), error.c_str());
-        QCOMPARE(kept.step, 42);   // untouched
+        QCOMPARE(kept.step, 42);  // untouched
     }
 
     void memoryPayloadErrors()
@@ -73,7 +69,6 @@ private Q_SLOTS:
         payload = nlohmann::json::array();
         QVERIFY(!live::fromJson(payload, kept, error));
     }
-
 };
 
 QTEST_APPLESS_MAIN(TestFeedJson)

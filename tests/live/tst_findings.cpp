@@ -42,7 +42,7 @@ plan::JobSpec testSpec(int dp = 2, int pp = 4, int layers = 16)
     return *loaded.spec;
 }
 
-constexpr std::int64_t kWindowNs = 40'000'000; // every step's pipeline phase: 40 ms
+constexpr std::int64_t kWindowNs = 40'000'000;  // every step's pipeline phase: 40 ms
 
 void addLayer(StepAggregate& a, int layer, std::vector<std::uint32_t> routed, std::vector<std::uint32_t> dropped)
 {
@@ -187,7 +187,7 @@ std::string percentText(double share)
     return text;
 }
 
-} // namespace
+}  // namespace
 
 class TestFindings : public QObject {
     Q_OBJECT
@@ -200,9 +200,9 @@ private slots:
         const plan::JobSpec spec = testSpec();
         const plan::Plan plan = plan::makePlan(spec);
         std::vector<StepAggregate> steps = healthySteps(25);
-        steps[0] = step(1, {0.9, 0.1, 0.1, 0.1}, 0.22); // stage 0 busy 4 ms, the rest 36 ms
+        steps[0] = step(1, {0.9, 0.1, 0.1, 0.1}, 0.22);  // stage 0 busy 4 ms, the rest 36 ms
         addLayer(steps[0], 2, {1000, 10, 10, 4}, {700, 0, 0, 0});
-        steps[14] = step(15, {0.0, 0.6, 0.6, 0.6}, 0.22); // one disturbed step: stage 0 busy 40 ms
+        steps[14] = step(15, {0.0, 0.6, 0.6, 0.6}, 0.22);  // one disturbed step: stage 0 busy 40 ms
         live::RankTimes times(8);
         for (int s = 1; s <= 25; ++s)
             for (std::uint32_t r = 0; r < 8; ++r)
@@ -223,7 +223,7 @@ private slots:
         const plan::Plan plan = plan::makePlan(spec);
         std::vector<StepAggregate> steps;
         for (int i = 1; i <= 12; ++i)
-            steps.push_back(step(i, {0.25, 0.5, 0.5, 0.5}, 0.40)); // overall 0.4375: not above the plan
+            steps.push_back(step(i, {0.25, 0.5, 0.5, 0.5}, 0.40));  // overall 0.4375: not above the plan
         const std::vector<Finding> findings = find(spec, steps, healthyMemory(spec), nullptr, &plan);
         QCOMPARE(int(findings.size()), 1);
         const Finding& f = findings[0];
@@ -234,7 +234,7 @@ private slots:
         CHECK_FIGURE(f, "excess", 1.0 / 3.0);
         CHECK_FIGURE(f, "layer_s", 0.020 / 3);
         CHECK_FIGURE(f, "layers_to_move", 1);
-        QVERIFY(near(f.severity, 0.25)); // 1 - 22.5 / 30
+        QVERIFY(near(f.severity, 0.25));  // 1 - 22.5 / 30
         // The plan's own imbalance of stage 0, from its simulated busy times.
         double plannedMean = 0;
         for (double b : plan.simulation.busy)
@@ -380,7 +380,7 @@ private slots:
                              {s.step % 2 == 0 ? 80u : 0u, 0, 0, 0});
                 else if (layer == 4)
                     addLayer(s, layer, {330, 230, 232, 232}, {0, 0, 0, 0});
-                else if (layer == 8 && s.step <= 10) // hot only before the recent window: forgotten
+                else if (layer == 8 && s.step <= 10)  // hot only before the recent window: forgotten
                     addLayer(s, layer, {900, 50, 50, 24}, {600, 0, 0, 0});
                 else
                     addLayer(s, layer, {256, 256, 256, 256}, {0, 0, 0, 0});
@@ -474,7 +474,7 @@ private slots:
         const plan::JobSpec spec = testSpec();
         const auto run = [&](double low, double high, double planned) {
             std::vector<StepAggregate> steps;
-            steps.push_back(step(1, {0.9, 0.9, 0.9, 0.9}, planned)); // warm-up: left out
+            steps.push_back(step(1, {0.9, 0.9, 0.9, 0.9}, planned));  // warm-up: left out
             for (int i = 2; i <= 21; ++i) {
                 const double b = i % 2 == 0 ? low : high;
                 steps.push_back(step(i, {b, b, b, b}, planned));
@@ -550,13 +550,13 @@ private slots:
         QVERIFY(near(f[0].severity, 1.0 / 3.0));
         QCOMPARE(QString::fromStdString(toJson(f[0])["kind"].get<std::string>()), QString("step_time_off_plan"));
 
-        f = run(cpu, 0.15, {0.25, 0.25, 0.25, 0.0}, 0.01, 8); // enough cores: stage 3 at 40 ms vs 30 planned
+        f = run(cpu, 0.15, {0.25, 0.25, 0.25, 0.0}, 0.01, 8);  // enough cores: stage 3 at 40 ms vs 30 planned
         QCOMPARE(int(f.size()), 1);
         QCOMPARE(*f[0].category, std::string("slow_stage"));
         QVERIFY2(f[0].title.find("stage 3 computes 1.33x its planned time") != std::string::npos, f[0].title.c_str());
         CHECK_FIGURE(f[0], "stage", 3);
 
-        f = run(spec, 0.15, even, 0.06, 0); // 40% of the step in transfers against the plan's 10%
+        f = run(spec, 0.15, even, 0.06, 0);  // 40% of the step in transfers against the plan's 10%
         QCOMPARE(int(f.size()), 1);
         QCOMPARE(*f[0].category, std::string("slow_link"));
         QVERIFY2(f[0].title == head + "communication takes 40.0% of the step against the plan's 10.0%",
@@ -631,7 +631,7 @@ private slots:
     {
         live::RankTimes times(2, 4);
         addRankStep(times, 1, 3, 8'000'000);
-        addRankStep(times, 1, 3, 1'000'000); // more spans of the same step add up
+        addRankStep(times, 1, 3, 1'000'000);  // more spans of the same step add up
         QVERIFY(times.busySeconds(3, 1).has_value() && near(*times.busySeconds(3, 1), 0.009));
         QCOMPARE(times.busySeconds(3, 0), std::optional<double>());
         QCOMPARE(times.busySeconds(4, 1), std::optional<double>());
@@ -684,16 +684,16 @@ private slots:
     {
         const plan::JobSpec spec = testSpec();
         std::vector<StepAggregate> steps = healthySteps(10);
-        steps[1].stages.pop_back(); // a stage missing
+        steps[1].stages.pop_back();  // a stage missing
         steps[2].stages[0].measured = std::numeric_limits<double>::quiet_NaN();
-        steps[3].pipelineEndNs = steps[3].pipelineBeginNs - 5; // a negative window
+        steps[3].pipelineEndNs = steps[3].pipelineBeginNs - 5;  // a negative window
         steps[4].bubble = std::numeric_limits<double>::infinity();
-        addLayer(steps[4], 99, {1000, 0, 0, 0}, {900, 0, 0, 0}); // no such layer
-        addLayer(steps[4], 3, {1000, 0, 0, 0}, {900, 0, 0, 0});  // not an MoE layer
-        addLayer(steps[5], 2, {1000, 0, 0}, {900, 0, 0});        // three experts of four
-        steps[5].stages[0].measured = 0.0;                       // one step alone is not a pattern
+        addLayer(steps[4], 99, {1000, 0, 0, 0}, {900, 0, 0, 0});  // no such layer
+        addLayer(steps[4], 3, {1000, 0, 0, 0}, {900, 0, 0, 0});   // not an MoE layer
+        addLayer(steps[5], 2, {1000, 0, 0}, {900, 0, 0});         // three experts of four
+        steps[5].stages[0].measured = 0.0;                        // one step alone is not a pattern
         std::vector<live::RankMemory> memory = healthyMemory(spec);
-        memory[3].peak[1] = -std::int64_t(1e12); // a negative peak: the rank is skipped
+        memory[3].peak[1] = -std::int64_t(1e12);  // a negative peak: the rank is skipped
         memory[3].peak[0] = std::int64_t(1e15);
         live::RankTimes otherWorld(3);
         const std::vector<Finding> findings = find(spec, steps, memory, &otherWorld);

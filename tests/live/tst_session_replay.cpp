@@ -43,7 +43,7 @@ std::string writeSession(const QTemporaryDir& dir)
         m.endNs = step * kSecond + kSecond / 2;
         m.loss = 4.0 - step;
         m.tokens = 1024;
-        m.tokensPerSecond = 2048;   // as the agent reports it: tokens over the step's 0.5 s
+        m.tokensPerSecond = 2048;  // as the agent reports it: tokens over the step's 0.5 s
         writer.append(wire::Batch{0, 0, {m}});
         writer.append(wire::Batch{
             0, 0, {wire::MemorySampleRecord{step, m.endNs, wire::MemoryCategory::Params, 1000, 1000 * step}}});
@@ -98,7 +98,7 @@ private Q_SLOTS:
         const Played played = play(replay);
         QCOMPARE(int(played.steps.size()), 3);
         QCOMPARE(played.duplicates, 0);
-        QVERIFY(played.stepsAtEnd >= 1);   // the last step has nothing after it to close it
+        QVERIFY(played.stepsAtEnd >= 1);  // the last step has nothing after it to close it
         for (int step = 1; step <= 3; ++step) {
             const live::StepAggregate& s = played.steps.at(step);
             QCOMPARE(*s.loss, 4.0 - step);
@@ -133,7 +133,7 @@ private Q_SLOTS:
             return !(rank == 0 && metrics != nullptr && metrics->step == 2);
         };
         const Played played = play(replay, handlers);
-        QCOMPARE(seen, 3 + 3 + 1);   // every stored record is offered
+        QCOMPARE(seen, 3 + 3 + 1);  // every stored record is offered
         QVERIFY(played.steps.count(1) && played.steps.count(3));
         // Step 2 has only its memory samples: no metrics, so no loss or step time.
         QVERIFY(!played.steps.count(2) || !played.steps.at(2).loss);
@@ -147,7 +147,7 @@ private Q_SLOTS:
         const Played played = play(replay, {}, 3 * kSecond);
         QCOMPARE(int(played.steps.size()), 1);
         QCOMPARE(*played.steps.at(3).loss, 1.0);
-        QCOMPARE(int(played.memory.size()), 1);   // rank 5's sample is from step 2
+        QCOMPARE(int(played.memory.size()), 1);  // rank 5's sample is from step 2
     }
 
     void aDamagedSpecIsRefusedWithTheSessionNamed()

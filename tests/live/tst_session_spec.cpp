@@ -56,7 +56,7 @@ private Q_SLOTS:
     {
         QTemporaryDir dir;
         std::string spec = demoSpecText();
-        spec.replace(spec.find("\"tp\": 2"), 7, "\"tp\": 3");   // 12 ranks on 8 devices, 4 heads over 3
+        spec.replace(spec.find("\"tp\": 2"), 7, "\"tp\": 3");  // 12 ranks on 8 devices, 4 heads over 3
         const std::string path = writeSession(dir, "damaged", spec, 8);
         try {
             live::sessionSpecAsRun(store::SessionReader(path), path);

@@ -11,7 +11,7 @@ private slots:
     void warmupIsLeftOutWhenLaterStepsExist()
     {
         QCOMPARE(firstSteadyStep(0), std::size_t(0));
-        QCOMPARE(firstSteadyStep(1), std::size_t(0)); // warm-up is all there is
+        QCOMPARE(firstSteadyStep(1), std::size_t(0));  // warm-up is all there is
         QCOMPARE(firstSteadyStep(2), std::size_t(1));
         QCOMPARE(firstSteadyStep(300), std::size_t(1));
     }

@@ -34,8 +34,8 @@ using nlohmann::json;
 namespace {
 
 struct Row {
-    json parallel;       // merged over the defaults below (null: none)
-    json model;          // merged over the tiny model below (null: none)
+    json parallel;  // merged over the defaults below (null: none)
+    json model;     // merged over the tiny model below (null: none)
     int ranks() const
     {
         auto degree = [this](const char* key) { return parallel.is_object() ? parallel.value(key, 1) : 1; };
@@ -47,8 +47,8 @@ struct Row {
 // vocabulary's 128 KB of logits, so the layer terms dominate the count.
 json tinyModel()
 {
-    return {{"layers", 4}, {"hidden", 64}, {"heads", 4}, {"kv_heads", 4}, {"ffn_hidden", 128}, {"vocab", 128},
-            {"seq_len", 128}};
+    return {{"layers", 4},       {"hidden", 64}, {"heads", 4},    {"kv_heads", 4},
+            {"ffn_hidden", 128}, {"vocab", 128}, {"seq_len", 128}};
 }
 
 json moe(double capacityFactor = 1.25)
@@ -164,7 +164,8 @@ void TestAgentActivations::defaultFollowsTheDevice()
         given["cluster"] = {{"nodes", 1}, {"devices_per_node", 1}, {"device", device}, {"compute_efficiency", 0.5}};
         given["precision"] = {{"activations", value}};
         const json written = toJson(specOf(given));
-        QCOMPARE(QString::fromStdString(written["precision"]["activations"].get<std::string>()), QString::fromLatin1(value));
+        QCOMPARE(QString::fromStdString(written["precision"]["activations"].get<std::string>()),
+                 QString::fromLatin1(value));
         QCOMPARE(specOf(written).precision.activations, specOf(given).precision.activations);
     }
     // A wrong value names the key and the choices.
@@ -223,7 +224,8 @@ void TestAgentActivations::layerTermsByHand()
     doc = jobOf({{{"tp", 2}, {"sequence_parallel", true}, {"recompute", "none"}}, {}});
     l = agentLayerActivations(specOf(doc), false);
     QCOMPARE(l.input, 4 * T / 2 * h);
-    QCOMPARE(l.kept, 4 * (3 * T / 2 * h + 4 * T / 2 + 2 * T * h + 3 * T * h / 2 + T * h / 2 + T * heads / 2 + 2 * T * f / 2));
+    QCOMPARE(l.kept,
+             4 * (3 * T / 2 * h + 4 * T / 2 + 2 * T * h + 3 * T * h / 2 + T * h / 2 + T * heads / 2 + 2 * T * f / 2));
     // An MoE layer (4 experts, top 2, capacity factor 1.25: capacity ceil(256 x 2 / 4 x 1.25) = 160
     // rows per expert, 640 in all) keeps expertIn, eu, eg and eout instead of u and g.
     doc = jobOf({{{"recompute", "none"}}, {{"moe", moe()}}});
@@ -262,8 +264,11 @@ void TestAgentActivations::scheduleArithmeticMatchesTheOpLists()
         for (int v : schedule == QLatin1String("interleaved") ? std::vector<int>{2, 3} : std::vector<int>{1})
             for (int m = 1; m <= 12; ++m)
                 for (int vocab : {128, 4096}) {
-                    json doc = jobOf({{{"pp", p}, {"microbatches", m}, {"virtual_stages", v},
-                                       {"schedule", schedule.toStdString()}, {"recompute", recompute.toStdString()}},
+                    json doc = jobOf({{{"pp", p},
+                                       {"microbatches", m},
+                                       {"virtual_stages", v},
+                                       {"schedule", schedule.toStdString()},
+                                       {"recompute", recompute.toStdString()}},
                                       {{"layers", 12 * v}, {"vocab", vocab}}});
                     if (moeModel) {
                         json moeSection = moe();
@@ -272,7 +277,7 @@ void TestAgentActivations::scheduleArithmeticMatchesTheOpLists()
                     }
                     const LoadResult loaded = loadJobSpec(doc);
                     if (!loaded.valid())
-                        continue;   // interleaving's rules on m
+                        continue;  // interleaving's rules on m
                     const JobSpec& spec = *loaded.spec;
                     const Schedule ops = buildSchedule(spec.parallel.scheduleShape());
                     for (int stage = 0; stage < p; ++stage) {
@@ -280,8 +285,13 @@ void TestAgentActivations::scheduleArithmeticMatchesTheOpLists()
                         const double counted = agentActivationBytes(spec, stage);
                         QVERIFY2(std::abs(counted - walked) <= 1e-9 * walked,
                                  qPrintable(QStringLiteral("p %1 v %2 m %3 V %4 stage %5: %6 counted, %7 op by op")
-                                                .arg(p).arg(v).arg(m).arg(vocab).arg(stage)
-                                                .arg(counted, 0, 'f', 0).arg(walked, 0, 'f', 0)));
+                                                .arg(p)
+                                                .arg(v)
+                                                .arg(m)
+                                                .arg(vocab)
+                                                .arg(stage)
+                                                .arg(counted, 0, 'f', 0)
+                                                .arg(walked, 0, 'f', 0)));
                         ++checked;
                     }
                 }
@@ -308,30 +318,30 @@ void TestAgentActivations::plannedEqualsMeasured_data()
     QTest::newRow("pp2 gpipe selective") << Row{{{"pp", 2}, {"schedule", "gpipe"}}, {}};
     QTest::newRow("pp2 gpipe full moe") << Row{{{"pp", 2}, {"schedule", "gpipe"}, {"recompute", "full"}},
                                                {{"moe", moe()}}};
-    QTest::newRow("pp2 interleaved v2 none") << Row{
-        {{"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"recompute", "none"}}, {}};
-    QTest::newRow("pp2 interleaved v2 full gqa swiglu") << Row{
-        {{"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"recompute", "full"}}, gqaSwiglu};
+    QTest::newRow("pp2 interleaved v2 none")
+        << Row{{{"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"recompute", "none"}}, {}};
+    QTest::newRow("pp2 interleaved v2 full gqa swiglu")
+        << Row{{{"pp", 2}, {"schedule", "interleaved"}, {"virtual_stages", 2}, {"recompute", "full"}}, gqaSwiglu};
     QTest::newRow("pp2 zb-h1 none") << Row{{{"pp", 2}, {"schedule", "zb-h1"}, {"recompute", "none"}}, {}};
     QTest::newRow("pp2 zb-h1 full") << Row{{{"pp", 2}, {"schedule", "zb-h1"}, {"recompute", "full"}}, {}};
     // A capacity of T per expert (factor E / k) drops no token, so the experts' deferred rows are
     // exactly T k and the MoE stash is exact.
     QTest::newRow("pp2 zb-h1 selective moe") << Row{{{"pp", 2}, {"schedule", "zb-h1"}}, {{"moe", moe(2.0)}}};
     // Four ranks: TP + SP inside an interleaved pipeline, and zb-h1 over four stages.
-    QTest::newRow("pp2 tp2 sp interleaved v2 selective moe") << Row{
-        {{"pp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"schedule", "interleaved"}, {"virtual_stages", 2}},
-        {{"moe", moe()}}};
+    QTest::newRow("pp2 tp2 sp interleaved v2 selective moe")
+        << Row{{{"pp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"schedule", "interleaved"}, {"virtual_stages", 2}},
+               {{"moe", moe()}}};
     QTest::newRow("pp4 zb-h1 selective") << Row{{{"pp", 4}, {"schedule", "zb-h1"}}, {}};
     // The V schedules: stage 0 holds the first chunk and the last (the logits); every backward
     // stashes for its W, and DualPipeV runs some of them whole.
-    QTest::newRow("pp2 zb-v none") << Row{{{"pp", 2}, {"schedule", "zb-v"}, {"virtual_stages", 2}, {"recompute", "none"}},
-                                          {}};
-    QTest::newRow("pp2 zb-v full") << Row{{{"pp", 2}, {"schedule", "zb-v"}, {"virtual_stages", 2}, {"recompute", "full"}},
-                                          {}};
+    QTest::newRow("pp2 zb-v none") << Row{
+        {{"pp", 2}, {"schedule", "zb-v"}, {"virtual_stages", 2}, {"recompute", "none"}}, {}};
+    QTest::newRow("pp2 zb-v full") << Row{
+        {{"pp", 2}, {"schedule", "zb-v"}, {"virtual_stages", 2}, {"recompute", "full"}}, {}};
     QTest::newRow("pp2 dualpipev selective moe")
         << Row{{{"pp", 2}, {"schedule", "dualpipev"}, {"virtual_stages", 2}}, {{"moe", moe(2.0)}}};
-    QTest::newRow("pp2 tp2 sp zb-v selective") << Row{
-        {{"pp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"schedule", "zb-v"}, {"virtual_stages", 2}}, {}};
+    QTest::newRow("pp2 tp2 sp zb-v selective")
+        << Row{{{"pp", 2}, {"tp", 2}, {"sequence_parallel", true}, {"schedule", "zb-v"}, {"virtual_stages", 2}}, {}};
     QTest::newRow("pp4 dualpipev none") << Row{
         {{"pp", 4}, {"schedule", "dualpipev"}, {"virtual_stages", 2}, {"microbatches", 8}, {"recompute", "none"}},
         {{"layers", 8}}};
@@ -351,7 +361,8 @@ void TestAgentActivations::plannedEqualsMeasured()
         f.write(QByteArray::fromStdString(doc.dump()));
     }
     m_runs.start();
-    const ProcessRun run = runProcess(QStringLiteral(MESHBENCH_ENGINE), {"run", job, "--session", session, "--steps", "2"});
+    const ProcessRun run =
+        runProcess(QStringLiteral(MESHBENCH_ENGINE), {"run", job, "--session", session, "--steps", "2"});
     m_runMs += m_runs.elapsed();
     QVERIFY2(run.exitCode == 0, qPrintable(run.out + run.err));
 

@@ -55,7 +55,7 @@ bool throwsSaying(const MeasuredRun& run, const char* words)
     return false;
 }
 
-} // namespace
+}  // namespace
 
 class TestCalibration : public QObject {
     Q_OBJECT
@@ -95,7 +95,7 @@ private slots:
     void stepsFarFromTheSpansAreRefused()
     {
         MeasuredRun run = runAt(oneDevice(), 1.0);
-        run.stepSeconds *= 1000; // the spans' compute is a thousandth of the step
+        run.stepSeconds *= 1000;  // the spans' compute is a thousandth of the step
         QVERIFY(throwsSaying(run, "the steps and the spans disagree"));
         run = runAt(oneDevice(), 1.0);
         run.stageComputeSeconds[0] *= 1000;

@@ -9,8 +9,8 @@
 #include <QtTest>
 
 using namespace meshbench::plan;
-using nlohmann::json;
 using meshbench::testing::demoSpec;
+using nlohmann::json;
 
 namespace {
 
@@ -50,7 +50,7 @@ private slots:
 
 void TestCapability::theDemoRuns()
 {
-    const JobSpec spec = demoSpec();   // dp2 x pp2 x tp2, ep 2, zero 0, cpu
+    const JobSpec spec = demoSpec();  // dp2 x pp2 x tp2, ep 2, zero 0, cpu
     QVERIFY(validateLayout(spec).empty());
     QVERIFY(agentCanRun(spec));
     QVERIFY(agentRefusals(spec).empty());
@@ -77,14 +77,14 @@ void TestCapability::zeroWithExpertParallelismRuns()
     QCOMPARE(spec.parallel.ep, 2);
     for (int zero = 1; zero <= 3; ++zero) {
         spec.parallel.zero = zero;
-        spec.parallel.pp = zero >= 2 ? 1 : 2;   // ZeRO-2/3 need pp 1 (validateLayout)
+        spec.parallel.pp = zero >= 2 ? 1 : 2;  // ZeRO-2/3 need pp 1 (validateLayout)
         spec.parallel.dp = zero >= 2 ? 4 : 2;
         QVERIFY(validateLayout(spec).empty());
         QVERIFY2(agentCanRun(spec), qPrintable(QStringLiteral("zero %1").arg(zero)));
         QVERIFY2(agentRefusals(spec).empty(), qPrintable(QStringLiteral("zero %1").arg(zero)));
     }
     // Still refused there for another reason: the rule keeps its other clauses with ep and ZeRO on.
-    spec.model.hidden = 3 * spec.model.heads;   // a head dimension of 3
+    spec.model.hidden = 3 * spec.model.heads;  // a head dimension of 3
     QCOMPARE(refusedKey(spec), QString("model.hidden"));
 }
 
@@ -111,7 +111,7 @@ void TestCapability::oddHeadDimensionIsRefused()
     QString message;
     QCOMPARE(refusedKey(spec, &message), QString("model.hidden"));
     QVERIFY2(message.contains("head dimension of 3") && message.contains("multiple of 64"), qPrintable(message));
-    spec.model.hidden = 128;   // head dimension 4
+    spec.model.hidden = 128;  // head dimension 4
     QVERIFY(agentCanRun(spec));
 }
 
@@ -150,7 +150,7 @@ void TestCapability::everyReasonIsReportedAtOnce()
     spec.model.heads = 32;
     spec.model.kvHeads = 32;
     spec.parallel.microbatches = 8192;
-    spec.parallel.zero = 1;   // with ep 2: no longer a reason
+    spec.parallel.zero = 1;  // with ep 2: no longer a reason
     QVERIFY(validateLayout(spec).empty());
     QVERIFY(!agentCanRun(spec));
     const std::vector<SpecError> refusals = agentRefusals(spec);

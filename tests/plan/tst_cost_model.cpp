@@ -18,11 +18,25 @@ namespace {
 json gpt3Json()
 {
     return {{"model",
-             {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"ffn_hidden", 49152}, {"vocab", 51200},
-              {"seq_len", 2048}, {"norm", "layernorm"}, {"activation", "gelu"}, {"tied_embeddings", false}}},
+             {{"layers", 96},
+              {"hidden", 12288},
+              {"heads", 96},
+              {"ffn_hidden", 49152},
+              {"vocab", 51200},
+              {"seq_len", 2048},
+              {"norm", "layernorm"},
+              {"activation", "gelu"},
+              {"tied_embeddings", false}}},
             {"parallel",
-             {{"dp", 8}, {"pp", 16}, {"tp", 8}, {"zero", 1}, {"sequence_parallel", true}, {"recompute", "selective"},
-              {"schedule", "1f1b"}, {"microbatches", 64}, {"micro_batch_size", 1}}},
+             {{"dp", 8},
+              {"pp", 16},
+              {"tp", 8},
+              {"zero", 1},
+              {"sequence_parallel", true},
+              {"recompute", "selective"},
+              {"schedule", "1f1b"},
+              {"microbatches", 64},
+              {"micro_batch_size", 1}}},
             {"cluster", {{"preset", "dgx-h100x128"}}}};
 }
 
@@ -38,8 +52,8 @@ JobSpec specFrom(const json& document)
 }
 
 // Megatron-LM compute_activation_memory (sequence parallel + selective recompute), first stage.
-double megatronActivationSp(double s, double b, double h, double f, double V, double L, double t, double p,
-                            double m, double v /* 0: not interleaved */)
+double megatronActivationSp(double s, double b, double h, double f, double V, double L, double t, double p, double m,
+                            double v /* 0: not interleaved */)
 {
     double a = s * b * h * (18 + 4 * f / h) * L;
     a += 8 * s * b * p;
@@ -73,8 +87,8 @@ bool closeTo(double actual, double expected, double relative = 1e-12)
     return std::abs(actual - expected) <= relative * std::abs(expected);
 }
 
-#define QCOMPARE_REL(actual, expected, relative)                                                                      \
-    QVERIFY2(closeTo((actual), (expected), (relative)),                                                               \
+#define QCOMPARE_REL(actual, expected, relative)                                                                       \
+    QVERIFY2(closeTo((actual), (expected), (relative)),                                                                \
              qPrintable(QStringLiteral("%1 != %2").arg((actual), 0, 'g', 17).arg((expected), 0, 'g', 17)))
 
 }  // namespace
@@ -202,8 +216,15 @@ void TestCostModel::expertShardingOverEp()
     // experts 16 x 1,409,286,144 / (2 x 8) = 1,409,286,144; dense part (block - experts) / 2 +
     // embedding, over tp: ((46,439,600,128 - 45,097,156,608) / 2 + 131,072,000) / 2.
     JobSpec spec = specFrom({{"model",
-                              {{"layers", 32}, {"hidden", 4096}, {"heads", 32}, {"kv_heads", 8}, {"ffn_hidden", 14336},
-                               {"vocab", 32000}, {"seq_len", 4096}, {"norm", "rmsnorm"}, {"activation", "swiglu"},
+                              {{"layers", 32},
+                               {"hidden", 4096},
+                               {"heads", 32},
+                               {"kv_heads", 8},
+                               {"ffn_hidden", 14336},
+                               {"vocab", 32000},
+                               {"seq_len", 4096},
+                               {"norm", "rmsnorm"},
+                               {"activation", "swiglu"},
                                {"tied_embeddings", false},
                                {"moe", {{"experts", 8}, {"top_k", 2}, {"capacity_factor", 1.25}}}}},
                              {"parallel", {{"dp", 8}, {"pp", 2}, {"tp", 2}, {"ep", 8}, {"zero", 1}}},
@@ -231,12 +252,13 @@ void TestCostModel::activationsMatchMegatron_data()
     // Megatron-LM's report_theoretical_memory has the SP formula for SP with selective recompute
     // and the no-SP one for every case without SP, recompute none included (flash attention keeps
     // no scores either way).
-    for (const auto& [sp, recompute] : {std::pair{true, "selective"}, std::pair{false, "selective"},
-                                        std::pair{false, "none"}}) {
+    for (const auto& [sp, recompute] :
+         {std::pair{true, "selective"}, std::pair{false, "selective"}, std::pair{false, "none"}}) {
         const std::string tag = std::string(sp ? "sp" : "no-sp") + " " + recompute;
         const QString r = QString::fromLatin1(recompute);
         QTest::addRow("%s tp8 pp16 m64", tag.c_str()) << sp << 8 << 16 << 64 << 1 << 1 << r;
-        QTest::addRow("%s tp8 pp16 m8 (fewer micro-batches than stages)", tag.c_str()) << sp << 8 << 16 << 8 << 1 << 1 << r;
+        QTest::addRow("%s tp8 pp16 m8 (fewer micro-batches than stages)", tag.c_str())
+            << sp << 8 << 16 << 8 << 1 << 1 << r;
         QTest::addRow("%s tp8 pp16 interleaved v3", tag.c_str()) << sp << 8 << 16 << 192 << 3 << 1 << r;
         QTest::addRow("%s tp4 pp4 interleaved v2 b2", tag.c_str()) << sp << 4 << 4 << 16 << 2 << 2 << r;
         QTest::addRow("%s tp8 pp1", tag.c_str()) << sp << 8 << 1 << 4 << 1 << 1 << r;
@@ -254,16 +276,21 @@ void TestCostModel::activationsMatchMegatron()
     QFETCH(int, microBatchSize);
     QFETCH(QString, recompute);
     json doc = gpt3Json();
-    doc["parallel"] = {{"tp", tp}, {"pp", pp}, {"dp", 1024 / (tp * pp)}, {"sequence_parallel", sequenceParallel},
-                       {"recompute", recompute.toStdString()}, {"microbatches", microbatches},
+    doc["parallel"] = {{"tp", tp},
+                       {"pp", pp},
+                       {"dp", 1024 / (tp * pp)},
+                       {"sequence_parallel", sequenceParallel},
+                       {"recompute", recompute.toStdString()},
+                       {"microbatches", microbatches},
                        {"micro_batch_size", microBatchSize},
-                       {"schedule", virtualStages > 1 ? "interleaved" : "1f1b"}, {"virtual_stages", virtualStages}};
+                       {"schedule", virtualStages > 1 ? "interleaved" : "1f1b"},
+                       {"virtual_stages", virtualStages}};
     const JobSpec spec = specFrom(doc);
     const CostModel model(spec, {});
     const double v = virtualStages > 1 ? virtualStages : 0;
-    const double expected = sequenceParallel
-                                ? megatronActivationSp(2048, microBatchSize, 12288, 49152, 51200, 96, tp, pp, microbatches, v)
-                                : megatronActivationNoSp(2048, microBatchSize, 12288, 51200, 96, tp, pp, microbatches, v);
+    const double expected =
+        sequenceParallel ? megatronActivationSp(2048, microBatchSize, 12288, 49152, 51200, 96, tp, pp, microbatches, v)
+                         : megatronActivationNoSp(2048, microBatchSize, 12288, 51200, 96, tp, pp, microbatches, v);
     QCOMPARE_REL(model.activationBytes(0), expected, 1e-12);
 }
 
@@ -272,7 +299,7 @@ void TestCostModel::activationsOtherSchedulesAndRecompute()
     // Worked by hand for GPT-3, tp 8, pp 16 (6 layers per stage), s b h = 25,165,824, SP on.
     json doc = gpt3Json();
     const double sbh = 2048.0 * 12288;
-    const double perLayer = sbh * 34 / 8;           // (18 + 4 f/h) / t with f = 4h
+    const double perLayer = sbh * 34 / 8;  // (18 + 4 f/h) / t with f = 4h
     const double embedding = (8.0 * 2048 + sbh) / 8;
 
     // GPipe holds all m = 64 micro-batches of its 6 layers.

@@ -88,9 +88,8 @@ void checkRejection(const LoadResult& result)
     const auto match = std::find_if(result.errors.begin(), result.errors.end(), [&](const SpecError& e) {
         return qs(e.path) == path && qs(e.message).contains(fragments.first());
     });
-    QVERIFY2(match != result.errors.end(),
-             qPrintable(QStringLiteral("no error at '%1' containing '%2'; got:\n%3")
-                            .arg(path, fragments.first(), listErrors(result.errors))));
+    QVERIFY2(match != result.errors.end(), qPrintable(QStringLiteral("no error at '%1' containing '%2'; got:\n%3")
+                                                          .arg(path, fragments.first(), listErrors(result.errors))));
     for (const QString& fragment : fragments)
         QVERIFY2(qs(match->message).contains(fragment),
                  qPrintable(QStringLiteral("'%1' lacks '%2'").arg(qs(match->message), fragment)));
@@ -254,9 +253,9 @@ void TestJobSpec::baseSpecLoadsWithDefaults()
     QCOMPARE(spec.parallel.microbatches, 1);
     QCOMPARE(spec.parallel.microBatchSize, 1);
     QCOMPARE(spec.parallel.order, RankOrder::TpDpPp);
-    QCOMPARE(spec.parallel.worldSize(), 16);   // 4 x 2 x 2
+    QCOMPARE(spec.parallel.worldSize(), 16);  // 4 x 2 x 2
     QCOMPARE(spec.precision.grads, GradDtype::Fp32);
-    QCOMPARE(spec.precision.activations, ActivationDtype::Bf16);   // an h100-sxm: priced as Megatron-LM
+    QCOMPARE(spec.precision.activations, ActivationDtype::Bf16);  // an h100-sxm: priced as Megatron-LM
 
     // A hand-described cluster: nvlink_domain defaults to the node (8), links to DGX H100 figures.
     QVERIFY(spec.cluster.preset.empty());
@@ -270,7 +269,7 @@ void TestJobSpec::baseSpecLoadsWithDefaults()
     QCOMPARE(spec.cluster.interBandwidth, 50e9);
     QCOMPARE(spec.cluster.intraLatency, 3e-6);
     QCOMPARE(spec.cluster.interLatency, 10e-6);
-    QCOMPARE(spec.cluster.computeEfficiency, 0.0);   // unset: the device table's share
+    QCOMPARE(spec.cluster.computeEfficiency, 0.0);  // unset: the device table's share
 
     // Train defaults: 100 steps, lr 3e-3, AdamW (0.9, 0.95, 1e-8), weight decay 0.1, clip 1.0.
     QCOMPARE(spec.train.steps, 100);
@@ -307,7 +306,7 @@ void TestJobSpec::moeDefaultsAndValues()
     QCOMPARE(given.everyNLayers, 2);
     QCOMPARE(given.capacityFactor, 1.25);
     QCOMPARE(given.auxLossCoef, 0.02);
-    QCOMPARE(result.spec->model.ffnHidden, 4096);   // the dense MLP keeps 4 x hidden
+    QCOMPARE(result.spec->model.ffnHidden, 4096);  // the dense MLP keeps 4 x hidden
 }
 
 void TestJobSpec::moeLayerCount()
@@ -318,19 +317,19 @@ void TestJobSpec::moeLayerCount()
     model.moe.everyNLayers = 2;
     QVERIFY(model.isMoeLayer(0));
     QVERIFY(!model.isMoeLayer(1));
-    QCOMPARE(model.moeLayersIn(0, 24), 12);   // 0, 2, ..., 22
-    QCOMPARE(model.moeLayersIn(0, 12), 6);    // 0, 2, 4, 6, 8, 10
-    QCOMPARE(model.moeLayersIn(1, 4), 2);     // 2, 4 among 1..4
-    QCOMPARE(model.moeLayersIn(3, 1), 0);     // layer 3 alone
+    QCOMPARE(model.moeLayersIn(0, 24), 12);  // 0, 2, ..., 22
+    QCOMPARE(model.moeLayersIn(0, 12), 6);   // 0, 2, 4, 6, 8, 10
+    QCOMPARE(model.moeLayersIn(1, 4), 2);    // 2, 4 among 1..4
+    QCOMPARE(model.moeLayersIn(3, 1), 0);    // layer 3 alone
     model.moe.experts = 0;
-    QCOMPARE(model.moeLayersIn(0, 24), 0);    // dense
+    QCOMPARE(model.moeLayersIn(0, 24), 0);  // dense
 }
 
 void TestJobSpec::presetFieldsCanBeOverridden()
 {
     // dgx-h100 is 1 node x 8; nodes 2 makes it 16 devices while the preset's links stay.
-    const LoadResult result =
-        loadJobSpec(patched(R"({"cluster": {"preset": "dgx-h100", "nodes": 2, "devices_per_node": null, "device": null}})"));
+    const LoadResult result = loadJobSpec(
+        patched(R"({"cluster": {"preset": "dgx-h100", "nodes": 2, "devices_per_node": null, "device": null}})"));
     QVERIFY2(result.valid(), qPrintable(listErrors(result.errors)));
     const ClusterSpec& c = result.spec->cluster;
     QCOMPARE(qs(c.preset), QStringLiteral("dgx-h100"));
@@ -357,17 +356,17 @@ void TestJobSpec::demoFileValues()
     QCOMPARE(spec.model.moe.topK, 2);
     QCOMPARE(spec.model.moe.ffnHidden, 256);
     QCOMPARE(spec.model.moe.capacityFactor, 1.25);
-    QCOMPARE(spec.parallel.worldSize(), 8);   // 2 x 2 x 2 = 1 node x 8
+    QCOMPARE(spec.parallel.worldSize(), 8);  // 2 x 2 x 2 = 1 node x 8
     QCOMPARE(spec.parallel.ep, 2);
     QCOMPARE(spec.parallel.zero, 0);
     QCOMPARE(spec.parallel.recompute, Recompute::None);
     QCOMPARE(spec.parallel.microbatches, 4);
     QCOMPARE(spec.parallel.microBatchSize, 2);
-    QCOMPARE(spec.parallel.globalBatch(), 16);   // dp 2 x 2 x 4
+    QCOMPARE(spec.parallel.globalBatch(), 16);  // dp 2 x 2 x 4
     QCOMPARE(qs(spec.cluster.device.kind), QStringLiteral("cpu"));
-    QCOMPARE(spec.cluster.nvlinkDomain, 8);       // defaults to devices_per_node
-    QCOMPARE(spec.cluster.intraBandwidth, 5e9);   // 5 GB/s
-    QCOMPARE(spec.cluster.intraLatency, 1e-6);    // 1 us
+    QCOMPARE(spec.cluster.nvlinkDomain, 8);      // defaults to devices_per_node
+    QCOMPARE(spec.cluster.intraBandwidth, 5e9);  // 5 GB/s
+    QCOMPARE(spec.cluster.intraLatency, 1e-6);   // 1 us
     QCOMPARE(spec.cluster.computeEfficiency, 0.0);
     QCOMPARE(spec.train.steps, 300);
     QCOMPARE(spec.backend, BackendKind::Cpu);
@@ -397,8 +396,8 @@ void TestJobSpec::layoutRules_data()
     layoutRow("kv_heads over tp", R"({"model": {"kv_heads": 2}, "parallel": {"dp": 2, "tp": 4}})", "parallel.tp",
               {"2 kv_heads (query groups) do not split over tp=4", "use tp 1 or 2"});
     // 4100 % 8 = 4; gcd(16, 16, 4100, 32000) = 4.
-    layoutRow("ffn_hidden over tp", R"({"model": {"ffn_hidden": 4100}, "parallel": {"dp": 1, "tp": 8}})",
-              "parallel.tp", {"ffn_hidden=4100 does not split over tp=8", "use tp 1, 2 or 4"});
+    layoutRow("ffn_hidden over tp", R"({"model": {"ffn_hidden": 4100}, "parallel": {"dp": 1, "tp": 8}})", "parallel.tp",
+              {"ffn_hidden=4100 does not split over tp=8", "use tp 1, 2 or 4"});
     // 1002 % 4 = 2; gcd(16, 16, 4096, 32000, 1002) = 2.
     layoutRow("moe_ffn_hidden over tp",
               R"({"model": {"moe": {"experts": 8, "moe_ffn_hidden": 1002}}, "parallel": {"dp": 2, "tp": 4}})",
@@ -540,8 +539,8 @@ void TestJobSpec::badValues_data()
     row("zero experts", R"({"model": {"moe": {"experts": 0}}})", "model.moe.experts",
         {"0 is out of range; use 1 to 65,536"});
     row("zero 4", R"({"parallel": {"zero": 4}})", "parallel.zero", {"4 is out of range; use 0 to 3"});
-    row("capacity factor 0", R"({"model": {"moe": {"experts": 8, "capacity_factor": 0}}})",
-        "model.moe.capacity_factor", {"0 is out of range; use a value above 0 up to 1000"});
+    row("capacity factor 0", R"({"model": {"moe": {"experts": 8, "capacity_factor": 0}}})", "model.moe.capacity_factor",
+        {"0 is out of range; use a value above 0 up to 1000"});
     row("layers 10^12", R"({"model": {"layers": 1000000000000}})", "model.layers",
         {"1000000000000 is out of range; use 1 to 10,000"});
     row("layers 1e12 float", R"({"model": {"layers": 1e12}})", "model.layers",
@@ -618,15 +617,17 @@ void TestJobSpec::badDocuments_data()
     // Invalid UTF-8 (issue 11): the byte is quoted as \xFF, so the message is text that JSON can carry.
     row("invalid UTF-8 in a string", "{\"name\": \"\xff\"}", "name",
         {"line 1, column 11: not valid JSON", "ill-formed UTF-8 byte", "\\xFF"});
-    row("invalid UTF-8 in a key", "{\"model\": {\"lay\xc3\x28" "ers\": 1}}", "model",
-        {"not valid JSON", "ill-formed UTF-8 byte", "\\xC3"});
+    row("invalid UTF-8 in a key",
+        "{\"model\": {\"lay\xc3\x28"
+        "ers\": 1}}",
+        "model", {"not valid JSON", "ill-formed UTF-8 byte", "\\xC3"});
     // Duplicate keys (issue 11): nlohmann-json keeps the last silently; a spec refuses both, by path.
     row("duplicate key", "{\"model\": {\"layers\": 24, \"hidden\": 1024, \"layers\": 48}}", "model.layers",
         {"appears more than once"});
-    row("duplicate key in an array's object",
-        "{\"cluster\": {\"x\": [1, {\"a\": 1}, {\"a\": 1, \"a\": 2}]}}", "cluster.x[2].a", {"appears more than once"});
-    row("two duplicate keys", "{\"name\": \"a\", \"name\": \"b\", \"backend\": \"cpu\", \"backend\": \"cpu\"}", "backend",
-        {"appears more than once"}, 2);
+    row("duplicate key in an array's object", "{\"cluster\": {\"x\": [1, {\"a\": 1}, {\"a\": 1, \"a\": 2}]}}",
+        "cluster.x[2].a", {"appears more than once"});
+    row("two duplicate keys", "{\"name\": \"a\", \"name\": \"b\", \"backend\": \"cpu\", \"backend\": \"cpu\"}",
+        "backend", {"appears more than once"}, 2);
 }
 
 void TestJobSpec::badDocuments()
@@ -636,7 +637,8 @@ void TestJobSpec::badDocuments()
     try {
         result = parseJobSpec(input.toStdString());
     } catch (const std::exception& e) {
-        QFAIL(qPrintable(QStringLiteral("parseJobSpec threw instead of reporting: %1").arg(QString::fromUtf8(e.what()))));
+        QFAIL(
+            qPrintable(QStringLiteral("parseJobSpec threw instead of reporting: %1").arg(QString::fromUtf8(e.what()))));
     }
     checkRejection(result);
 }
@@ -648,8 +650,8 @@ void TestJobSpec::trainDataRules_data()
     row("unknown source", R"({"train": {"data": {"source": "zb-h2"}}})", "train.data.source",
         {"'zb-h2' is not allowed", "use markov or file"});
     // The Markov chain's bounds are the model's: order up to seq_len, branching up to vocab.
-    row("branching below int64", R"({"train": {"data": {"branching": -9223372036854775809}}})",
-        "train.data.branching", {"out of range", "use 2 to 32,000"});
+    row("branching below int64", R"({"train": {"data": {"branching": -9223372036854775809}}})", "train.data.branching",
+        {"out of range", "use 2 to 32,000"});
     row("order 0", R"({"train": {"data": {"order": 0}}})", "train.data.order", {"0 is out of range", "use 1 to 2,048"});
     row("order above seq_len", R"({"train": {"data": {"order": 2049}}})", "train.data.order",
         {"2049 is out of range; use 1 to 2,048"});
@@ -664,7 +666,8 @@ void TestJobSpec::trainDataRules_data()
         {"unknown key", "source, order or branching"});
     row("file key on markov", R"({"train": {"data": {"path": "x.bin"}}})", "train.data.path",
         {"is a setting of the file source", "set train.data.source to \"file\""});
-    row("markov key on file", R"({"train": {"data": {"source": "file", "path": "x.bin", "dtype": "uint16", "order": 1}}})",
+    row("markov key on file",
+        R"({"train": {"data": {"source": "file", "path": "x.bin", "dtype": "uint16", "order": 1}}})",
         "train.data.order", {"is a setting of the markov source"});
     row("file without path", R"({"train": {"data": {"source": "file", "dtype": "uint16"}}})", "train.data.path",
         {"is required"});
@@ -674,8 +677,8 @@ void TestJobSpec::trainDataRules_data()
         "train.data.path", {"expected a string, got number 7"});
     row("file without dtype", R"({"train": {"data": {"source": "file", "path": "x.bin"}}})", "train.data.dtype",
         {"is required for a token file"});
-    row("bad dtype", R"({"train": {"data": {"source": "file", "path": "x.bin", "dtype": "int8"}}})",
-        "train.data.dtype", {"'int8' is not allowed", "use uint16 or uint32"});
+    row("bad dtype", R"({"train": {"data": {"source": "file", "path": "x.bin", "dtype": "int8"}}})", "train.data.dtype",
+        {"'int8' is not allowed", "use uint16 or uint32"});
 }
 
 void TestJobSpec::trainDataRules()
@@ -686,7 +689,8 @@ void TestJobSpec::trainDataRules()
 
 void TestJobSpec::trainDataValues()
 {
-    LoadResult result = loadJobSpec(patched(R"({"train": {"data": {"source": "markov", "order": 3, "branching": 7}}})"));
+    LoadResult result =
+        loadJobSpec(patched(R"({"train": {"data": {"source": "markov", "order": 3, "branching": 7}}})"));
     QVERIFY2(result.valid(), qPrintable(listErrors(result.errors)));
     QCOMPARE(result.spec->train.data.source, DataSource::Markov);
     QCOMPARE(result.spec->train.data.order, 3);
@@ -713,8 +717,9 @@ void TestJobSpec::validateLayoutDirectly()
     std::vector<SpecError> errors = validateLayout(spec);
     QCOMPARE(errors.size(), 1u);
     QCOMPARE(qs(errors[0].path), QStringLiteral("parallel.pp"));
-    QCOMPARE(qs(errors[0].message),
-             QStringLiteral("30 layers do not divide into pp=4 x virtual_stages=1 stages; use pp 2, 3, 5, 6, 10 or 15"));
+    QCOMPARE(
+        qs(errors[0].message),
+        QStringLiteral("30 layers do not divide into pp=4 x virtual_stages=1 stages; use pp 2, 3, 5, 6, 10 or 15"));
 
     // Adding a world-size mismatch (3 x 4 x 2 = 24 vs 16; 16 % 8 == 0 -> dp=2) reports it first.
     spec.parallel.dp = 3;
@@ -737,7 +742,7 @@ void TestJobSpec::oneDeviceSpecRunsEverySchedule_data()
 {
     QTest::addColumn<QString>("schedule");
     QTest::addColumn<int>("virtualStages");
-    QTest::addColumn<QString>("oneStageSchedule"); // what one device runs
+    QTest::addColumn<QString>("oneStageSchedule");  // what one device runs
     QTest::newRow("gpipe") << "gpipe" << 1 << "gpipe";
     QTest::newRow("1f1b") << "1f1b" << 1 << "1f1b";
     QTest::newRow("zb-h1") << "zb-h1" << 1 << "zb-h1";
@@ -819,7 +824,7 @@ void TestJobSpec::suggestedPipelineSizesAreAccepted()
 
 void TestJobSpec::roundTrip_data()
 {
-    QTest::addColumn<QString>("file");     // a job file, or empty when text is given inline
+    QTest::addColumn<QString>("file");  // a job file, or empty when text is given inline
     QTest::addColumn<QByteArray>("text");
     const std::filesystem::path dir = jobsDir();
     std::vector<std::filesystem::path> files;
@@ -836,8 +841,10 @@ void TestJobSpec::roundTrip_data()
 
     // Every non-default enum value, so each one goes through toJson and back.
     QTest::newRow("base, every non-default enum")
-        << QString() << QByteArray::fromStdString(
-               patched(R"({"model": {"kv_heads": 4, "norm": "rmsnorm", "activation": "swiglu", "tied_embeddings": false},
+        << QString()
+        << QByteArray::fromStdString(
+               patched(
+                   R"({"model": {"kv_heads": 4, "norm": "rmsnorm", "activation": "swiglu", "tied_embeddings": false},
                    "parallel": {"recompute": "full", "schedule": "interleaved", "virtual_stages": 3,
                                 "microbatches": 8, "micro_batch_size": 2, "order": "tp-pp-dp",
                                 "sequence_parallel": true, "zero": 1},
@@ -866,7 +873,7 @@ void TestJobSpec::roundTrip()
 void TestJobSpec::deeplyNestedValue_data()
 {
     addRejectionColumns();
-    QTest::addColumn<bool>("parse");   // through parseJobSpec, or json::parse then loadJobSpec
+    QTest::addColumn<bool>("parse");  // through parseJobSpec, or json::parse then loadJobSpec
     // The base spec, on one line, with a million nested arrays (a 2 MB document) where layers
     // belongs. Both entry points refuse the nesting before anything copies or prints the value
     // (either would recurse once per level); the same for a deep value in the pass-through train.

@@ -29,11 +29,16 @@ QString qs(std::string_view text) { return QString::fromUtf8(text.data(), qsizet
 std::array<int, 3> sharedCoords(GroupKind kind, const MeshCoord& c)
 {
     switch (kind) {
-    case GroupKind::Tensor: return {c.dp, c.pp, 0};
-    case GroupKind::Pipeline: return {c.dp, c.tp, 0};
-    case GroupKind::Data: return {c.pp, c.tp, 0};
-    case GroupKind::Expert: return {c.pp, c.tp, c.edp};
-    case GroupKind::ExpertData: return {c.pp, c.tp, c.ep};
+    case GroupKind::Tensor:
+        return {c.dp, c.pp, 0};
+    case GroupKind::Pipeline:
+        return {c.dp, c.tp, 0};
+    case GroupKind::Data:
+        return {c.pp, c.tp, 0};
+    case GroupKind::Expert:
+        return {c.pp, c.tp, c.edp};
+    case GroupKind::ExpertData:
+        return {c.pp, c.tp, c.ep};
     }
     return {};
 }
@@ -41,11 +46,16 @@ std::array<int, 3> sharedCoords(GroupKind kind, const MeshCoord& c)
 int groupIndex(GroupKind kind, const MeshCoord& c)
 {
     switch (kind) {
-    case GroupKind::Tensor: return c.tp;
-    case GroupKind::Pipeline: return c.pp;
-    case GroupKind::Data: return c.dp;
-    case GroupKind::Expert: return c.ep;
-    case GroupKind::ExpertData: return c.edp;
+    case GroupKind::Tensor:
+        return c.tp;
+    case GroupKind::Pipeline:
+        return c.pp;
+    case GroupKind::Data:
+        return c.dp;
+    case GroupKind::Expert:
+        return c.ep;
+    case GroupKind::ExpertData:
+        return c.edp;
     }
     return -1;
 }
@@ -125,16 +135,16 @@ void TestMesh::coordinates_data()
     const auto d = RankOrder::TpDpPp;
     QTest::newRow("tp-dp-pp 0") << 4 << 2 << 2 << 2 << d << 0 << 0 << 0 << 0 << 0 << 0;
     QTest::newRow("tp-dp-pp 1") << 4 << 2 << 2 << 2 << d << 1 << 1 << 0 << 0 << 0 << 0;
-    QTest::newRow("tp-dp-pp 5") << 4 << 2 << 2 << 2 << d << 5 << 1 << 2 << 0 << 0 << 1;   // 1 + 2*2
-    QTest::newRow("tp-dp-pp 7") << 4 << 2 << 2 << 2 << d << 7 << 1 << 3 << 0 << 1 << 1;   // 1 + 2*3
-    QTest::newRow("tp-dp-pp 8") << 4 << 2 << 2 << 2 << d << 8 << 0 << 0 << 1 << 0 << 0;   // 8*1
-    QTest::newRow("tp-dp-pp 13") << 4 << 2 << 2 << 2 << d << 13 << 1 << 2 << 1 << 0 << 1; // 1 + 2*2 + 8*1
-    QTest::newRow("tp-dp-pp 15") << 4 << 2 << 2 << 2 << d << 15 << 1 << 3 << 1 << 1 << 1; // 1 + 2*3 + 8*1
+    QTest::newRow("tp-dp-pp 5") << 4 << 2 << 2 << 2 << d << 5 << 1 << 2 << 0 << 0 << 1;    // 1 + 2*2
+    QTest::newRow("tp-dp-pp 7") << 4 << 2 << 2 << 2 << d << 7 << 1 << 3 << 0 << 1 << 1;    // 1 + 2*3
+    QTest::newRow("tp-dp-pp 8") << 4 << 2 << 2 << 2 << d << 8 << 0 << 0 << 1 << 0 << 0;    // 8*1
+    QTest::newRow("tp-dp-pp 13") << 4 << 2 << 2 << 2 << d << 13 << 1 << 2 << 1 << 0 << 1;  // 1 + 2*2 + 8*1
+    QTest::newRow("tp-dp-pp 15") << 4 << 2 << 2 << 2 << d << 15 << 1 << 3 << 1 << 1 << 1;  // 1 + 2*3 + 8*1
     // tp-pp-dp, same degrees: rank = tp + 2 pp + 4 dp.
     const auto o = RankOrder::TpPpDp;
-    QTest::newRow("tp-pp-dp 6") << 4 << 2 << 2 << 2 << o << 6 << 0 << 1 << 1 << 1 << 0;   // 2*1 + 4*1
-    QTest::newRow("tp-pp-dp 11") << 4 << 2 << 2 << 2 << o << 11 << 1 << 2 << 1 << 0 << 1; // 1 + 2*1 + 4*2
-    QTest::newRow("tp-pp-dp 13") << 4 << 2 << 2 << 2 << o << 13 << 1 << 3 << 0 << 1 << 1; // 1 + 4*3
+    QTest::newRow("tp-pp-dp 6") << 4 << 2 << 2 << 2 << o << 6 << 0 << 1 << 1 << 1 << 0;    // 2*1 + 4*1
+    QTest::newRow("tp-pp-dp 11") << 4 << 2 << 2 << 2 << o << 11 << 1 << 2 << 1 << 0 << 1;  // 1 + 2*1 + 4*2
+    QTest::newRow("tp-pp-dp 13") << 4 << 2 << 2 << 2 << o << 13 << 1 << 3 << 0 << 1 << 1;  // 1 + 4*3
     // dp 8 ep 4, no tp/pp: rank = dp; 6 % 4 = 2, 6 / 4 = 1.
     QTest::newRow("dp8 ep4 6") << 8 << 1 << 1 << 4 << d << 6 << 0 << 6 << 0 << 2 << 1;
 }
@@ -323,7 +333,7 @@ void TestMesh::expertGroupsFactorDataGroup()
             const std::vector<int> peerEp = mesh.groupOf(GroupKind::Expert, peer);
             tiled.insert(peerEp.begin(), peerEp.end());
         }
-        QCOMPARE(int(tiled.size()), mesh.dp());   // disjoint: ep x dp/ep members in all
+        QCOMPARE(int(tiled.size()), mesh.dp());  // disjoint: ep x dp/ep members in all
         QVERIFY(std::set<int>(tiled.begin(), tiled.end()) == dpSet);
     }
 }
@@ -407,8 +417,8 @@ void TestMesh::groupsStayInDomainMatchesMembers()
     ClusterSpec cluster = *clusterPreset("dgx-h100");
     for (int domain : {1, 2, 3, 4, 6, 8, 12, 16, 72}) {
         cluster.nvlinkDomain = domain;
-        for (GroupKind kind : {GroupKind::Tensor, GroupKind::Pipeline, GroupKind::Data, GroupKind::Expert,
-                               GroupKind::ExpertData}) {
+        for (GroupKind kind :
+             {GroupKind::Tensor, GroupKind::Pipeline, GroupKind::Data, GroupKind::Expert, GroupKind::ExpertData}) {
             bool everyGroupInside = true;
             for (const std::vector<int>& group : mesh.groups(kind))
                 for (int rank : group)
@@ -424,7 +434,7 @@ void TestMesh::placementWarnings_data()
     addMeshColumns();
     QTest::addColumn<QString>("preset");
     QTest::addColumn<int>("nodes");
-    QTest::addColumn<QStringList>("warnings");   // one list of required fragments per warning, joined by '|'
+    QTest::addColumn<QStringList>("warnings");  // one list of required fragments per warning, joined by '|'
     const auto d = RankOrder::TpDpPp;
     QTest::newRow("tp 8 on 8-GPU nodes") << 2 << 1 << 8 << 1 << d << "dgx-h100" << 2 << QStringList{};
     QTest::newRow("tp 4 on 8-GPU nodes") << 4 << 1 << 4 << 1 << d << "dgx-h100" << 2 << QStringList{};
@@ -462,7 +472,7 @@ void TestMesh::placementWarnings()
 void TestMesh::presetNamesResolve()
 {
     const auto devices = devicePresetNames();
-    QCOMPARE(devices.size(), 6u);   // a100-80gb, h100-sxm, h200-sxm, b200, gb200, cpu
+    QCOMPARE(devices.size(), 6u);  // a100-80gb, h100-sxm, h200-sxm, b200, gb200, cpu
     for (std::string_view name : devices) {
         const auto device = devicePreset(name);
         QVERIFY2(device.has_value(), name.data());
@@ -497,15 +507,15 @@ void TestMesh::datasheetFigures()
     QCOMPARE(a100.memoryBytes, 80e9);
     const DeviceSpec h200 = *devicePreset("h200-sxm");
     QCOMPARE(h200.memoryBytes, 141e9);
-    QCOMPARE(h200.peakFlops, 989e12);   // same Hopper die as H100
+    QCOMPARE(h200.peakFlops, 989e12);  // same Hopper die as H100
 }
 
 void TestMesh::clusterSizes()
 {
-    QCOMPARE(clusterPreset("dgx-h100x128")->devices(), 1024);   // 128 x 8
-    QCOMPARE(clusterPreset("dgx-h100x4")->devices(), 32);       // 4 x 8
+    QCOMPARE(clusterPreset("dgx-h100x128")->devices(), 1024);  // 128 x 8
+    QCOMPARE(clusterPreset("dgx-h100x4")->devices(), 32);      // 4 x 8
     const ClusterSpec nvl72 = *clusterPreset("gb200-nvl72");
-    QCOMPARE(nvl72.devices(), 72);   // 18 trays x 4
+    QCOMPARE(nvl72.devices(), 72);  // 18 trays x 4
     QCOMPARE(nvl72.devicesPerNode, 4);
     QCOMPARE(nvl72.nvlinkDomain, 72);
     const ClusterSpec local = *clusterPreset("local-cpu");

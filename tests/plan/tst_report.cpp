@@ -7,8 +7,8 @@
 #include <QtTest>
 
 using namespace meshbench::plan;
-using nlohmann::json;
 using meshbench::testing::demoSpec;
+using nlohmann::json;
 
 class TestReport : public QObject {
     Q_OBJECT
@@ -58,7 +58,7 @@ void TestReport::planJsonScheduleIsTheSimulatedOpList()
         double previousEnd = 0;
         for (const json& op : ops) {
             QVERIFY(op["end"].get<double>() >= op["begin"].get<double>());
-            QVERIFY(op["begin"].get<double>() >= previousEnd - 1e-15);   // one op at a time per stage
+            QVERIFY(op["begin"].get<double>() >= previousEnd - 1e-15);  // one op at a time per stage
             previousEnd = op["end"].get<double>();
             forwards += op["op"] == "F";
         }

@@ -57,8 +57,8 @@ QString pairedOrder(const std::vector<Op>& ops)
     for (const Op& op : ops) {
         if (!isCompute(op.kind))
             continue;
-        QString token = QString::fromLatin1(opKindName(op.kind).data()) + QString::number(op.chunk) +
-                        QLatin1Char('.') + QString::number(op.microbatch);
+        QString token = QString::fromLatin1(opKindName(op.kind).data()) + QString::number(op.chunk) + QLatin1Char('.') +
+                        QString::number(op.microbatch);
         if (op.overlapped && op.kind == OpKind::Forward) {
             token.prepend(QLatin1Char('['));
             open = true;
@@ -88,7 +88,7 @@ ScheduleKind kindFromName(const QString& name)
     return kind;
 }
 
-} // namespace
+}  // namespace
 
 class TestSchedule : public QObject {
     Q_OBJECT
@@ -188,7 +188,7 @@ void TestSchedule::validate_data()
     QTest::addColumn<int>("m");
     QTest::addColumn<int>("v");
     QTest::addColumn<int>("group");
-    QTest::addColumn<QStringList>("fragments"); // empty: the shape is valid
+    QTest::addColumn<QStringList>("fragments");  // empty: the shape is valid
 
     QTest::newRow("1f1b ok") << "1f1b" << 4 << 8 << 1 << 0 << QStringList();
     QTest::newRow("1f1b m<p ok") << "1f1b" << 8 << 2 << 1 << 0 << QStringList();
@@ -203,8 +203,8 @@ void TestSchedule::validate_data()
     QTest::newRow("dualpipev ok") << "dualpipev" << 4 << 8 << 2 << 0 << QStringList();
     QTest::newRow("zb-v one chunk") << "zb-v" << 4 << 8 << 1 << 0
                                     << QStringList{"two model chunks", "set virtual stages to 2", "got 1"};
-    QTest::newRow("dualpipev three chunks") << "dualpipev" << 2 << 8 << 3 << 0
-                                            << QStringList{"set virtual stages to 2", "got 3"};
+    QTest::newRow("dualpipev three chunks")
+        << "dualpipev" << 2 << 8 << 3 << 0 << QStringList{"set virtual stages to 2", "got 3"};
     QTest::newRow("zb-v one stage") << "zb-v" << 1 << 8 << 2 << 0
                                     << QStringList{"at least 2 pipeline stages", "\"1f1b\""};
     QTest::newRow("dualpipev m<2p") << "dualpipev" << 4 << 7 << 2 << 0
@@ -258,7 +258,7 @@ void TestSchedule::admittedMicrobatches_data()
     QTest::addColumn<int>("m");
     QTest::addColumn<int>("v");
     QTest::addColumn<int>("group");
-    QTest::addColumn<int>("admitted"); // worked from the rules by hand; 0: no count is admitted
+    QTest::addColumn<int>("admitted");  // worked from the rules by hand; 0: no count is admitted
 
     QTest::newRow("1f1b keeps any count") << "1f1b" << 4 << 3 << 1 << 0 << 3;
     QTest::newRow("zb-h1 keeps any count") << "zb-h1" << 8 << 1 << 1 << 0 << 1;
@@ -291,7 +291,7 @@ void TestSchedule::warmup1F1B_data()
 {
     QTest::addColumn<int>("p");
     QTest::addColumn<int>("m");
-    QTest::addColumn<QList<int>>("expected"); // per stage, min(p - r - 1, m)
+    QTest::addColumn<QList<int>>("expected");  // per stage, min(p - r - 1, m)
     QTest::newRow("p4 m8") << 4 << 8 << QList<int>{3, 2, 1, 0};
     QTest::newRow("p4 m2") << 4 << 2 << QList<int>{2, 2, 1, 0};
     QTest::newRow("p3 m1") << 3 << 1 << QList<int>{1, 1, 0};
@@ -653,8 +653,8 @@ void TestSchedule::vOpCounts()
                 QCOMPARE(counts[int(OpKind::Forward)], 2 * m);
                 QCOMPARE(counts[int(OpKind::Backward)], 2 * m);
                 QCOMPARE(counts[int(OpKind::WeightGrad)], 2 * m);
-                for (OpKind transfer : {OpKind::RecvActivation, OpKind::SendActivation, OpKind::RecvGradient,
-                                        OpKind::SendGradient})
+                for (OpKind transfer :
+                     {OpKind::RecvActivation, OpKind::SendActivation, OpKind::RecvGradient, OpKind::SendGradient})
                     QCOMPARE(counts[int(transfer)], links);
             }
         }

@@ -23,15 +23,21 @@ JobSpec specFrom(const json& document)
 json smallMoeJson()
 {
     return {{"model",
-             {{"layers", 8}, {"hidden", 64}, {"heads", 4}, {"kv_heads", 2}, {"ffn_hidden", 128}, {"vocab", 256},
-              {"seq_len", 32}, {"moe", {{"experts", 4}, {"top_k", 2}, {"every_n_layers", 2}}}}},
+             {{"layers", 8},
+              {"hidden", 64},
+              {"heads", 4},
+              {"kv_heads", 2},
+              {"ffn_hidden", 128},
+              {"vocab", 256},
+              {"seq_len", 32},
+              {"moe", {{"experts", 4}, {"top_k", 2}, {"every_n_layers", 2}}}}},
             {"parallel", {{"dp", 8}, {"microbatches", 2}, {"micro_batch_size", 2}}},
             {"cluster", {{"nodes", 2}, {"devices_per_node", 4}, {"device", "a100-80gb"}}}};
 }
 
 struct Counts {
-    std::uint64_t valid = 0;     // valid layouts the agent runs
-    std::uint64_t refused = 0;   // valid layouts the agent refuses (agentCanRun)
+    std::uint64_t valid = 0;    // valid layouts the agent runs
+    std::uint64_t refused = 0;  // valid layouts the agent refuses (agentCanRun)
 };
 
 // Count every layout validateLayout accepts on base's cluster and global batch, over the same
@@ -59,9 +65,9 @@ Counts enumerateLayouts(const JobSpec& base)
                             continue;
                         for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full})
                             for (int v = 1; v <= 8; ++v)
-                                for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
-                                                       ScheduleKind::Interleaved, ScheduleKind::ZeroBubbleH1,
-                                                       ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV})
+                                for (ScheduleKind k :
+                                     {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+                                      ScheduleKind::ZeroBubbleH1, ScheduleKind::ZeroBubbleV, ScheduleKind::DualPipeV})
                                     for (int zero = 0; zero <= 3; ++zero) {
                                         if ((pp == 1 && k != ScheduleKind::OneFOneB) || (sp && tp == 1))
                                             continue;
@@ -170,9 +176,10 @@ void TestSearch::findsAtLeastTheHandPickedLayout()
 void TestSearch::reportsWhenNothingFits()
 {
     // 175 B parameters on one 80 GB GPU: 18 bytes per parameter alone is 3.2 TB.
-    const json doc = {{"model", {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"vocab", 51200}, {"seq_len", 2048}}},
-                      {"cluster", {{"nodes", 1}, {"devices_per_node", 1}, {"device", "h100-sxm"}}},
-                      {"parallel", {{"microbatches", 4}}}};
+    const json doc = {
+        {"model", {{"layers", 96}, {"hidden", 12288}, {"heads", 96}, {"vocab", 51200}, {"seq_len", 2048}}},
+        {"cluster", {{"nodes", 1}, {"devices_per_node", 1}, {"device", "h100-sxm"}}},
+        {"parallel", {{"microbatches", 4}}}};
     const SearchResult result = searchLayouts(specFrom(doc), {});
     QVERIFY(result.errors.empty());
     QVERIFY(result.evaluated > 0);
@@ -216,12 +223,11 @@ namespace {
 // its planned-only overlaps, which implies a planned-only search.
 JobSpec megatronSpec()
 {
-    return specFrom({{"model",
-                      {{"layers", 8}, {"hidden", 1024}, {"heads", 16}, {"ffn_hidden", 4096}, {"vocab", 32000},
-                       {"seq_len", 2048}}},
-                     {"parallel",
-                      {{"dp", 16}, {"microbatches", 4}, {"overlap_param_gather", true}, {"tp_comm_overlap", true}}},
-                     {"cluster", {{"preset", "dgx-h100"}, {"nodes", 2}}}});
+    return specFrom(
+        {{"model",
+          {{"layers", 8}, {"hidden", 1024}, {"heads", 16}, {"ffn_hidden", 4096}, {"vocab", 32000}, {"seq_len", 2048}}},
+         {"parallel", {{"dp", 16}, {"microbatches", 4}, {"overlap_param_gather", true}, {"tp_comm_overlap", true}}},
+         {"cluster", {{"preset", "dgx-h100"}, {"nodes", 2}}}});
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ std::size_t indexOf(const std::vector<Op>& ops, OpKind kind, int mb, int chunk =
     return static_cast<std::size_t>(it - ops.begin());
 }
 
-} // namespace
+}  // namespace
 
 class TestSimulator : public QObject {
     Q_OBJECT

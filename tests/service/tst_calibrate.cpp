@@ -30,10 +30,7 @@ using nlohmann::json;
 
 namespace {
 
-ProcessRun engine(const QStringList& args)
-{
-    return runProcess(QStringLiteral(MESHBENCH_ENGINE), args);
-}
+ProcessRun engine(const QStringList& args) { return runProcess(QStringLiteral(MESHBENCH_ENGINE), args); }
 
 // The engine with every process it starts (mpirun and the ranks inherit it) on one CPU of this
 // machine, however many it has.
@@ -136,7 +133,7 @@ json readJson(const QString& path)
     return json::parse(file, nullptr, false);
 }
 
-} // namespace
+}  // namespace
 
 class TestCalibrate : public QObject {
     Q_OBJECT
@@ -155,8 +152,8 @@ private:
     QString copyOfOneRankSession(const QString& name);
     double plannedStep(const QString& job, const QString& profile = {});
     QTemporaryDir m_dir;
-    QString m_oneDevice; // a --one-device run of the demo (a layout of 8 ranks)
-    QString m_oneRank;   // a run of the demo laid out for one rank
+    QString m_oneDevice;  // a --one-device run of the demo (a layout of 8 ranks)
+    QString m_oneRank;    // a run of the demo laid out for one rank
 };
 
 void TestCalibrate::initTestCase()
@@ -295,7 +292,7 @@ void TestCalibrate::calibratedPlansMeetOtherLayoutsBetterThanTheTable()
 // outside tester changed theirs.
 void TestCalibrate::refusesNonsense_data()
 {
-    QTest::addColumn<QString>("change"); // SQL, with {dilate x} for dilation(x)
+    QTest::addColumn<QString>("change");  // SQL, with {dilate x} for dilation(x)
     QTest::addColumn<QString>("expected");
     QTest::newRow("spans a million times too long")
         << "UPDATE spans SET end_ns = begin_ns + (end_ns - begin_ns) * 1000000; "

@@ -62,14 +62,16 @@ private slots:
         service::Collector collector(context, "tcp://127.0.0.1:*", 8, aggregator, observer);
         QTemporaryDir dir;
         const std::string session = dir.filePath("round-trip.meshbench").toStdString();
-        auto writer = std::make_unique<store::SessionWriter>(session, store::SessionHeader{"round trip", "{}", "{}", "dp8", {}, 1, "test"});
+        auto writer = std::make_unique<store::SessionWriter>(
+            session, store::SessionHeader{"round trip", "{}", "{}", "dp8", {}, 1, "test"});
         collector.attach(*writer);
 
         const std::int64_t big = std::numeric_limits<std::int64_t>::max() / 4;
         const wire::SpanRecord span{7, 1, 0, 3, wire::SpanKind::SendActivation, 5, big, big + 12345, 1ull << 40};
         const wire::ExpertLoadRecord load{7, 2, {10, 0, 4000000000u, 7}, {0, 0, 12, 7}};
         const wire::MemorySampleRecord memory{7, big, wire::MemoryCategory::Activations, 1ll << 35, 1ll << 36};
-        const wire::StepMetricsRecord metrics{7, big - 10, big, 2.718281828459045, 0.0123, 0.5, 3e-4, 12345.678, 0.2272, 1024};
+        const wire::StepMetricsRecord metrics{7,         big - 10, big, 2.718281828459045, 0.0123, 0.5, 3e-4,
+                                              12345.678, 0.2272,   1024};
         const wire::NodeSampleRecord node{big, "node-0.cluster", 1ll << 40, 1ll << 39, -1, -1, -1, -1.0f};
         const wire::LogRecord log{big, wire::LogLevel::Error, "rank 3: a line, with \"quotes\",\nand a newline"};
         const wire::HeartbeatRecord heartbeat{big, wire::RankState::Terminated, 7, 4242, 15, 3, "node-0.cluster"};

@@ -118,8 +118,9 @@ meshbench::plan::JobSpec rankedSpec(const meshbench::plan::JobSpec& base, const 
     if (!plan::parseScheduleName(c["schedule"].get<std::string>(), p.schedule))
         qFatal("unknown schedule %s", c.dump().c_str());
     const std::string recompute = c["recompute"];
-    p.recompute = recompute == "none" ? plan::Recompute::None
-                                      : recompute == "full" ? plan::Recompute::Full : plan::Recompute::Selective;
+    p.recompute = recompute == "none"   ? plan::Recompute::None
+                  : recompute == "full" ? plan::Recompute::Full
+                                        : plan::Recompute::Selective;
     p.virtualStages = c["virtual_stages"];
     p.microbatches = c["microbatches"];
     p.microBatchSize = c["micro_batch_size"];
@@ -146,7 +147,7 @@ void TestEngineCli::searchRanksOnlyWhatTheAgentRuns()
     QCOMPARE(r.exitCode, 0);
     json j = json::parse(r.out.toStdString());
     QCOMPARE(j["refused"].get<std::uint64_t>(), std::uint64_t(0));
-    QCOMPARE(j["best"].size(), std::size_t(1000));   // of more evaluated
+    QCOMPARE(j["best"].size(), std::size_t(1000));  // of more evaluated
     QVERIFY(j["evaluated"].get<std::uint64_t>() > 1000);
     bool zeroWithExperts = false, demoLayout = false;
     for (const json& c : j["best"]) {
@@ -178,8 +179,8 @@ void TestEngineCli::searchRanksOnlyWhatTheAgentRuns()
     two["parallel"]["ep"] = 1;
     const plan::LoadResult twoLoaded = plan::loadJobSpec(two);
     QVERIFY(twoLoaded.runnable());
-    r = engine({"search", write(QByteArray::fromStdString(two.dump())), "--top", "1000", "--global-batch", "8192",
-                "--json"});
+    r = engine(
+        {"search", write(QByteArray::fromStdString(two.dump())), "--top", "1000", "--global-batch", "8192", "--json"});
     QCOMPARE(r.exitCode, 0);
     j = json::parse(r.out.toStdString());
     QVERIFY(j["refused"].get<std::uint64_t>() > 0);
@@ -231,7 +232,7 @@ void TestEngineCli::runRefusesWhatTheAgentRefusesBeforeLaunching()
 void TestEngineCli::badSpecs_data()
 {
     QTest::addColumn<QByteArray>("content");
-    QTest::addColumn<QString>("expected");   // must appear in stderr
+    QTest::addColumn<QString>("expected");  // must appear in stderr
     const QByteArray valid = R"({"model": {"layers": 4, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 16},
                                  "cluster": {"nodes": 1, "devices_per_node": 1, "device": "cpu"}})";
     QTest::newRow("not json") << QByteArray("{\"model\": ") << "line 1, column";
@@ -243,11 +244,13 @@ void TestEngineCli::badSpecs_data()
     QTest::newRow("negative") << QByteArray(valid).replace("\"layers\": 4", "\"layers\": -3") << "model.layers";
     QTest::newRow("10^12 layers") << QByteArray(valid).replace("\"layers\": 4", "\"layers\": 1000000000000")
                                   << "model.layers: 1000000000000 is out of range";
-    QTest::newRow("unknown preset") << QByteArray(valid).replace(R"("nodes": 1, "devices_per_node": 1, "device": "cpu")",
-                                                                  R"("preset": "dgx-h10")")
+    QTest::newRow("unknown preset") << QByteArray(valid).replace(
+                                           R"("nodes": 1, "devices_per_node": 1, "device": "cpu")",
+                                           R"("preset": "dgx-h10")")
                                     << "did you mean 'dgx-h100'";
     QTest::newRow("unknown key") << QByteArray(valid).replace("\"seq_len\"", "\"seqlen\"") << "did you mean 'seq_len'";
-    QTest::newRow("indivisible pp") << QByteArray(valid).replace("\"seq_len\": 16}", R"("seq_len": 16}, "parallel": {"pp": 3})")
+    QTest::newRow("indivisible pp") << QByteArray(valid).replace("\"seq_len\": 16}",
+                                                                 R"("seq_len": 16}, "parallel": {"pp": 3})")
                                     << "parallel.pp: 4 layers do not divide into pp=3";
 }
 

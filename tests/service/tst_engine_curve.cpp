@@ -37,7 +37,7 @@ namespace {
 
 const QString kEngine = QStringLiteral(MESHBENCH_ENGINE);
 const QString kDemo = QStringLiteral(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json");
-constexpr const char* kBridgeAddress = "10.250.77.1";   // tests/hosts/test_hosts.sh: the engine's side
+constexpr const char* kBridgeAddress = "10.250.77.1";  // tests/hosts/test_hosts.sh: the engine's side
 
 nlohmann::json demoJob()
 {
@@ -263,7 +263,8 @@ void refusalsAreLogged(Served& served, const std::string& address)
     QCOMPARE(jobs["jobs"].size(), 0u);
 
     // Allowed while the engine runs: the next connection is let in.
-    const ProcessRun allow = runProcess(kEngine, {"keys", "--allow", QString::fromStdString(stranger.client.publicKey)});
+    const ProcessRun allow =
+        runProcess(kEngine, {"keys", "--allow", QString::fromStdString(stranger.client.publicKey)});
     QVERIFY2(allow.exitCode == 0, qPrintable(allow.err));
     Client admitted(served.control, served.live, stranger);
     QCOMPARE(admitted.controlHandshake(), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
@@ -348,8 +349,9 @@ private slots:
         QCOMPARE(wire::readPublicKey(wire::publicKeyPath(dir, "client")), client.publicKey);
         QVERIFY(server.publicKey != client.publicKey);
         // The public keys are printed with their files; the secrets are not printed.
-        for (const std::string& shown : {server.publicKey, client.publicKey, wire::publicKeyPath(dir, "server").string(),
-                                         wire::secretKeyPath(dir, "client").string()})
+        for (const std::string& shown :
+             {server.publicKey, client.publicKey, wire::publicKeyPath(dir, "server").string(),
+              wire::secretKeyPath(dir, "client").string()})
             QVERIFY2(made.out.contains(QString::fromStdString(shown)), qPrintable(made.out));
         QVERIFY(!made.out.contains(QString::fromStdString(server.secretKey)));
         QCOMPARE(modeOf(dir), 0700u);
@@ -425,8 +427,9 @@ private slots:
         std::ofstream(allowList, std::ios::app) << "not-a-key\n";
         const ProcessRun malformed = runProcess(kEngine, {"serve", "--curve", "--bind", loopback});
         QCOMPARE(malformed.exitCode, 5);
-        QVERIFY2(malformed.err.contains(QString::fromStdString(allowList.string()) + ", line 4: 'not-a-key' is neither"),
-                 qPrintable(malformed.err));
+        QVERIFY2(
+            malformed.err.contains(QString::fromStdString(allowList.string()) + ", line 4: 'not-a-key' is neither"),
+            qPrintable(malformed.err));
 
         std::filesystem::remove(allowList);
         const ProcessRun missing = runProcess(kEngine, {"serve", "--curve", "--bind", loopback});
@@ -463,7 +466,7 @@ private slots:
         QCOMPARE(runProcess(kEngine, {"keys"}).exitCode, 0);
         Served served("tcp://127.0.0.1:*", {});
         QVERIFY2(served.running(), served.why().constData());
-        const std::string serverKey = allowedKeys().serverKey; // public: suppose the other user has it
+        const std::string serverKey = allowedKeys().serverKey;  // public: suppose the other user has it
         const nlohmann::json job = demoJob();
         std::string message;
         const int status = runAsOtherUser(

@@ -84,10 +84,7 @@ std::vector<int> survivors(const std::map<std::uint32_t, int>& pids, int timeout
     return left;
 }
 
-std::string integrityCheck(const QString& path)
-{
-    return testing::integrityCheck(path.toStdString());
-}
+std::string integrityCheck(const QString& path) { return testing::integrityCheck(path.toStdString()); }
 
 // The demo job, made long enough to be interrupted.
 QString longDemo(const QString& dir, int steps)
@@ -115,7 +112,6 @@ struct RunningDemo {
         return true;
     }
 };
-
 
 // Rows of a CSV file written by export (RFC 4180: quoted fields may hold commas, quotes, newlines).
 std::vector<std::vector<std::string>> readCsv(const QString& path)
@@ -161,7 +157,6 @@ std::size_t column(const std::vector<std::string>& header, const std::string& na
     qFatal("no column %s", name.c_str());
 }
 
-
 // The parent of a process, from /proc/PID/stat (the name in parentheses may hold spaces).
 int parentOf(int pid)
 {
@@ -181,7 +176,7 @@ int parentOf(int pid)
 struct Ended {
     int exitCode = -1;
     store::SessionOutcome outcome;
-    QString said;   // the engine's output
+    QString said;  // the engine's output
 };
 
 // Waits for the engine to end on its own; what it said and stored.
@@ -211,14 +206,15 @@ private slots:
 
     void aRankEndsEarly_data()
     {
-        QTest::addColumn<int>("signal");   // sent to rank 3; 0: the agent's test hook ends it
+        QTest::addColumn<int>("signal");    // sent to rank 3; 0: the agent's test hook ends it
         QTest::addColumn<QString>("hook");  // MESHBENCH_TEST_END_AFTER_STEP's value
         QTest::addColumn<QStringList>("cause");
         QTest::newRow("SIGKILL") << int(SIGKILL) << QString() << QStringList{"rank 3 (", "killed by signal 9 (Killed)"};
         // It says so itself, and mpirun names it as the first to exit (status 143 = 128 + 15).
         QTest::newRow("SIGTERM") << int(SIGTERM) << QString()
-                                 << QStringList{"rank 3 (", "was terminated by signal 15 (Terminated), which the engine "
-                                                            "did not send"};
+                                 << QStringList{"rank 3 (",
+                                                "was terminated by signal 15 (Terminated), which the engine "
+                                                "did not send"};
         QTest::newRow("SIGSEGV") << int(SIGSEGV) << QString()
                                  << QStringList{"rank 3 (", "killed by signal 11 (Segmentation fault)"};
         // Issue 11: this was described as a kill. mpirun reports an exit without MPI_Finalize.
@@ -227,7 +223,8 @@ private slots:
                                                "its last heartbeat said step"};
         // A rank that is done early says so; its peers would otherwise wait for it for ever.
         QTest::newRow("finished early") << 0 << "3:2:finish"
-                                        << QStringList{"rank 3 (", "finished after step 2 of 2000 while the others went on"};
+                                        << QStringList{"rank 3 (",
+                                                       "finished after step 2 of 2000 while the others went on"};
     }
 
     void aRankEndsEarly()
@@ -288,7 +285,7 @@ private slots:
         const QString session = dir.filePath("stopped-rank.meshbench");
         RunningDemo demo;
         QVERIFY(demo.start(dir, session, 2));
-        ::kill(demo.pids.at(5), SIGSTOP);   // alive but silent: no exit for mpirun to notice
+        ::kill(demo.pids.at(5), SIGSTOP);  // alive but silent: no exit for mpirun to notice
         const Ended ended = waitForTheEnd(demo, session);
         QCOMPARE(ended.exitCode, 3);
         QCOMPARE(survivors(demo.pids, 10000), std::vector<int>{});
@@ -330,7 +327,8 @@ private slots:
         QTemporaryDir dir;
         const QString session = dir.filePath("demo.meshbench");
         const int steps = 6;
-        const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--steps", QString::number(steps), "--session", session});
+        const ProcessRun run =
+            runProcess(kEngine, {"run", kDemo, "--steps", QString::number(steps), "--session", session});
         QVERIFY2(run.exitCode == 0, qPrintable(run.out + run.err));
         QVERIFY2(run.out.contains("completed"), qPrintable(run.out));
         QVERIFY2(run.out.contains("session " + session), qPrintable(run.out));
@@ -338,16 +336,17 @@ private slots:
 
         const plan::JobSpec spec = *plan::parseJobSpec(readFile(kDemo)).spec;
         const int world = int(spec.parallel.worldSize());
-        const int microbatches = spec.parallel.microbatches;   // per data-parallel replica
+        const int microbatches = spec.parallel.microbatches;  // per data-parallel replica
         store::SessionReader reader(session.toStdString());
         QCOMPARE(reader.outcome().outcome, store::Outcome::Completed);
         QCOMPARE(int(reader.header().ranks.size()), world);
-        QCOMPARE(reader.header().jobSpec, readFile(kDemo));   // verbatim
+        QCOMPARE(reader.header().jobSpec, readFile(kDemo));  // verbatim
 
         // Spans: every rank runs every micro-batch's F and B, and the optimizer, every step.
         std::map<std::pair<std::uint32_t, int>, std::map<wire::SpanKind, int>> kinds;
-        reader.spans(reader.timeRange().first, reader.timeRange().second, {},
-                     [&](const store::StoredSpan& s) { ++kinds[{s.rank, s.span.step}][s.span.kind]; });
+        reader.spans(reader.timeRange().first, reader.timeRange().second, {}, [&](const store::StoredSpan& s) {
+            ++kinds[{s.rank, s.span.step}][s.span.kind];
+        });
         for (int r = 0; r < world; ++r)
             for (int step = 1; step <= steps; ++step) {
                 auto& k = kinds[{std::uint32_t(r), step}];
@@ -568,7 +567,7 @@ private slots:
 
         QCOMPARE(integrityCheck(session), std::string("ok"));
         store::SessionReader reader(session.toStdString());
-        QCOMPARE(reader.outcome().outcome, store::Outcome::Running);   // nobody lived to say otherwise
+        QCOMPARE(reader.outcome().outcome, store::Outcome::Running);  // nobody lived to say otherwise
         QVERIFY(reader.stepMetrics().size() >= 3);
         QVERIFY(reader.spanCount() > 0);
     }
@@ -611,7 +610,8 @@ private slots:
         // A second engine may not write the same session.
         const ProcessRun second = runProcess(kEngine, {"run", kDemo, "--one-device", "--session", session});
         QCOMPARE(second.exitCode, 5);
-        QVERIFY2(second.err.contains(session) && second.err.contains("another engine is writing it"), qPrintable(second.err));
+        QVERIFY2(second.err.contains(session) && second.err.contains("another engine is writing it"),
+                 qPrintable(second.err));
 
         zmq::context_t context;
         zmq::socket_t push(context, zmq::socket_type::push);
@@ -632,7 +632,8 @@ private slots:
         said += QString::fromUtf8(engine.readAllStandardOutput());
         const QString err = QString::fromUtf8(engine.readAllStandardError());
         QVERIFY2(engine.exitCode() == 0, qPrintable(said + err));
-        QVERIFY2(err.contains("malformed telemetry frame of " + QString::number(garbage.size()) + " bytes"), qPrintable(err));
+        QVERIFY2(err.contains("malformed telemetry frame of " + QString::number(garbage.size()) + " bytes"),
+                 qPrintable(err));
         QVERIFY2(err.contains("rank 99, which is not in this job"), qPrintable(err));
         QVERIFY2(err.contains("malformed telemetry frame of " + QString::number(truncated.size()) + " bytes"),
                  qPrintable(err));
@@ -682,7 +683,8 @@ private slots:
     {
         QTemporaryDir dir;
         const QString session = dir.filePath("future.meshbench");
-        const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", "1", "--session", session});
+        const ProcessRun run =
+            runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", "1", "--session", session});
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
         sqlite3* db = nullptr;
         QCOMPARE(sqlite3_open(session.toUtf8().constData(), &db), SQLITE_OK);

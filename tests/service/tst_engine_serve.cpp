@@ -101,8 +101,8 @@ private:
 QString shortSession(const QString& dir, const QString& name, int steps = 3)
 {
     const QString session = dir + "/" + name;
-    const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", QString::number(steps),
-                                                "--session", session});
+    const ProcessRun run =
+        runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", QString::number(steps), "--session", session});
     if (run.exitCode != 0)
         qFatal("cannot make a session: %s", qPrintable(run.err));
     return session;
@@ -152,11 +152,12 @@ struct Served {
     std::string control, live;
 
     // ipc endpoints in a folder of our own: no other process can take them first.
-    Served() : control("ipc://" + sessions.filePath("control").toStdString()),
-               live("ipc://" + sessions.filePath("live").toStdString())
+    Served()
+        : control("ipc://" + sessions.filePath("control").toStdString()),
+          live("ipc://" + sessions.filePath("live").toStdString())
     {
-        process.start(kEngine, {"serve", "--bind", QString::fromStdString(control), "--live", QString::fromStdString(live),
-                                "--sessions", sessions.path()});
+        process.start(kEngine, {"serve", "--bind", QString::fromStdString(control), "--live",
+                                QString::fromStdString(live), "--sessions", sessions.path()});
         process.waitForReadyRead(10000);
     }
     // Serves on a given control endpoint (the live feed on the next port).
@@ -260,8 +261,8 @@ private slots:
                 unreadable.insert(entry["path"]);
             }
             // The path's stray byte comes back as U+FFFD.
-            QCOMPARE(unreadable, (std::set<std::string>{served.sessions.path().toStdString() + "/bad\xef\xbf\xbd.meshbench",
-                                                        damaged}));
+            QCOMPARE(unreadable, (std::set<std::string>{
+                                     served.sessions.path().toStdString() + "/bad\xef\xbf\xbd.meshbench", damaged}));
 
             const nlohmann::json opened = client.request({{"op", "open"}, {"session", damaged}});
             QCOMPARE(opened["ok"], false);
@@ -347,7 +348,7 @@ private slots:
     {
         const ProcessRun refused = runProcess(kEngine, {"serve", "--bind", "tcp://localhost:notaport"});
         QCOMPARE(refused.exitCode, 5);
-        QTemporaryDir config; // a key folder with no keys in it
+        QTemporaryDir config;  // a key folder with no keys in it
         const QByteArray saved = qgetenv("XDG_CONFIG_HOME");
         qputenv("XDG_CONFIG_HOME", config.path().toUtf8());
         const ProcessRun keyless = runProcess(kEngine, {"serve", "--bind", "tcp://localhost:*"});
@@ -470,8 +471,8 @@ private slots:
                 const nlohmann::json s = nlohmann::json::parse(payload.to_string_view());
                 liveSteps[s["step"].get<int>()] = s;
             } else if (topic == "spans/" + job) {
-                const wire::DecodeResult decoded = wire::decodeBatch(
-                    {static_cast<const std::uint8_t*>(payload.data()), payload.size()});
+                const wire::DecodeResult decoded =
+                    wire::decodeBatch({static_cast<const std::uint8_t*>(payload.data()), payload.size()});
                 spanMessages += decoded.batch ? 1 : -1000000;
             } else if (topic == "memory/" + job) {
                 ++memoryMessages;
@@ -561,7 +562,8 @@ private slots:
         // A short session, then `meshbench-engine replay` on it, watched from outside.
         QTemporaryDir dir;
         const QString session = dir.filePath("short.meshbench");
-        const ProcessRun run = runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", "3", "--session", session});
+        const ProcessRun run =
+            runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", "3", "--session", session});
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
         const std::string control = "ipc://" + dir.filePath("control").toStdString();
         const std::string live = "ipc://" + dir.filePath("live").toStdString();
@@ -596,9 +598,10 @@ private slots:
         const ProcessRun good = replay(session);
         QCOMPARE(good.exitCode, 0);
 
-        const QString ahead = damagedCopy(session, dir.filePath("ahead.meshbench"),
-                                          "UPDATE spans SET begin_ns = begin_ns + 58 * 3600000000000, "
-                                          "end_ns = end_ns + 58 * 3600000000000 WHERE seq = (SELECT MIN(seq) FROM spans)");
+        const QString ahead =
+            damagedCopy(session, dir.filePath("ahead.meshbench"),
+                        "UPDATE spans SET begin_ns = begin_ns + 58 * 3600000000000, "
+                        "end_ns = end_ns + 58 * 3600000000000 WHERE seq = (SELECT MIN(seq) FROM spans)");
         const ProcessRun late = replay(ahead);
         QCOMPARE(late.exitCode, 1);
         QVERIFY2(late.err.contains(ahead + " is damaged") && late.err.contains("58.0 h after the session ended"),
@@ -629,7 +632,7 @@ private slots:
         const QString badKind = damagedCopy(session, dir.filePath("bad-kind.meshbench"),
                                             "UPDATE spans SET kind = 77 WHERE seq = (SELECT MIN(seq) FROM spans)");
         const ProcessRun exported = runProcess(kEngine, {"export", badKind, "--csv", dir.filePath("csv")});
-        QCOMPARE(exported.exitCode, 1);   // it was 5, where docs/cli.md promises 1
+        QCOMPARE(exported.exitCode, 1);  // it was 5, where docs/cli.md promises 1
         QVERIFY2(exported.err.contains(badKind), qPrintable(exported.err));
         const ProcessRun replayed = replay(badKind);
         QCOMPARE(replayed.exitCode, 1);

@@ -30,7 +30,7 @@ private slots:
     {
         service::Ingest ingest(2);
         QVERIFY(ingest.accept(frame(0, 0, 10), 100).problems.empty());
-        QVERIFY(ingest.accept(frame(0, 10, 5), 101).problems.empty());   // 0..9, then 10..14: contiguous
+        QVERIFY(ingest.accept(frame(0, 10, 5), 101).problems.empty());  // 0..9, then 10..14: contiguous
         // Records 15..21 never arrived.
         const service::Ingest::Accepted gap = ingest.accept(frame(0, 22, 3), 102);
         QVERIFY(gap.batch.has_value());
@@ -71,7 +71,7 @@ private slots:
         QVERIFY(ingest.accept(frame(0, 0, 2, h), 777).batch);
         const service::RankLiveness& live = ingest.liveness(0);
         QVERIFY(live.everHeard);
-        QCOMPARE(live.lastHeardNs, std::int64_t(777));   // the engine's clock, not the agent's
+        QCOMPARE(live.lastHeardNs, std::int64_t(777));  // the engine's clock, not the agent's
         QCOMPARE(live.state, wire::RankState::Running);
         QCOMPARE(live.pid, 4242);
         QCOMPARE(live.host, std::string("node7"));
@@ -96,7 +96,8 @@ private slots:
         service::Ingest ingest(2);
         wire::Batch first{0, 0, {}};
         first.records.emplace_back(wire::ClockOffsetRecord{kAhead + 1000, kAhead, 80'000});
-        first.records.emplace_back(wire::SpanRecord{1, 0, 0, 0, wire::SpanKind::Forward, -1, kAhead + 5000, kAhead + 6000, 0});
+        first.records.emplace_back(
+            wire::SpanRecord{1, 0, 0, 0, wire::SpanKind::Forward, -1, kAhead + 5000, kAhead + 6000, 0});
         first.records.emplace_back(wire::StepMetricsRecord{1, kAhead + 4000, kAhead + 7000, 1, 0, 0, 0, 0, 0, 1});
         first.records.emplace_back(wire::LogRecord{kAhead + 8000, wire::LogLevel::Info, "x"});
         const service::Ingest::Accepted accepted = ingest.accept(wire::encodeBatch(first), 1);

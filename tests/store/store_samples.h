@@ -31,18 +31,23 @@ inline store::SessionHeader header(int ranks, std::int64_t createdNs = 1'700'000
 // One record of each type from `rank`, times from `t` on, every step field set to `tag`.
 inline std::vector<wire::Record> everyRecordType(std::int64_t t, std::int32_t tag, std::uint32_t rank)
 {
-    wire::SpanRecord span{tag, 1, 0, 3, wire::SpanKind::SendActivation, 1, t, t + 1500,
-                          std::numeric_limits<std::uint64_t>::max()};
+    wire::SpanRecord span{
+        tag, 1, 0, 3, wire::SpanKind::SendActivation, 1, t, t + 1500, std::numeric_limits<std::uint64_t>::max()};
     wire::ExpertLoadRecord load{tag, 3, {10, 0, 4'000'000'000u, 7}, {1, 0, 5, 0}};
     wire::MemorySampleRecord memory{tag, t + 10, wire::MemoryCategory::Activations, 123'456'789'012, -1};
-    wire::StepMetricsRecord metrics{tag, t - 500, t + 2000, 2.718281828459045, 1e-3, 0.1 + 0.2, 3e-4,
-                                    12345.678, 0.3333333333333333, 1 << 20};
-    wire::NodeSampleRecord node{t + 20, "node-" + std::to_string(rank), 64LL << 30, 12LL << 30, 0, 80LL << 30,
-                                -1, 0.625f};
+    wire::StepMetricsRecord metrics{tag,       t - 500, t + 2000,  2.718281828459045,  1e-3,
+                                    0.1 + 0.2, 3e-4,    12345.678, 0.3333333333333333, 1 << 20};
+    wire::NodeSampleRecord node{t + 20, "node-" + std::to_string(rank), 64LL << 30, 12LL << 30, 0, 80LL << 30, -1,
+                                0.625f};
     wire::LogRecord log{t + 30, wire::LogLevel::Warning,
                         "step " + std::to_string(tag) + ": loss, \"spiked\"\nsecond line é"};
-    wire::HeartbeatRecord heartbeat{t + 40, wire::RankState::Running, tag, 4242 + int(rank), -7,
-                                    std::numeric_limits<std::uint64_t>::max() - 1, "host " + std::to_string(rank)};
+    wire::HeartbeatRecord heartbeat{t + 40,
+                                    wire::RankState::Running,
+                                    tag,
+                                    4242 + int(rank),
+                                    -7,
+                                    std::numeric_limits<std::uint64_t>::max() - 1,
+                                    "host " + std::to_string(rank)};
     wire::ClockOffsetRecord clock{t + 50, -3'000'000'000 + std::int64_t(rank), 120'000 + tag};
     std::vector<wire::Record> records;
     records.reserve(8);

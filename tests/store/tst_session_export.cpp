@@ -42,7 +42,7 @@ std::vector<std::vector<std::string>> parseCsv(const std::string& text)
                 else
                     break;
             }
-            ++i;   // the closing quote
+            ++i;  // the closing quote
         }
         while (i < text.size() && text[i] != ',' && text[i] != '\r')
             field += text[i++];
@@ -103,19 +103,20 @@ struct SpanAt {
 struct PipelineSession {
     std::vector<std::pair<std::uint32_t, wire::SpanRecord>> spans;
     std::vector<std::pair<std::uint32_t, wire::MemorySampleRecord>> memory;
-    std::set<std::pair<SpanAt, SpanAt>> flows;   // send, recv
+    std::set<std::pair<SpanAt, SpanAt>> flows;  // send, recv
 };
 
 PipelineSession pipeline()
 {
     PipelineSession s;
-    std::map<std::uint32_t, std::int64_t> clock{{0, 5'000'000'123}, {1, 5'000'000'123}, {2, 5'000'000'000},
-                                                {3, 5'000'000'500}};
+    std::map<std::uint32_t, std::int64_t> clock{
+        {0, 5'000'000'123}, {1, 5'000'000'123}, {2, 5'000'000'000}, {3, 5'000'000'500}};
     const auto add = [&](std::uint32_t rank, int step, int mb, int chunk, wire::SpanKind kind, int peer,
                          std::int64_t length) {
         const std::int64_t begin = clock[rank];
-        s.spans.push_back({rank, {step, std::int16_t(rank % 2), std::int16_t(chunk), mb, kind, peer, begin,
-                                  begin + length, peer >= 0 ? std::uint64_t(4096 * (mb + 1)) : 0}});
+        s.spans.push_back({rank,
+                           {step, std::int16_t(rank % 2), std::int16_t(chunk), mb, kind, peer, begin, begin + length,
+                            peer >= 0 ? std::uint64_t(4096 * (mb + 1)) : 0}});
         clock[rank] = begin + length + 17;
         return SpanAt{rank, begin};
     };
@@ -141,13 +142,14 @@ PipelineSession pipeline()
                 add(first, step, mb, 0, wire::SpanKind::Backward, -1, 1999);
             }
             if (step == 1)
-                add(first, step, 7, 0, wire::SpanKind::SendActivation, int(second), 10);   // lost
+                add(first, step, 7, 0, wire::SpanKind::SendActivation, int(second), 10);  // lost
             for (std::uint32_t rank : {first, second}) {
                 add(rank, step, -1, 0, wire::SpanKind::DataParallelReduce, int(rank ^ 2u), 3000);
-                add(rank, step, -1, 0, wire::SpanKind::Optimizer, -1, 0);   // zero length
+                add(rank, step, -1, 0, wire::SpanKind::Optimizer, -1, 0);  // zero length
                 for (int c = 0; c < wire::kMemoryCategories; ++c)
-                    s.memory.push_back({rank, {step, clock[rank] + c, wire::MemoryCategory(c),
-                                               (std::int64_t(c) + 1) << 20 | rank, std::int64_t(c + 2) << 20}});
+                    s.memory.push_back({rank,
+                                        {step, clock[rank] + c, wire::MemoryCategory(c),
+                                         (std::int64_t(c) + 1) << 20 | rank, std::int64_t(c + 2) << 20}});
             }
         }
     }
@@ -180,10 +182,7 @@ void writePipeline(const std::string& path, const PipelineSession& s)
     writer.setOutcome({store::Outcome::Stopped, "stopped by the user, \"Ctrl-C\"", -1, 7'000'000'000});
 }
 
-double microsecondsSince(std::int64_t origin, std::int64_t time)
-{
-    return double(time - origin) / 1000.0;
-}
+double microsecondsSince(std::int64_t origin, std::int64_t time) { return double(time - origin) / 1000.0; }
 
 }  // namespace
 
@@ -310,7 +309,7 @@ void TestSessionExport::chromeTraceFollowsTheFormat()
         QCOMPARE((*recv)["args"]["peer"], (*send)["pid"]);
         QCOMPARE((*send)["args"]["step"], (*recv)["args"]["step"]);
         QCOMPARE((*send)["args"]["microbatch"], (*recv)["args"]["microbatch"]);
-        QCOMPARE((*send)["args"]["chunk"], (*recv)["args"]["chunk"]);   // the k-th send meets the k-th recv
+        QCOMPARE((*send)["args"]["chunk"], (*recv)["args"]["chunk"]);  // the k-th send meets the k-th recv
         const auto begin = [&](const json& x) {
             return origin + std::int64_t(std::llround(x["ts"].get<double>() * 1000.0));
         };
@@ -350,11 +349,11 @@ void TestSessionExport::csvFilesReadBackEqual()
         const auto& [rank, m] = metrics[i];
         const auto& row = steps[i];
         wire::StepMetricsRecord parsed{number<std::int32_t>(row[0]), number<std::int64_t>(row[8]),
-                                       number<std::int64_t>(row[9]),  number<double>(row[1]),
-                                       number<double>(row[2]),        number<double>(row[5]),
-                                       number<double>(row[6]),        number<double>(row[3]),
-                                       number<double>(row[4]),        number<std::int64_t>(row[7])};
-        QVERIFY(parsed == m);   // doubles bit for bit: 0.1 + 0.2, 1/3, 2.718281828459045
+                                       number<std::int64_t>(row[9]), number<double>(row[1]),
+                                       number<double>(row[2]),       number<double>(row[5]),
+                                       number<double>(row[6]),       number<double>(row[3]),
+                                       number<double>(row[4]),       number<std::int64_t>(row[7])};
+        QVERIFY(parsed == m);  // doubles bit for bit: 0.1 + 0.2, 1/3, 2.718281828459045
         QCOMPARE(number<std::uint32_t>(row[10]), rank);
     }
 
@@ -365,7 +364,7 @@ void TestSessionExport::csvFilesReadBackEqual()
         QCOMPARE(number<std::uint32_t>(logs[i][0]), storedLogs[i].rank);
         QCOMPARE(number<std::int64_t>(logs[i][1]), storedLogs[i].record.timeNs);
         QCOMPARE(logs[i][2], std::string("warning"));
-        QCOMPARE(logs[i][3], storedLogs[i].record.text);   // commas, quotes and a line break
+        QCOMPARE(logs[i][3], storedLogs[i].record.text);  // commas, quotes and a line break
     }
     QVERIFY(logs[0][3].find(",") != std::string::npos && logs[0][3].find("\"") != std::string::npos &&
             logs[0][3].find("\n") != std::string::npos);
@@ -410,10 +409,10 @@ void TestSessionExport::csvFilesReadBackEqual()
     QCOMPARE(nodes.size(), storedNodes.size());
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         const auto& row = nodes[i];
-        const wire::NodeSampleRecord parsed{number<std::int64_t>(row[1]), row[2], number<std::int64_t>(row[3]),
-                                            number<std::int64_t>(row[4]), number<std::int32_t>(row[5]),
-                                            number<std::int64_t>(row[6]), number<std::int64_t>(row[7]),
-                                            number<float>(row[8])};
+        const wire::NodeSampleRecord parsed{number<std::int64_t>(row[1]), row[2],
+                                            number<std::int64_t>(row[3]), number<std::int64_t>(row[4]),
+                                            number<std::int32_t>(row[5]), number<std::int64_t>(row[6]),
+                                            number<std::int64_t>(row[7]), number<float>(row[8])};
         QVERIFY(parsed == storedNodes[i].record);
     }
 
@@ -444,8 +443,8 @@ void TestSessionExport::csvFilesReadBackEqual()
     QVERIFY((ranks[3] == std::vector<std::string>{"3", "1", "1", "0", "1", "1", "1", "node-1", "4245"}));
 
     const auto traffic = table("traffic.csv", "rank,received,lost,dropped");
-    QVERIFY((traffic == std::vector<std::vector<std::string>>{{"0", "1234", "1", "0"},
-                                                              {"3", "18446744073709551615", "0", "7"}}));
+    QVERIFY((traffic ==
+             std::vector<std::vector<std::string>>{{"0", "1234", "1", "0"}, {"3", "18446744073709551615", "0", "7"}}));
 
     const auto session =
         table("session.csv", "name,layout,engine_version,created_ns,outcome,cause,failed_rank,ended_ns");

@@ -75,9 +75,8 @@ bool sameList(const std::vector<T>& actual, const std::vector<T>& wanted)
     return true;
 }
 
-std::vector<std::pair<std::uint32_t, wire::SpanRecord>> readSpans(const store::SessionReader& reader, std::int64_t t0,
-                                                                   std::int64_t t1,
-                                                                   const std::vector<std::uint32_t>& ranks)
+std::vector<std::pair<std::uint32_t, wire::SpanRecord>>
+readSpans(const store::SessionReader& reader, std::int64_t t0, std::int64_t t1, const std::vector<std::uint32_t>& ranks)
 {
     std::vector<std::pair<std::uint32_t, wire::SpanRecord>> spans;
     reader.spans(t0, t1, ranks, [&](const store::StoredSpan& s) { spans.emplace_back(s.rank, s.span); });
@@ -115,10 +114,7 @@ void execSql(const std::string& path, const char* sql)
     sqlite3_close(db);
 }
 
-void writeFile(const std::string& path, const std::string& bytes)
-{
-    std::ofstream(path, std::ios::binary) << bytes;
-}
+void writeFile(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 std::string readFile(const std::string& path)
 {
@@ -133,8 +129,8 @@ void writeSpanSession(const std::string& path, int count)
     wire::Batch batch;
     for (int i = 0; i < count; ++i) {
         const std::int64_t begin = 1'000'000 + std::int64_t(i) * 1000;
-        batch.records.push_back(wire::SpanRecord{i / 100, 0, 0, i % 8, wire::SpanKind::Forward, -1, begin,
-                                                 begin + 900, std::uint64_t(i)});
+        batch.records.push_back(
+            wire::SpanRecord{i / 100, 0, 0, i % 8, wire::SpanKind::Forward, -1, begin, begin + 900, std::uint64_t(i)});
         if (batch.records.size() == 1000 || i + 1 == count) {
             batch.rank = std::uint32_t(i % 4);
             writer.append(std::move(batch));
@@ -172,7 +168,7 @@ std::vector<wire::Record> taggedBatch(int tag)
         records.push_back(record);
     return records;
 }
-constexpr int kTaggedSpans = 201;   // 200 + the span of everyRecordType
+constexpr int kTaggedSpans = 201;  // 200 + the span of everyRecordType
 
 }  // namespace
 
@@ -201,8 +197,8 @@ private slots:
 
 void TestSessionStore::outcomeNames()
 {
-    for (auto outcome : {store::Outcome::Running, store::Outcome::Completed, store::Outcome::Failed,
-                         store::Outcome::Stopped})
+    for (auto outcome :
+         {store::Outcome::Running, store::Outcome::Completed, store::Outcome::Failed, store::Outcome::Stopped})
         QCOMPARE(store::outcomeFromName(store::outcomeName(outcome)), outcome);
     QCOMPARE(store::outcomeName(store::Outcome::Failed), std::string_view("failed"));
     QVERIFY(!store::outcomeFromName("crashed"));
@@ -227,7 +223,7 @@ void TestSessionStore::everyRecordTypeRoundTrips()
         writer.updateRank(expectedHeader.ranks[1]);
         writer.setTraffic({0, 300, 2, 1});
         writer.setTraffic({1, std::numeric_limits<std::uint64_t>::max(), 0, 5});
-        writer.setTraffic({0, 301, 2, 1});   // replaces the first
+        writer.setTraffic({0, 301, 2, 1});  // replaces the first
         writer.setOutcome(outcome);
         writer.flush();
         // WAL: a reader sees everything committed while the writer goes on.
@@ -242,17 +238,16 @@ void TestSessionStore::everyRecordTypeRoundTrips()
     QVERIFY(reader.traffic() == traffic);
 
     const auto spans = expected<wire::SpanRecord>(written, [](const auto& s) { return s.record.beginNs; });
-    const auto stored = readSpans(reader, std::numeric_limits<std::int64_t>::min(),
-                                  std::numeric_limits<std::int64_t>::max(), {});
+    const auto stored =
+        readSpans(reader, std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {});
     QCOMPARE(stored.size(), spans.size());
     for (std::size_t i = 0; i < spans.size(); ++i) {
         QCOMPARE(stored[i].first, spans[i].rank);
         QVERIFY(stored[i].second == spans[i].record);
     }
     QCOMPARE(reader.spanCount(), std::uint64_t(spans.size()));
-    QVERIFY(sameList(reader.expertLoads(), expected<wire::ExpertLoadRecord>(written, [](const auto& r) {
-                         return r.record.step;
-                     })));
+    QVERIFY(sameList(reader.expertLoads(),
+                     expected<wire::ExpertLoadRecord>(written, [](const auto& r) { return r.record.step; })));
     QVERIFY(sameList(reader.stepMetrics(), expected<wire::StepMetricsRecord>(written, [](const auto& r) {
                          return std::pair(r.record.step, r.rank);
                      })));
@@ -300,11 +295,17 @@ void TestSessionStore::extremeValuesRoundTrip()
     const std::string path = dir.filePath("extreme.meshbench").toStdString();
     constexpr auto kMin = std::numeric_limits<std::int64_t>::min();
     constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
-    const wire::SpanRecord span{std::numeric_limits<std::int32_t>::min(), -32768, 32767, -1,
-                                wire::SpanKind::Idle, std::numeric_limits<std::int32_t>::max(), kMin, kMax,
+    const wire::SpanRecord span{std::numeric_limits<std::int32_t>::min(),
+                                -32768,
+                                32767,
+                                -1,
+                                wire::SpanKind::Idle,
+                                std::numeric_limits<std::int32_t>::max(),
+                                kMin,
+                                kMax,
                                 std::uint64_t(1) << 63};
-    wire::StepMetricsRecord metrics{7, kMin, kMax, std::nan(""), -0.0, INFINITY, -INFINITY, 5e-324,
-                                    1.7976931348623157e308, kMin};
+    wire::StepMetricsRecord metrics{7,        kMin,      kMax,   std::nan(""),           -0.0,
+                                    INFINITY, -INFINITY, 5e-324, 1.7976931348623157e308, kMin};
     const wire::LogRecord log{0, wire::LogLevel::Error, std::string("nul \0 inside", 12)};
     {
         store::SessionWriter writer(path, samples::header(1));
@@ -319,9 +320,9 @@ void TestSessionStore::extremeValuesRoundTrip()
     QCOMPARE(readSpans(reader, kMax, kMax, {}).size(), std::size_t(1));
     const auto steps = reader.stepMetrics();
     QCOMPARE(steps.size(), std::size_t(1));
-    QVERIFY(std::isnan(steps[0].record.loss));   // SQLite keeps no NaN: stored as NULL, read back as NaN
+    QVERIFY(std::isnan(steps[0].record.loss));  // SQLite keeps no NaN: stored as NULL, read back as NaN
     wire::StepMetricsRecord readBack = steps[0].record;
-    readBack.loss = metrics.loss = 0;   // NaN equals nothing, so the other fields are compared without it
+    readBack.loss = metrics.loss = 0;  // NaN equals nothing, so the other fields are compared without it
     QVERIFY(readBack == metrics);
     QCOMPARE(reader.logs().at(0).record.text.size(), std::size_t(12));
     QVERIFY(reader.logs().at(0).record == log);
@@ -344,9 +345,9 @@ void TestSessionStore::spansWindowAndRankFilters()
                     const std::int64_t begin = clock[rank];
                     std::int64_t length = std::int64_t(random() % 5000);
                     if (random() % 50 == 0)
-                        length = 400'000;   // a long span (idle, optimizer) that windows far later still hit
+                        length = 400'000;  // a long span (idle, optimizer) that windows far later still hit
                     if (random() % 200 == 0)
-                        length = -300;   // a malformed span that ends before it begins
+                        length = -300;  // a malformed span that ends before it begins
                     const auto kind = wire::SpanKind(random() % wire::kSpanKinds);
                     batch.push_back(wire::SpanRecord{round, std::int16_t(rank % 2), 0, i, kind, -1, begin,
                                                      begin + length, std::uint64_t(i)});
@@ -376,16 +377,16 @@ void TestSessionStore::spansWindowAndRankFilters()
     QCOMPARE(last, lastEnd);
     QCOMPARE(reader.spanCount(), std::uint64_t(all.size()));
     QVERIFY(readSpans(reader, first, last, {}) == bruteForce(first, last, {}));
-    QVERIFY(readSpans(reader, last, first, {}).empty());   // t1 < t0
+    QVERIFY(readSpans(reader, last, first, {}).empty());  // t1 < t0
     for (int query = 0; query < 300; ++query) {
         const std::int64_t t0 = first - 10'000 + std::int64_t(random() % std::uint64_t(last - first + 20'000));
         const std::int64_t t1 = t0 + std::int64_t(random() % 3 == 0 ? 0 : random() % 200'000);
         std::vector<std::uint32_t> ranks;
-        for (int r = 0; r < kRanks + 1; ++r)   // rank kRanks has no spans
+        for (int r = 0; r < kRanks + 1; ++r)  // rank kRanks has no spans
             if (random() % 3 == 0)
                 ranks.push_back(std::uint32_t(r));
         if (!ranks.empty() && random() % 2 == 0)
-            ranks.push_back(ranks.front());   // a rank asked for twice is read once
+            ranks.push_back(ranks.front());  // a rank asked for twice is read once
         const auto hits = readSpans(reader, t0, t1, ranks);
         QVERIFY2(hits == bruteForce(t0, t1, ranks), qPrintable(QString("window %1..%2").arg(t0).arg(t1)));
     }
@@ -446,7 +447,7 @@ void TestSessionStore::forEachRecordInTimeOrder()
     // The documented time of each record; an expert load takes the latest time its rank sent before.
     std::map<std::uint32_t, std::int64_t> latest;
     std::vector<std::pair<std::int64_t, Written>> timed;
-    std::vector<std::int64_t> reaches;   // per written record: a span's end, else its time
+    std::vector<std::int64_t> reaches;  // per written record: a span's end, else its time
     for (const Written& w : written) {
         std::int64_t& last = latest[w.rank];
         std::int64_t time = 0;
@@ -472,29 +473,35 @@ void TestSessionStore::forEachRecordInTimeOrder()
     }
     std::vector<std::size_t> order(timed.size());
     std::iota(order.begin(), order.end(), std::size_t(0));
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return timed[a].first < timed[b].first; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return timed[a].first < timed[b].first; });
     std::vector<Written> replayed;
-    store::SessionReader(path).forEachRecord(
-        [&](std::uint32_t rank, const wire::Record& record) { replayed.push_back({rank, record}); });
+    store::SessionReader(path).forEachRecord([&](std::uint32_t rank, const wire::Record& record) {
+        replayed.push_back({rank, record});
+    });
     QCOMPARE(replayed.size(), timed.size());
     for (std::size_t i = 0; i < timed.size(); ++i) {
         QCOMPARE(replayed[i].rank, timed[order[i]].second.rank);
         QVERIFY2(replayed[i].record == timed[order[i]].second.record, qPrintable(QString("record %1").arg(i)));
     }
     // From a time on (a seek): the same order, without what ended before it.
-    for (const std::int64_t from : {std::int64_t(0), std::int64_t(1'000'500), std::int64_t(1'000'700), std::int64_t(1'001'400),
-                                    std::int64_t(1'001'401), std::int64_t(9'000'000)}) {
+    for (const std::int64_t from : {std::int64_t(0), std::int64_t(1'000'500), std::int64_t(1'000'700),
+                                    std::int64_t(1'001'400), std::int64_t(1'001'401), std::int64_t(9'000'000)}) {
         std::vector<Written> expected;
         for (const std::size_t i : order)
             if (reaches[i] >= from)
                 expected.push_back(timed[i].second);
         std::vector<Written> fromOn;
         store::SessionReader(path).forEachRecord(
-            [&](std::uint32_t rank, const wire::Record& record) { fromOn.push_back({rank, record}); }, from);
+            [&](std::uint32_t rank, const wire::Record& record) {
+                fromOn.push_back({rank, record});
+            },
+            from);
         QCOMPARE(fromOn.size(), expected.size());
         for (std::size_t i = 0; i < expected.size(); ++i) {
             QCOMPARE(fromOn[i].rank, expected[i].rank);
-            QVERIFY2(fromOn[i].record == expected[i].record, qPrintable(QString("from %1, record %2").arg(from).arg(i)));
+            QVERIFY2(fromOn[i].record == expected[i].record,
+                     qPrintable(QString("from %1, record %2").arg(from).arg(i)));
         }
     }
 }
@@ -530,7 +537,7 @@ void TestSessionStore::writerInAnotherProcessIsRefused()
         store::SessionWriter writer(path, samples::header(1));
         char byte = 1;
         (void)!write(ready[1], &byte, 1);
-        (void)!read(release[0], &byte, 1);   // until the parent closes its end
+        (void)!read(release[0], &byte, 1);  // until the parent closes its end
         _exit(0);
     }
     close(ready[1]);
@@ -544,8 +551,8 @@ void TestSessionStore::writerInAnotherProcessIsRefused()
     close(ready[0]);
     QVERIFY(mentions(message, {path, "another engine is writing it"}));
     QVERIFY(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    QVERIFY(mentions(failureOf([&] { store::SessionWriter late(path, samples::header(1)); }),
-                     {path, "already exists"}));
+    QVERIFY(
+        mentions(failureOf([&] { store::SessionWriter late(path, samples::header(1)); }), {path, "already exists"}));
 }
 
 void TestSessionStore::existingFileIsRefused()
@@ -631,11 +638,11 @@ void TestSessionStore::sessionInReadOnlyFolderOpens()
     }
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
-    if (user) // QTemporaryDir makes a 0700 folder of root's: let the user reach the folder inside
+    if (user)  // QTemporaryDir makes a 0700 folder of root's: let the user reach the folder inside
         QVERIFY(chmod(dir.path().toLocal8Bit().constData(), 0711) == 0);
     const std::string folder = dir.filePath("read-only").toStdString();
     QVERIFY(QDir().mkpath(QString::fromStdString(folder)));
-    const std::string path = folder + "/copy #1?.meshbench";   // URI characters in the name
+    const std::string path = folder + "/copy #1?.meshbench";  // URI characters in the name
     writeSpanSession(path, 100);
     if (user) {
         QVERIFY(chown(folder.c_str(), user->uid, user->gid) == 0);
@@ -679,7 +686,7 @@ void TestSessionStore::killedWriterLeavesCompleteBatches()
             for (int tag = 0; tag < 1'000'000; ++tag) {
                 writer.append({0, 0, taggedBatch(tag)});
                 if (tag % 64 == 63)
-                    writer.flush();   // keeps the queue bounded
+                    writer.flush();  // keeps the queue bounded
                 if (tag == 200) {
                     writer.flush();
                     char byte = 1;
@@ -694,7 +701,7 @@ void TestSessionStore::killedWriterLeavesCompleteBatches()
     char byte = 0;
     QCOMPARE(read(ready[0], &byte, 1), ssize_t(1));
     close(ready[0]);
-    usleep(useconds_t(std::random_device()() % 150'000));   // somewhere in the middle of a transaction
+    usleep(useconds_t(std::random_device()() % 150'000));  // somewhere in the middle of a transaction
     kill(child, SIGKILL);
     int status = 0;
     waitpid(child, &status, 0);
@@ -705,7 +712,7 @@ void TestSessionStore::killedWriterLeavesCompleteBatches()
     QCOMPARE(reader.outcome().outcome, store::Outcome::Running);
     // Count each batch's records by tag: every batch is all there or not there at all, and the ones
     // there are the first ones (the queue commits in order).
-    std::map<int, std::map<int, int>> byTag;   // tag -> record type -> count
+    std::map<int, std::map<int, int>> byTag;  // tag -> record type -> count
     reader.forEachRecord([&](std::uint32_t, const wire::Record& record) {
         std::visit(
             [&](const auto& r) {
@@ -764,7 +771,7 @@ void TestSessionStore::writerFailureIsReported()
     const pid_t child = fork();
     if (child == 0) {
         close(report[0]);
-        alarm(60);   // a hang fails the test instead of blocking it
+        alarm(60);  // a hang fails the test instead of blocking it
         // A 3 MiB file size limit plays a full disk; SIGXFSZ ignored makes the write fail with EFBIG.
         signal(SIGXFSZ, SIG_IGN);
         const rlimit limit{3 << 20, 3 << 20};
@@ -783,7 +790,7 @@ void TestSessionStore::writerFailureIsReported()
             lines += "\n" + failureOf([&] { writer.append({0, 0, taggedBatch(tag)}); });
             lines += "\n" + failureOf([&] { writer.flush(); });
             lines += "\n" + failureOf([&] { writer.setOutcome({store::Outcome::Completed, "", -1, 1}); });
-        }   // the destructor of a failed writer neither throws nor hangs
+        }  // the destructor of a failed writer neither throws nor hangs
         (void)!write(report[1], lines.data(), lines.size());
         _exit(0);
     }
@@ -812,8 +819,8 @@ void TestSessionStore::listSessionsNewestFirst()
 {
     QTemporaryDir dir;
     const auto file = [&](const char* name) { return dir.filePath(name).toStdString(); };
-    const std::pair<const char*, std::int64_t> sessions[] = {{"a.meshbench", 100}, {"b.meshbench", 300},
-                                                             {"c.meshbench", 200}};
+    const std::pair<const char*, std::int64_t> sessions[] = {
+        {"a.meshbench", 100}, {"b.meshbench", 300}, {"c.meshbench", 200}};
     for (const auto& [name, created] : sessions) {
         store::SessionWriter writer(file(name), samples::header(2, created));
         for (int step = 0; step < 3; ++step) {

@@ -22,7 +22,8 @@ private slots:
 
     void replyRoundTrips()
     {
-        const ClockReply reply{3, -5, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min()};
+        const ClockReply reply{3, -5, std::numeric_limits<std::int64_t>::max(),
+                               std::numeric_limits<std::int64_t>::min()};
         const std::vector<std::uint8_t> frame = encodeClockReply(reply);
         QCOMPARE(frame.size(), std::size_t(32));
         QCOMPARE(decodeClockReply(frame), std::optional<ClockReply>(reply));
@@ -32,14 +33,14 @@ private slots:
     {
         std::vector<std::uint8_t> request = encodeClockRequest({1, 2});
         std::vector<std::uint8_t> reply = encodeClockReply({1, 2, 3, 4});
-        QVERIFY(!decodeClockReply(request));   // a request is not a reply
+        QVERIFY(!decodeClockReply(request));  // a request is not a reply
         QVERIFY(!decodeClockRequest(reply));
         QVERIFY(!decodeClockRequest({}));
-        request.push_back(0);   // one byte too many
+        request.push_back(0);  // one byte too many
         QVERIFY(!decodeClockRequest(request));
-        request.resize(15);     // one too few
+        request.resize(15);  // one too few
         QVERIFY(!decodeClockRequest(request));
-        reply[0] ^= 0xFF;       // bad magic
+        reply[0] ^= 0xFF;  // bad magic
         QVERIFY(!decodeClockReply(reply));
     }
 
@@ -82,12 +83,12 @@ private slots:
     {
         RankClock early;
         early.add(0, 0);
-        early.add(500'000'000, 1'000'000);   // 2000 ppm over half a second: too short to fit
+        early.add(500'000'000, 1'000'000);  // 2000 ppm over half a second: too short to fit
         QCOMPARE(early.driftNsPerSecond(), 0.0);
         QCOMPARE(early.offsetAt(10'000'000'000), std::int64_t(1'000'000));
         RankClock broken;
         broken.add(0, 0);
-        broken.add(2'000'000'000, 4'000'000);   // 2000 ppm: held to 500
+        broken.add(2'000'000'000, 4'000'000);  // 2000 ppm: held to 500
         QCOMPARE(broken.driftNsPerSecond(), 500'000.0);
     }
 };

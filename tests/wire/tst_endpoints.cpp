@@ -16,10 +16,7 @@ using namespace meshbench;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part)
-{
-    return text.find(part) != std::string::npos;
-}
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 unsigned modeOf(const std::filesystem::path& path)
 {
@@ -50,11 +47,12 @@ private slots:
     // Issue 27, finding 2: only a socket no other user can connect to goes without keys.
     void privateEndpoints()
     {
-        QTemporaryDir dir; // mode 0700, ours
+        QTemporaryDir dir;  // mode 0700, ours
         const std::string inside = "ipc://" + dir.filePath("control").toStdString();
         QVERIFY(wire::isPrivateEndpoint(inside));
         QVERIFY(wire::isPrivateEndpoint("inproc://x"));
-        for (const char* open : {"tcp://127.0.0.1:5570", "tcp://localhost:*", "ipc://@abstract-name", "ipc:///tmp/control"})
+        for (const char* open :
+             {"tcp://127.0.0.1:5570", "tcp://localhost:*", "ipc://@abstract-name", "ipc:///tmp/control"})
             QVERIFY2(!wire::isPrivateEndpoint(open), open);
         // The same folder opened to the group, or to others, is no longer private.
         for (const unsigned mode : {0750u, 0705u, 0777u}) {
@@ -86,7 +84,7 @@ private slots:
         QCOMPARE(modeOf(made), 0700u);
         QCOMPARE(wire::defaultControlEndpoint(), "ipc://" + made.string() + "/control");
         QVERIFY(wire::isPrivateEndpoint(wire::defaultControlEndpoint()));
-        QCOMPARE(wire::runtimeDirectory(), made); // found again as it is
+        QCOMPARE(wire::runtimeDirectory(), made);  // found again as it is
 
         // Opened up by someone, it is refused with the fix, and not used.
         QCOMPARE(::chmod(made.c_str(), 0755), 0);

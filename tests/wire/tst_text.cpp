@@ -37,7 +37,9 @@ private slots:
         const std::string fffd = "\xEF\xBF\xBD";
         QCOMPARE(wire::validUtf8("plain"), std::string("plain"));
         QCOMPARE(wire::validUtf8("caf\xC3\xA9 \xF0\x9F\x98\x80"), std::string("caf\xC3\xA9 \xF0\x9F\x98\x80"));
-        QCOMPARE(wire::validUtf8("a\xFF" "b"), "a" + fffd + "b");
+        QCOMPARE(wire::validUtf8("a\xFF"
+                                 "b"),
+                 "a" + fffd + "b");
         // An overlong '/', a surrogate and a truncated sequence: every byte that starts no character.
         QCOMPARE(wire::validUtf8("\xC0\xAF"), fffd + fffd);
         QCOMPARE(wire::validUtf8("\xED\xA0\x80"), fffd + fffd + fffd);

@@ -71,15 +71,9 @@ Bytes spanBody(std::uint8_t kind = 0)
     return Bytes().i32(1).i16(0).i16(0).i32(2).u8(kind).i32(-1).i64(10).i64(20).u64(0);
 }
 
-Bytes memoryBody(std::uint8_t category = 0)
-{
-    return Bytes().i32(1).i64(5).u8(category).i64(100).i64(200);
-}
+Bytes memoryBody(std::uint8_t category = 0) { return Bytes().i32(1).i64(5).u8(category).i64(100).i64(200); }
 
-Bytes logBody(std::string_view text, std::uint8_t level = 1)
-{
-    return Bytes().i64(7).u8(level).text(text);
-}
+Bytes logBody(std::string_view text, std::uint8_t level = 1) { return Bytes().i64(7).u8(level).text(text); }
 
 Bytes heartbeatBody(std::string_view host, std::uint8_t state = 1)
 {
@@ -135,15 +129,9 @@ std::span<const std::uint8_t> spanOf(const QByteArray& a)
     return {reinterpret_cast<const std::uint8_t*>(a.constData()), std::size_t(a.size())};
 }
 
-bool sameBits(double a, double b)
-{
-    return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
-}
+bool sameBits(double a, double b) { return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b); }
 
-bool sameBits(float a, float b)
-{
-    return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
-}
+bool sameBits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
 
 // Equality with floating-point fields compared bit for bit, so NaN payloads and -0 count.
 bool sameRecord(const Record& a, const Record& b)
@@ -212,10 +200,10 @@ Batch extremeBatch()
     for (int c = 0; c < kMemoryCategories; ++c)
         r.push_back(MemorySampleRecord{c, Limits<std::int64_t>::max() - c, MemoryCategory(c),
                                        Limits<std::int64_t>::min(), Limits<std::int64_t>::max()});
-    r.push_back(StepMetricsRecord{Limits<std::int32_t>::min(), Limits<std::int64_t>::min(),
-                                  Limits<std::int64_t>::max(), kQuietNanWithPayload, kSignalingNan,
-                                  std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
-                                  -0.0, std::numeric_limits<double>::denorm_min(), Limits<std::int64_t>::min()});
+    r.push_back(StepMetricsRecord{Limits<std::int32_t>::min(), Limits<std::int64_t>::min(), Limits<std::int64_t>::max(),
+                                  kQuietNanWithPayload, kSignalingNan, std::numeric_limits<double>::infinity(),
+                                  -std::numeric_limits<double>::infinity(), -0.0,
+                                  std::numeric_limits<double>::denorm_min(), Limits<std::int64_t>::min()});
     r.push_back(StepMetricsRecord{1, 2, 3, kNegativeNan, std::numeric_limits<double>::max(),
                                   std::numeric_limits<double>::lowest(), 1e-300, 12345.678, 0.25, 0});
     r.push_back(NodeSampleRecord{});
@@ -231,8 +219,8 @@ Batch extremeBatch()
     for (int state = 0; state < 5; ++state)
         r.push_back(HeartbeatRecord{state, RankState(state), state, 100 + state, -state, std::uint64_t(state), "h"});
     r.push_back(HeartbeatRecord{Limits<std::int64_t>::max(), RankState::Terminated, Limits<std::int32_t>::min(),
-                                Limits<std::int32_t>::max(), Limits<std::int32_t>::min(),
-                                Limits<std::uint64_t>::max(), std::string(kMaxTextBytes, 'h')});
+                                Limits<std::int32_t>::max(), Limits<std::int32_t>::min(), Limits<std::uint64_t>::max(),
+                                std::string(kMaxTextBytes, 'h')});
     r.push_back(ClockOffsetRecord{Limits<std::int64_t>::min(), Limits<std::int64_t>::max(), 0});
     r.push_back(ClockOffsetRecord{1, -3'000'000'000, 85'000});
     return batch;
@@ -335,59 +323,54 @@ void TestWire::manySpansRoundTrip()
 
 void TestWire::goldenFrame()
 {
-    const Batch batch{
-        7,
-        0x0102030405060708,
-        {SpanRecord{2, 1, 0, 3, SpanKind::SendActivation, 5, 1000, 1500, 4096},
-         ExpertLoadRecord{2, 1, {10, 20}, {0, 1}},
-         MemorySampleRecord{2, 256, MemoryCategory::Activations, 1 << 20, 1 << 21},
-         StepMetricsRecord{2, 0, 1000000000, 1.0, 0.5, 2.0, 0.25, 1024.0, 0.125, 65536},
-         NodeSampleRecord{9, "n1", 1000, 500, -1, -1, -1, 0.5f},
-         LogRecord{10, LogLevel::Warning, "h\xC3\xA9"},
-         HeartbeatRecord{11, RankState::Failed, 4, 1234, 137, 2, "n1"}}};
+    const Batch batch{7,
+                      0x0102030405060708,
+                      {SpanRecord{2, 1, 0, 3, SpanKind::SendActivation, 5, 1000, 1500, 4096},
+                       ExpertLoadRecord{2, 1, {10, 20}, {0, 1}},
+                       MemorySampleRecord{2, 256, MemoryCategory::Activations, 1 << 20, 1 << 21},
+                       StepMetricsRecord{2, 0, 1000000000, 1.0, 0.5, 2.0, 0.25, 1024.0, 0.125, 65536},
+                       NodeSampleRecord{9, "n1", 1000, 500, -1, -1, -1, 0.5f},
+                       LogRecord{10, LogLevel::Warning, "h\xC3\xA9"},
+                       HeartbeatRecord{11, RankState::Failed, 4, 1234, 137, 2, "n1"}}};
     // Written by hand from the layout in telemetry.h.
     const std::uint8_t golden[] = {
         // header: magic "MBTW", version 1, flags 0, rank 7, sequence 0x0102030405060708, count 7
-        0x4D, 0x42, 0x54, 0x57, 0x01, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,
-        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x07, 0x00, 0x00, 0x00,
+        0x4D, 0x42, 0x54, 0x57, 0x01, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03,
+        0x02, 0x01, 0x07, 0x00, 0x00, 0x00,
         // span: type 1, reserved, length 41
-        0x01, 0x00, 0x00, 0x00, 0x29, 0x00, 0x00, 0x00,
-        0x02, 0x00, 0x00, 0x00,                          // step 2
-        0x01, 0x00, 0x00, 0x00,                          // stage 1, chunk 0
-        0x03, 0x00, 0x00, 0x00,                          // microbatch 3
-        0x03,                                            // kind send-act
-        0x05, 0x00, 0x00, 0x00,                          // peer rank 5
-        0xE8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // begin 1000
-        0xDC, 0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // end 1500
-        0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // bytes 4096
+        0x01, 0x00, 0x00, 0x00, 0x29, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00,  // step 2
+        0x01, 0x00, 0x00, 0x00,                                                  // stage 1, chunk 0
+        0x03, 0x00, 0x00, 0x00,                                                  // microbatch 3
+        0x03,                                                                    // kind send-act
+        0x05, 0x00, 0x00, 0x00,                                                  // peer rank 5
+        0xE8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          // begin 1000
+        0xDC, 0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          // end 1500
+        0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          // bytes 4096
         // expert load: type 2, length 32
-        0x02, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,
-        0x02, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,  // step 2, layer 1
+        0x02, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00,
+        0x00,                                                                    // step 2, layer 1
         0x02, 0x00, 0x00, 0x00, 0x0A, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00,  // routed [10, 20]
         0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,  // dropped [0, 1]
         // memory sample: type 3, length 29
-        0x03, 0x00, 0x00, 0x00, 0x1D, 0x00, 0x00, 0x00,
-        0x02, 0x00, 0x00, 0x00,                          // step 2
-        0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // time 256
-        0x03,                                            // activations
-        0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00,  // current 1 MiB
-        0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00,  // peak 2 MiB
+        0x03, 0x00, 0x00, 0x00, 0x1D, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00,  // step 2
+        0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          // time 256
+        0x03,                                                                    // activations
+        0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00,                          // current 1 MiB
+        0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00,                          // peak 2 MiB
         // step metrics: type 4, length 76
-        0x04, 0x00, 0x00, 0x00, 0x4C, 0x00, 0x00, 0x00,
-        0x02, 0x00, 0x00, 0x00,                          // step 2
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // begin 0
-        0x00, 0xCA, 0x9A, 0x3B, 0x00, 0x00, 0x00, 0x00,  // end 1e9
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xF0, 0x3F,  // loss 1.0
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xE0, 0x3F,  // aux loss 0.5
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40,  // grad norm 2.0
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xD0, 0x3F,  // learning rate 0.25
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x90, 0x40,  // tokens/s 1024
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xC0, 0x3F,  // bubble ratio 0.125
-        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,  // tokens 65536
+        0x04, 0x00, 0x00, 0x00, 0x4C, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00,  // step 2
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          // begin 0
+        0x00, 0xCA, 0x9A, 0x3B, 0x00, 0x00, 0x00, 0x00,                          // end 1e9
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xF0, 0x3F,                          // loss 1.0
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xE0, 0x3F,                          // aux loss 0.5
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40,                          // grad norm 2.0
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xD0, 0x3F,                          // learning rate 0.25
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x90, 0x40,                          // tokens/s 1024
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xC0, 0x3F,                          // bubble ratio 0.125
+        0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,                          // tokens 65536
         // node sample: type 5, length 54
-        0x05, 0x00, 0x00, 0x00, 0x36, 0x00, 0x00, 0x00,
-        0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // time 9
-        0x02, 0x00, 0x00, 0x00, 0x6E, 0x31,              // host "n1"
+        0x05, 0x00, 0x00, 0x00, 0x36, 0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // time 9
+        0x02, 0x00, 0x00, 0x00, 0x6E, 0x31,                                                              // host "n1"
         0xE8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // host memory total 1000
         0xF4, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // host memory used 500
         0xFF, 0xFF, 0xFF, 0xFF,                          // device -1
@@ -395,19 +378,17 @@ void TestWire::goldenFrame()
         0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,  // device memory used -1
         0x00, 0x00, 0x00, 0x3F,                          // utilization 0.5f
         // log: type 6, length 16
-        0x06, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00,
-        0x0A, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // time 10
-        0x02,                                            // warning
-        0x03, 0x00, 0x00, 0x00, 0x68, 0xC3, 0xA9,        // "hé"
+        0x06, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x0A, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // time 10
+        0x02,                                                                                            // warning
+        0x03, 0x00, 0x00, 0x00, 0x68, 0xC3, 0xA9,                                                        // "hé"
         // heartbeat: type 7, length 35
-        0x07, 0x00, 0x00, 0x00, 0x23, 0x00, 0x00, 0x00,
-        0x0B, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // time 11
-        0x03,                                            // failed
-        0x04, 0x00, 0x00, 0x00,                          // step 4
-        0xD2, 0x04, 0x00, 0x00,                          // pid 1234
-        0x89, 0x00, 0x00, 0x00,                          // detail 137
-        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // dropped 2
-        0x02, 0x00, 0x00, 0x00, 0x6E, 0x31,              // host "n1"
+        0x07, 0x00, 0x00, 0x00, 0x23, 0x00, 0x00, 0x00, 0x0B, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // time 11
+        0x03,                                                                                            // failed
+        0x04, 0x00, 0x00, 0x00,                                                                          // step 4
+        0xD2, 0x04, 0x00, 0x00,                                                                          // pid 1234
+        0x89, 0x00, 0x00, 0x00,                                                                          // detail 137
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                                                  // dropped 2
+        0x02, 0x00, 0x00, 0x00, 0x6E, 0x31,                                                              // host "n1"
     };
     const std::vector<std::uint8_t> encoded = encodeBatch(batch);
     QCOMPARE(encoded.size(), sizeof golden);
@@ -524,11 +505,16 @@ void TestWire::malformed_data()
         int bad;
     };
     const Invalid invalidUtf8[] = {
-        {"lone continuation byte", "ab\x80", 2},    {"overlong slash", "\xC0\xAF", 0},
-        {"overlong 3-byte", "\xE0\x80\xAF", 0},     {"overlong 4-byte", "\xF0\x80\x80\xAF", 0},
-        {"surrogate", "\xED\xA0\x80", 0},           {"above U+10FFFF", "\xF4\x90\x80\x80", 0},
-        {"cut sequence", "ab\xE2\x82", 2},          {"byte 0xFF", "x\xFF", 1},
-        {"missing continuation", "\xE2\x28\xA1", 0}, {"5-byte form", "\xF8\x88\x80\x80\x80", 0},
+        {"lone continuation byte", "ab\x80", 2},
+        {"overlong slash", "\xC0\xAF", 0},
+        {"overlong 3-byte", "\xE0\x80\xAF", 0},
+        {"overlong 4-byte", "\xF0\x80\x80\xAF", 0},
+        {"surrogate", "\xED\xA0\x80", 0},
+        {"above U+10FFFF", "\xF4\x90\x80\x80", 0},
+        {"cut sequence", "ab\xE2\x82", 2},
+        {"byte 0xFF", "x\xFF", 1},
+        {"missing continuation", "\xE2\x28\xA1", 0},
+        {"5-byte form", "\xF8\x88\x80\x80\x80", 0},
         {"after valid text", "\xC3\xA9\xF0\x9F\x9A\x80\xC3", 6},
     };
     for (const Invalid& invalid : invalidUtf8) {
@@ -558,7 +544,7 @@ void TestWire::oversizedFrameIsRefusedUnread()
     frame.resize(kMaxBatchBytes + 1);
     const DecodeResult decoded = decodeBatch(frame);
     QVERIFY(!decoded.batch);
-    QCOMPARE(decoded.version, std::uint16_t(0));   // not even the header was read
+    QCOMPARE(decoded.version, std::uint16_t(0));  // not even the header was read
     QCOMPARE(decoded.error, std::string("frame of 67108865 bytes exceeds the limit of 67108864 bytes; "
                                         "the agent must send smaller batches"));
 }
@@ -595,8 +581,8 @@ void TestWire::corruptBytesNeverCrash()
     batch.records.push_back(HeartbeatRecord{1, RankState::Running, 1, 2, 3, 4, "host"});
     const std::vector<std::uint8_t> frame = encodeBatch(batch);
     for (std::size_t i = 0; i < frame.size(); ++i) {
-        for (std::uint8_t value : {std::uint8_t(0x00), std::uint8_t(0xFF), std::uint8_t(frame[i] ^ 0x80),
-                                   std::uint8_t(frame[i] + 1)}) {
+        for (std::uint8_t value :
+             {std::uint8_t(0x00), std::uint8_t(0xFF), std::uint8_t(frame[i] ^ 0x80), std::uint8_t(frame[i] + 1)}) {
             std::vector<std::uint8_t> corrupt = frame;
             corrupt[i] = value;
             const DecodeResult decoded = decodeBatch(corrupt);
@@ -686,8 +672,11 @@ void TestWire::encoderRepairsText()
         const Batch batch{0, 0, {LogRecord{0, LogLevel::Info, std::move(text)}}};
         return std::get<LogRecord>(decodeBatch(encodeBatch(batch)).batch->records[0]).text;
     };
-    QCOMPARE(sent("a\xFF" "b"), std::string("a\xEF\xBF\xBD" "b"));
-    QCOMPARE(sent("\xC0\xAF"), std::string("\xEF\xBF\xBD\xEF\xBF\xBD"));   // each byte of an overlong form
+    QCOMPARE(sent("a\xFF"
+                  "b"),
+             std::string("a\xEF\xBF\xBD"
+                         "b"));
+    QCOMPARE(sent("\xC0\xAF"), std::string("\xEF\xBF\xBD\xEF\xBF\xBD"));  // each byte of an overlong form
     QCOMPARE(sent("cut \xE2\x82"), std::string("cut \xEF\xBF\xBD\xEF\xBF\xBD"));
     QCOMPARE(sent(std::string(kMaxTextBytes + 5000, 'x')), std::string(kMaxTextBytes, 'x'));
     // The character that would cross the limit is left out whole.
@@ -746,14 +735,13 @@ void TestWire::encoderRefusesAnOversizedFrame()
         encodeBatch(batch, out);
         QFAIL("encodeBatch wrote a frame the decoder refuses");
     } catch (const std::invalid_argument& e) {
-        QCOMPARE(std::string(e.what()),
-                 "telemetry batch of " + std::to_string(24 + 1025 * (8 + 13 + 65536)) +
-                     " bytes exceeds the limit of 67108864; split it");
+        QCOMPARE(std::string(e.what()), "telemetry batch of " + std::to_string(24 + 1025 * (8 + 13 + 65536)) +
+                                            " bytes exceeds the limit of 67108864; split it");
     }
     QVERIFY(out.empty());
-    batch.records.resize(1024);   // 67,130,392 bytes: still too many
+    batch.records.resize(1024);  // 67,130,392 bytes: still too many
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, encodeBatch(batch));
-    batch.records.resize(1023);   // 67,064,835 bytes: fits
+    batch.records.resize(1023);  // 67,064,835 bytes: fits
     const DecodeResult decoded = decodeBatch(encodeBatch(batch));
     QVERIFY2(decoded.batch, decoded.error.c_str());
     QCOMPARE(decoded.batch->records.size(), std::size_t(1023));
