@@ -751,8 +751,8 @@ std::vector<SpecError> validateLayout(const JobSpec& spec)
                  " x virtual_stages=" + str(p.virtualStages) + " = " + withThousands(p.scheduleShape().slotCount()) +
                  " pipeline slots; the planner simulates at most " + withThousands(kMaxScheduleSlots) +
                  ": use fewer microbatches with a larger micro_batch_size");
-    if (const std::string why = validateVirtualStages(p.scheduleShape()); !why.empty())
-        fail("parallel.virtual_stages", why);
+    if (const std::string chunks = validateVirtualStages(p.scheduleShape()); !chunks.empty())
+        fail("parallel.virtual_stages", chunks);
     else if (const std::string why = validateScheduleShape(p.scheduleShape()); !why.empty())
         fail("parallel.schedule", why);
     return errors;
