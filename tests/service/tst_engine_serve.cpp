@@ -17,8 +17,10 @@
 
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <sys/stat.h>
 
@@ -429,6 +431,39 @@ private slots:
         const std::uint64_t limit = std::uint64_t(64) << 20;
         const std::uint64_t taken = probe.streamClaimedFrame(std::uint64_t(1) << 30, limit, false);
         QVERIFY2(taken < limit, qPrintable(QStringLiteral("the engine took %1 bytes of a 1 GiB frame").arg(taken)));
+        Client client(served.control, served.live);
+        QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
+    }
+
+    // Issue 27, finding 3: six connections at once, each streaming a frame that claims 1 GiB, are
+    // each cut off as their headers arrive, so what the engine buffers stays bounded however many
+    // connections there are.
+    void oversizedFramesOnManyConnectionsAreEachCutOff()
+    {
+        Served served;
+        constexpr int kConnections = 6;
+        std::vector<std::unique_ptr<ZmtpProbe>> probes;
+        for (int i = 0; i < kConnections; ++i) {
+            probes.push_back(std::make_unique<ZmtpProbe>(served.control));
+            QVERIFY2(probes.back()->connected(), probes.back()->error().c_str());
+            QVERIFY(probes.back()->greet("NULL"));
+            QVERIFY(probes.back()->nullHandshake());
+        }
+        const std::uint64_t limit = std::uint64_t(64) << 20;
+        std::vector<std::uint64_t> taken(kConnections, 0);
+        std::vector<std::thread> streams;
+        for (int i = 0; i < kConnections; ++i)
+            streams.emplace_back([&probes, &taken, limit, i] {
+                taken[std::size_t(i)] =
+                    probes[std::size_t(i)]->streamClaimedFrame(std::uint64_t(1) << 30, limit, false);
+            });
+        for (std::thread& stream : streams)
+            stream.join();
+        for (int i = 0; i < kConnections; ++i)
+            QVERIFY2(taken[std::size_t(i)] < limit,
+                     qPrintable(QStringLiteral("connection %1: the engine took %2 bytes of a 1 GiB frame")
+                                    .arg(i)
+                                    .arg(taken[std::size_t(i)])));
         Client client(served.control, served.live);
         QCOMPARE(client.request({{"op", "hello"}})["ok"], true);
     }

@@ -4,20 +4,21 @@
 #
 #   tests/stress/repeat_under_load.sh BUILD_DIR [TEST...]
 #
-# TEST is a CTest name matched exactly (default: tst_telemetry_sender tst_engine_run). Each runs
-# 20 times in a row; the first failure stops the script, and it says how many runs had passed.
+# TEST is a CTest name matched exactly (default: tst_telemetry_sender tst_engine_run tst_engine_serve
+# tst_cluster_hosts). Each runs 20 times in a row; the first failure stops the script, and it says
+# how many runs had passed.
 set -euo pipefail
 
 readonly runs=20
 
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-    echo "usage: $0 BUILD_DIR [TEST...]   (default tests: tst_telemetry_sender tst_engine_run)" >&2
+    echo "usage: $0 BUILD_DIR [TEST...]   (default tests: tst_telemetry_sender tst_engine_run tst_engine_serve tst_cluster_hosts)" >&2
     exit 2
 fi
 build=$1
 shift
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(tst_telemetry_sender tst_engine_run)
+[ ${#tests[@]} -gt 0 ] || tests=(tst_telemetry_sender tst_engine_run tst_engine_serve tst_cluster_hosts)
 if [ ! -f "$build/CTestTestfile.cmake" ]; then
     echo "error: '$build' is not a CMake build folder (no CTestTestfile.cmake); configure and build it first" >&2
     exit 2
