@@ -12,8 +12,8 @@ GradientBuckets::GradientBuckets(kernels::Backend& backend, const ParameterLayou
       m_ready(layout.views().size(), false)
 {
     // Per range, views from the last to the first (the backward's order): consecutive in the flat
-    // buffer, so each bucket is one span of it, closed once it holds bucketMb.
-    const double capElements = settings.bucketMb * 1024.0 * 1024.0 / double(kernels::dtypeSize(grads.dtype));
+    // buffer, so each bucket is one span of it, closed once it holds bucketBytes.
+    const double capElements = settings.bucketBytes / double(kernels::dtypeSize(grads.dtype));
     for (std::size_t r = 0; r < shards.regions().size(); ++r) {
         const ShardRegion& region = shards.regions()[r];
         std::vector<int> order;

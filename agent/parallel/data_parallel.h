@@ -1,7 +1,7 @@
 #pragma once
 // Data parallelism's gradient reduction in buckets, overlapped with the backward (PyTorch DDP's
 // gradient buckets, Li et al. 2020; Megatron-core's --overlap-grad-reduce): the flat gradient
-// buffer is cut into buckets of about `bucketBytes` (25 MiB, as DDP's bucket_cap_mb), tensors
+// buffer is cut into buckets of about `bucketBytes` (grad_bucket_mb, as DDP's bucket_cap_mb), tensors
 // taken in the order the backward finishes them (the reverse of the layout's). As soon as the
 // backward of a step's last micro-batch has finished every tensor of a bucket, its reduction
 // starts - an all-reduce without ZeRO, a reduce-scatter into the owners' shards with it - over
@@ -31,8 +31,7 @@ public:
 };
 
 struct BucketSettings {
-    static constexpr double kDefaultBucketMb = 25.0;  // MiB
-    double bucketMb = kDefaultBucketMb;
+    double bucketBytes = 0;  // the spec's parallel.grad_bucket_mb
     bool overlap = true;
 };
 

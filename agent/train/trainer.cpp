@@ -3,10 +3,13 @@
 #include "agent/checkpoint/safetensors.h"
 #include "agent/parallel/finalize_gradients.h"
 #include "agent/parallel/pipeline_executor.h"
+#include "plan/measured_bubble.h"
 
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <iterator>
+#include <span>
 
 namespace meshbench::agent {
 namespace {
@@ -90,15 +93,15 @@ Trainer::Trainer(const plan::JobSpec& spec, kernels::Backend& backend, const Pro
         m_model.setTensorGroup(groups->tensor.get(), spec.parallel.sequenceParallel);
     if (zeroStage() >= 3) {
         m_paramShard = DeviceBuffer(backend, m_shards.shardElements(), MemoryCategory::Params);
-        m_gatherer = std::make_unique<ShardedParameters>(
-            backend, m_model.layout(), m_shards, m_paramShard.ptr(), m_gradShard.ptr(),
-            std::size_t(spec.parallel.gradBucketMb * 1024 * 1024), spec.parallel.overlapGradReduce, &m_measurements,
-            groups->coord.pp);
+        m_gatherer =
+            std::make_unique<ShardedParameters>(backend, m_model.layout(), m_shards, m_paramShard.ptr(),
+                                                m_gradShard.ptr(), std::size_t(spec.parallel.gradBucketBytes()),
+                                                spec.parallel.overlapGradReduce, &m_measurements, groups->coord.pp);
         m_model.setParameterGatherer(m_gatherer.get());
     } else if (dataParallelSize() > 1) {
         m_buckets = std::make_unique<GradientBuckets>(
             backend, m_model.layout(), m_shards, m_model.gradients(), m_gradShard.ptr(),
-            BucketSettings{spec.parallel.gradBucketMb, spec.parallel.overlapGradReduce}, &m_measurements,
+            BucketSettings{spec.parallel.gradBucketBytes(), spec.parallel.overlapGradReduce}, &m_measurements,
             groups->coord.pp);
         if (pipelineSize() > 1 && spec.model.tiedEmbeddings && (m_slice.embedding || m_slice.head))
             m_buckets->holdUntilReleased(m_model.layout().embedding());
@@ -152,17 +155,14 @@ StepMetrics Trainer::step()
     MemoryLedger::instance().resetPeaks();
     const StepBatch batch = stepBatch();
 
-    const kernels::TimeMark pipelineBegin = m_measurements.mark();
     const ForwardResult result = runMicrobatches(batch, metrics.step);
-    const kernels::TimeMark pipelineEnd = m_measurements.mark();
 
     finalizeGradients();
     sumResults(batch, result, metrics);
     metrics.gradNorm = gradientNorm();
     optimizerStep(metrics);
     m_measurements.resolveTimeline();
-    metrics.bubbleRatio =
-        measuredBubble(metrics.step, m_measurements.timeOf(pipelineBegin), m_measurements.timeOf(pipelineEnd));
+    metrics.bubbleRatio = measuredBubble(metrics.step);
 
     m_measurements.addMemorySample({metrics.step, Measurements::nowNs(), MemoryLedger::instance().usage()});
     metrics.endNs = Measurements::nowNs();
@@ -247,17 +247,36 @@ ForwardResult Trainer::runMicrobatches(const StepBatch& batch, int step)
     return result;
 }
 
-double Trainer::measuredBubble(int step, std::int64_t pipelineBegin, std::int64_t pipelineEnd) const
+double Trainer::measuredBubble(int step) const
 {
-    // The share of the pipeline phase this stage spent outside F, B and W, summed over the stages
-    // (the simulator's definition, idle / (p x makespan)).
-    double phase[2] = {double(pipelineEnd - pipelineBegin), 0.0};
-    for (auto it = m_measurements.spans().rbegin(); it != m_measurements.spans().rend() && it->step == step; ++it)
-        if (wire::isComputeKind(it->kind))
-            phase[1] += double(it->endNs - it->beginNs);
-    if (pipelineSize() > 1)
-        m_groups->pipeline->allReduceSum(phase, 2);
-    return phase[0] > 0 ? 1.0 - phase[1] / phase[0] : 0.0;
+    // This rank's pipeline phase from its spans of the step (the newest ones), then every rank's,
+    // so that the step line shows what the engine's aggregator computes from the same spans.
+    const std::vector<Span>& spans = m_measurements.spans();
+    auto first = spans.end();
+    while (first != spans.begin() && std::prev(first)->step == step)
+        --first;
+    const int stage = m_groups ? m_groups->coord.pp : 0;
+    const plan::RankPipelinePhase own = plan::rankPipelinePhase(stage, std::span<const Span>(first, spans.end()));
+    std::vector<plan::RankPipelinePhase> phases{own};
+    if (m_groups && m_groups->world->size() > 1) {
+        // An all-gather of (stage, begin, end, busy) as int64: nanoseconds since the epoch do not
+        // fit a double exactly.
+        const std::size_t world = std::size_t(m_groups->world->size());
+        constexpr std::size_t kFields = 4;
+        std::vector<std::int64_t> mine(kFields * world), every(kFields * world);
+        for (std::size_t r = 0; r < world; ++r) {
+            mine[kFields * r] = own.stage;
+            mine[kFields * r + 1] = own.beginNs;
+            mine[kFields * r + 2] = own.endNs;
+            mine[kFields * r + 3] = own.busyNs;
+        }
+        m_groups->world->exchangeCounts(mine.data(), every.data(), kFields);
+        phases.assign(world, {});
+        for (std::size_t r = 0; r < world; ++r)
+            phases[r] = {int(every[kFields * r]), every[kFields * r + 1], every[kFields * r + 2],
+                         every[kFields * r + 3]};
+    }
+    return plan::measuredBubble(phases, pipelineSize()).overall.value_or(0.0);
 }
 
 void Trainer::finalizeGradients()

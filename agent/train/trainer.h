@@ -41,7 +41,7 @@ struct StepMetrics {
     std::int64_t beginNs = 0;  // on the telemetry clock (Measurements::nowNs)
     std::int64_t endNs = 0;
     double tokensPerSecond = 0;
-    double bubbleRatio = 0;                    // measured: idle share of the pipeline phase, over all stages
+    double bubbleRatio = 0;                    // measured over every rank: plan::measuredBubble
     std::vector<ExpertLoad> expertLoads;       // per MoE layer of this stage, summed over the step's micro-batches
     std::vector<ExpertLoad> modelExpertLoads;  // the same for every MoE layer of the model (all stages)
 };
@@ -83,7 +83,8 @@ private:
     // Forward and backward of every micro-batch (through the pipeline with stages), the
     // data-parallel buckets reducing as the gradients become final.
     ForwardResult runMicrobatches(const StepBatch& batch, int step);
-    double measuredBubble(int step, std::int64_t pipelineBegin, std::int64_t pipelineEnd) const;
+    // plan::measuredBubble over every rank's spans of the step (a collective over the world).
+    double measuredBubble(int step) const;
     // The tied embedding's copies summed, the reduction finished, the SP norms summed.
     void finalizeGradients();
     // Loss, aux loss and expert loads summed over the stages and replicas.

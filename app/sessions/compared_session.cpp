@@ -22,24 +22,18 @@ SessionFigures sessionFigures(const store::SessionReader& session)
         steps.emplace(m.record.step, m.record);
     if (!steps.empty())
         f.finalLoss = steps.rbegin()->second.loss;
-    double bubbleSum = 0, secondsSum = 0;
+    double secondsSum = 0;
     std::int64_t tokens = 0;
-    int bubbles = 0, timed = 0;
+    int timed = 0;
     for (auto it = std::next(steps.begin(), std::ptrdiff_t(live::firstSteadyStep(steps.size()))); it != steps.end();
          ++it) {
         const wire::StepMetricsRecord& m = it->second;
-        if (std::isfinite(m.bubbleRatio)) {
-            bubbleSum += m.bubbleRatio;
-            ++bubbles;
-        }
         if (m.endNs > m.beginNs) {
             secondsSum += double(m.endNs - m.beginNs) * 1e-9;
             tokens += m.tokens;
             ++timed;
         }
     }
-    if (bubbles > 0)
-        f.meanBubble = bubbleSum / bubbles;
     if (timed > 0) {
         f.meanStepSeconds = secondsSum / timed;
         if (tokens > 0)
@@ -127,14 +121,30 @@ ComparedSession loadComparedSession(const QString& path)
     replay->play(handlers);
     std::sort(aggregated.begin(), aggregated.end(),
               [](const live::StepAggregate& a, const live::StepAggregate& b) { return a.step < b.step; });
+    // The Monitor's figures: plan::measuredBubble over every rank, per step and per stage.
+    const std::size_t firstSteady = live::firstSteadyStep(aggregated.size());
+    double bubbleSum = 0;
+    int bubbles = 0;
     std::vector<double> sums(stages, 0.0);
     std::vector<int> counts(stages, 0);
-    for (std::size_t i = live::firstSteadyStep(aggregated.size()); i < aggregated.size(); ++i)
-        for (const live::StageBubble& stage : aggregated[i].stages)
+    for (std::size_t i = 0; i < aggregated.size(); ++i) {
+        const live::StepAggregate& step = aggregated[i];
+        if (step.bubble)
+            c.stepBubble[step.step] = *step.bubble;
+        if (i < firstSteady)
+            continue;
+        if (step.bubble) {
+            bubbleSum += *step.bubble;
+            ++bubbles;
+        }
+        for (const live::StageBubble& stage : step.stages)
             if (stage.measured && std::size_t(stage.stage) < stages) {
                 sums[std::size_t(stage.stage)] += *stage.measured;
                 ++counts[std::size_t(stage.stage)];
             }
+    }
+    if (bubbles > 0)
+        c.meanBubble = bubbleSum / bubbles;
     c.stageBubble.resize(stages);
     for (std::size_t s = 0; s < stages; ++s)
         if (counts[s] > 0)

@@ -1,7 +1,7 @@
 #pragma once
-// What the session comparison reads of one stored session: the step metrics as stored, the
-// per-stage bubble measured from its spans (played through live::SessionReplay, as the Monitor's
-// replay does), peak memory per rank, and its plan's predictions.
+// What the session comparison reads of one stored session: the step metrics as stored, the bubble
+// measured from its spans per step and per stage (played through live::SessionReplay, as the
+// Monitor's replay does), peak memory per rank, and its plan's predictions.
 
 #include "wire/telemetry.h"
 
@@ -25,7 +25,6 @@ struct SessionFigures {
     QString name;
     QString layout;
     std::map<std::int32_t, wire::StepMetricsRecord> steps;  // by step, as stored
-    std::optional<double> meanBubble;                       // mean of the steps' bubble_ratio
     std::optional<double> meanStepSeconds;                  // mean of end - begin
     std::optional<double> tokensPerSecond;                  // tokens over the steps' summed time
     std::optional<double> finalLoss;                        // the last step's loss
@@ -44,8 +43,12 @@ std::optional<double> stepTokensPerSecond(const wire::StepMetricsRecord& step);
 struct ComparedSession {
     QString path;
     SessionFigures figures;
-    // Per stage: the mean over the aggregated steps (step 1 left out as above) of the measured
-    // stage bubble; empty for a stage without spans.
+    // The measured bubble (plan::measuredBubble over every rank, as the Monitor shows it) of each
+    // aggregated step, and its mean over the steps after the warm-up (as above).
+    std::map<std::int32_t, double> stepBubble;
+    std::optional<double> meanBubble;
+    // Per stage: the mean over the same steps of the measured stage bubble; empty for a stage
+    // without spans.
     std::vector<std::optional<double>> stageBubble;
     // The plan of the spec the session ran; all empty, with `planProblem` saying why, when the
     // stored spec no longer loads.

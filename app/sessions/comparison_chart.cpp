@@ -38,13 +38,25 @@ std::optional<double> stepValue(const wire::StepMetricsRecord& step, Figure figu
         return scaled(stepSeconds(step), 1e3);
     case Figure::TokensPerSecond:
         return stepTokensPerSecond(step);
-    case Figure::Bubble:
-        return finite(step.bubbleRatio);
+    case Figure::Bubble:  // measured over every rank: stepValues
     case Figure::StageBubble:
     case Figure::PeakMemory:
         break;
     }
     return std::nullopt;
+}
+
+// The figure per step as the chart draws it: from the step metrics, or for the bubble the one the
+// Monitor shows (plan::measuredBubble over every rank's spans).
+std::map<std::int32_t, double> stepValues(const ComparedSession& session, Figure figure)
+{
+    if (figure == Figure::Bubble)
+        return session.stepBubble;
+    std::map<std::int32_t, double> values;
+    for (const auto& [step, record] : session.figures.steps)
+        if (const std::optional<double> value = stepValue(record, figure))
+            values.emplace(step, *value);
+    return values;
 }
 
 std::optional<double> plannedStepValue(const ComparedSession& session, Figure figure)
@@ -90,7 +102,7 @@ QString axisLabel(Figure figure)
     case Figure::TokensPerSecond:
         return ComparisonChart::tr("tokens/s");
     case Figure::Bubble:
-        return ComparisonChart::tr("bubble (agent's step metrics, %)");
+        return ComparisonChart::tr("bubble (measured spans, %)");
     case Figure::StageBubble:
         return ComparisonChart::tr("mean bubble (measured spans, %)");
     case Figure::PeakMemory:
@@ -259,12 +271,11 @@ void ComparisonChart::drawPerStep()
                           session.figures.layout + QLatin1Char(')'));
         measured->setPen(QPen(colour, 1.8));
         measured->addToLegend();
-        for (const auto& [step, record] : session.figures.steps) {
-            if (const std::optional<double> value = stepValue(record, m_figure)) {
-                measured->addData(step, *value);
-                first = std::min(first.value_or(step), step);
-                last = std::max(last.value_or(step), step);
-            }
+        const std::map<std::int32_t, double> values = stepValues(session, m_figure);
+        for (const auto& [step, value] : values) {
+            measured->addData(step, value);
+            first = std::min(first.value_or(step), step);
+            last = std::max(last.value_or(step), step);
         }
         m_drawn[i].measured = measured;
 
@@ -284,15 +295,10 @@ void ComparisonChart::drawPerStep()
         auto* difference = p->addGraph(differenceKey, m_differences->axis(QCPAxis::atLeft));
         difference->setName(sessionLetter(int(i)) + QStringLiteral(" − A"));
         difference->setPen(QPen(colour, 1.5));
-        const auto& reference = m_sessions.front().figures.steps;
-        for (const auto& [step, record] : session.figures.steps) {
-            const auto other = reference.find(step);
-            if (other == reference.end())
-                continue;
-            const std::optional<double> a = stepValue(other->second, m_figure), b = stepValue(record, m_figure);
-            if (a && b)
-                difference->addData(step, *b - *a);
-        }
+        const std::map<std::int32_t, double> reference = stepValues(m_sessions.front(), m_figure);
+        for (const auto& [step, value] : values)
+            if (const auto other = reference.find(step); other != reference.end())
+                difference->addData(step, value - other->second);
         m_drawn[i].difference = difference;
     }
     if (first) {

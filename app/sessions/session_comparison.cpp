@@ -156,18 +156,19 @@ void SessionComparison::display(const Loaded& loaded)
 
 void SessionComparison::fill(const std::vector<std::optional<ComparedSession>>& sessions)
 {
-    using Getter = std::function<std::optional<double>(const SessionFigures&)>;
+    using Getter = std::function<std::optional<double>(const ComparedSession&)>;
     struct Metric {
         QString name;
         Unit unit;
         Getter get;
     };
     std::vector<Metric> metrics = {
-        {tr("Steps"), Unit::Count, [](const SessionFigures& f) { return std::optional<double>(f.steps.size()); }},
-        {tr("Mean bubble (measured)"), Unit::Percent, [](const SessionFigures& f) { return f.meanBubble; }},
-        {tr("Mean step time"), Unit::Milliseconds, [](const SessionFigures& f) { return f.meanStepSeconds; }},
-        {tr("Tokens/s"), Unit::Rate, [](const SessionFigures& f) { return f.tokensPerSecond; }},
-        {tr("Final loss"), Unit::Loss, [](const SessionFigures& f) { return f.finalLoss; }},
+        {tr("Steps"), Unit::Count,
+         [](const ComparedSession& c) { return std::optional<double>(c.figures.steps.size()); }},
+        {tr("Mean bubble (measured)"), Unit::Percent, [](const ComparedSession& c) { return c.meanBubble; }},
+        {tr("Mean step time"), Unit::Milliseconds, [](const ComparedSession& c) { return c.figures.meanStepSeconds; }},
+        {tr("Tokens/s"), Unit::Rate, [](const ComparedSession& c) { return c.figures.tokensPerSecond; }},
+        {tr("Final loss"), Unit::Loss, [](const ComparedSession& c) { return c.figures.finalLoss; }},
     };
     std::size_t ranks = 0;
     for (const std::optional<ComparedSession>& session : sessions)
@@ -175,10 +176,11 @@ void SessionComparison::fill(const std::vector<std::optional<ComparedSession>>& 
             ranks = std::max(ranks, session->figures.peakMemoryBytes.size());
     for (std::size_t r = 0; r < ranks; ++r)
         metrics.push_back(
-            {tr("Peak memory, rank %1").arg(r), Unit::Bytes, [r](const SessionFigures& f) -> std::optional<double> {
-                 if (r >= f.peakMemoryBytes.size() || !f.peakMemoryBytes[r])
+            {tr("Peak memory, rank %1").arg(r), Unit::Bytes, [r](const ComparedSession& c) -> std::optional<double> {
+                 const std::vector<std::optional<std::int64_t>>& peaks = c.figures.peakMemoryBytes;
+                 if (r >= peaks.size() || !peaks[r])
                      return std::nullopt;
-                 return double(*f.peakMemoryBytes[r]);
+                 return double(*peaks[r]);
              }});
 
     const int n = int(sessions.size());
@@ -195,7 +197,7 @@ void SessionComparison::fill(const std::vector<std::optional<ComparedSession>>& 
         m_table->setItem(row, 0, new QTableWidgetItem(m.name));
         std::vector<std::optional<double>> values;
         for (const std::optional<ComparedSession>& session : sessions)
-            values.push_back(session ? m.get(session->figures) : std::nullopt);
+            values.push_back(session ? m.get(*session) : std::nullopt);
         for (int i = 0; i < n; ++i)
             m_table->setItem(row, 1 + i, valueItem(values[std::size_t(i)], m.unit));
         for (int i = 1; i < n; ++i) {

@@ -1,5 +1,6 @@
 #include "aggregator.h"
 
+#include "plan/measured_bubble.h"
 #include "plan/mesh.h"
 
 #include <algorithm>
@@ -12,27 +13,7 @@ namespace {
 
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::min();
 
-struct Interval {
-    std::int64_t begin;
-    std::int64_t end;
-};
-
-// Length of the union of the intervals; sorts them first unless they arrived in begin order.
-std::int64_t unionLength(std::vector<Interval>& intervals, bool sorted)
-{
-    if (!sorted)
-        std::sort(intervals.begin(), intervals.end(),
-                  [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
-    std::int64_t total = 0;
-    std::int64_t coveredUntil = kNever;
-    for (const Interval& i : intervals) {
-        const std::int64_t from = std::max(i.begin, coveredUntil);
-        if (i.end > from)
-            total += i.end - from;
-        coveredUntil = std::max(coveredUntil, i.end);
-    }
-    return total;
-}
+using plan::TimeInterval;
 
 // Nearest-rank percentile (Hyndman & Fan type 1) of sorted, non-empty values: the
 // ceil(percent / 100 x n)-th smallest, computed in integers so that no rounding moves the rank.
@@ -55,8 +36,8 @@ struct LiveAggregator::OpenStep {
     struct RankStep {
         std::int64_t begin = std::numeric_limits<std::int64_t>::max();  // pipeline window of the rank
         std::int64_t end = kNever;
-        std::vector<Interval> busy;  // F, B and W spans; capacity kept for later steps
-        std::vector<Interval> comm;  // sends, receives and DP reductions
+        std::vector<TimeInterval> busy;  // F, B and W spans; capacity kept for later steps
+        std::vector<TimeInterval> comm;  // sends, receives and DP reductions
         std::int64_t lastBusyBegin = kNever;
         bool sorted = true;
         bool optimizer = false;
@@ -269,9 +250,6 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
                       " spans of its kind in one step, far more than the schedule runs; the sender repeats spans");
     if (span.kind != wire::SpanKind::Optimizer && !compute)
         r.comm.push_back({span.beginNs, span.endNs});
-    // The DP reduction overlaps the backward and may run past it: communication, not pipeline window.
-    if (span.kind == wire::SpanKind::DataParallelReduce)
-        return AddOutcome::Accepted;
     if (span.kind == wire::SpanKind::Optimizer) {
         if (!r.optimizer) {
             r.optimizer = true;
@@ -281,6 +259,9 @@ AddOutcome LiveAggregator::addSpan(std::uint32_t rank, const wire::SpanRecord& s
         m_recheck = true;
         return AddOutcome::Accepted;
     }
+    // The DP reduction is communication beside the pipeline phase, not in its window.
+    if (!wire::isPipelineKind(span.kind))
+        return AddOutcome::Accepted;
     if (compute) {
         r.sorted = r.sorted && span.beginNs >= r.lastBusyBegin;
         r.lastBusyBegin = span.beginNs;
@@ -492,51 +473,40 @@ StepAggregate LiveAggregator::aggregate(OpenStep& state) const
     a.plannedStepSeconds = m_plannedStepSeconds;
     a.plannedTokensPerSecond = m_plannedTokensPerSecond;
 
-    // The common pipeline window over every rank that sent pipeline spans.
-    std::int64_t begin = std::numeric_limits<std::int64_t>::max();
-    std::int64_t end = kNever;
-    for (const OpenStep::RankStep& r : state.ranks)
-        if (r.reported()) {
-            begin = std::min(begin, r.begin);
-            end = std::max(end, r.end);
-            ++a.ranksReporting;
-        }
-    std::vector<std::int64_t> stageIdle(std::size_t(m_stages), 0);
     a.stages.resize(std::size_t(m_stages));
     for (int s = 0; s < m_stages; ++s) {
         a.stages[std::size_t(s)].stage = s;
         a.stages[std::size_t(s)].planned = m_plannedStageBubble[std::size_t(s)];
     }
-    if (a.ranksReporting > 0) {
-        a.pipelineBeginNs = begin;
-        a.pipelineEndNs = end;
-        const std::int64_t window = end - begin;
-        std::int64_t idle = 0;
-        for (std::size_t rank = 0; rank < state.ranks.size(); ++rank) {
-            OpenStep::RankStep& r = state.ranks[rank];
-            if (!r.reported())
-                continue;
-            const std::int64_t rankIdle = window - unionLength(r.busy, r.sorted);
-            const auto stage = std::size_t(m_stageOf[rank]);
-            stageIdle[stage] += rankIdle;
-            ++a.stages[stage].ranks;
-            idle += rankIdle;
-        }
-        // A window of zero length (every span empty and at one instant) has no ratio.
-        if (window > 0) {
-            for (StageBubble& stage : a.stages)
-                if (stage.ranks > 0)
-                    stage.measured =
-                        double(stageIdle[std::size_t(stage.stage)]) / (double(stage.ranks) * double(window));
-            a.bubble = double(idle) / (double(a.ranksReporting) * double(window));
+    std::vector<plan::RankPipelinePhase> phases;
+    phases.reserve(state.ranks.size());
+    for (std::size_t rank = 0; rank < state.ranks.size(); ++rank) {
+        OpenStep::RankStep& r = state.ranks[rank];
+        plan::RankPipelinePhase& phase = phases.emplace_back();
+        phase.stage = m_stageOf[rank];
+        if (r.reported()) {
+            phase.beginNs = r.begin;
+            phase.endNs = r.end;
+            phase.busyNs = plan::unionLength(r.busy, r.sorted);
         }
     }
+    const plan::MeasuredBubble bubble = plan::measuredBubble(phases, m_stages);
+    a.ranksReporting = bubble.ranksReporting;
+    if (bubble.ranksReporting > 0) {
+        a.pipelineBeginNs = bubble.beginNs;
+        a.pipelineEndNs = bubble.endNs;
+    }
+    for (int s = 0; s < m_stages; ++s) {
+        a.stages[std::size_t(s)].ranks = bubble.stageRanks[std::size_t(s)];
+        a.stages[std::size_t(s)].measured = bubble.stages[std::size_t(s)];
+    }
+    a.bubble = bubble.overall;
 
     std::int64_t comm = 0;
     int commRanks = 0;
     for (OpenStep::RankStep& r : state.ranks)
         if (r.reported() || !r.comm.empty()) {
-            comm += unionLength(r.comm, false);
+            comm += plan::unionLength(r.comm, false);
             ++commRanks;
         }
     if (commRanks > 0)

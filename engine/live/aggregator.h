@@ -4,20 +4,8 @@
 // loss, tokens/s and MFU; per rank the memory by category. The engine feeds every decoded record
 // to add() and publishes what takeCompletedSteps() and takeChangedMemory() return.
 //
-// Measured bubble (the planner's definition, plan::simulate: idle / (p x makespan)):
-//   * Pipeline spans are F, B, W and the four send/recv kinds. Optimizer and dp-reduce spans run
-//     after the pipeline phase and idle spans are the absence of work, so none of them counts.
-//   * The step's pipeline phase is one common window for every rank: from the earliest pipeline
-//     span begin to the latest pipeline span end over all ranks of the step. The simulator also
-//     measures every stage against the one makespan, so a last stage that finishes its cool-down
-//     early shows that tail as idle instead of hiding it, and per-stage figures match the plan's.
-//     Clock skew between nodes (wire timestamps agree to about a millisecond) widens the window.
-//   * A rank's busy time is the union of its F, B and W spans (they should not overlap; a union
-//     stays right when they do); its idle time is the window length minus that.
-//   * Stage bubble = mean over the stage's ranks of idle / window; overall bubble = idle summed
-//     over ranks / (ranks x window). Every stage has dp x tp ranks, so the overall figure is the
-//     mean of the stage figures, as in the simulator. A rank that sent no pipeline span for the
-//     step (a partial step) is left out of both rather than counted as idle.
+// Measured bubble: plan::measuredBubble (plan/measured_bubble.h), the one definition, over every
+// rank's pipeline spans of the step.
 //
 // Expert load: per (step, MoE layer), tokens routed to (before capacity) and dropped by each
 // expert. The first record for a (step, layer) counts; a later one (each pipeline stage's sender

@@ -497,7 +497,7 @@ DataParallelCosts CostModel::dataParallelCosts(int stage) const
     };
     add(dense, p.dp, m_links.data);
     add(expert, p.dp / p.ep, m_links.expertData);
-    const double bucketBytes = std::max(1.0, p.gradBucketMb) * 1024.0 * 1024.0;
+    const double bucketBytes = bytesOfMiB(std::max(1.0, p.gradBucketMb));
     costs.buckets = std::max(1.0, std::ceil(gb * (dense + expert) / bucketBytes));
     return costs;
 }

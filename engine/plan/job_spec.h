@@ -60,6 +60,8 @@ struct ModelSpec {
     int moeLayersIn(int first, int count) const;
 };
 
+constexpr double bytesOfMiB(double mib) { return mib * 1024.0 * 1024.0; }
+
 struct ParallelSpec {
     int dp = 1;
     int pp = 1;
@@ -77,6 +79,7 @@ struct ParallelSpec {
     // each started during the backward as soon as its gradients are final (Megatron's
     // --overlap-grad-reduce) unless overlap is off.
     double gradBucketMb = 25.0;
+    double gradBucketBytes() const { return bytesOfMiB(gradBucketMb); }
     bool overlapGradReduce = true;
     // Planned only (the agent refuses them): ZeRO's weight all-gather hidden under the next
     // step's forward (Megatron's --overlap-param-gather), and TP's all-gathers and

@@ -768,6 +768,12 @@ bool isComputeKind(SpanKind kind)
     return kind == SpanKind::Forward || kind == SpanKind::Backward || kind == SpanKind::WeightGrad;
 }
 
+bool isPipelineKind(SpanKind kind)
+{
+    // The data-parallel reduction overlaps the backward and may run past it: not pipeline time.
+    return isComputeKind(kind) || (isCommunicationKind(kind) && kind != SpanKind::DataParallelReduce);
+}
+
 bool isCommunicationKind(SpanKind kind)
 {
     switch (kind) {

@@ -84,6 +84,8 @@ std::string_view spanKindName(SpanKind kind);
 std::optional<SpanKind> spanKindFromName(std::string_view name);
 // Forward, backward and weight-gradient work: what the bubble ratio counts as busy.
 bool isComputeKind(SpanKind kind);
+// Compute and the four sends and receives: the spans of a step's pipeline phase.
+bool isPipelineKind(SpanKind kind);
 bool isCommunicationKind(SpanKind kind);
 
 struct SpanRecord {

@@ -30,7 +30,7 @@ using namespace meshbench::agent::testing;
 
 namespace {
 
-constexpr double kBucketMb = 1.0 / 1024.0;
+constexpr double kBucketBytes = 1024;  // 256 fp32 gradients
 constexpr std::size_t kCapElements = 256;
 
 struct RankResult {
@@ -89,7 +89,7 @@ private slots:
             out.startShard = randomValues(shards.shardElements(), 70 + std::uint32_t(r));
             backend.upload(shard.ptr(), out.startShard.data(), shards.shardElements());
             Measurements measurements(r);
-            GradientBuckets buckets(backend, layout, shards, grads.ptr(), shard.ptr(), {kBucketMb, overlap},
+            GradientBuckets buckets(backend, layout, shards, grads.ptr(), shard.ptr(), {kBucketBytes, overlap},
                                     &measurements, kPipelineStage);
             const int held = layout.embedding();
             buckets.holdUntilReleased(held);
@@ -247,7 +247,7 @@ private slots:
         DeviceBuffer grads(backend, layout.totalSize());
         backend.upload(grads.ptr(), values.data(), values.size());
         Measurements measurements(0);
-        GradientBuckets buckets(backend, layout, shards, grads.ptr(), {}, {kBucketMb, true}, &measurements, 0);
+        GradientBuckets buckets(backend, layout, shards, grads.ptr(), {}, {kBucketBytes, true}, &measurements, 0);
         buckets.begin(1);
         std::vector<int> all;
         for (int v = int(layout.views().size()) - 1; v >= 0; --v)

@@ -4,12 +4,14 @@
 // the memory samples, the Monitor's replay of the spans, and the plan of the spec the session ran.
 
 #include "monitor/run_state.h"
+#include "sessions/compared_session.h"
 #include "sessions/comparison_chart.h"
 #include "sessions/session_comparison.h"
 
 #include "live/session_spec.h"
 #include "plan/planner.h"
 #include "store/session_store.h"
+#include "wire/clock.h"
 
 #include <QComboBox>
 #include <QFile>
@@ -17,13 +19,16 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QtTest>
 
 #include <qcustomplot.h>
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -57,21 +62,31 @@ QString demoSpec(const QTemporaryDir& dir, const QString& schedule)
     return path;
 }
 
-// Runs the job for kSteps steps into `session`; the engine's output on failure.
-QString run(const QString& spec, const QString& session)
+struct EngineRun {
+    bool ok = false;
+    QString output;  // stdout and stderr
+};
+
+// Runs `meshbench-engine ARGS`.
+EngineRun engineRun(const QStringList& arguments)
 {
     QProcess process;
     process.setProcessChannelMode(QProcess::MergedChannels);
-    process.start(engine(), {QStringLiteral("run"), spec, QStringLiteral("--steps"), QString::number(kSteps),
-                             QStringLiteral("--session"), session});
+    process.start(engine(), arguments);
     if (!process.waitForFinished(240'000)) {
         process.kill();
         process.waitForFinished();
-        return QStringLiteral("the engine did not finish: ") + QString::fromUtf8(process.readAll());
+        return {false, QStringLiteral("the engine did not finish: ") + QString::fromUtf8(process.readAll())};
     }
-    if (process.exitStatus() != QProcess::NormalExit || process.exitCode() != 0)
-        return QString::fromUtf8(process.readAll());
-    return {};
+    const bool ok = process.exitStatus() == QProcess::NormalExit && process.exitCode() == 0;
+    return {ok, QString::fromUtf8(process.readAll())};
+}
+
+// Runs the job for kSteps steps into `session`.
+EngineRun run(const QString& spec, const QString& session)
+{
+    return engineRun({QStringLiteral("run"), spec, QStringLiteral("--steps"), QString::number(kSteps),
+                      QStringLiteral("--session"), session});
 }
 
 struct Point {
@@ -99,9 +114,10 @@ std::vector<Point> pointsOf(const QCPAbstractPlottable* plottable)
 // What one session stores, read independently of the comparison's own loader.
 struct Stored {
     std::map<std::int32_t, wire::StepMetricsRecord> steps;
-    std::vector<double> peakGB;         // per rank
-    std::vector<double> plannedPeakGB;  // per rank
-    std::vector<double> stageBubble;    // per stage, mean over steps 2.. of the Monitor's replay
+    std::vector<double> peakGB;                 // per rank
+    std::vector<double> plannedPeakGB;          // per rank
+    std::map<std::int32_t, double> stepBubble;  // per step, the Monitor's replay
+    std::vector<double> stageBubble;            // per stage, mean over steps 2.. of the Monitor's replay
     std::vector<double> plannedStageBubble;
     double plannedStepMs = 0, plannedTokensPerSecond = 0, plannedBubble = 0;
 };
@@ -142,6 +158,7 @@ Stored readStored(const QString& path)
     s.stageBubble.assign(plan.stages.size(), 0.0);
     int counted = 0;
     for (const live::StepAggregate& step : replayed.steps) {
+        s.stepBubble.emplace(step.step, step.bubble.value());
         if (step.step == 1)
             continue;
         ++counted;
@@ -153,8 +170,10 @@ Stored readStored(const QString& path)
     return s;
 }
 
-std::optional<double> storedValue(const wire::StepMetricsRecord& step, Figure figure)
+// A figure of a stored step as the comparison should draw it; the bubble is the Monitor's.
+std::optional<double> storedValue(const Stored& stored, std::int32_t stepNumber, Figure figure)
 {
+    const wire::StepMetricsRecord& step = stored.steps.at(stepNumber);
     const double seconds = double(step.endNs - step.beginNs) * 1e-9;
     switch (figure) {
     case Figure::Loss:
@@ -164,10 +183,120 @@ std::optional<double> storedValue(const wire::StepMetricsRecord& step, Figure fi
     case Figure::TokensPerSecond:
         return double(step.tokens) / seconds;
     case Figure::Bubble:
-        return step.bubbleRatio;
+        return stored.stepBubble.at(stepNumber);
     default:
         return std::nullopt;
     }
+}
+
+// The bubble of each step worked here from the stored spans, independently of plan/measured_bubble:
+// one window over every rank's F, B, W, send and receive spans, each rank busy for the union of its
+// F, B and W spans; bubble = idle summed over ranks / (ranks x window).
+struct ReferenceStep {
+    std::int64_t beginNs = std::numeric_limits<std::int64_t>::max();
+    std::int64_t endNs = std::numeric_limits<std::int64_t>::min();
+    std::map<std::uint32_t, std::vector<std::pair<std::int64_t, std::int64_t>>> compute;  // per rank
+
+    std::int64_t busyNs(std::uint32_t rank) const
+    {
+        std::vector<std::pair<std::int64_t, std::int64_t>> spans = compute.at(rank);
+        std::sort(spans.begin(), spans.end());
+        std::int64_t busy = 0, until = std::numeric_limits<std::int64_t>::min();
+        for (const auto& [begin, end] : spans) {
+            busy += std::max<std::int64_t>(0, end - std::max(begin, until));
+            until = std::max(until, end);
+        }
+        return busy;
+    }
+    double window() const { return double(endNs - beginNs); }
+    double bubble() const
+    {
+        double busy = 0;
+        for (const auto& entry : compute)
+            busy += double(busyNs(entry.first));
+        return 1.0 - busy / (double(compute.size()) * window());
+    }
+};
+
+std::map<std::int32_t, ReferenceStep> referenceSteps(const store::SessionReader& reader)
+{
+    using Kind = wire::SpanKind;
+    std::map<std::int32_t, ReferenceStep> steps;
+    reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+                 [&steps](const store::StoredSpan& stored) {
+                     const wire::SpanRecord& span = stored.span;
+                     const bool compute =
+                         span.kind == Kind::Forward || span.kind == Kind::Backward || span.kind == Kind::WeightGrad;
+                     const bool transfer = span.kind == Kind::SendActivation || span.kind == Kind::RecvActivation ||
+                                           span.kind == Kind::SendGradient || span.kind == Kind::RecvGradient;
+                     if (!compute && !transfer)
+                         return;
+                     ReferenceStep& step = steps[span.step];
+                     step.beginNs = std::min(step.beginNs, span.beginNs);
+                     step.endNs = std::max(step.endNs, span.endNs);
+                     auto& rankSpans = step.compute[stored.rank];
+                     if (compute)
+                         rankSpans.emplace_back(span.beginNs, span.endNs);
+                 });
+    return steps;
+}
+
+// How far the engine can have moved a rank's times onto its own clock within [t0, t1] (its clock),
+// and how much it can have scaled their lengths: it used one of the states the rank's samples built
+// in turn (wire::RankClock), or none before the first. RankClock evaluates at the rank's time, which
+// is the engine's plus the move; its drift, held to 500 ppm, changes the move by at most that share.
+struct ClockMove {
+    double shiftNs = 0;
+    double drift = 0;
+};
+
+ClockMove clockMove(const std::vector<wire::ClockOffsetRecord>& samples, std::int64_t t0, std::int64_t t1)
+{
+    constexpr double kMaxDrift = 500e-6;
+    ClockMove move;
+    wire::RankClock clock;
+    for (const wire::ClockOffsetRecord& sample : samples) {
+        clock.add(sample.timeNs + sample.offsetNs, sample.offsetNs);
+        for (std::int64_t t : {t0, t1})
+            move.shiftNs = std::max(move.shiftNs, std::abs(double(clock.offsetAt(t))) / (1 - kMaxDrift));
+        move.drift = std::max(move.drift, std::abs(clock.driftNsPerSecond()) * 1e-9);
+    }
+    return move;
+}
+
+// The bubble the agents computed for a step on their own clocks lies in this range around the
+// engine's: the window's ends move by at most the largest move, each rank's busy time by its
+// drift's share plus, for spans moved by different clock states, twice the move per span.
+std::pair<double, double> agentBubbleRange(const ReferenceStep& step,
+                                           const std::map<std::uint32_t, std::vector<wire::ClockOffsetRecord>>& offsets)
+{
+    double busy = 0, busySlack = 0, windowSlack = 0;
+    for (const auto& [rank, spans] : step.compute) {
+        const auto samples = offsets.find(rank);
+        const ClockMove move =
+            samples == offsets.end() ? ClockMove{} : clockMove(samples->second, step.beginNs, step.endNs);
+        const double rankBusy = double(step.busyNs(rank));
+        busy += rankBusy;
+        busySlack += rankBusy * move.drift / (1 - move.drift) + 2 * move.shiftNs * double(spans.size());
+        windowSlack = std::max(windowSlack, 2 * move.shiftNs);
+    }
+    const double ranks = double(step.compute.size());
+    return {1.0 - (busy + busySlack) / (ranks * (step.window() - windowSlack)),
+            1.0 - (busy - busySlack) / (ranks * (step.window() + windowSlack))};
+}
+
+// The last number `line` captures in each line of `text` it matches, keyed by the first one (a step)
+// when it captures two, else by 0.
+std::map<int, double> numbersAfter(const QString& text, const QRegularExpression& line)
+{
+    std::map<int, double> numbers;
+    for (const QString& row : text.split(QLatin1Char('\n'))) {
+        const QRegularExpressionMatch match = line.match(row);
+        if (match.hasMatch())
+            numbers[line.captureCount() > 1 ? match.captured(1).toInt() : 0] =
+                match.captured(line.captureCount()).toDouble();
+    }
+    return numbers;
 }
 
 // Compares and waits for the table and chart to show the sessions.
@@ -188,6 +317,7 @@ class TestSessionsCompare : public QObject {
     QTemporaryDir m_dir;
     QString m_demo, m_variant;
     std::array<Stored, 2> m_stored;
+    std::array<QString, 2> m_cliOutput;  // of each session's `meshbench-engine run`
 
 private slots:
     void initTestCase()
@@ -195,10 +325,11 @@ private slots:
         QVERIFY(m_dir.isValid());
         m_demo = m_dir.filePath(QStringLiteral("demo.meshbench"));
         m_variant = m_dir.filePath(QStringLiteral("zb-h1.meshbench"));
-        const QString demoRun = run(demoSpec(m_dir, QStringLiteral("1f1b")), m_demo);
-        QVERIFY2(demoRun.isEmpty(), qPrintable(demoRun));
-        const QString variantRun = run(demoSpec(m_dir, QStringLiteral("zb-h1")), m_variant);
-        QVERIFY2(variantRun.isEmpty(), qPrintable(variantRun));
+        const EngineRun demoRun = run(demoSpec(m_dir, QStringLiteral("1f1b")), m_demo);
+        QVERIFY2(demoRun.ok, qPrintable(demoRun.output));
+        const EngineRun variantRun = run(demoSpec(m_dir, QStringLiteral("zb-h1")), m_variant);
+        QVERIFY2(variantRun.ok, qPrintable(variantRun.output));
+        m_cliOutput = {demoRun.output, variantRun.output};
         m_stored = {readStored(m_demo), readStored(m_variant)};
         for (const Stored& s : m_stored)
             QCOMPARE(int(s.steps.size()), kSteps);
@@ -224,7 +355,7 @@ private slots:
                 const std::vector<Point> measured = pointsOf(chart.measured(i));
                 QCOMPARE(int(measured.size()), kSteps);
                 for (const Point& p : measured) {
-                    const std::optional<double> expected = storedValue(stored.steps.at(std::int32_t(p.key)), figure);
+                    const std::optional<double> expected = storedValue(stored, std::int32_t(p.key), figure);
                     QVERIFY2(close(p.value, *expected),
                              qPrintable(QStringLiteral("figure %1 session %2 step %3: %4 vs %5")
                                             .arg(int(figure))
@@ -250,12 +381,114 @@ private slots:
             QCOMPARE(int(difference.size()), kSteps);
             for (const Point& p : difference) {
                 const auto step = std::int32_t(p.key);
-                QVERIFY(close(p.value, *storedValue(m_stored[1].steps.at(step), figure) -
-                                           *storedValue(m_stored[0].steps.at(step), figure)));
+                QVERIFY(
+                    close(p.value, *storedValue(m_stored[1], step, figure) - *storedValue(m_stored[0], step, figure)));
             }
         }
         // The two schedules plan different bubbles: the dashed lines are not one line drawn twice.
         QVERIFY(m_stored[1].plannedBubble < m_stored[0].plannedBubble);
+    }
+
+    // The bubble is one figure, plan::measuredBubble over every rank's spans: the Monitor's replay
+    // equals the definition worked from the stored spans; Compare's curve and mean and the CLI's mean
+    // (to its printed digit) are the Monitor's; the agents' own figure, their step line and
+    // steps.csv, is the same definition on the ranks' clocks, within what the engine's clock
+    // alignment (the stored offsets) can move it.
+    void theBubbleIsOneFigureInEveryPlace()
+    {
+        for (int i = 0; i < 2; ++i) {
+            const QString path = i == 0 ? m_demo : m_variant;
+            const store::SessionReader reader(path.toStdString());
+            const std::map<std::int32_t, ReferenceStep> reference = referenceSteps(reader);
+            QCOMPARE(int(reference.size()), kSteps);
+            std::map<std::uint32_t, std::vector<wire::ClockOffsetRecord>> offsets;
+            for (const auto& [rank, offset] : reader.clockOffsets())
+                offsets[rank].push_back(offset);
+
+            // The Monitor.
+            const SessionAggregates monitor = computeSessionAggregates(reader);
+            QCOMPARE(int(monitor.steps.size()), kSteps);
+            std::map<std::int32_t, double> monitorBubble;
+            double steadySum = 0;
+            int steady = 0;
+            for (const live::StepAggregate& step : monitor.steps) {
+                QVERIFY(step.bubble);
+                QCOMPARE(step.ranksReporting, int(reader.header().ranks.size()));
+                QVERIFY2(close(*step.bubble, reference.at(step.step).bubble()),
+                         qPrintable(QStringLiteral("step %1: Monitor %2, worked from the spans %3")
+                                        .arg(step.step)
+                                        .arg(*step.bubble)
+                                        .arg(reference.at(step.step).bubble())));
+                monitorBubble[step.step] = *step.bubble;
+                if (step.step > 1) {
+                    steadySum += *step.bubble;
+                    ++steady;
+                }
+            }
+            const double steadyMean = steadySum / steady;
+
+            // Sessions > Compare.
+            const ComparedSession compared = loadComparedSession(path);
+            QCOMPARE(compared.stepBubble.size(), monitorBubble.size());
+            for (const auto& [step, bubble] : monitorBubble)
+                QVERIFY(close(compared.stepBubble.at(step), bubble));
+            QVERIFY(compared.meanBubble);
+            QVERIFY(close(*compared.meanBubble, steadyMean));
+
+            // The CLI's summary prints the mean in percent to one decimal.
+            const std::map<int, double> cli = numbersAfter(
+                m_cliOutput[std::size_t(i)], QRegularExpression(QStringLiteral("bubble ([0-9.]+)% measured")));
+            QCOMPARE(int(cli.size()), 1);
+            QVERIFY2(std::abs(cli.at(0) / 100 - steadyMean) <= 0.0005 + 1e-12,
+                     qPrintable(QStringLiteral("CLI %1%, Monitor %2").arg(cli.at(0)).arg(100 * steadyMean)));
+
+            // steps.csv holds the agents' step metrics as stored, each double exactly.
+            QTemporaryDir csvDir;
+            const EngineRun exported =
+                engineRun({QStringLiteral("export"), path, QStringLiteral("--csv"), csvDir.path()});
+            QVERIFY2(exported.ok, qPrintable(exported.output));
+            QFile csv(csvDir.filePath(QStringLiteral("steps.csv")));
+            QVERIFY(csv.open(QIODevice::ReadOnly));
+            const QStringList rows = QString::fromUtf8(csv.readAll()).split(QStringLiteral("\r\n"), Qt::SkipEmptyParts);
+            const QStringList header = rows.front().split(QLatin1Char(','));
+            const auto stepColumn = header.indexOf(QStringLiteral("step"));
+            const auto bubbleColumn = header.indexOf(QStringLiteral("bubble_ratio"));
+            QVERIFY(stepColumn >= 0 && bubbleColumn >= 0);
+            std::map<std::int32_t, std::vector<double>> csvBubble;
+            for (const QString& row : rows.mid(1)) {
+                const QStringList fields = row.split(QLatin1Char(','));
+                csvBubble[fields[stepColumn].toInt()].push_back(fields[bubbleColumn].toDouble());
+            }
+            QCOMPARE(int(csvBubble.size()), kSteps);
+
+            // The agents' step line (rank 0's stdout, kept in the session's log).
+            QString agentOutput;
+            for (const auto& log : reader.logs())
+                agentOutput += QString::fromStdString(log.record.text) + QLatin1Char('\n');
+            const std::map<int, double> agentLine = numbersAfter(
+                agentOutput, QRegularExpression(QStringLiteral("^step +([0-9]+) .* bubble ([0-9.]+)% \\(plan")));
+            QCOMPARE(int(agentLine.size()), kSteps);
+
+            for (const auto& [step, bubble] : monitorBubble) {
+                const wire::StepMetricsRecord& stored = m_stored[std::size_t(i)].steps.at(step);
+                QVERIFY(!csvBubble.at(step).empty());
+                for (double value : csvBubble.at(step))
+                    QCOMPARE(value, stored.bubbleRatio);
+                QVERIFY2(std::abs(agentLine.at(step) / 100 - stored.bubbleRatio) <= 0.0005 + 1e-12,
+                         qPrintable(QStringLiteral("step %1: the agent printed %2%, stored %3")
+                                        .arg(step)
+                                        .arg(agentLine.at(step))
+                                        .arg(stored.bubbleRatio)));
+                const auto [low, high] = agentBubbleRange(reference.at(step), offsets);
+                QVERIFY2(stored.bubbleRatio >= low && stored.bubbleRatio <= high,
+                         qPrintable(QStringLiteral("step %1: the agents' %2 outside [%3, %4] around the engine's %5")
+                                        .arg(step)
+                                        .arg(stored.bubbleRatio, 0, 'g', 9)
+                                        .arg(low, 0, 'g', 9)
+                                        .arg(high, 0, 'g', 9)
+                                        .arg(bubble, 0, 'g', 9)));
+            }
+        }
     }
 
     void stageBubbleAndMemoryBarsAreTheStoredValues()

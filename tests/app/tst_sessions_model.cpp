@@ -19,16 +19,16 @@ namespace {
 constexpr std::int64_t kCreated = 1'700'000'000'000'000'000;
 using Category = wire::MemoryCategory;
 
-// A: steps 1..3. Step 1 is left out of the means: bubble (0.2 + 0.3) / 2 = 0.25, step time
-// (1 s + 2 s) / 2 = 1.5 s, tokens/s 2000 / 3 s. Peak memory: rank 0 max(100 + 50, 100 + 300) = 400;
-// rank 1 10 + max(20, 40) = 50 (two activation samples in one step: the larger counts).
+// A: steps 1..3. Step 1 is left out of the means: step time (1 s + 2 s) / 2 = 1.5 s, tokens/s 2000 / 3 s. Peak memory:
+// rank 0 max(100 + 50, 100 + 300) = 400; rank 1 10 + max(20, 40) = 50 (two activation samples in one step: the larger
+// counts).
 const std::vector<samples::Step> kStepsA = {
     {1, 0, 2, 6.0, 0.9, 1000}, {2, 2, 3, 3.0, 0.2, 1000}, {3, 3, 5, 2.5, 0.3, 1000}};
 const std::vector<samples::Memory> kMemoryA = {{0, 2, Category::Params, 100},    {0, 2, Category::Grads, 50},
                                                {0, 3, Category::Params, 100},    {0, 3, Category::Activations, 300},
                                                {1, 2, Category::Params, 10},     {1, 2, Category::Activations, 20},
                                                {1, 2, Category::Activations, 40}};
-// B: bubble 0.1, step 0.5 s, 2000 tokens/s, final loss 1.25, rank 0 peaks at 200, rank 1 has no samples.
+// B: step 0.5 s, 2000 tokens/s, final loss 1.25, rank 0 peaks at 200, rank 1 has no samples.
 const std::vector<samples::Step> kStepsB = {{1, 9, 10, 5.0, 0.8, 1000}, {2, 10, 10.5, 1.25, 0.1, 1000}};
 const std::vector<samples::Memory> kMemoryB = {{0, 2, Category::Params, 200}};
 
@@ -187,7 +187,6 @@ private slots:
         const SessionFigures a = sessionFigures(store::SessionReader(folder.a.toStdString()));
         QCOMPARE(a.name, QStringLiteral("alpha"));
         QCOMPARE(int(a.steps.size()), 3);
-        QCOMPARE(*a.meanBubble, 0.25);
         QCOMPARE(*a.meanStepSeconds, 1.5);
         QCOMPARE(*a.tokensPerSecond, 2000.0 / 3.0);
         QCOMPARE(*a.finalLoss, 2.5);
@@ -213,9 +212,12 @@ private slots:
             const int row = rowOfMetric(table, metric);
             return row < 0 ? qQNaN() : table.item(row, column)->data(Qt::UserRole).toDouble();
         };
-        QCOMPARE(value(QStringLiteral("Mean bubble (measured)"), 1), 0.25);
-        QCOMPARE(value(QStringLiteral("Mean bubble (measured)"), 2), 0.1);
-        QCOMPARE(value(QStringLiteral("Mean bubble (measured)"), 3), -60.0);
+        // The measured bubble comes from the spans (tst_sessions_compare), which these sessions lack:
+        // the agents' own bubble_ratio in their step metrics is not shown in its place.
+        const int bubble = rowOfMetric(table, QStringLiteral("Mean bubble (measured)"));
+        QVERIFY(bubble >= 0);
+        for (int column = 1; column <= 3; ++column)
+            QCOMPARE(table.item(bubble, column)->text(), QStringLiteral("—"));
         QCOMPARE(value(QStringLiteral("Mean step time"), 3), (0.5 - 1.5) / 1.5 * 100);
         QCOMPARE(value(QStringLiteral("Tokens/s"), 3), 200.0);
         QCOMPARE(value(QStringLiteral("Final loss"), 3), -50.0);
@@ -227,8 +229,8 @@ private slots:
         QCOMPARE(table.item(rank1, 1)->data(Qt::UserRole).toDouble(), 50.0);
         QCOMPARE(table.item(rank1, 2)->text(), QStringLiteral("—"));  // B has no samples for rank 1
         QCOMPARE(table.item(rank1, 3)->text(), QStringLiteral("—"));
-        QCOMPARE(table.item(rowOfMetric(table, QStringLiteral("Mean bubble (measured)")), 3)->text(),
-                 QStringLiteral("-60.0 %"));
+        QCOMPARE(table.item(rowOfMetric(table, QStringLiteral("Mean step time")), 3)->text(),
+                 QStringLiteral("-66.7 %"));
     }
 
     // Sessions are read off the GUI thread: a second Compare before the first is shown wins, and the

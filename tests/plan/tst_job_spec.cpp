@@ -443,7 +443,7 @@ void TestJobSpec::layoutRules_data()
               R"({"parallel": {"dp": 8, "pp": 1, "schedule": "interleaved", "virtual_stages": 2, "microbatches": 4}})",
               "parallel.schedule", {"at least 2 pipeline stages (got 1)", "use \"1f1b\""});
     layoutRow("interleaved with virtual_stages 1", R"({"parallel": {"schedule": "interleaved", "microbatches": 4}})",
-              "parallel.schedule",
+              "parallel.virtual_stages",
               {"at least 2 virtual stages per pipeline stage (got 1)", "set virtual stages to 2 or more"});
     // pp 4: 10 micro-batches lie between 8 and 12. 24 % (4 x 2) = 0.
     layoutRow("interleaved microbatches over pp",
