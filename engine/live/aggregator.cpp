@@ -473,11 +473,6 @@ StepAggregate LiveAggregator::aggregate(OpenStep& state) const
     a.plannedStepSeconds = m_plannedStepSeconds;
     a.plannedTokensPerSecond = m_plannedTokensPerSecond;
 
-    a.stages.resize(std::size_t(m_stages));
-    for (int s = 0; s < m_stages; ++s) {
-        a.stages[std::size_t(s)].stage = s;
-        a.stages[std::size_t(s)].planned = m_plannedStageBubble[std::size_t(s)];
-    }
     std::vector<plan::RankPipelinePhase> phases;
     phases.reserve(state.ranks.size());
     for (std::size_t rank = 0; rank < state.ranks.size(); ++rank) {
@@ -496,9 +491,13 @@ StepAggregate LiveAggregator::aggregate(OpenStep& state) const
         a.pipelineBeginNs = bubble.beginNs;
         a.pipelineEndNs = bubble.endNs;
     }
+    a.stages.resize(std::size_t(m_stages));
     for (int s = 0; s < m_stages; ++s) {
-        a.stages[std::size_t(s)].ranks = bubble.stageRanks[std::size_t(s)];
-        a.stages[std::size_t(s)].measured = bubble.stages[std::size_t(s)];
+        StageBubble& stage = a.stages[std::size_t(s)];
+        stage.stage = s;
+        stage.planned = m_plannedStageBubble[std::size_t(s)];
+        stage.ranks = bubble.stageRanks[std::size_t(s)];
+        stage.measured = bubble.stages[std::size_t(s)];
     }
     a.bubble = bubble.overall;
 
