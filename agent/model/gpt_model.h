@@ -6,14 +6,13 @@
 // embedding unless the spec unties it). Activations live per micro-batch in an Activations
 // object, so a pipeline schedule can keep several micro-batches in flight.
 
-#include "agent/runtime/device_buffer.h"
-#include "parameters.h"
-
-#include "agent/parallel/data_parallel.h"
+#include "agent/layout/parameters.h"
+#include "agent/model/gradient_listener.h"
+#include "agent/model/parameter_gatherer.h"
 #include "agent/parallel/expert_dispatcher.h"
 #include "agent/parallel/tensor_parallel.h"
-#include "agent/parallel/zero_shards.h"
 #include "agent/runtime/communicator.h"
+#include "agent/runtime/device_buffer.h"
 
 #include "kernels/backend.h"
 #include "plan/job_spec.h"

@@ -5,7 +5,7 @@
 // updates, its own contiguous shard). Weight decay applies per tensor, to those the layout marks.
 // Clipping as torch.nn.utils.clip_grad_norm_ scales the gradients inside the update.
 
-#include "agent/model/parameters.h"
+#include "agent/layout/parameters.h"
 #include "agent/runtime/device_buffer.h"
 
 #include "kernels/backend.h"

@@ -1,8 +1,8 @@
 #include "trainer.h"
 
 #include "agent/checkpoint/safetensors.h"
-#include "agent/parallel/finalize_gradients.h"
-#include "agent/parallel/pipeline_executor.h"
+#include "agent/distributed/finalize_gradients.h"
+#include "agent/distributed/pipeline_executor.h"
 #include "plan/measured_bubble.h"
 
 #include <array>

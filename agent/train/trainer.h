@@ -4,17 +4,17 @@
 // On one device every micro-batch runs here; with process groups, data-parallel rank r runs the
 // r-th contiguous share of the global batch and gradients are summed over the data group (the
 // experts' over the expert-data group), which computes the same step as one device. The
-// dimensions live in agent/parallel: tensor and expert parallelism inside the model, the pipeline
-// executor, the data-parallel buckets, ZeRO's shards and the gradients' finalisation; the step
-// here is their outline.
+// dimensions live in the layers below: tensor and expert parallelism inside the model
+// (agent/parallel), the pipeline executor, the data-parallel buckets, ZeRO's shards and the
+// gradients' finalisation above it (agent/distributed); the step here is their outline.
 // Checkpoints hold the parameters, both Adam moments (gathered) and the step, so a resumed run
 // continues bit for bit.
 
 #include "agent/data/token_source.h"
+#include "agent/distributed/data_parallel.h"
+#include "agent/distributed/zero_shards.h"
 #include "agent/model/gpt_model.h"
 #include "agent/optimizer/adamw.h"
-#include "agent/parallel/data_parallel.h"
-#include "agent/parallel/zero_shards.h"
 #include "agent/runtime/communicator.h"
 #include "agent/telemetry/measurements.h"
 

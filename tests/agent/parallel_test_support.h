@@ -1,8 +1,8 @@
 #pragma once
-// What the unit tests of agent/parallel share: ranks as threads over in-process groups, a tiny MoE
-// model, and reproducible random values (tests/common).
+// What the unit tests of agent/parallel and agent/distributed share: ranks as threads over
+// in-process groups, a tiny MoE model, and reproducible random values (tests/common).
 
-#include "agent/model/parameters.h"
+#include "agent/layout/parameters.h"
 #include "agent/runtime/in_process_communicator.h"
 
 #include "plan/job_spec.h"

@@ -1,4 +1,4 @@
-// agent/parallel/data_parallel: GradientBuckets on in-process data groups of 2 and 4 threads (with
+// agent/distributed/data_parallel: GradientBuckets on in-process data groups of 2 and 4 threads (with
 // ep 1 and ep 2: experts reduced over the expert-data group, or not at all when it is one member),
 // ZeRO stage 0 (all-reduce in place) and 1/2 (reduce-scatter added into a shard buffer that already
 // holds values), buckets of 1/1024 MiB (256 fp32 elements, so a small MoE model has several),
@@ -9,7 +9,7 @@
 // bucket started before finish() (its span's begin is not after a timestamp taken before the held
 // view's release: an ordering, not a timing).
 
-#include "agent/parallel/data_parallel.h"
+#include "agent/distributed/data_parallel.h"
 #include "agent/runtime/in_process_communicator.h"
 
 #include "kernels/cpu/cpu_backend.h"

@@ -1,4 +1,4 @@
-// agent/parallel/finalize_gradients on in-process groups of threads: the tied embedding's two copies
+// agent/distributed/finalize_gradients on in-process groups of threads: the tied embedding's two copies
 // summed over a pipeline group of 2 (both stages get a + b, the same bits); the sequence-parallel
 // norms' gradients summed over a tensor group of 2, on the shard buffer of a ZeRO-1 data group of 2
 // (tp2 x dp2, four threads): exactly the 1-D views' owned parts change, to the member-order sum;
@@ -9,7 +9,7 @@
 // the reference sums them in double one by one; the two orders differ by a few double roundings,
 // far under 1e-12 relative.
 
-#include "agent/parallel/finalize_gradients.h"
+#include "agent/distributed/finalize_gradients.h"
 #include "agent/runtime/in_process_communicator.h"
 
 #include "kernels/cpu/cpu_backend.h"

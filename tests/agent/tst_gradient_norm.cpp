@@ -1,9 +1,9 @@
-// agent/parallel/gradient_norm: the global norm from ranks' sums of squares, on in-process groups of
+// agent/distributed/gradient_norm: the global norm from ranks' sums of squares, on in-process groups of
 // threads, against the whole model's sum worked by hand: tensors held whole count once, tensor-
 // parallel parts and expert blocks are summed over their groups, ZeRO shards over the data group and
 // stages over the pipeline group.
 
-#include "agent/parallel/gradient_norm.h"
+#include "agent/distributed/gradient_norm.h"
 #include "agent/runtime/in_process_communicator.h"
 
 #include <QtTest>

@@ -1,4 +1,4 @@
-// agent/parallel/pipeline_executor: two pipeline stages as threads on an in-process pipeline group,
+// agent/distributed/pipeline_executor: two pipeline stages as threads on an in-process pipeline group,
 // a 2-layer model (stage s holds layer s; MoE at layer 0), schedules gpipe, 1f1b and zb-h1 over 4
 // micro-batches, against one whole GptModel running the same micro-batches serially (forward then
 // backward, micro-batch 0 first). Both start from initializeParameters with the same seed, which
@@ -15,8 +15,8 @@
 // 2^-24 x 8 M ~ 5e-7 M; it is compared within 1e-5 M (relative to the element it can be far larger:
 // an element near 0 is a cancelling sum - seen: -2.182648e-4 vs -2.182573e-4).
 
-#include "agent/parallel/finalize_gradients.h"
-#include "agent/parallel/pipeline_executor.h"
+#include "agent/distributed/finalize_gradients.h"
+#include "agent/distributed/pipeline_executor.h"
 #include "agent/runtime/in_process_communicator.h"
 
 #include "kernels/cpu/cpu_backend.h"

@@ -1,4 +1,4 @@
-// agent/parallel/zero_shards: ZeRO's regions and pieces over a small MoE model's flat buffer, on
+// agent/distributed/zero_shards: ZeRO's regions and pieces over a small MoE model's flat buffer, on
 // in-process data and expert-data groups of threads (dp 2 and 3 with ep 1, where the experts'
 // range has an expert-data group of all members; dp 2 x ep 2, where it has none; dp 4 x ep 2,
 // expert-data groups of 2). Expected values are worked here densely: which member owns an element
@@ -8,8 +8,8 @@
 // ShardedAdamW over the whole buffer with the summed gradients: AdamW is elementwise, so the same
 // inputs give the same bits (tst_sharded_adamw checks shards of one buffer bit for bit likewise).
 
+#include "agent/distributed/zero_shards.h"
 #include "agent/optimizer/adamw.h"
-#include "agent/parallel/zero_shards.h"
 #include "agent/runtime/in_process_communicator.h"
 
 #include "kernels/cpu/cpu_backend.h"

@@ -15,6 +15,16 @@
 #include "monitor/run_state.h"
 #elif defined(PROBE_LIVE_SERVICE)
 #include "service/server.h"
+#elif defined(PROBE_AGENT_LAYOUT)
+#include "agent/layout/parameters.h"
+#elif defined(PROBE_AGENT_PARALLEL)
+#include "agent/parallel/tensor_parallel.h"
+#elif defined(PROBE_AGENT_MODEL)
+#include "agent/model/gpt_model.h"
+#elif defined(PROBE_AGENT_DISTRIBUTED)
+#include "agent/distributed/pipeline_executor.h"
+#elif defined(PROBE_AGENT_TRAIN)
+#include "agent/train/trainer.h"
 #else
 #error "include_probe.cpp: define one PROBE_ macro"
 #endif

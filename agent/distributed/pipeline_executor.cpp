@@ -1,4 +1,4 @@
-#include "agent/parallel/pipeline_executor.h"
+#include "agent/distributed/pipeline_executor.h"
 
 #include "plan/capability.h"
 #include "plan/op_span_kind.h"

@@ -4,9 +4,9 @@
 // summed, the sequence-parallel norms' weights summed over the tensor group, and the global norm
 // for clipping. Each works on this rank's shard buffer (the whole gradient buffer without ZeRO).
 
-#include "agent/model/parameters.h"
-#include "agent/parallel/gradient_norm.h"
-#include "agent/parallel/zero_shards.h"
+#include "agent/distributed/gradient_norm.h"
+#include "agent/distributed/zero_shards.h"
+#include "agent/layout/parameters.h"
 #include "agent/runtime/communicator.h"
 
 #include "kernels/backend.h"

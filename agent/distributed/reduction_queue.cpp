@@ -1,4 +1,4 @@
-#include "agent/parallel/reduction_queue.h"
+#include "agent/distributed/reduction_queue.h"
 
 #include <algorithm>
 

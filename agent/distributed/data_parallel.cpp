@@ -1,4 +1,4 @@
-#include "agent/parallel/data_parallel.h"
+#include "agent/distributed/data_parallel.h"
 
 #include <algorithm>
 

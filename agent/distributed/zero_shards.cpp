@@ -1,4 +1,4 @@
-#include "agent/parallel/zero_shards.h"
+#include "agent/distributed/zero_shards.h"
 
 #include <algorithm>
 #include <memory>

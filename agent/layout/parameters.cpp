@@ -1,4 +1,4 @@
-#include "parameters.h"
+#include "agent/layout/parameters.h"
 
 #include <algorithm>
 #include <cmath>

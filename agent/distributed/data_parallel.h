@@ -9,9 +9,10 @@
 // Without overlap every bucket starts in finish(): the plain reduction, bucketed. Each reduction
 // is a dp-reduce span with its bytes (see ReductionQueue).
 
-#include "agent/model/parameters.h"
-#include "agent/parallel/reduction_queue.h"
-#include "agent/parallel/zero_shards.h"
+#include "agent/distributed/reduction_queue.h"
+#include "agent/distributed/zero_shards.h"
+#include "agent/layout/parameters.h"
+#include "agent/model/gradient_listener.h"
 #include "agent/runtime/communicator.h"
 #include "agent/runtime/device_buffer.h"
 #include "agent/telemetry/measurements.h"
@@ -22,13 +23,6 @@
 #include <vector>
 
 namespace meshbench::agent {
-
-// Told, as a backward goes, which tensors' gradients are complete for the reduction.
-class GradientListener {
-public:
-    virtual ~GradientListener() = default;
-    virtual void gradientsReady(const std::vector<int>& views) = 0;
-};
 
 struct BucketSettings {
     double bucketBytes = 0;  // the spec's parallel.grad_bucket_mb

@@ -1,4 +1,4 @@
-#include "agent/parallel/finalize_gradients.h"
+#include "agent/distributed/finalize_gradients.h"
 
 #include "agent/runtime/device_buffer.h"
 

@@ -11,8 +11,9 @@
 // A rank's shard buffer (gradients from stage 1, parameters at stage 3, the moments at every
 // stage) is its owned pieces laid end to end: the dense piece, then the experts'.
 
-#include "agent/model/parameters.h"
-#include "agent/parallel/reduction_queue.h"
+#include "agent/distributed/reduction_queue.h"
+#include "agent/layout/parameters.h"
+#include "agent/model/parameter_gatherer.h"
 #include "agent/runtime/communicator.h"
 #include "agent/runtime/device_buffer.h"
 
@@ -77,17 +78,6 @@ private:
 // before use, and freed after; their gradients are reduce-scattered into the shards when the
 // tensors are released. With overlap, those reductions run under the rest of the backward, with
 // at most a bucket's bytes of gradients kept in flight (DeepSpeed's reduce_bucket_size).
-class ParameterGatherer {
-public:
-    virtual ~ParameterGatherer() = default;
-    // Makes the tensors' parameters available, and zeroed gradient buffers when withGradients.
-    virtual void acquire(const std::vector<int>& views, bool withGradients) = 0;
-    // Frees them; with gradients, first adds the gradients summed over the group into the shards.
-    virtual void release(const std::vector<int>& views, bool withGradients) = 0;
-    virtual kernels::DevPtr param(int view) = 0;
-    virtual kernels::DevPtr grad(int view) = 0;
-};
-
 class ShardedParameters final : public ParameterGatherer {
 public:
     // bucketBytes: the most gradient bytes reduced at once; overlap off waits for each at release.

@@ -1,4 +1,4 @@
-#include "agent/parallel/gradient_norm.h"
+#include "agent/distributed/gradient_norm.h"
 
 #include <cmath>
 
