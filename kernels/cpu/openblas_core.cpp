@@ -1,12 +1,38 @@
-#include "openblas_core.h"
+// The CPU backend's use of OpenBLAS: its GEMM, and the core type it runs on (openblas_core.h).
+
+#include "kernels/cpu/openblas_core.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_common.h"
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <unistd.h>
 
 namespace meshbench::kernels {
+
+void CpuBackend::gemm(bool transA, bool transB, int M, int N, int K, float alpha, ConstDevPtr A, int lda, ConstDevPtr B,
+                      int ldb, float beta, DevPtr C, int ldc)
+{
+    const float* a = asF32(A);
+    const float* b = asF32(B);
+    float* c = asF32(C);
+    requireDim("gemm", "M", M, 0);
+    requireDim("gemm", "N", N, 0);
+    requireDim("gemm", "K", K, 0);
+    // Row-major leading dimensions are at least the stored row length (OpenBLAS would only print
+    // a complaint and return).
+    requireDim("gemm", "lda", lda, std::max(1, transA ? M : K));
+    requireDim("gemm", "ldb", ldb, std::max(1, transB ? K : N));
+    requireDim("gemm", "ldc", ldc, std::max(1, N));
+    if (M == 0 || N == 0)
+        return;
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                a, lda, b, ldb, beta, c, ldc);
+}
 
 std::string betterOpenblasCore()
 {
