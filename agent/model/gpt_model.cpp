@@ -1,45 +1,69 @@
 #include "gpt_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <stdexcept>
 
 namespace meshbench::agent {
 
 using kernels::ConstDevPtr;
 using kernels::DevPtr;
+using Buffer = plan::AgentBuffer;
 
-// Everything one layer keeps between its forward and its backward for one micro-batch.
-struct GptModel::LayerActivations {
-    DeviceBuffer xIn;              // [T, h] the layer's input (kept under every recompute mode)
-    DeviceBuffer a, mean1, rstd1;  // attention norm output and statistics (this rank's rows)
-    DeviceBuffer aFull, cFull;     // sequence parallelism: the norm outputs gathered over the tensor group
-    DeviceBuffer q, k, v;          // [T, H d], [T, Hkv d], after RoPE
-    DeviceBuffer att, lse;         // attention output [T, H d] and row log-sum-exp [B, H, S]
-    DeviceBuffer xMid;             // [T, h] after the attention residual
-    DeviceBuffer c, mean2, rstd2;  // MLP norm output and statistics
-    DeviceBuffer u, g;             // dense MLP: fc1 output [T, gated f], activation [T, f]
-    // MoE
-    std::vector<float> probs, weightOf, dRouterLogits;
-    std::vector<int> expertOf, rowOf, tokenOfRow, countOf, routedOf;
-    // Expert rows at their owner (Megatron's all-to-all dispatcher: permute, all-to-all over EP,
-    // experts, all-to-all back, combine). The owner's buffers hold, for each source EP rank, its
-    // block of rows for each local expert: [E x C] rows in all, as the source's permuted buffer.
-    DeviceBuffer expertIn, eu, eg;  // [E C, h], [E C, gated f], [E C, f]
-    DeviceBuffer eout;              // expert outputs back at the source, [E C, h]
-    ExpertRoute route;              // the rows of each block, both sides
+// Buffers of the activation table (plan/agent_activations.h, which names and sizes each of them and
+// says which recompute modes keep it), by their entry.
+class GptModel::ActivationBuffers {
+public:
+    DeviceBuffer& operator[](Buffer buffer) { return m_buffers[std::size_t(buffer)]; }
+    const DeviceBuffer& operator[](Buffer buffer) const { return m_buffers[std::size_t(buffer)]; }
 
-    kernels::Routing routing()
+private:
+    std::array<DeviceBuffer, plan::kAgentBufferCount> m_buffers;
+};
+
+// Everything one layer keeps between its forward and its backward for one micro-batch: the table's
+// layer buffers (its input, the norms, q, k, v, core attention, the residual, the dense MLP's or the
+// experts' rows) and the MoE routing on the host.
+struct GptModel::LayerActivations : ActivationBuffers {
+    // An MoE layer's routing, on the host.
+    struct Routing {
+        std::vector<float> probs, weightOf, dRouterLogits;
+        std::vector<int> expertOf, rowOf, tokenOfRow, countOf, routedOf;
+        // Expert rows at their owner (Megatron's all-to-all dispatcher: permute, all-to-all over EP,
+        // experts, all-to-all back, combine). The owner's buffers (ExpertIn, ExpertFc1Out,
+        // ExpertActOut) hold, for each source EP rank, its block of rows for each local expert:
+        // [E x C] rows in all, as the source's permuted buffer; ExpertOut holds the outputs back at
+        // the source.
+        ExpertRoute route;  // the rows of each block, both sides
+
+        kernels::Routing view()
+        {
+            return {probs.data(),      expertOf.data(), weightOf.data(), rowOf.data(),
+                    tokenOfRow.data(), countOf.data(),  routedOf.data()};
+        }
+    };
+    Routing moe;
+
+    // With sequence parallelism a TP region reads the norm's output gathered over the tensor group.
+    kernels::DevPtr attentionInput() const { return regionInput(Buffer::AttnNorm, Buffer::AttnGathered); }
+    kernels::DevPtr mlpInput() const { return regionInput(Buffer::MlpNorm, Buffer::MlpGathered); }
+    // At the end of the layer's forward: the buffers `recompute` does not keep for the backward go
+    // (full recompute rebuilds them, and the routing, from the input).
+    void releaseUnkept(plan::Recompute recompute)
     {
-        return {probs.data(),      expertOf.data(), weightOf.data(), rowOf.data(),
-                tokenOfRow.data(), countOf.data(),  routedOf.data()};
+        for (const plan::AgentBufferInfo& b : plan::agentBuffers())
+            if (b.part != plan::AgentBufferPart::Head && !plan::agentBufferKept(b.keep, recompute))
+                (*this)[b.buffer] = DeviceBuffer();
+        if (recompute == plan::Recompute::Full)
+            moe = Routing();
     }
-    kernels::DevPtr attentionInput() const { return aFull.empty() ? a.ptr() : aFull.ptr(); }
-    kernels::DevPtr mlpInput() const { return cFull.empty() ? c.ptr() : cFull.ptr(); }
-    void releaseAllButInput()
+
+private:
+    kernels::DevPtr regionInput(Buffer norm, Buffer gathered) const
     {
-        LayerActivations kept;
-        kept.xIn = std::move(xIn);
-        *this = std::move(kept);
+        const DeviceBuffer& whole = (*this)[gathered];
+        return whole.empty() ? (*this)[norm].ptr() : whole.ptr();
     }
 };
 
@@ -51,8 +75,7 @@ public:
     bool ends = false;                     // the chunk ends the model
     std::vector<std::int32_t> ids;         // [T]
     std::vector<LayerActivations> layers;  // the chunk's layers, in order
-    DeviceBuffer xFinal, normOut, meanF, rstdF;
-    DeviceBuffer dLogits;  // [T, V], the loss gradient computed in the forward pass
+    ActivationBuffers head;                // the table's head buffers: FinalInput, its norm, Logits
     float auxScale = 0;
 };
 
@@ -68,9 +91,17 @@ GptModel::GptModel(const plan::ModelSpec& model, plan::Recompute recompute, kern
 
 GptModel::~GptModel() = default;
 
-DeviceBuffer GptModel::activation(std::size_t elements)
+plan::AgentActivationShape GptModel::activationShape(int batch) const
 {
-    return DeviceBuffer(m_backend, elements, MemoryCategory::Activations);
+    return plan::agentActivationShape(m_model, m_tensor.size(), m_tensor.sequenceParallel(), batch);
+}
+
+DeviceBuffer GptModel::activation(Buffer buffer, const plan::AgentActivationShape& shape)
+{
+    const std::int64_t elements = plan::agentBufferElements(buffer, shape);
+    if (elements == 0)
+        return DeviceBuffer();
+    return DeviceBuffer(m_backend, std::size_t(elements), MemoryCategory::Activations);
 }
 
 void GptModel::zeroGradients() { m_backend.fill(m_grads.ptr(), 0.0f, m_grads.size()); }
@@ -179,17 +210,17 @@ void GptModel::normBackward(int weight, int bias, ConstDevPtr dOut, ConstDevPtr 
     m_backend.add(dx.ptr(), dxAccumulate, dx.size());
 }
 
-void GptModel::normThenGather(int weight, int bias, ConstDevPtr x, int batch, DeviceBuffer& out, DeviceBuffer& mean,
-                              DeviceBuffer& rstd, DeviceBuffer& gathered)
+void GptModel::normThenGather(int weight, int bias, ConstDevPtr x, const plan::AgentActivationShape& shape,
+                              LayerActivations& a, const NormBuffers& buffers)
 {
-    const std::size_t stream = streamElements(batch), h = std::size_t(m_model.hidden);
-    const int localTokens = int(stream / h);
-    out = activation(stream);
-    mean = activation(std::size_t(localTokens));
-    rstd = activation(std::size_t(localTokens));
-    normForward(weight, bias, x, localTokens, out.ptr(), mean.ptr(), rstd.ptr());
-    m_tensor.wholeSequence(out.ptr(), std::size_t(batch) * std::size_t(m_model.seqLen) * h, gathered,
-                           MemoryCategory::Activations);
+    DeviceBuffer& out = a[buffers.out];
+    out = activation(buffers.out, shape);
+    a[buffers.mean] = activation(buffers.mean, shape);
+    a[buffers.rstd] = activation(buffers.rstd, shape);
+    normForward(weight, bias, x, int(shape.streamTokens), out.ptr(), a[buffers.mean].ptr(), a[buffers.rstd].ptr());
+    a[buffers.gathered] = activation(buffers.gathered, shape);  // none without sequence parallelism
+    if (!a[buffers.gathered].empty())
+        m_tensor.gatherSequence(out.ptr(), a[buffers.gathered].ptr(), a[buffers.gathered].size());
 }
 
 void GptModel::activationForward(ConstDevPtr u, int rows, int ffn, DevPtr out)
@@ -218,111 +249,111 @@ void GptModel::forwardLayer(int layer, LayerActivations& a, int batch, float aux
     const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();  // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
-    const int localTokens = int(streamElements(batch) / std::size_t(h));  // the stream's rows here
-    const std::size_t localRows = std::size_t(localTokens);
+    const plan::AgentActivationShape buffers = activationShape(batch);
+    const std::size_t localRows = std::size_t(buffers.streamTokens);  // the stream's rows here
 
-    normThenGather(w.attnNormWeight, w.attnNormBias, a.xIn.ptr(), batch, a.a, a.mean1, a.rstd1, a.aFull);
+    normThenGather(w.attnNormWeight, w.attnNormBias, a[Buffer::Input].ptr(), buffers, a, kAttentionNorm);
 
     // q, k and v are row blocks of the qkv weight: three GEMMs write them apart.
-    a.q = activation(rows * H * d);
-    a.k = activation(rows * Hkv * d);
-    a.v = activation(rows * Hkv * d);
-    linear(a.attentionInput(), T, w.qkv, 0, H * d, h, a.q.ptr());
-    linear(a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, a.k.ptr());
-    linear(a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, a.v.ptr());
-    m_backend.rope(a.q.ptr(), T, s, H, d, kRopeBase, false);
-    m_backend.rope(a.k.ptr(), T, s, Hkv, d, kRopeBase, false);
+    DeviceBuffer& q = a[Buffer::Query] = activation(Buffer::Query, buffers);
+    DeviceBuffer& k = a[Buffer::Key] = activation(Buffer::Key, buffers);
+    DeviceBuffer& v = a[Buffer::Value] = activation(Buffer::Value, buffers);
+    linear(a.attentionInput(), T, w.qkv, 0, H * d, h, q.ptr());
+    linear(a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, k.ptr());
+    linear(a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, v.ptr());
+    m_backend.rope(q.ptr(), T, s, H, d, kRopeBase, false);
+    m_backend.rope(k.ptr(), T, s, Hkv, d, kRopeBase, false);
 
     const kernels::AttentionShape shape{batch, s, H, Hkv, d};
-    a.att = activation(rows * H * d);
-    a.lse = activation(std::size_t(batch) * H * s);
-    m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
+    DeviceBuffer& att = a[Buffer::Attention] = activation(Buffer::Attention, buffers);
+    DeviceBuffer& lse = a[Buffer::LogSumExp] = activation(Buffer::LogSumExp, buffers);
+    m_backend.attentionForward(shape, q.ptr(), k.ptr(), v.ptr(), att.ptr(), lse.ptr());
 
-    a.xMid = activation(localRows * h);
-    m_backend.copy(a.xMid.ptr(), a.xIn.ptr(), localRows * h);
-    linearInto(a.att.ptr(), T, w.proj, h, H * d, a.xMid.ptr());  // residual: xMid = xIn + att W^T
+    DeviceBuffer& xMid = a[Buffer::Residual] = activation(Buffer::Residual, buffers);
+    m_backend.copy(xMid.ptr(), a[Buffer::Input].ptr(), localRows * h);
+    linearInto(att.ptr(), T, w.proj, h, H * d, xMid.ptr());  // residual: xMid = xIn + att W^T
 
-    normThenGather(w.mlpNormWeight, w.mlpNormBias, a.xMid.ptr(), batch, a.c, a.mean2, a.rstd2, a.cFull);
+    normThenGather(w.mlpNormWeight, w.mlpNormBias, xMid.ptr(), buffers, a, kMlpNorm);
 
-    m_backend.copy(xOut, a.xMid.ptr(), localRows * h);
+    m_backend.copy(xOut, xMid.ptr(), localRows * h);
     if (w.router >= 0) {
         // Every TP rank routes all T tokens alike; its rows of the (complete) output join its stream.
         DeviceBuffer y(m_backend, rows * h);
-        forwardMoe(layer, a, T, auxScale, y.ptr(), result);
+        forwardMoe(layer, a, buffers, auxScale, y.ptr(), result);
         m_backend.add(m_tensor.streamRows(y.ptr(), T, h), xOut, localRows * h);
     } else {
         const int f = int(m_model.ffnHidden) / m_tensor.size();
-        a.u = activation(rows * m_gated * f);
-        a.g = activation(rows * f);
-        linear(a.mlpInput(), T, w.fc1, 0, m_gated * f, h, a.u.ptr());
-        activationForward(a.u.ptr(), T, f, a.g.ptr());
-        linearInto(a.g.ptr(), T, w.fc2, h, f, xOut);  // residual: xOut = xMid + g W2^T
+        DeviceBuffer& u = a[Buffer::Fc1Out] = activation(Buffer::Fc1Out, buffers);
+        DeviceBuffer& g = a[Buffer::ActOut] = activation(Buffer::ActOut, buffers);
+        linear(a.mlpInput(), T, w.fc1, 0, m_gated * f, h, u.ptr());
+        activationForward(u.ptr(), T, f, g.ptr());
+        linearInto(g.ptr(), T, w.fc2, h, f, xOut);  // residual: xOut = xMid + g W2^T
     }
 
-    if (m_recompute == plan::Recompute::Full) {
-        a.releaseAllButInput();
-    } else if (m_recompute == plan::Recompute::Selective) {
-        // Core attention is recomputed in the backward from q, k and v.
-        a.att = DeviceBuffer();
-        a.lse = DeviceBuffer();
-    }
+    // Selective recompute rebuilds core attention in the backward from q, k and v; full recompute
+    // all but the input.
+    a.releaseUnkept(m_recompute);
     if (gather)
         release(layerViews(layer), false);
 }
 
-void GptModel::forwardMoe(int layer, LayerActivations& a, int T, float auxScale, DevPtr y, ForwardResult* result)
+void GptModel::forwardMoe(int layer, LayerActivations& a, const plan::AgentActivationShape& buffers, float auxScale,
+                          DevPtr y, ForwardResult* result)
 {
     const LayerViews& w = m_layout.layer(layer);
     const plan::MoeSpec& moe = m_model.moe;
+    const int T = int(buffers.tokens);
     const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tensor.size();
-    a.route.capacity = kernels::routerCapacity(T, E, k, moe.capacityFactor);
-    const kernels::RouterShape shape{T, E, k, a.route.capacity};
-    const std::size_t rows = std::size_t(E) * a.route.capacity;
+    a.moe.route.capacity = kernels::routerCapacity(T, E, k, moe.capacityFactor);
+    if (a.moe.route.capacity != buffers.capacity)
+        throw std::logic_error("GptModel: the expert buffers' capacity (plan/agent_activations) is not the router's");
+    const kernels::RouterShape shape{T, E, k, a.moe.route.capacity};
+    const std::size_t rows = std::size_t(E) * a.moe.route.capacity;
 
     DeviceBuffer logits(m_backend, std::size_t(T) * E);
     linear(a.mlpInput(), T, w.router, 0, E, h, logits.ptr());
     std::vector<float> hostLogits(std::size_t(T) * E);
     m_backend.download(hostLogits.data(), logits.ptr(), hostLogits.size());
 
-    a.probs.assign(std::size_t(T) * E, 0.0f);
-    a.expertOf.assign(std::size_t(T) * k, 0);
-    a.weightOf.assign(std::size_t(T) * k, 0.0f);
-    a.rowOf.assign(std::size_t(T) * k, -1);
-    a.tokenOfRow.assign(rows, -1);
-    a.countOf.assign(std::size_t(E), 0);
-    a.routedOf.assign(std::size_t(E), 0);
-    const kernels::Routing routing = a.routing();
+    a.moe.probs.assign(std::size_t(T) * E, 0.0f);
+    a.moe.expertOf.assign(std::size_t(T) * k, 0);
+    a.moe.weightOf.assign(std::size_t(T) * k, 0.0f);
+    a.moe.rowOf.assign(std::size_t(T) * k, -1);
+    a.moe.tokenOfRow.assign(rows, -1);
+    a.moe.countOf.assign(std::size_t(E), 0);
+    a.moe.routedOf.assign(std::size_t(E), 0);
+    const kernels::Routing routing = a.moe.view();
     m_backend.route(shape, hostLogits.data(), routing);
-    a.dRouterLogits.assign(std::size_t(T) * E, 0.0f);
-    const double aux = m_backend.auxLoss(shape, routing, float(moe.auxLossCoef) * auxScale, a.dRouterLogits.data());
+    a.moe.dRouterLogits.assign(std::size_t(T) * E, 0.0f);
+    const double aux = m_backend.auxLoss(shape, routing, float(moe.auxLossCoef) * auxScale, a.moe.dRouterLogits.data());
     if (result) {
         // auxLoss scaled its gradient by auxScale through coef; report the unscaled loss.
         result->auxLoss += auxScale != 0.0f ? aux / auxScale : 0.0;
-        result->expertLoads.push_back({layer, a.routedOf, a.countOf});
+        result->expertLoads.push_back({layer, a.moe.routedOf, a.moe.countOf});
     }
 
     // Dispatch: each EP rank receives, from every rank, the rows routed to its experts.
     const int localExperts = m_experts.localExperts(E);
-    a.expertIn = activation(rows * h);
-    a.route = m_experts.dispatch(shape, routing, a.mlpInput(), h, a.expertIn.ptr());
+    DeviceBuffer& expertIn = a[Buffer::ExpertIn] = activation(Buffer::ExpertIn, buffers);
+    a.moe.route = m_experts.dispatch(shape, routing, a.mlpInput(), h, expertIn.ptr());
 
-    a.eu = activation(rows * m_gated * f);
-    a.eg = activation(rows * f);
+    DeviceBuffer& eu = a[Buffer::ExpertFc1Out] = activation(Buffer::ExpertFc1Out, buffers);
+    DeviceBuffer& eg = a[Buffer::ExpertActOut] = activation(Buffer::ExpertActOut, buffers);
     DeviceBuffer ownerOut(m_backend, rows * h);
     for (int block = 0; block < E; ++block) {  // block = source x localExperts + local expert
-        const int n = a.route.received[std::size_t(block)];
+        const int n = a.moe.route.received[std::size_t(block)];
         if (n == 0)
             continue;
         const std::size_t expert = std::size_t(block % localExperts);
-        const std::size_t row0 = std::size_t(block) * a.route.capacity;
-        linear(a.expertIn.at(row0 * h), n, w.expertFc1, expert * m_gated * f * h, m_gated * f, h,
-               a.eu.at(row0 * m_gated * f));
-        activationForward(a.eu.at(row0 * m_gated * f), n, f, a.eg.at(row0 * f));
-        linear(a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f, ownerOut.at(row0 * h));
+        const std::size_t row0 = std::size_t(block) * a.moe.route.capacity;
+        linear(expertIn.at(row0 * h), n, w.expertFc1, expert * m_gated * f * h, m_gated * f, h,
+               eu.at(row0 * m_gated * f));
+        activationForward(eu.at(row0 * m_gated * f), n, f, eg.at(row0 * f));
+        linear(eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f, ownerOut.at(row0 * h));
     }
     m_tensor.allReduce(ownerOut.ptr(), rows * h);  // each TP rank computed part of every expert
-    a.eout = activation(rows * h);
-    m_experts.combine(shape, routing, a.route, ownerOut.ptr(), h, a.eout.ptr(), y);
+    DeviceBuffer& eout = a[Buffer::ExpertOut] = activation(Buffer::ExpertOut, buffers);
+    m_experts.combine(shape, routing, a.moe.route, ownerOut.ptr(), h, eout.ptr(), y);
 }
 
 void GptModel::setTensorGroup(Communicator* group, bool sequenceParallel)
@@ -347,35 +378,37 @@ void GptModel::backwardMoe(int layer, LayerActivations& a, int T, ConstDevPtr dy
     const LayerViews& w = m_layout.layer(layer);
     const plan::MoeSpec& moe = m_model.moe;
     const int h = int(m_model.hidden), E = moe.experts, k = moe.topK, f = int(moe.ffnHidden) / m_tensor.size();
-    const kernels::RouterShape shape{T, E, k, a.route.capacity};
-    const kernels::Routing routing = a.routing();
-    const std::size_t rows = std::size_t(E) * a.route.capacity;
+    const kernels::RouterShape shape{T, E, k, a.moe.route.capacity};
+    const kernels::Routing routing = a.moe.view();
+    const std::size_t rows = std::size_t(E) * a.moe.route.capacity;
 
     // The gradients travel the dispatcher's path backwards: to the experts' owners and back.
     std::vector<float> dWeight(std::size_t(T) * k, 0.0f);
     const int localExperts = m_experts.localExperts(E);
     DeviceBuffer dOwnerOut(m_backend, rows * h);
-    m_experts.combineBackward(shape, routing, a.route, dy, a.eout.ptr(), h, dOwnerOut.ptr(), dWeight.data());
+    m_experts.combineBackward(shape, routing, a.moe.route, dy, a[Buffer::ExpertOut].ptr(), h, dOwnerOut.ptr(),
+                              dWeight.data());
     DeviceBuffer dEg(m_backend, rows * f);
     DeviceBuffer dEu(m_backend, rows * m_gated * f);
     DeviceBuffer dExpertIn(m_backend, rows * h);
     for (int block = 0; block < E; ++block) {
-        const int n = a.route.received[std::size_t(block)];
+        const int n = a.moe.route.received[std::size_t(block)];
         if (n == 0)
             continue;
         const std::size_t expert = std::size_t(block % localExperts);
-        const std::size_t row0 = std::size_t(block) * a.route.capacity;
-        linearBackward(dOwnerOut.at(row0 * h), a.eg.at(row0 * f), n, w.expertFc2, expert * h * f, h, f,
-                       dEg.at(row0 * f), 0.0f);
-        activationBackward(dEg.at(row0 * f), a.eu.at(row0 * m_gated * f), n, f, dEu.at(row0 * m_gated * f));
-        linearBackward(dEu.at(row0 * m_gated * f), a.expertIn.at(row0 * h), n, w.expertFc1, expert * m_gated * f * h,
-                       m_gated * f, h, dExpertIn.at(row0 * h), 0.0f);
+        const std::size_t row0 = std::size_t(block) * a.moe.route.capacity;
+        linearBackward(dOwnerOut.at(row0 * h), a[Buffer::ExpertActOut].at(row0 * f), n, w.expertFc2, expert * h * f, h,
+                       f, dEg.at(row0 * f), 0.0f);
+        activationBackward(dEg.at(row0 * f), a[Buffer::ExpertFc1Out].at(row0 * m_gated * f), n, f,
+                           dEu.at(row0 * m_gated * f));
+        linearBackward(dEu.at(row0 * m_gated * f), a[Buffer::ExpertIn].at(row0 * h), n, w.expertFc1,
+                       expert * m_gated * f * h, m_gated * f, h, dExpertIn.at(row0 * h), 0.0f);
     }
     m_tensor.allReduce(dExpertIn.ptr(), rows * h);
-    m_experts.dispatchBackward(shape, routing, a.route, dExpertIn.ptr(), h, dc);
+    m_experts.dispatchBackward(shape, routing, a.moe.route, dExpertIn.ptr(), h, dc);
 
     // Router: the combine weights' gradient through the softmax, plus the load-balancing loss's.
-    std::vector<float> dLogits = a.dRouterLogits;
+    std::vector<float> dLogits = a.moe.dRouterLogits;
     m_backend.routerBackward(shape, routing, dWeight.data(), dLogits.data());
     DeviceBuffer dLogitsDevice(m_backend, dLogits.size());
     m_backend.upload(dLogitsDevice.ptr(), dLogits.data(), dLogits.size());
@@ -389,7 +422,8 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     const int H = m_model.heads / m_tensor.size(), Hkv = m_model.kvHeads / m_tensor.size();  // this rank's heads
     const int T = batch * s;
     const std::size_t rows = std::size_t(T);
-    const int localTokens = int(streamElements(batch) / std::size_t(h));
+    const plan::AgentActivationShape buffers = activationShape(batch);
+    const int localTokens = int(buffers.streamTokens);
     const std::size_t localRows = std::size_t(localTokens);
 
     acquire(layerViews(layer), true);
@@ -401,11 +435,13 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
         m_recompute = mode;
     }
     const kernels::AttentionShape shape{batch, s, H, Hkv, d};
-    if (a.att.empty()) {
+    const DeviceBuffer &q = a[Buffer::Query], &k = a[Buffer::Key], &v = a[Buffer::Value];
+    DeviceBuffer &att = a[Buffer::Attention], &lse = a[Buffer::LogSumExp];
+    if (att.empty()) {
         // Selective recompute: core attention again, a transient of this backward (workspace).
-        a.att = DeviceBuffer(m_backend, rows * H * d);
-        a.lse = DeviceBuffer(m_backend, std::size_t(batch) * H * s);
-        m_backend.attentionForward(shape, a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr());
+        att = DeviceBuffer(m_backend, std::size_t(plan::agentBufferElements(Buffer::Attention, buffers)));
+        lse = DeviceBuffer(m_backend, std::size_t(plan::agentBufferElements(Buffer::LogSumExp, buffers)));
+        m_backend.attentionForward(shape, q.ptr(), k.ptr(), v.ptr(), att.ptr(), lse.ptr());
     }
 
     // With sequence parallelism dx holds this rank's rows; the TP regions need all of them.
@@ -423,22 +459,23 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
         const int f = int(m_model.ffnHidden) / m_tensor.size();
         DeviceBuffer dg(m_backend, rows * f);
         DeviceBuffer du(m_backend, rows * m_gated * f);
-        linearBackward(dy, a.g.ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
-        activationBackward(dg.ptr(), a.u.ptr(), T, f, du.ptr());
+        linearBackward(dy, a[Buffer::ActOut].ptr(), T, w.fc2, 0, h, f, dg.ptr(), 0.0f);
+        activationBackward(dg.ptr(), a[Buffer::Fc1Out].ptr(), T, f, du.ptr());
         linearBackward(du.ptr(), a.mlpInput(), T, w.fc1, 0, m_gated * f, h, dc.ptr(), 0.0f);
         dcMine = m_tensor.completeToStream(dc.ptr(), rows * h, dcLocal);
     }
-    normBackward(w.mlpNormWeight, w.mlpNormBias, dcMine, a.xMid.ptr(), a.mean2.ptr(), a.rstd2.ptr(), localTokens, dx);
+    normBackward(w.mlpNormWeight, w.mlpNormBias, dcMine, a[Buffer::Residual].ptr(), a[Buffer::MlpMean].ptr(),
+                 a[Buffer::MlpRstd].ptr(), localTokens, dx);
 
     // Attention branch: dx is now d(loss)/d(xMid), the gradient of the projection's output too.
     const kernels::ConstDevPtr dOut = m_tensor.wholeSequence(dx, rows * h, dxFull);
     DeviceBuffer dAtt(m_backend, rows * H * d);
-    linearBackward(dOut, a.att.ptr(), T, w.proj, 0, h, H * d, dAtt.ptr(), 0.0f);
+    linearBackward(dOut, att.ptr(), T, w.proj, 0, h, H * d, dAtt.ptr(), 0.0f);
     DeviceBuffer dq(m_backend, rows * H * d);
     DeviceBuffer dk(m_backend, rows * Hkv * d);
     DeviceBuffer dv(m_backend, rows * Hkv * d);
-    m_backend.attentionBackward(shape, dAtt.ptr(), a.q.ptr(), a.k.ptr(), a.v.ptr(), a.att.ptr(), a.lse.ptr(), dq.ptr(),
-                                dk.ptr(), dv.ptr());
+    m_backend.attentionBackward(shape, dAtt.ptr(), q.ptr(), k.ptr(), v.ptr(), att.ptr(), lse.ptr(), dq.ptr(), dk.ptr(),
+                                dv.ptr());
     m_backend.rope(dq.ptr(), T, s, H, d, kRopeBase, true);
     m_backend.rope(dk.ptr(), T, s, Hkv, d, kRopeBase, true);
     DeviceBuffer da(m_backend, rows * h);
@@ -446,8 +483,8 @@ void GptModel::backwardLayer(int layer, LayerActivations& a, int batch, float au
     linearBackward(dk.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H) * d * h, Hkv * d, h, da.ptr(), 1.0f);
     linearBackward(dv.ptr(), a.attentionInput(), T, w.qkv, std::size_t(H + Hkv) * d * h, Hkv * d, h, da.ptr(), 1.0f);
     DeviceBuffer daLocal;
-    normBackward(w.attnNormWeight, w.attnNormBias, m_tensor.completeToStream(da.ptr(), rows * h, daLocal), a.xIn.ptr(),
-                 a.mean1.ptr(), a.rstd1.ptr(), localTokens, dx);
+    normBackward(w.attnNormWeight, w.attnNormBias, m_tensor.completeToStream(da.ptr(), rows * h, daLocal),
+                 a[Buffer::Input].ptr(), a[Buffer::AttnMean].ptr(), a[Buffer::AttnRstd].ptr(), localTokens, dx);
     release(layerViews(layer), true);
 }
 
@@ -479,8 +516,9 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
             }
     }
 
+    const plan::AgentActivationShape buffers = activationShape(batch.batch);
     const std::size_t stream = streamElements(batch.batch);  // this rank's rows of the residual stream
-    DeviceBuffer x = activation(stream);
+    DeviceBuffer x = activation(Buffer::Input, buffers);
     if (acts->embeds)
         acquire({m_layout.embedding()}, false);
     if (acts->embeds)
@@ -492,28 +530,33 @@ GptModel::ActivationsPtr GptModel::forward(int chunk, const MicroBatch& batch, C
     acts->layers.resize(std::size_t(range.layers));
     for (int i = 0; i < range.layers; ++i) {
         LayerActivations& a = acts->layers[std::size_t(i)];
-        a.xIn = std::move(x);
-        // A chunk that hands on to the next stage writes its last layer's output straight there.
-        const bool handsOn = !acts->ends && i == range.layers - 1;
-        x = handsOn ? DeviceBuffer() : activation(stream);
-        forwardLayer(range.firstLayer + i, a, batch.batch, auxScale, handsOn ? output : x.ptr(), &result);
+        a[Buffer::Input] = std::move(x);
+        // A chunk that hands on to the next stage writes its last layer's output straight there; the
+        // chunk that ends the model keeps it as the final norm's input.
+        const bool last = i == range.layers - 1;
+        x = last && !acts->ends ? DeviceBuffer() : activation(last ? Buffer::FinalInput : Buffer::Input, buffers);
+        forwardLayer(range.firstLayer + i, a, batch.batch, auxScale, last && !acts->ends ? output : x.ptr(), &result);
     }
     if (!acts->ends)
         return acts;
-    const int localTokens = int(stream / std::size_t(h));
+    const int localTokens = int(buffers.streamTokens);
     acquire(headViews(), false);
-    acts->xFinal = std::move(x);
-    acts->meanF = activation(std::size_t(localTokens));
-    acts->rstdF = activation(std::size_t(localTokens));
-    DeviceBuffer normLocal = activation(stream), gathered;
-    normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), acts->xFinal.ptr(), localTokens, normLocal.ptr(),
-                acts->meanF.ptr(), acts->rstdF.ptr());
-    // The output layer sees every token.
-    m_tensor.wholeSequence(normLocal.ptr(), rows * h, gathered, MemoryCategory::Activations);
-    acts->normOut = gathered.empty() ? std::move(normLocal) : std::move(gathered);
-    acts->dLogits = activation(rows * V);
-    linear(acts->normOut.ptr(), T, m_layout.head(), 0, V, h, acts->dLogits.ptr());
-    result.lossSum += m_tensor.crossEntropy(acts->dLogits.ptr(), targets, m_model.vocab, lossScale);
+    ActivationBuffers& head = acts->head;
+    head[Buffer::FinalInput] = std::move(x);
+    head[Buffer::FinalMean] = activation(Buffer::FinalMean, buffers);
+    head[Buffer::FinalRstd] = activation(Buffer::FinalRstd, buffers);
+    // The output layer sees every token: with sequence parallelism this rank's rows of the norm
+    // are gathered over the tensor group.
+    DeviceBuffer normRows = activation(Buffer::FinalNormRows, buffers);  // none without SP
+    DeviceBuffer& normOut = head[Buffer::FinalNorm] = activation(Buffer::FinalNorm, buffers);
+    normForward(m_layout.finalNormWeight(), m_layout.finalNormBias(), head[Buffer::FinalInput].ptr(), localTokens,
+                normRows.empty() ? normOut.ptr() : normRows.ptr(), head[Buffer::FinalMean].ptr(),
+                head[Buffer::FinalRstd].ptr());
+    if (!normRows.empty())
+        m_tensor.gatherSequence(normRows.ptr(), normOut.ptr(), rows * h);
+    DeviceBuffer& logits = head[Buffer::Logits] = activation(Buffer::Logits, buffers);
+    linear(normOut.ptr(), T, m_layout.head(), 0, V, h, logits.ptr());
+    result.lossSum += m_tensor.crossEntropy(logits.ptr(), targets, m_model.vocab, lossScale);
     release(headViews(), false);
     return acts;
 }
@@ -565,13 +608,15 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
     if (acts.ends) {
         acquire(headViews(), true);
         DeviceBuffer dNorm(m_backend, rows * h);
-        linearBackward(acts.dLogits.ptr(), acts.normOut.ptr(), T, m_layout.head(), 0, V, h, dNorm.ptr(), 0.0f);
-        acts.dLogits = DeviceBuffer();
+        ActivationBuffers& head = acts.head;
+        linearBackward(head[Buffer::Logits].ptr(), head[Buffer::FinalNorm].ptr(), T, m_layout.head(), 0, V, h,
+                       dNorm.ptr(), 0.0f);
+        head[Buffer::Logits] = DeviceBuffer();
         // Each rank saw a block of the vocabulary: complete the gradient (this rank's rows under SP).
         DeviceBuffer dNormLocal;
         normBackward(m_layout.finalNormWeight(), m_layout.finalNormBias(),
-                     m_tensor.completeToStream(dNorm.ptr(), rows * h, dNormLocal), acts.xFinal.ptr(), acts.meanF.ptr(),
-                     acts.rstdF.ptr(), localTokens, dx.ptr());
+                     m_tensor.completeToStream(dNorm.ptr(), rows * h, dNormLocal), head[Buffer::FinalInput].ptr(),
+                     head[Buffer::FinalMean].ptr(), head[Buffer::FinalRstd].ptr(), localTokens, dx.ptr());
         release(headViews(), true);
         if (finished) {
             // A tied embedding that this rank also embeds with gets more gradient at the end.

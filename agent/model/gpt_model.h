@@ -4,7 +4,9 @@
 // rotary position embeddings (RoPE, Su et al. 2021, half-split as in Llama) on q and k,
 // causal attention with grouped query heads, a final norm and the output layer (tied to the
 // embedding unless the spec unties it). Activations live per micro-batch in an Activations
-// object, so a pipeline schedule can keep several micro-batches in flight.
+// object, so a pipeline schedule can keep several micro-batches in flight; each of their buffers is
+// an entry of the planner's activation table (plan/agent_activations.h), which sizes it and says
+// which recompute modes keep it, so the planner counts what the model allocates.
 
 #include "agent/layout/parameters.h"
 #include "agent/model/gradient_listener.h"
@@ -15,6 +17,7 @@
 #include "agent/runtime/device_buffer.h"
 
 #include "kernels/backend.h"
+#include "plan/agent_activations.h"
 #include "plan/job_spec.h"
 
 #include <cstdint>
@@ -117,7 +120,17 @@ public:
     void applyWeightGradients(std::vector<DeferredWeightGrad>& deferred);
 
 private:
+    class ActivationBuffers;
     struct LayerActivations;
+    // A norm's buffers in the activation table: its output and statistics, and SP's gather of it.
+    struct NormBuffers {
+        plan::AgentBuffer out, mean, rstd, gathered;
+    };
+    static constexpr NormBuffers kAttentionNorm{plan::AgentBuffer::AttnNorm, plan::AgentBuffer::AttnMean,
+                                                plan::AgentBuffer::AttnRstd, plan::AgentBuffer::AttnGathered};
+    static constexpr NormBuffers kMlpNorm{plan::AgentBuffer::MlpNorm, plan::AgentBuffer::MlpMean,
+                                          plan::AgentBuffer::MlpRstd, plan::AgentBuffer::MlpGathered};
+
     void forwardLayer(int layer, LayerActivations& a, int batch, float auxScale, kernels::DevPtr xOut,
                       ForwardResult* result, bool gather = true);
     // The tensors of one layer, and of the model's ends, for the gatherer.
@@ -127,15 +140,15 @@ private:
     void acquire(const std::vector<int>& views, bool withGradients);
     void release(const std::vector<int>& views, bool withGradients);
     void backwardLayer(int layer, LayerActivations& a, int batch, float auxScale, kernels::DevPtr dx);
-    void forwardMoe(int layer, LayerActivations& a, int tokens, float auxScale, kernels::DevPtr y,
-                    ForwardResult* result);
+    void forwardMoe(int layer, LayerActivations& a, const plan::AgentActivationShape& buffers, float auxScale,
+                    kernels::DevPtr y, ForwardResult* result);
     void backwardMoe(int layer, LayerActivations& a, int tokens, kernels::ConstDevPtr dy, kernels::DevPtr dc);
     void normForward(int weight, int bias, kernels::ConstDevPtr x, int tokens, kernels::DevPtr out,
                      kernels::DevPtr mean, kernels::DevPtr rstd);
     // The norm of this rank's stream rows (kept with their statistics), and with sequence
     // parallelism all of them gathered over the tensor group.
-    void normThenGather(int weight, int bias, kernels::ConstDevPtr x, int batch, DeviceBuffer& out, DeviceBuffer& mean,
-                        DeviceBuffer& rstd, DeviceBuffer& gathered);
+    void normThenGather(int weight, int bias, kernels::ConstDevPtr x, const plan::AgentActivationShape& shape,
+                        LayerActivations& a, const NormBuffers& buffers);
     // dx = Norm'(dOut) added into dxAccumulate.
     void normBackward(int weight, int bias, kernels::ConstDevPtr dOut, kernels::ConstDevPtr x,
                       kernels::ConstDevPtr mean, kernels::ConstDevPtr rstd, int tokens, kernels::DevPtr dxAccumulate);
@@ -151,8 +164,11 @@ private:
     void linearBackward(kernels::ConstDevPtr dy, kernels::ConstDevPtr x, int tokens, int view,
                         std::size_t elementOffset, int out, int in, kernels::DevPtr dx, float dxBeta);
     kernels::DevPtr param(int view, std::size_t elementOffset = 0) const;
-    // A buffer kept from a forward pass to its backward, counted as activations.
-    DeviceBuffer activation(std::size_t elements);
+    // The activation table's sizes for a micro-batch of `batch` rows on this rank.
+    plan::AgentActivationShape activationShape(int batch) const;
+    // A buffer of the table kept from a forward pass to its backward, counted as activations; none
+    // where the table gives it no elements (the sequence-parallel gathers without SP).
+    DeviceBuffer activation(plan::AgentBuffer buffer, const plan::AgentActivationShape& shape);
     kernels::DevPtr grad(int view, std::size_t elementOffset = 0) const;
 
     plan::ModelSpec m_model;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace meshbench::plan {
@@ -11,58 +13,99 @@ namespace {
 
 constexpr double kFp32 = 4.0;
 
-// The sizes the agent's buffers are made of, elements, for one micro-batch on one rank.
-struct Dims {
-    double T = 0;   // tokens of the micro-batch, b s (every TP region sees all of them)
-    double Tl = 0;  // rows of the residual stream on this rank: T / tp with sequence parallelism
-    double h = 0;
-    double Hd = 0;    // this rank's query heads x head dim
-    double Hkvd = 0;  // this rank's key/value heads x head dim
-    double H = 0;     // this rank's query heads
-    double f = 0;     // this rank's dense MLP width
-    double fm = 0;    // this rank's expert MLP width
-    double g = 1;     // fc1's outputs per MLP unit: 2 for SwiGLU (gate and up), 1 for GELU
-    double E = 0;
-    double R = 0;       // rows of an MoE layer's expert buffers: E x capacity
-    double routed = 0;  // rows its experts get when routing is balanced: min(T k, E x capacity)
-    double V = 0;       // this rank's block of the vocabulary
-    bool sp = false;
-};
-
 // kernels::routerCapacity: ceil(T k / E x capacity_factor), with the same slack against a factor
 // that decimal text makes inexact, and at least one row.
-double routerCapacity(double tokens, int experts, int topK, double capacityFactor)
+std::int64_t routerCapacity(std::int64_t tokens, int experts, int topK, double capacityFactor)
 {
-    const double exact = tokens * topK / experts * capacityFactor;
+    const double exact = double(tokens) * topK / experts * capacityFactor;
     if (!(exact > 0.0))
-        return 1.0;
-    return std::ceil(exact - exact * 1e-12);
+        return 1;
+    const double rounded = std::ceil(exact - exact * 1e-12);
+    return rounded < 1.0 ? 1 : std::int64_t(rounded);
 }
 
-Dims dimsOf(const JobSpec& spec)
+using Shape = AgentActivationShape;
+
+// The sizes the table's entries are made of, elements.
+std::int64_t streamRows(const Shape& x) { return x.streamTokens * x.hidden; }  // [Tl, h]
+std::int64_t statistics(const Shape& x) { return x.streamTokens; }             // [Tl]
+std::int64_t gathered(const Shape& x) { return x.sequenceParallel ? x.tokens * x.hidden : 0; }
+std::int64_t wholeRows(const Shape& x) { return x.tokens * x.hidden; }  // [T, h]
+std::int64_t queries(const Shape& x) { return x.tokens * x.heads * x.headDim; }
+std::int64_t keysOrValues(const Shape& x) { return x.tokens * x.kvHeads * x.headDim; }
+std::int64_t expertRows(const Shape& x) { return x.expertRows() * x.hidden; }
+
+std::vector<AgentBufferInfo> bufferTable()
 {
-    const ModelSpec& m = spec.model;
-    const ParallelSpec& p = spec.parallel;
-    // The agent's integer shapes (GptModel's m_headDim, heads / tp, ...).
-    const std::int64_t t = p.tp, d = m.hidden / m.heads;
-    Dims x;
-    x.T = double(p.microBatchSize) * double(m.seqLen);
-    x.sp = p.sequenceParallel && t > 1;  // TensorParallel's m_sp: a group of one has no SP
-    x.Tl = x.sp ? double(std::int64_t(x.T) / t) : x.T;
-    x.h = double(m.hidden);
-    x.H = double(m.heads / t);
-    x.Hd = x.H * double(d);
-    x.Hkvd = double(m.kvHeads / t) * double(d);
-    x.f = double(m.ffnHidden / t);
-    x.g = m.activation == Activation::SwiGlu ? 2.0 : 1.0;
-    x.V = double(m.vocab / t);
-    if (m.moe.enabled()) {
-        x.E = m.moe.experts;
-        x.fm = double(m.moe.ffnHidden / t);
-        x.R = x.E * routerCapacity(x.T, m.moe.experts, m.moe.topK, m.moe.capacityFactor);
-        x.routed = std::min(x.T * m.moe.topK, x.R);
-    }
-    return x;
+    using B = AgentBuffer;
+    using P = AgentBufferPart;
+    using K = AgentBufferKeep;
+    std::vector<AgentBufferInfo> table{
+        {B::Input, "xIn", P::Layer, K::Always, streamRows},
+        {B::AttnNorm, "a", P::Layer, K::UnlessFullRecompute, streamRows},
+        {B::AttnMean, "mean1", P::Layer, K::UnlessFullRecompute, statistics},
+        {B::AttnRstd, "rstd1", P::Layer, K::UnlessFullRecompute, statistics},
+        {B::AttnGathered, "aFull", P::Layer, K::UnlessFullRecompute, gathered},
+        {B::Query, "q", P::Layer, K::UnlessFullRecompute, queries},
+        {B::Key, "k", P::Layer, K::UnlessFullRecompute, keysOrValues},
+        {B::Value, "v", P::Layer, K::UnlessFullRecompute, keysOrValues},
+        {B::Attention, "att", P::Layer, K::WithoutRecompute, queries},
+        {B::LogSumExp, "lse", P::Layer, K::WithoutRecompute, [](const Shape& x) { return x.tokens * x.heads; }},
+        {B::Residual, "xMid", P::Layer, K::UnlessFullRecompute, streamRows},
+        {B::MlpNorm, "c", P::Layer, K::UnlessFullRecompute, streamRows},
+        {B::MlpMean, "mean2", P::Layer, K::UnlessFullRecompute, statistics},
+        {B::MlpRstd, "rstd2", P::Layer, K::UnlessFullRecompute, statistics},
+        {B::MlpGathered, "cFull", P::Layer, K::UnlessFullRecompute, gathered},
+        {B::Fc1Out, "u", P::DenseMlp, K::UnlessFullRecompute,
+         [](const Shape& x) { return x.tokens * x.gated * x.ffn; }},
+        {B::ActOut, "g", P::DenseMlp, K::UnlessFullRecompute, [](const Shape& x) { return x.tokens * x.ffn; }},
+        {B::ExpertIn, "expertIn", P::MoeMlp, K::UnlessFullRecompute, expertRows},
+        {B::ExpertFc1Out, "eu", P::MoeMlp, K::UnlessFullRecompute,
+         [](const Shape& x) { return x.expertRows() * x.gated * x.expertFfn; }},
+        {B::ExpertActOut, "eg", P::MoeMlp, K::UnlessFullRecompute,
+         [](const Shape& x) { return x.expertRows() * x.expertFfn; }},
+        {B::ExpertOut, "eout", P::MoeMlp, K::UnlessFullRecompute, expertRows},
+        {B::FinalInput, "xFinal", P::Head, K::Always, streamRows},
+        {B::FinalMean, "meanF", P::Head, K::Always, statistics},
+        {B::FinalRstd, "rstdF", P::Head, K::Always, statistics},
+        {B::FinalNormRows, "normLocal", P::Head, K::ForwardOnly,
+         [](const Shape& x) { return x.sequenceParallel ? streamRows(x) : 0; }},
+        {B::FinalNorm, "normOut", P::Head, K::Always, wholeRows},
+        {B::Logits, "dLogits", P::Head, K::Always, [](const Shape& x) { return x.tokens * x.vocab; }},
+    };
+    for (std::size_t i = 0; i < table.size(); ++i)
+        if (int(table[i].buffer) != int(i))
+            throw std::logic_error(std::string("agentBuffers: ") + table[i].name + " is out of AgentBuffer's order");
+    if (int(table.size()) != kAgentBufferCount)
+        throw std::logic_error("agentBuffers: not every AgentBuffer is in the table");
+    return table;
+}
+
+std::vector<AgentDeferredGemm> deferredGemmTable()
+{
+    using P = AgentBufferPart;
+    auto tokens = [](const Shape& x) { return x.tokens; };
+    auto hidden = [](const Shape& x) { return x.hidden; };
+    auto queryWidth = [](const Shape& x) { return x.heads * x.headDim; };
+    auto kvWidth = [](const Shape& x) { return x.kvHeads * x.headDim; };
+    auto routed = [](const Shape& x) { return x.routedRows(); };
+    return {
+        {"attn.proj", P::Layer, tokens, hidden, queryWidth},          // dy, and att as x
+        {"attn.qkv (q rows)", P::Layer, tokens, queryWidth, hidden},  // dq, and the attention input
+        {"attn.qkv (k rows)", P::Layer, tokens, kvWidth, hidden},
+        {"attn.qkv (v rows)", P::Layer, tokens, kvWidth, hidden},
+        {"mlp.fc2", P::DenseMlp, tokens, hidden, [](const Shape& x) { return x.ffn; }},            // dy, and g
+        {"mlp.fc1", P::DenseMlp, tokens, [](const Shape& x) { return x.gated * x.ffn; }, hidden},  // du, the MLP input
+        {"moe.router", P::MoeMlp, tokens, [](const Shape& x) { return x.experts; }, hidden},  // the logits' gradient
+        {"moe.experts.fc2", P::MoeMlp, routed, hidden, [](const Shape& x) { return x.expertFfn; }},  // dy, eg
+        {"moe.experts.fc1", P::MoeMlp, routed, [](const Shape& x) { return x.gated * x.expertFfn; }, hidden},
+        {"lm_head", P::Head, tokens, [](const Shape& x) { return x.vocab; }, hidden},  // dLogits, normOut
+    };
+}
+
+bool inLayer(AgentBufferPart part, bool moe)
+{
+    return part == AgentBufferPart::Layer || part == (moe ? AgentBufferPart::MoeMlp : AgentBufferPart::DenseMlp);
 }
 
 // The head's part of the chunk that ends the model (GptModel::forward after the last layer), elements.
@@ -73,69 +116,43 @@ struct Head {
     double stash = 0;      // zb-h1: the output layer's deferred weight gradient
 };
 
-Head headOf(const Dims& x)
+Head headOf(const Shape& x)
 {
     Head head;
-    head.dLogits = x.T * x.V;  // dLogits [T, V/tp]: the loss gradient the forward computes, kept for B
-    head.kept =
-        x.Tl * x.h    // xFinal: the last layer's output, the final norm's input
-        + 2.0 * x.Tl  // meanF, rstdF: the final norm's statistics
-        + x.T * x.h   // normOut: the final norm's output [T, h], gathered over TP with SP, for dW of the output layer
-        + head.dLogits;
-    head.transient = x.sp ? x.Tl * x.h : 0.0;  // SP: this rank's rows of the final norm, freed when F returns
-    head.stash = x.T * x.V + x.T * x.h;        // deferred dW of the output layer: copies of dLogits and normOut
+    for (const AgentBufferInfo& b : agentBuffers()) {
+        if (b.part != AgentBufferPart::Head)
+            continue;
+        const double n = double(b.elements(x));
+        (b.keep == AgentBufferKeep::ForwardOnly ? head.transient : head.kept) += n;
+        if (b.buffer == AgentBuffer::Logits)
+            head.dLogits = n;
+    }
+    for (const AgentDeferredGemm& w : agentDeferredGemms())
+        if (w.part == AgentBufferPart::Head)
+            head.stash += double(w.rows(x)) * double(w.out(x) + w.in(x));
     return head;
 }
 
 // One layer, elements.
-AgentLayerActivations layerOf(const Dims& x, Recompute recompute, bool moe)
+AgentLayerActivations layerOf(const Shape& x, Recompute recompute, bool moe)
 {
-    // GptModel::LayerActivations, allocated in this order by forwardLayer.
-    const double gathered = x.sp ? x.T * x.h : 0.0;
-    const double attentionNorm = x.Tl * x.h    // a: the attention norm's output (this rank's rows)
-                                 + 2.0 * x.Tl  // mean1, rstd1: its statistics (mean is allocated for RMSNorm too)
-                                 + gathered;   // aFull: SP's gather of a, the qkv GEMMs' input and dW's x
-    const double qkv = x.T * x.Hd              // q after RoPE, for core attention's backward
-                       + 2.0 * x.T * x.Hkvd;   // k and v after RoPE
-    const double core = x.T * x.Hd             // att: the attention output, kept for the output projection's dW
-                        + x.T * x.H;           // lse: the row log-sum-exp [b, H, s], for flash attention's backward
-    const double residual = x.Tl * x.h;        // xMid: the stream after the attention residual, the MLP norm's input
-    const double mlpNorm = x.Tl * x.h + 2.0 * x.Tl + gathered;  // c, mean2, rstd2 and SP's cFull, as for attention
-    double mlp = 0;
-    if (moe)
-        mlp = x.R * x.h           // expertIn: the rows dispatched to this rank's experts, [E x capacity, h]
-              + x.R * x.g * x.fm  // eu: the experts' fc1 outputs
-              + x.R * x.fm        // eg: their activation, fc2's input
-              + x.R * x.h;        // eout: the experts' outputs back at their tokens' rank, for the combine's backward
-    else
-        mlp = x.T * x.g * x.f  // u: fc1's output, the activation's input
-              + x.T * x.f;     // g: the activation's output, fc2's input
-
     AgentLayerActivations layer;
-    layer.input = x.Tl * x.h;  // xIn
-    layer.working = attentionNorm + qkv + core + residual + mlpNorm + mlp;
-    switch (recompute) {
-    case Recompute::None:
-        layer.kept = layer.working;
-        break;
-    case Recompute::Selective:
-        layer.kept = layer.working - core;  // att and lse are dropped; B rebuilds them as workspace
-        break;
-    case Recompute::Full:
-        layer.kept = 0;  // releaseAllButInput
-        break;
+    for (const AgentBufferInfo& b : agentBuffers()) {
+        if (!inLayer(b.part, moe))
+            continue;
+        const double n = double(b.elements(x));
+        if (b.buffer == AgentBuffer::Input) {
+            layer.input = n;
+            continue;
+        }
+        layer.working += n;
+        if (agentBufferKept(b.keep, recompute))
+            layer.kept += n;
     }
     // A split backward's DeferredWeightGrad per linear layer: copies of dy [n, out] and x [n, in].
-    const double attention = (x.h + x.Hd)             // proj: dy, and att as x
-                             + (x.Hd + x.h)           // q block of qkv: dq, and the attention input
-                             + 2.0 * (x.Hkvd + x.h);  // k and v blocks: dk, dv, and the attention input again each
-    if (moe)
-        layer.stash =
-            x.T * attention + x.T * (x.E + x.h)            // router: the logits' gradient [T, E], and the MLP input
-            + x.routed * (x.h + x.fm + x.g * x.fm + x.h);  // each expert's fc2 (dy, eg) and fc1 (deu, expertIn) rows
-    else
-        layer.stash = x.T * attention + x.T * (x.h + x.f)  // fc2: dy, and g
-                      + x.T * (x.g * x.f + x.h);           // fc1: du, and the MLP input
+    for (const AgentDeferredGemm& w : agentDeferredGemms())
+        if (inLayer(w.part, moe))
+            layer.stash += double(w.rows(x)) * double(w.out(x) + w.in(x));
     return layer;
 }
 
@@ -148,7 +165,70 @@ AgentLayerActivations toBytes(AgentLayerActivations layer)
     return layer;
 }
 
+AgentActivationShape shapeOf(const JobSpec& spec)
+{
+    const ParallelSpec& p = spec.parallel;
+    return agentActivationShape(spec.model, p.tp, p.sequenceParallel, p.microBatchSize);
+}
+
 }  // namespace
+
+std::int64_t AgentActivationShape::routedRows() const { return std::min(tokens * topK, expertRows()); }
+
+AgentActivationShape agentActivationShape(const ModelSpec& m, int tp, bool sequenceParallel, int microBatchSize)
+{
+    const std::int64_t t = tp;
+    AgentActivationShape x;
+    x.tokens = std::int64_t(microBatchSize) * m.seqLen;
+    x.sequenceParallel = sequenceParallel && tp > 1;  // TensorParallel's m_sp: a group of one has no SP
+    x.streamTokens = x.sequenceParallel ? x.tokens / t : x.tokens;
+    x.hidden = m.hidden;
+    x.heads = m.heads / t;
+    x.kvHeads = m.kvHeads / t;
+    x.headDim = m.hidden / m.heads;
+    x.ffn = m.ffnHidden / t;
+    x.gated = m.activation == Activation::SwiGlu ? 2 : 1;
+    x.vocab = m.vocab / t;
+    if (m.moe.enabled()) {
+        x.experts = m.moe.experts;
+        x.topK = m.moe.topK;
+        x.expertFfn = m.moe.ffnHidden / t;
+        x.capacity = routerCapacity(x.tokens, m.moe.experts, m.moe.topK, m.moe.capacityFactor);
+    }
+    return x;
+}
+
+const std::vector<AgentBufferInfo>& agentBuffers()
+{
+    static const std::vector<AgentBufferInfo> table = bufferTable();
+    return table;
+}
+
+std::int64_t agentBufferElements(AgentBuffer buffer, const AgentActivationShape& shape)
+{
+    return agentBuffers()[std::size_t(buffer)].elements(shape);
+}
+
+bool agentBufferKept(AgentBufferKeep keep, Recompute recompute)
+{
+    switch (keep) {
+    case AgentBufferKeep::Always:
+        return true;
+    case AgentBufferKeep::UnlessFullRecompute:
+        return recompute != Recompute::Full;
+    case AgentBufferKeep::WithoutRecompute:
+        return recompute == Recompute::None;
+    case AgentBufferKeep::ForwardOnly:
+        return false;
+    }
+    return false;
+}
+
+const std::vector<AgentDeferredGemm>& agentDeferredGemms()
+{
+    static const std::vector<AgentDeferredGemm> table = deferredGemmTable();
+    return table;
+}
 
 bool agentSplitsBackward(const ParallelSpec& p)
 {
@@ -159,14 +239,14 @@ bool agentSplitsBackward(const ParallelSpec& p)
 
 AgentLayerActivations agentLayerActivations(const JobSpec& spec, bool moe)
 {
-    return toBytes(layerOf(dimsOf(spec), spec.parallel.recompute, moe));
+    return toBytes(layerOf(shapeOf(spec), spec.parallel.recompute, moe));
 }
 
 AgentChunkActivations agentChunkActivations(const JobSpec& spec, int virtualStage)
 {
     const ModelSpec& m = spec.model;
     const ParallelSpec& p = spec.parallel;
-    const Dims x = dimsOf(spec);
+    const AgentActivationShape x = shapeOf(spec);
     const int count = m.layers / (p.pp * p.virtualStages);  // ModelSlice::ofStage
     const int first = virtualStage * count;                 // virtual stages count in model order
     const bool ends = virtualStage == p.pp * p.virtualStages - 1;
@@ -182,7 +262,7 @@ AgentChunkActivations agentChunkActivations(const JobSpec& spec, int virtualStag
     // layer's working set, of which it keeps `kept`.
     double held = 0;
     for (int i = 0; i < count; ++i) {
-        const double next = i + 1 < count || ends ? x.Tl * x.h : 0.0;
+        const double next = i + 1 < count || ends ? double(agentBufferElements(AgentBuffer::Input, x)) : 0.0;
         chunk.forwardPeak = std::max(chunk.forwardPeak, held + layer(i).input + next + layer(i).working);
         held += layer(i).input + layer(i).kept;
     }

@@ -1,6 +1,6 @@
 // The whole model and trainer: gradients against finite differences, recompute modes against
-// each other, checkpoints resume bit for bit, and training on the Markov source approaches its
-// entropy floor.
+// each other, the activations it allocates against the planner's table of them, checkpoints resume
+// bit for bit, and training on the Markov source approaches its entropy floor.
 
 #include "agent/checkpoint/safetensors.h"
 #include "agent/data/markov_source.h"
@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/openblas_core.h"
+#include "plan/agent_activations.h"
 #include "plan/cost_model.h"
 
 #include <QTemporaryDir>
@@ -77,6 +78,8 @@ private slots:
     void gradientsMatchFiniteDifferences_data();
     void gradientsMatchFiniteDifferences();
     void recomputeModesGiveIdenticalGradients();
+    void activationsAreThePlannersTable_data();
+    void activationsAreThePlannersTable();
     void checkpointResumesBitForBit();
     void checkpointFromAnotherModelIsRefused();
     void demoModelApproachesEntropyFloor();
@@ -192,6 +195,55 @@ void TestModel::recomputeModesGiveIdenticalGradients()
     }
     QVERIFY(gradients[0] == gradients[1]);
     QVERIFY(gradients[0] == gradients[2]);
+}
+
+void TestModel::activationsAreThePlannersTable_data()
+{
+    QTest::addColumn<bool>("moe");
+    QTest::addColumn<QString>("recompute");
+    for (bool moe : {false, true})
+        for (const char* mode : {"none", "selective", "full"})
+            QTest::newRow(qPrintable(QStringLiteral("%1 %2").arg(moe ? "moe" : "dense", mode))) << moe << mode;
+}
+
+void TestModel::activationsAreThePlannersTable()
+{
+    // The model allocates every activation from plan/agent_activations.h's table and the planner
+    // adds the same entries up: on one device the ledger's Activations category holds the chunk's
+    // kept bytes after the forward, and peaks as the planner says in the forward and the backward.
+    QFETCH(bool, moe);
+    QFETCH(QString, recompute);
+    json doc = tinyJob(moe, "layernorm", "swiglu", false);
+    if (moe)
+        doc["model"]["moe"]["every_n_layers"] = 2;  // a dense layer and an MoE layer
+    doc["parallel"]["recompute"] = recompute.toStdString();
+    const plan::JobSpec spec = specOf(doc);
+    kernels::CpuBackend backend;
+    GptModel model(spec.model, spec.parallel.recompute, backend);
+    std::vector<float> params(model.layout().totalSize());
+    initializeParameters(model.layout(), spec.model, 7, params.data());
+    backend.upload(model.parameters(), params.data(), params.size());
+    const int batch = spec.parallel.microBatchSize, s = int(spec.model.seqLen);
+    std::vector<std::int32_t> tokens(std::size_t(batch) * (s + 1));
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+        tokens[i] = std::int32_t((i * 7 + 3) % std::size_t(spec.model.vocab));
+
+    MemoryLedger& ledger = MemoryLedger::instance();
+    const std::size_t category = std::size_t(MemoryCategory::Activations);
+    auto current = [&] { return double(ledger.usage().current[category]); };
+    auto peak = [&] { return double(ledger.usage().peak[category]); };
+    const double before = current();
+    const plan::AgentChunkActivations planned = plan::agentChunkActivations(spec, 0);
+    ledger.resetPeaks();
+    ForwardResult result;
+    GptModel::ActivationsPtr activations = model.forward({tokens.data(), batch}, 1.0f, 1.0f, result);
+    QCOMPARE(current() - before, planned.kept);
+    QCOMPARE(peak() - before, planned.forwardPeak);
+    ledger.resetPeaks();
+    model.backward(*activations);
+    QCOMPARE(peak() - before, planned.backwardPeak);
+    activations.reset();
+    QCOMPARE(current(), before);
 }
 
 void TestModel::checkpointResumesBitForBit()
