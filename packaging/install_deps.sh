@@ -3,7 +3,8 @@
 # Run as root or through sudo. CUDA is optional and is picked up from /usr/local/cuda when present.
 # python3-torch is for the tests only: they check that PyTorch reproduces our training losses.
 # clang and libclang-rt-dev (libFuzzer) are for the tests only: the wire decoder's fuzz target.
-# clang-format is for the tests only: tst_format holds the tree to .clang-format.
+# clang-format is for the tests only: tst_format holds the tree to .clang-format; clang-tidy is
+# packaging/lint.sh's.
 # iproute2 and util-linux are for the tests only: the test hosts (network namespaces, unshare).
 # dpkg-dev and lintian are for packaging/build_deb.sh and its test: CPack's dependency scan, and the
 # package's check. help2man writes the man pages from each program's --help at build time.
@@ -25,7 +26,7 @@ packages=(
   libopenblas-dev
   xvfb xauth
   python3-torch python3-numpy
-  clang libclang-rt-dev clang-format
+  clang libclang-rt-dev clang-format clang-tidy
   iproute2 util-linux
   slurmctld slurmd slurm-client munge
   dpkg-dev lintian help2man

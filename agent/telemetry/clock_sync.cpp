@@ -2,6 +2,7 @@
 
 #include "telemetry_sender.h"
 #include "wire/clock.h"
+#include "wire/wall_clock.h"
 
 #include <stdexcept>
 

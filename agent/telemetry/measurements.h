@@ -10,6 +10,7 @@
 
 #include "agent/runtime/device_buffer.h"
 #include "wire/telemetry.h"
+#include "wire/wall_clock.h"
 
 #include <cstdint>
 #include <iosfwd>

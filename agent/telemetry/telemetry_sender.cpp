@@ -3,6 +3,9 @@
 #include "clock_sync.h"
 #include "nvml.h"
 
+#include "wire/host_name.h"
+#include "wire/wall_clock.h"
+
 #include <zmq.hpp>
 
 #include <cstdlib>

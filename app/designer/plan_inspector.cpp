@@ -2,7 +2,7 @@
 
 #include "job_document.h"
 
-#include "plan/report.h"
+#include "plan/units.h"
 #include "timeline/timeline_data.h"
 #include "timeline/timeline_view.h"
 
@@ -26,7 +26,7 @@ QString text(const std::string& s) { return QString::fromStdString(s); }
 // A figure with its unit ("80.00 GB", "1.095 s") that word wrap must not split.
 QString figure(const std::string& s) { return text(s).replace(u' ', QChar::Nbsp); }
 
-QString percent(double ratio) { return QString::number(ratio * 100.0, 'f', 1) + u'%'; }
+QString percent(double share) { return QString::fromStdString(plan::formatPercent(share)); }
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "search_results_model.h"
 
 #include "plan/report.h"
+#include "plan/units.h"
 
 namespace meshbench::app {
 
@@ -62,9 +63,9 @@ QVariant SearchResultsModel::data(const QModelIndex& index, int role) const
     case TokensPerSecond:
         return display ? QVariant(QString::number(c.tokensPerSecond, 'f', 0)) : QVariant(c.tokensPerSecond);
     case Mfu:
-        return display ? QVariant(QString::number(c.mfu * 100, 'f', 1) + u'%') : QVariant(c.mfu);
+        return display ? QVariant(QString::fromStdString(plan::formatPercent(c.mfu))) : QVariant(c.mfu);
     case Bubble:
-        return display ? QVariant(QString::number(c.bubbleRatio * 100, 'f', 1) + u'%') : QVariant(c.bubbleRatio);
+        return display ? QVariant(QString::fromStdString(plan::formatPercent(c.bubbleRatio))) : QVariant(c.bubbleRatio);
     case Memory:
         return display ? QVariant(QString::fromStdString(plan::formatBytes(c.memoryBytes))) : QVariant(c.memoryBytes);
     case ColumnCount:

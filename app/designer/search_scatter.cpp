@@ -1,6 +1,6 @@
 #include "designer/search_scatter.h"
 
-#include "plan/report.h"
+#include "plan/units.h"
 
 #include <qcustomplot.h>
 

@@ -4,7 +4,7 @@
 // and the designed layout marked. Hovering a point names its layout; a click selects it, a double
 // click applies it. Exported like the Monitor's charts (right click).
 
-#include "monitor/chart_widget.h"
+#include "charts/chart_widget.h"
 
 #include "plan/search.h"
 
@@ -45,7 +45,6 @@ Q_SIGNALS:
 
 protected:
     void reset() override {}
-    void appendSteps(std::size_t) override {}
     bool eventFilter(QObject* watched, QEvent* event) override;
 
 private:

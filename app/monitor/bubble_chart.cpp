@@ -14,7 +14,7 @@ const QColor kPlannedColor(128, 128, 128);  // mid grey: reads on light and dark
 
 }  // namespace
 
-BubbleChart::BubbleChart(QWidget* parent) : ChartWidget(parent)
+BubbleChart::BubbleChart(QWidget* parent) : RunChart(parent)
 {
     setObjectName(QStringLiteral("bubble-chart"));  // also the suggested export file name
     QCustomPlot* p = plot();

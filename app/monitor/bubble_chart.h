@@ -3,7 +3,7 @@
 // overall bubble as a dashed reference line: a bubble far above the line is time the schedule
 // did not explain (stragglers, slow transfers, an unbalanced stage).
 
-#include "monitor/chart_widget.h"
+#include "monitor/run_chart.h"
 
 #include <optional>
 #include <vector>
@@ -14,7 +14,7 @@ class QCPItemText;
 
 namespace meshbench::app {
 
-class BubbleChart : public ChartWidget {
+class BubbleChart : public RunChart {
     Q_OBJECT
 public:
     explicit BubbleChart(QWidget* parent = nullptr);

@@ -38,7 +38,7 @@ QSharedPointer<QCPAxisTicker> integerTicker()
 
 }  // namespace
 
-ExpertLoadView::ExpertLoadView(QWidget* parent) : ChartWidget(parent)
+ExpertLoadView::ExpertLoadView(QWidget* parent) : RunChart(parent)
 {
     setObjectName(QStringLiteral("expert-load"));  // also the suggested export file name
     m_mode = new QComboBox(this);

@@ -5,7 +5,7 @@
 // p95 of the imbalance over layers and the fraction of tokens dropped by capacity; and a line
 // naming the hottest experts of the latest step with their overload factor.
 
-#include "monitor/chart_widget.h"
+#include "monitor/run_chart.h"
 
 #include <vector>
 
@@ -18,7 +18,7 @@ class QSpinBox;
 
 namespace meshbench::app {
 
-class ExpertLoadView : public ChartWidget {
+class ExpertLoadView : public RunChart {
     Q_OBJECT
 public:
     enum class Mode { ExpertsBySteps, LayersByExperts };

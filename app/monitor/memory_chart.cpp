@@ -1,6 +1,6 @@
 #include "monitor/memory_chart.h"
 
-#include "plan/report.h"
+#include "plan/units.h"
 
 #include <qcustomplot.h>
 
@@ -23,7 +23,7 @@ constexpr double kDataHeadroom = 1.25;
 
 }  // namespace
 
-MemoryChart::MemoryChart(QWidget* parent) : ChartWidget(parent)
+MemoryChart::MemoryChart(QWidget* parent) : RunChart(parent)
 {
     setObjectName(QStringLiteral("memory-chart"));  // also the suggested export file name
     m_rank = new QComboBox(this);

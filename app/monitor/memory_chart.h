@@ -7,7 +7,7 @@
 // device), a full-height capacity line would flatten the bars to nothing: the value axis is then
 // scaled to the data and the capacity is named in a note instead.
 
-#include "monitor/chart_widget.h"
+#include "monitor/run_chart.h"
 
 #include <array>
 
@@ -19,7 +19,7 @@ class QCPItemText;
 
 namespace meshbench::app {
 
-class MemoryChart : public ChartWidget {
+class MemoryChart : public RunChart {
     Q_OBJECT
 public:
     explicit MemoryChart(QWidget* parent = nullptr);

@@ -22,7 +22,7 @@ MonitorCharts::MonitorCharts(QWidget* parent) : QWidget(parent)
     m_experts = new ExpertLoadView(right);
     m_training = new TrainingChart(right);
     // Small enough for a 1280 x 800 window's share, large enough that no panel is squeezed to a line.
-    for (ChartWidget* chart : charts())
+    for (RunChart* chart : charts())
         chart->setMinimumSize(300, 160);
     const auto share = [](QSplitter* splitter, int first, int second) {
         splitter->setChildrenCollapsible(false);  // a chart dragged to nothing would look lost
@@ -38,11 +38,11 @@ MonitorCharts::MonitorCharts(QWidget* parent) : QWidget(parent)
     layout->addWidget(columns);
 }
 
-std::vector<ChartWidget*> MonitorCharts::charts() const { return {m_bubble, m_experts, m_memory, m_training}; }
+std::vector<RunChart*> MonitorCharts::charts() const { return {m_bubble, m_experts, m_memory, m_training}; }
 
 void MonitorCharts::setRunState(RunState* state)
 {
-    for (ChartWidget* chart : charts())
+    for (RunChart* chart : charts())
         chart->setRunState(state);
 }
 

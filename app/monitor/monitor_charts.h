@@ -2,7 +2,7 @@
 // The Monitor's charts for one RunState, in two columns of resizable panes: bubble above memory on
 // the left, expert load above training on the right. The main window places the timeline above it.
 
-#include "monitor/chart_widget.h"
+#include "monitor/run_chart.h"
 
 #include <vector>
 
@@ -24,7 +24,7 @@ public:
     MemoryChart* memoryChart() const { return m_memory; }
     TrainingChart* trainingChart() const { return m_training; }
     // All four, for "export chart" menus.
-    std::vector<ChartWidget*> charts() const;
+    std::vector<RunChart*> charts() const;
 
 private:
     BubbleChart* m_bubble = nullptr;

@@ -28,7 +28,7 @@ void fitValues(QCPGraph* graph)
 
 }  // namespace
 
-TrainingChart::TrainingChart(QWidget* parent) : ChartWidget(parent)
+TrainingChart::TrainingChart(QWidget* parent) : RunChart(parent)
 {
     setObjectName(QStringLiteral("training-chart"));  // also the suggested export file name
     QCustomPlot* p = plot();

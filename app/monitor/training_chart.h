@@ -2,13 +2,13 @@
 // Training progress per step: loss and aux loss (two value axes: the aux loss is orders of
 // magnitude smaller) above; throughput (tokens/s) and MFU below.
 
-#include "monitor/chart_widget.h"
+#include "monitor/run_chart.h"
 
 class QCPGraph;
 
 namespace meshbench::app {
 
-class TrainingChart : public ChartWidget {
+class TrainingChart : public RunChart {
     Q_OBJECT
 public:
     explicit TrainingChart(QWidget* parent = nullptr);

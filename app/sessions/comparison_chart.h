@@ -5,7 +5,7 @@
 // point. A right click exports it like the Monitor's charts. It follows no run: setSessions()
 // gives it everything it draws.
 
-#include "monitor/chart_widget.h"
+#include "charts/chart_widget.h"
 #include "sessions/compared_session.h"
 
 #include <vector>
@@ -42,7 +42,6 @@ public:
 
 protected:
     void reset() override;
-    void appendSteps(std::size_t) override {}  // no run to follow
 
 private:
     struct Drawn {

@@ -1,6 +1,6 @@
 #include "sessions/session_comparison.h"
 
-#include "plan/report.h"
+#include "plan/units.h"
 #include "sessions/comparison_chart.h"
 
 #include <QHeaderView>

@@ -1,6 +1,6 @@
 #include "timeline/timeline_style.h"
 
-#include "plan/report.h"
+#include "plan/units.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,8 @@
 #include "findings.h"
 
 #include "plan/mesh.h"
-#include "plan/report.h"
 #include "plan/schedule.h"
+#include "plan/units.h"
 #include "steady_state.h"
 
 #include <algorithm>
@@ -16,8 +16,6 @@ namespace meshbench::live {
 namespace {
 
 bool finite(const std::optional<double>& value) { return value.has_value() && std::isfinite(*value); }
-
-std::string percent(double share) { return plan::formatNumber("%.1f%%", 100 * share); }
 
 std::string plural(long long count, const std::string& word)
 {
@@ -99,7 +97,7 @@ std::vector<std::string> scheduleAlternatives(const plan::JobSpec& spec, double 
     std::sort(better.begin(), better.end());
     std::vector<std::string> out;
     for (const auto& [bubble, change] : better)
-        out.push_back(change + " (plan: bubble " + percent(bubble) + ")");
+        out.push_back(change + " (plan: bubble " + plan::formatPercent(bubble) + ")");
     return out;
 }
 
@@ -196,7 +194,7 @@ std::optional<Finding> boundingStage(const FindingsInput& in, const std::vector<
         }
     }
     const std::string stage = "stage " + std::to_string(worst);
-    f.title = stage + " bounds the pipeline: " + percent(excess) + " slower than the mean stage (" +
+    f.title = stage + " bounds the pipeline: " + plan::formatPercent(excess) + " slower than the mean stage (" +
               plan::formatSeconds(stageBusy[worst]) + " vs " + plan::formatSeconds(mean) + " of compute per step" +
               planned + ")";
     if (moves >= 1)
@@ -269,7 +267,7 @@ void stragglers(const FindingsInput& in, const std::vector<const StepAggregate*>
         f.stage = c.pp;
         f.figures = {{"busy_s", rankBusy}, {"stage_median_s", stageBusy}, {"excess", slower - 1}};
         f.title = "rank " + std::to_string(r) + " (stage " + std::to_string(c.pp) + ", dp " + std::to_string(c.dp) +
-                  " tp " + std::to_string(c.tp) + ") is a straggler: " + percent(slower - 1) +
+                  " tp " + std::to_string(c.tp) + ") is a straggler: " + plan::formatPercent(slower - 1) +
                   " slower than its stage's median (" + plan::formatSeconds(rankBusy) + " vs " +
                   plan::formatSeconds(stageBusy) + " of compute per step)";
         // TP peers wait for each other inside their collectives, so a slow rank can drag its whole
@@ -329,7 +327,7 @@ void hotExperts(const FindingsInput& in, const std::vector<const StepAggregate*>
         f.title = expert + " of layer " + std::to_string(layer) +
                   " is the hottest: " + plan::formatNumber("%.2f", overload) +
                   "x the mean load over the recent steps (peak step " + plan::formatNumber("%.2f", peakStep) + "x), " +
-                  percent(dropped) + " of the layer's tokens dropped";
+                  plan::formatPercent(dropped) + " of the layer's tokens dropped";
         // With the coefficient at 0 nothing balances the router: 0.01 is Switch Transformer's
         // (Fedus et al. 2021, section 2.2) and the spec's default.
         const std::string doubleAux =
@@ -443,10 +441,10 @@ void memoryPressure(const FindingsInput& in, std::vector<Finding>& out)
                      {"largest_bytes", double(w.memory->peak[largest])},
                      {"ranks_over", double(w.over)}};
         f.title = "rank " + std::to_string(w.memory->rank) + " (stage " + std::to_string(s) + ") peaks at " +
-                  percent(fraction) + " of its " + plan::formatBytes(capacity) + " (" + plan::formatBytes(w.peak) +
-                  ", " + name + " the largest at " + plan::formatBytes(double(w.memory->peak[largest])) + "); " +
-                  std::to_string(w.over) + " of " + std::to_string(w.ranks) + " ranks of the stage above " +
-                  percent(kMemoryFraction);
+                  plan::formatPercent(fraction) + " of its " + plan::formatBytes(capacity) + " (" +
+                  plan::formatBytes(w.peak) + ", " + name + " the largest at " +
+                  plan::formatBytes(double(w.memory->peak[largest])) + "); " + std::to_string(w.over) + " of " +
+                  std::to_string(w.ranks) + " ranks of the stage above " + plan::formatPercent(kMemoryFraction);
         f.suggestion = memorySuggestion(in.spec, category);
         out.push_back(std::move(f));
     }
@@ -470,8 +468,8 @@ std::optional<Finding> bubbleAbovePlan(const FindingsInput& in, const std::vecto
     f.kind = FindingKind::BubbleAbovePlan;
     f.severity = m - p;
     f.figures = {{"measured", m}, {"planned", p}};
-    f.title = "the pipeline bubble is " + percent(m) +
-              (p > 0 ? ", " + plan::formatNumber("%.1f", m / p) + "x the plan's " + percent(p)
+    f.title = "the pipeline bubble is " + plan::formatPercent(m) +
+              (p > 0 ? ", " + plan::formatNumber("%.1f", m / p) + "x the plan's " + plan::formatPercent(p)
                      : " where the plan expects none");
     if (in.spec.parallel.pp < 2) {
         f.suggestion = "with one stage no schedule is to blame: the idle time is inside the step, so check the TP and "
@@ -566,8 +564,8 @@ std::optional<OffPlanCause> slowLink(const FindingsInput& in, const std::vector<
     const double measured = median(shares);
     if (!(measured - planned > kCommOverPlanPoints))
         return std::nullopt;
-    return OffPlanCause{"communication takes " + percent(measured) + " of the step against the plan's " +
-                            percent(planned),
+    return OffPlanCause{"communication takes " + plan::formatPercent(measured) + " of the step against the plan's " +
+                            plan::formatPercent(planned),
                         "a link is slower than the cluster spec says: measure it and correct the spec's "
                         "bandwidth and latency, or " +
                             std::string(kCalibrate),
@@ -624,8 +622,8 @@ std::optional<Finding> stepTimeOffPlan(const FindingsInput& in, const std::vecto
         rate = ", " + plan::formatNumber("%.0f", t) + " vs " + plan::formatNumber("%.0f", pt) + " tokens/s";
     }
     f.figures.insert(f.figures.end(), cause->figures.begin(), cause->figures.end());
-    f.title = "steps take " + plan::formatSeconds(m) + ", " + percent(std::abs(off)) + (off > 0 ? " above" : " below") +
-              " the plan's " + plan::formatSeconds(p) + rate + ": " + cause->what;
+    f.title = "steps take " + plan::formatSeconds(m) + ", " + plan::formatPercent(std::abs(off)) +
+              (off > 0 ? " above" : " below") + " the plan's " + plan::formatSeconds(p) + rate + ": " + cause->what;
     f.suggestion = cause->fix;
     return f;
 }

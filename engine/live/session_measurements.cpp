@@ -2,7 +2,7 @@
 
 #include "live/session_spec.h"
 #include "live/steady_state.h"
-#include "plan/report.h"
+#include "plan/units.h"
 #include "store/session_store.h"
 
 #include <algorithm>

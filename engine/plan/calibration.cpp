@@ -4,7 +4,7 @@
 #include "device_model.h"
 #include "mesh.h"
 #include "planner.h"
-#include "report.h"
+#include "units.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 #include "device_model.h"
 
-#include "report.h"
+#include "units.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,6 +2,7 @@
 
 #include "capability.h"
 #include "presets.h"
+#include "units.h"
 
 #include "wire/text.h"
 
@@ -115,19 +116,6 @@ std::string describe(const json& value)
     if (text.size() > 40)
         text = text.substr(0, 37) + "...";
     return std::string(value.type_name()) + " " + text;
-}
-
-std::string withThousands(std::int64_t value)
-{
-    const std::string digits = std::to_string(value);
-    const std::size_t sign = value < 0 ? 1 : 0;
-    std::string out = digits.substr(0, sign);
-    for (std::size_t i = sign; i < digits.size(); ++i) {
-        if (i > sign && (digits.size() - i) % 3 == 0)
-            out += ',';
-        out += digits[i];
-    }
-    return out;
 }
 
 // Walks one JSON object: reads known keys with type and range checks, reports unknown keys.

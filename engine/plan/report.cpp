@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "units.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -97,55 +99,12 @@ std::string gantt(const SimulationResult& sim, int width)
                 row[std::size_t(first + 1)] = char('0' + t.op.microbatch % 10);
         }
         out << "  stage " << pad(std::to_string(s), 3, false) << "|" << row << "|  bubble "
-            << formatNumber("%.1f%%", 100.0 * sim.bubbleRatio[std::size_t(s)]) << "\n";
+            << formatPercent(sim.bubbleRatio[std::size_t(s)]) << "\n";
     }
     return out.str();
 }
 
 }  // namespace
-
-ByteUnit byteUnitFor(double bytes)
-{
-    for (const ByteUnit unit : {ByteUnit{1e12, "TB"}, ByteUnit{1e9, "GB"}, ByteUnit{1e6, "MB"}, ByteUnit{1e3, "kB"}})
-        if (bytes >= unit.bytes)
-            return unit;
-    return {1, "B"};
-}
-
-std::string formatBytes(double bytes)
-{
-    const ByteUnit unit = byteUnitFor(bytes);
-    // The precision the planner's tables print: "31.41 GB", "350.0 MB", "512 B".
-    const int decimals = unit.bytes >= 1e9 ? 2 : unit.bytes >= 1e3 ? 1 : 0;
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.*f %s", decimals, bytes / unit.bytes, unit.name);
-    return buffer;
-}
-
-std::string formatNumber(const char* pattern, double value)
-{
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, pattern, value);
-    return buffer;
-}
-
-TimeUnit timeUnitFor(double seconds)
-{
-    for (const TimeUnit unit : {TimeUnit{1, "s"}, TimeUnit{1e-3, "ms"}, TimeUnit{1e-6, "us"}})
-        if (std::fabs(seconds) >= unit.seconds)
-            return unit;
-    return {1e-9, "ns"};
-}
-
-std::string formatSeconds(double seconds)
-{
-    const TimeUnit unit = timeUnitFor(seconds);
-    // The precision the planner's tables print: "1.500 s", "12.34 ms", "4.2 us", "350 ns".
-    const int decimals = unit.seconds >= 1 ? 3 : unit.seconds >= 1e-3 ? 2 : unit.seconds >= 1e-6 ? 1 : 0;
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.*f %s", decimals, seconds / unit.seconds, unit.name);
-    return buffer;
-}
 
 json errorsToJson(const std::vector<SpecError>& errors)
 {
@@ -295,8 +254,7 @@ std::string planToText(const Plan& plan)
         if (!plan.spec.cluster.calibration.empty())
             out << "         rates calibrated from " << plan.spec.cluster.calibration.source << "\n";
         out << "         " << formatFlops(plan.flopsPerStep) << " per step, "
-            << formatNumber("%.0f", plan.tokensPerSecond) << " tokens/s, MFU "
-            << formatNumber("%.1f%%", 100.0 * plan.mfu) << "\n";
+            << formatNumber("%.0f", plan.tokensPerSecond) << " tokens/s, MFU " << formatPercent(plan.mfu) << "\n";
     } else {
         out << "Unit costs F=" << plan.unitCosts->forward << " B=" << plan.unitCosts->backward
             << " W=" << plan.unitCosts->weightGrad << " (no communication): makespan " << plan.simulation.makespan
@@ -390,7 +348,7 @@ std::string searchToText(const SearchResult& result, const JobSpec& spec)
             << pad(std::string(recomputeName(p.recompute)), 10, false)
             << pad(std::string(scheduleName(p.schedule)), 12, false) << pad(overlapLetters(p), 8, false)
             << pad(formatSeconds(cand.stepTime), 11) << pad(formatNumber("%.0f", cand.tokensPerSecond), 12)
-            << pad(formatNumber("%.1f%%", 100 * cand.mfu), 7) << pad(formatNumber("%.1f%%", 100 * cand.bubbleRatio), 8)
+            << pad(formatPercent(cand.mfu), 7) << pad(formatPercent(cand.bubbleRatio), 8)
             << pad(formatBytes(cand.memoryBytes), 10) << "\n";
     }
     out << "\noverlap: g the data-parallel reduction under the backward, p ZeRO's weight gather under the\n"

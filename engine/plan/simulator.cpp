@@ -1,6 +1,6 @@
 #include "simulator.h"
 
-#include "report.h"
+#include "units.h"
 
 #include <algorithm>
 

@@ -3,7 +3,7 @@
 #include "live/session_measurements.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
-#include "plan/report.h"
+#include "plan/units.h"
 #include "wire/text.h"
 
 #include <CLI/CLI.hpp>

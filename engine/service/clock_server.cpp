@@ -3,6 +3,7 @@
 #include "wire/clock.h"
 #include "wire/endpoints.h"
 #include "wire/telemetry.h"
+#include "wire/wall_clock.h"
 
 #include <stdexcept>
 

@@ -1,6 +1,8 @@
 #include "collector.h"
 
 #include "wire/endpoints.h"
+#include "wire/host_name.h"
+#include "wire/wall_clock.h"
 
 #include <variant>
 

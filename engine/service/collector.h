@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,8 @@ public:
 
     const Ingest& ingest() const { return m_ingest; }
     // The last error line a rank logged, or empty.
-    const std::string& lastError(std::uint32_t rank) const { return m_lastError[rank]; }
+    // The last error line each rank logged, empty for none.
+    std::span<const std::string> lastErrors() const { return m_lastError; }
     std::uint64_t records() const { return m_records; }
 
 private:

@@ -1,6 +1,6 @@
 #include "ingest.h"
 
-#include "plan/report.h"
+#include "plan/units.h"
 
 #include <cstdlib>
 #include <type_traits>

@@ -47,6 +47,7 @@ public:
 
     std::uint32_t worldSize() const { return std::uint32_t(m_liveness.size()); }
     const RankLiveness& liveness(std::uint32_t rank) const { return m_liveness[rank]; }
+    std::span<const RankLiveness> liveness() const { return m_liveness; }
     const wire::RankClock& clock(std::uint32_t rank) const { return m_clocks[rank]; }
     std::vector<store::RankTraffic> traffic() const;
     std::uint64_t rejectedFrames() const { return m_rejectedFrames; }

@@ -3,10 +3,13 @@
 #include "clock_server.h"
 #include "collector.h"
 #include "curve_guard.h"
+#include "failure_verdict.h"
 #include "launcher.h"
+#include "launcher_report.h"
 #include "live/steady_state.h"
 #include "wire/curve_keys.h"
 #include "wire/endpoints.h"
+#include "wire/wall_clock.h"
 
 #include "plan/mesh.h"
 #include "plan/planner.h"
@@ -17,16 +20,9 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <functional>
-#include <map>
-#include <regex>
-#include <set>
-#include <variant>
 
 #include <unistd.h>
 
@@ -44,173 +40,11 @@ constexpr std::chrono::milliseconds kSettleLimit{10000};
 constexpr std::chrono::milliseconds kTerminateGrace{3000};
 constexpr const char* kTelemetryKeysVariable = "MESHBENCH_TELEMETRY_KEYS";
 
-store::SessionOutcome failedRank(std::uint32_t rank, std::string cause)
-{
-    return {store::Outcome::Failed, std::move(cause), std::int32_t(rank), 0};
-}
-
-bool communicationFailed(const RankLiveness& live)
-{
-    return live.state == wire::RankState::Failed && live.detail == wire::kCommunicationFailedStatus;
-}
-
 std::string layoutWords(const plan::ParallelSpec& p)
 {
     return "dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " ep" +
            std::to_string(p.ep) + " " + std::string(plan::scheduleName(p.schedule)) +
            (p.zero > 0 ? " zero" + std::to_string(p.zero) : "");
-}
-
-// mpirun's own account of the first rank that ended the job (Open MPI 4), in one of three forms:
-//   "mpirun noticed that process rank 3 with PID 0 on node n1 exited on signal 9 (Killed)."
-//   "mpirun detected that one or more processes exited with non-zero status, ... The first process
-//    to do so was:" / "Process name: [[39481,1],3]" / "Exit code:    143"
-//   "mpirun has exited due to process rank 3 with PID 0 on" / "node n1 exiting improperly." (an
-//    exit, with status 0 too, before MPI_Finalize)
-// Messages wrap, so each line is read together with the one before.
-struct LauncherReport {
-    int rank = -1;
-    int signal = 0;
-    std::optional<int> exitCode;
-    bool improper = false;  // exited with status 0 before MPI_Finalize (a non-zero status is the second form)
-    // Slurm's account of a cancelled step or job (srun relays slurmstepd's line):
-    //   "slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-12-01T21:20:00 ***"
-    //   "... *** JOB 12 ON n1 CANCELLED AT 2026-12-01T21:20:00 DUE TO TIME LIMIT ***"
-    std::string slurmCancelledAt;
-    bool slurmTimeLimit = false;
-    std::string previousLine;
-    int namedRank = -1;  // "Process name: [[j,1],R]", waiting for its "Exit code"
-    // A host the launch could not reach, in one of Open MPI's (4.x) or ssh's words:
-    //   "A process or daemon was unable to complete a TCP connection" / "to another process:" /
-    //   "  Local host:    n2" / "  Remote host:   login" (n2's daemon cannot connect back to mpirun)
-    //   "ssh: connect to host n2 port 22: No route to host" / "ssh: Could not resolve hostname n2: ..."
-    //   "ORTE has lost communication with a remote daemon." / ... / "  Remote daemon: [[j,0],1] on node n2"
-    // followed, at launch, by "ORTE was unable to reliably start one or more daemons."
-    std::string unreachableHost;
-    std::string unreachableFrom;     // the other end, when Open MPI names it
-    std::string unreachableWhy;      // ssh's reason, or what Open MPI's block says
-    bool daemonsNotStarted = false;  // "ORTE was unable to reliably start one or more daemons"
-    bool inConnectionBlock = false;  // between "unable to complete a TCP connection" and its hosts
-    bool inLostDaemonBlock = false;  // between "lost communication with a remote daemon" and its node
-    // A crash report ("[host:pid] *** Process received signal ***", then its signal and a
-    // backtrace, as Open MPI's handler prints it): the first process to crash, its signal, and the
-    // first named frame after the handler's.
-    int crashPid = 0;
-    std::string crashSignal;  // "Segmentation fault (11)"
-    std::string crashFrame;   // "PMIx_Finalize"
-
-    std::string describe() const
-    {
-        if (signal != 0)
-            return ExitStatus{0, signal}.describe();
-        if (improper)
-            return "exited with status 0 before the job ended, without its last heartbeat or MPI_Finalize";
-        return "exited with status " + std::to_string(exitCode.value_or(0));
-    }
-};
-
-void readUnreachableHost(const std::string& line, LauncherReport& report)
-{
-    static const std::regex connection(R"(unable to complete a TCP connection)");
-    static const std::regex localHost(R"(^\s*Local host:\s*(\S+))");
-    static const std::regex remoteHost(R"(^\s*Remote host:\s*(\S+))");
-    static const std::regex sshConnect(R"(ssh: connect to host (\S+) port \d+: (.+))");
-    static const std::regex sshResolve(R"(ssh: Could not resolve hostname ([^:\s]+): (.+))");
-    static const std::regex lostDaemon(R"(lost communication with a remote daemon)");
-    static const std::regex remoteDaemon(R"(Remote daemon:\s*\S+ on node (\S+))");
-    static const std::regex notStarted(R"(ORTE was unable to reliably start one or more daemons)");
-    std::smatch m;
-    if (std::regex_search(line, notStarted))
-        report.daemonsNotStarted = true;
-    if (!report.unreachableHost.empty()) {
-        if (report.inConnectionBlock && report.unreachableFrom.empty() && std::regex_search(line, m, remoteHost)) {
-            report.unreachableFrom = m[1];
-            report.inConnectionBlock = false;
-        }
-        return;  // the first host named is the one reported
-    }
-    if (std::regex_search(line, connection)) {
-        report.inConnectionBlock = true;
-    } else if (report.inConnectionBlock && std::regex_search(line, m, localHost)) {
-        report.unreachableHost = m[1];
-        report.unreachableWhy = "Open MPI's daemon there could not open a TCP connection back to mpirun";
-    } else if (std::regex_search(line, m, sshConnect)) {
-        report.unreachableHost = m[1];
-        report.unreachableWhy = "ssh could not connect to it: " + m[2].str();
-    } else if (std::regex_search(line, m, sshResolve)) {
-        report.unreachableHost = m[1];
-        report.unreachableWhy = "ssh could not resolve its name: " + m[2].str();
-    } else if (std::regex_search(line, lostDaemon)) {
-        report.inLostDaemonBlock = true;
-    } else if (report.inLostDaemonBlock && std::regex_search(line, m, remoteDaemon)) {
-        report.unreachableHost = m[1];
-        report.unreachableWhy = "mpirun lost its connection to Open MPI's daemon there";
-        report.inLostDaemonBlock = false;
-    }
-}
-
-void readLauncherCrash(const std::string& line, LauncherReport& report)
-{
-    static const std::regex received(R"(\[[^\]:]*:(\d+)\] \*\*\* Process received signal \*\*\*)");
-    static const std::regex signal(R"(:(\d+)\] Signal: (.+))");
-    static const std::regex frame(R"(:(\d+)\] \[ *[1-9]\d*\] .*\(([A-Za-z_]\w*)\+0x)");
-    std::smatch m;
-    if (report.crashPid == 0) {
-        if (std::regex_search(line, m, received))
-            report.crashPid = std::stoi(m[1]);
-        return;
-    }
-    // Only that process's lines: a rank's crash report may be interleaved.
-    if (report.crashSignal.empty() && std::regex_search(line, m, signal) && std::stoi(m[1]) == report.crashPid)
-        report.crashSignal = m[2];
-    else if (report.crashFrame.empty() && std::regex_search(line, m, frame) && std::stoi(m[1]) == report.crashPid)
-        report.crashFrame = m[2];
-}
-
-void readLauncherLine(const std::string& line, LauncherReport& report)
-{
-    static const std::regex signalled(R"(process rank (\d+) with PID \d+ on\s+node \S+ exited on signal (\d+))");
-    static const std::regex improper(R"(process rank (\d+) with PID \d+ on\s+node \S+ exiting improperly)");
-    static const std::regex processName(R"(Process name:\s*\[\[\d+,\d+\],(\d+)\])");
-    static const std::regex exitCode(R"(Exit code:\s*(\d+))");
-    static const std::regex cancelled(R"(\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT (\S+)( DUE TO TIME LIMIT)?)");
-    const std::string joined = report.previousLine + " " + line;
-    report.previousLine = line;
-    std::smatch m;
-    if (report.slurmCancelledAt.empty() && std::regex_search(line, m, cancelled)) {
-        report.slurmCancelledAt = m[1];
-        report.slurmTimeLimit = m[2].matched;
-    }
-    readUnreachableHost(line, report);
-    readLauncherCrash(line, report);
-    if (report.rank >= 0)
-        return;  // the first report names the cause; the rest are consequences
-    if (std::regex_search(joined, m, signalled)) {
-        report.rank = std::stoi(m[1]);
-        report.signal = std::stoi(m[2]);
-    } else if (std::regex_search(joined, m, improper)) {
-        report.rank = std::stoi(m[1]);
-        report.improper = true;
-    } else if (std::regex_search(line, m, processName)) {
-        report.namedRank = std::stoi(m[1]);
-    } else if (report.namedRank >= 0 && std::regex_search(line, m, exitCode)) {
-        report.rank = report.namedRank;
-        report.exitCode = std::stoi(m[1]);
-    }
-}
-
-// Ranks as runs of consecutive ones: "0-3, 6".
-std::string rankRanges(const std::vector<std::uint32_t>& ranks)
-{
-    std::string out;
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-        std::size_t j = i;
-        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
-            ++j;
-        out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
-        i = j;
-    }
-    return out;
 }
 
 // Keeps the figures of the summary, and what its findings read, while passing everything on to
@@ -331,6 +165,8 @@ public:
     {
         if (m_keys)
             m_keys->guard.start();
+        for (std::uint32_t r = 0; r < m_world; ++r)
+            m_coords.push_back(m_mesh.coordOf(int(r)));
         m_lastStep = request.steps.value_or(request.spec.train.steps);
     }
 
@@ -346,61 +182,16 @@ private:
                 m_keys->guard.guard(socket, m_keys->server.secretKey, name);
         };
     }
-    std::string rankWords(std::uint32_t rank) const;
-    std::string failedRankCause(std::uint32_t rank) const;
     void readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level);
-    // The verdict while the launcher runs, widened to a host or to the network when the evidence
-    // says so; nothing while there is none yet, or while the silence of a rank leaves the others'
-    // fate open (see fatesAfter).
-    std::optional<store::SessionOutcome> rankVerdict(Clock::time_point launched);
-    // The cause once the launcher has ended (or, without `exit`, while it goes on regardless).
-    store::SessionOutcome launcherVerdict(const std::optional<ExitStatus>& exit) const;
-    // A cause a rank gave of itself: it failed by itself, or finished before the last step.
-    std::optional<store::SessionOutcome> ownVerdict() const;
-    // The rank whose last heartbeat, sent before any teardown, came first (by the engine's clock)
-    // among those `said` picks.
-    std::optional<std::uint32_t> firstEnded(const std::function<bool(const RankLiveness&)>& said) const;
-    bool endedBeforeTeardown(const RankLiveness& live) const;
-    std::string terminatedRankCause(std::uint32_t rank) const;
+    // What the engine knows of the run now, for the failure verdicts (failure_verdict.h).
+    RunEvidence evidence() const;
     // A rank's process state letter (/proc; '?' once it is gone), when this machine started it.
     std::optional<char> launchedProcessState(std::uint32_t rank) const;
+    bool launcherCrashed() const { return m_job && m_launcherReport.crashPid == m_job->pid(); }
     void noteNewlyHeardRanks(LaunchedProcess& job);
-    // What a silent rank's process is doing, in words, when this machine started it; empty otherwise.
-    std::string silentRankState(std::uint32_t rank) const;
-    enum class Fate { NotHeard, WentOn, Silent };
-    // The ranks lost with `rank` when its whole host went: every rank there silent or ended without
-    // a word while a rank of another host went on; empty when the rank went alone.
-    // With `fates` (fatesAfter's, while the launcher runs), the host's ranks must all have fallen
-    // silent and a rank elsewhere gone on.
-    std::vector<std::uint32_t> hostLostWith(std::uint32_t rank, const std::vector<Fate>* fates = nullptr) const;
-    // What became of every rank once `silent` went quiet (for its heartbeat timeout): each heard
-    // rank went on (spoke its last word, or was heard after `silent` had been silent for the
-    // timeout) or fell silent too (silent for the timeout itself); nothing while some rank is
-    // neither yet, which within one more timeout it is. Deciding on this rather than on how long
-    // ago each rank was last heard keeps a rank that was heard a moment before the silence from
-    // passing for one that went on.
-    std::optional<std::vector<Fate>> fatesAfter(std::uint32_t silent, std::int64_t nowNs) const;
-    // The verdict when every heard rank fell silent together: the network between the engine and
-    // every host, named, when the ranks span hosts; nothing when they share one (a host or a job
-    // that stopped whole is not a network's doing).
-    std::optional<store::SessionOutcome> networkVerdict(const std::vector<Fate>& fates, std::int64_t nowNs) const;
-    // The host whose launch mpirun could not reach, named, when no rank there was ever heard.
-    std::optional<store::SessionOutcome> unreachableHostVerdict() const;
-    // Whether the launcher printed a crash report of its own (Open MPI's signal handler), and it in
-    // words: "crashed (Segmentation fault (11) in PMIx_Finalize)".
-    bool launcherCrashed() const;
-    std::string crashWords() const;
-    // The verdict on a lost host, naming it, its ranks and what the engine can see of them.
-    store::SessionOutcome hostVerdict(const std::vector<std::uint32_t>& lost, const std::string& rankCause) const;
-    // A failed rank's verdict widened to its host when the host went with it.
-    store::SessionOutcome widenedToHost(store::SessionOutcome verdict) const;
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
     std::string rootHint() const;
     const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
-    std::int64_t heartbeatTimeoutNs() const
-    {
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
-    }
 
     const RunRequest& m_request;
     const std::atomic<bool>& m_stop;
@@ -408,6 +199,7 @@ private:
     plan::Plan m_plan;
     plan::Mesh m_mesh;
     std::uint32_t m_world;
+    std::vector<plan::MeshCoord> m_coords;  // each rank's
     live::LiveAggregator m_aggregator;
     RunResult m_result;
     SummaryObserver m_observer;
@@ -422,7 +214,8 @@ private:
     bool m_leftRanksStopped = false;           // the launcher ended and left ranks running, which the engine stopped
     const LaunchedProcess* m_job = nullptr;    // while it runs
     std::size_t m_ranksHeard = 0;              // ranks heard from, when the launcher's tree was last noted
-    bool m_networkLost = false;                // the verdict is networkVerdict's: no rank can answer
+    Clock::time_point m_launched;              // when the launcher started
+    bool m_networkLost = false;                // the verdict found every host silent together: no rank can answer
     std::vector<std::uint32_t> m_unanswering;  // the ranks the verdict found lost with their host or network
     bool m_orderlyStop = false;                // the user's stop is under way
 };
@@ -483,17 +276,6 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
     return argv;
 }
 
-std::string Run::rankWords(std::uint32_t rank) const
-{
-    const plan::MeshCoord c = m_mesh.coordOf(int(rank));
-    std::string words = "rank " + std::to_string(rank) + " (dp" + std::to_string(c.dp) + " pp" + std::to_string(c.pp) +
-                        " tp" + std::to_string(c.tp) + " ep" + std::to_string(c.ep);
-    const RankLiveness& live = liveness(rank);
-    if (live.pid > 0)
-        words += ", " + live.host + " pid " + std::to_string(live.pid);
-    return words + ")";
-}
-
 void Run::readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level)
 {
     // mpirun's word that it passed the engine's own stop signal on (orterun prints it unless
@@ -509,182 +291,6 @@ void Run::readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level)
         const bool ours = m_orderlyStop || (m_teardownNs != 0 && line == forwarded);
         m_collector.engineLog(ours ? wire::LogLevel::Debug : level, std::move(line));
     }
-}
-
-std::string Run::failedRankCause(std::uint32_t rank) const
-{
-    std::string cause = rankWords(rank) + " failed (exit status " + std::to_string(liveness(rank).detail) + ")";
-    if (!m_collector.lastError(rank).empty())
-        cause += ": " + m_collector.lastError(rank);
-    return cause;
-}
-
-std::optional<store::SessionOutcome> Run::rankVerdict(Clock::time_point launched)
-{
-    const std::int64_t now = wire::wallAlignedNowNs();
-    const std::int64_t timeoutNs = heartbeatTimeoutNs();
-    if (std::optional<store::SessionOutcome> own = ownVerdict())
-        return widenedToHost(*own);
-    // A rank whose collective failed points at a peer that ended first, and asked mpirun to end the
-    // job, whose report will say who: only if the job goes on regardless does the engine decide.
-    if (const auto rank = firstEnded(communicationFailed); rank && now - liveness(*rank).endedNs > timeoutNs)
-        return widenedToHost(launcherVerdict(std::nullopt));
-    // Of the ranks silent for the timeout, the one that fell silent first.
-    std::optional<std::uint32_t> silent;
-    for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = liveness(r);
-        if (live.everHeard && !wire::isFinal(live.state) && now - live.lastHeardNs > timeoutNs &&
-            (!silent || live.lastHeardNs < liveness(*silent).lastHeardNs))
-            silent = r;
-    }
-    if (silent) {
-        const std::optional<std::vector<Fate>> fates = fatesAfter(*silent, now);
-        if (!fates)
-            return std::nullopt;
-        if (std::optional<store::SessionOutcome> network = networkVerdict(*fates, now)) {
-            m_networkLost = true;
-            for (std::uint32_t r = 0; r < m_world; ++r)
-                if ((*fates)[r] == Fate::Silent)
-                    m_unanswering.push_back(r);
-            return network;
-        }
-        const RankLiveness& live = liveness(*silent);
-        char silence[32];
-        std::snprintf(silence, sizeof silence, "%.1f", double(now - live.lastHeardNs) * 1e-9);
-        const std::string state = silentRankState(*silent);
-        const std::string cause = rankWords(*silent) + " sent no heartbeat for " + silence +
-                                  " s: " + (state.empty() ? "it hung, was stopped or was killed" : state);
-        m_unanswering = hostLostWith(*silent, &*fates);
-        if (!m_unanswering.empty())
-            return hostVerdict(m_unanswering, cause);
-        return failedRank(*silent, cause);
-    }
-    for (std::uint32_t r = 0; r < m_world; ++r)
-        if (!liveness(r).everHeard && Clock::now() - launched > m_request.startTimeout)
-            return store::SessionOutcome{
-                store::Outcome::Failed,
-                rankWords(r) + " never reported in: check that the agents can reach the collector (--collector)",
-                std::int32_t(r), 0};
-    return std::nullopt;
-}
-
-std::optional<std::vector<Run::Fate>> Run::fatesAfter(std::uint32_t silent, std::int64_t nowNs) const
-{
-    const std::int64_t timeoutNs = heartbeatTimeoutNs();
-    // A rank that goes on is heard at least once a heartbeat interval (well within the timeout), so
-    // one heard after `silent` had been quiet for the timeout was not silenced with it; one quiet
-    // for the timeout itself went with it. A lost host's or network's ranks all fall quiet within an
-    // interval of each other, so this is known at most one timeout after `silent` was found.
-    const std::int64_t wentOnAfter = liveness(silent).lastHeardNs + timeoutNs;
-    std::vector<Fate> fates(m_world, Fate::NotHeard);
-    for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = liveness(r);
-        if (!live.everHeard)
-            continue;
-        if ((wire::isFinal(live.state) && endedBeforeTeardown(live)) || live.lastHeardNs >= wentOnAfter)
-            fates[r] = Fate::WentOn;
-        else if (nowNs - live.lastHeardNs > timeoutNs)
-            fates[r] = Fate::Silent;
-        else
-            return std::nullopt;
-    }
-    return fates;
-}
-
-std::optional<store::SessionOutcome> Run::networkVerdict(const std::vector<Fate>& fates, std::int64_t nowNs) const
-{
-    std::map<std::string, std::vector<std::uint32_t>> byHost;
-    std::int64_t quietSinceNs = nowNs;
-    for (std::uint32_t r = 0; r < m_world; ++r) {
-        if (fates[r] == Fate::WentOn)
-            return std::nullopt;
-        if (fates[r] == Fate::Silent) {
-            byHost[liveness(r).host].push_back(r);
-            quietSinceNs = std::min(quietSinceNs, liveness(r).lastHeardNs);
-        }
-    }
-    if (byHost.size() < 2 || byHost.count(""))
-        return std::nullopt;
-    std::string hosts;
-    std::size_t ranks = 0;
-    std::set<char> states;
-    bool allSeen = true;
-    for (const auto& [host, onHost] : byHost) {
-        hosts += (hosts.empty() ? "" : ", ") + host + ": ranks " + rankRanges(onHost);
-        ranks += onHost.size();
-        for (std::uint32_t r : onHost) {
-            const std::optional<char> state = launchedProcessState(r);
-            allSeen = allSeen && state.has_value();
-            if (state)
-                states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
-        }
-    }
-    char quiet[32];
-    std::snprintf(quiet, sizeof quiet, "%.1f", double(nowNs - quietSinceNs) * 1e-9);
-    const std::string together =
-        "all " + std::to_string(ranks) + " ranks fell silent together (none heard for " + quiet + " s)";
-    const std::string check = "check this machine's network to the hosts (its interface, the switch, a firewall)";
-    // What the engine sees of the processes, when this machine started them (test hosts); remote
-    // hosts' are out of its sight, and a silence of every host at once is then the network's.
-    if (allSeen && states == std::set<char>{'T'})
-        return store::SessionOutcome{store::Outcome::Failed,
-                                     "every host went silent together (" + hosts + "): " + together +
-                                         ", and their processes are stopped: the hosts froze, or the job was "
-                                         "stopped (SIGSTOP)",
-                                     -1, 0};
-    if (allSeen && states == std::set<char>{'?'})
-        return store::SessionOutcome{store::Outcome::Failed,
-                                     "every host went silent together (" + hosts + "): " + together +
-                                         ", and their processes are gone: the hosts died, or the job was killed",
-                                     -1, 0};
-    const std::string seen = !allSeen                        ? "the hosts' processes are out of this machine's sight"
-                             : states == std::set<char>{'R'} ? "their processes run but none is heard"
-                                                             : "their processes are not all running, nor all gone";
-    return store::SessionOutcome{
-        store::Outcome::Failed,
-        "the engine lost its network to every host (" + hosts + "): " + together + "; " + seen + ": " + check, -1, 0};
-}
-
-std::optional<std::uint32_t> Run::firstEnded(const std::function<bool(const RankLiveness&)>& said) const
-{
-    std::optional<std::uint32_t> first;
-    for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = liveness(r);
-        if (endedBeforeTeardown(live) && said(live) && (!first || live.endedNs < liveness(*first).endedNs))
-            first = r;
-    }
-    return first;
-}
-
-bool Run::endedBeforeTeardown(const RankLiveness& live) const
-{
-    // What a rank said once the engine began tearing the job down is a consequence, not a cause.
-    return live.endedNs > 0 && (m_teardownNs == 0 || live.endedNs < m_teardownNs);
-}
-
-std::optional<store::SessionOutcome> Run::ownVerdict() const
-{
-    const auto failedByItself = [](const RankLiveness& live) {
-        return live.state == wire::RankState::Failed && live.detail != wire::kCommunicationFailedStatus;
-    };
-    if (const auto rank = firstEnded(failedByItself))
-        return failedRank(*rank, failedRankCause(*rank));
-    // Its peers would wait for it in their next collective for ever, heartbeats and all.
-    const auto finishedEarly = [this](const RankLiveness& live) {
-        return live.state == wire::RankState::Finished && live.completedSteps < m_lastStep;
-    };
-    if (const auto rank = firstEnded(finishedEarly))
-        return failedRank(*rank, rankWords(*rank) + " finished after step " +
-                                     std::to_string(liveness(*rank).completedSteps) + " of " +
-                                     std::to_string(m_lastStep) + " while the others went on");
-    return std::nullopt;
-}
-
-std::string Run::terminatedRankCause(std::uint32_t rank) const
-{
-    const int signal = liveness(rank).detail;
-    return rankWords(rank) + " was terminated by signal " + std::to_string(signal) + " (" + strsignal(signal) +
-           "), which the engine did not send";
 }
 
 void Run::noteNewlyHeardRanks(LaunchedProcess& job)
@@ -714,229 +320,25 @@ std::optional<char> Run::launchedProcessState(std::uint32_t rank) const
     return processState(live.pid).value_or('?');
 }
 
-std::string Run::silentRankState(std::uint32_t rank) const
+RunEvidence Run::evidence() const
 {
-    switch (launchedProcessState(rank).value_or(' ')) {
-    case 'T':
-        return "its process is stopped (SIGSTOP or job control)";
-    case 't':
-        return "its process is stopped by a debugger";
-    case 'D':
-        return "its process is waiting on the disk or a driver (state D)";
-    case 'R':
-    case 'S':
-        return "its process runs but its telemetry thread is silent (hung)";
-    case '?':
-        return "its process is gone (killed without a word, e.g. SIGKILL or out of memory)";
-    default:
-        return {};
-    }
-}
-
-std::vector<std::uint32_t> Run::hostLostWith(std::uint32_t rank, const std::vector<Fate>* fates) const
-{
-    // A host that goes (dies, freezes, loses its network) takes all its ranks at once, none with a
-    // last word, while the others go on: they are still heard, or said their own last word (mpirun
-    // stopping them). A rank that dies alone leaves its neighbours on the host talking.
-    const std::string& host = liveness(rank).host;
-    if (host.empty())
-        return {};
-    const std::int64_t now = wire::wallAlignedNowNs();
-    std::vector<std::uint32_t> lost;
-    bool othersWentOn = false;
-    for (std::uint32_t r = 0; r < m_world; ++r) {
-        const RankLiveness& live = liveness(r);
-        const bool spoke = wire::isFinal(live.state) && endedBeforeTeardown(live);
-        const bool wentOn = fates ? (*fates)[r] == Fate::WentOn
-                                  : live.everHeard && (spoke || now - live.lastHeardNs <= heartbeatTimeoutNs());
-        if (live.host == host) {
-            if (spoke || !live.everHeard || (fates && wentOn))
-                return {};
-            lost.push_back(r);
-        } else if (wentOn) {
-            othersWentOn = true;
-        }
-    }
-    if (lost.size() < 2 || !othersWentOn)
-        return {};
-    return lost;
-}
-
-store::SessionOutcome Run::hostVerdict(const std::vector<std::uint32_t>& lost, const std::string& rankCause) const
-{
-    const std::string& host = liveness(lost.front()).host;
-    const std::string ranks = rankRanges(lost);
-    // What the engine sees of the processes, when this machine started them (test hosts, or a host
-    // that is this one); a remote host's are out of its sight. Processes killed together read as
-    // gone together, however far each has got on its way out (launchedProcessState).
-    std::set<char> states;
-    bool allSeen = true;
-    std::string each;  // rank by rank, when they disagree
-    for (std::uint32_t r : lost) {
-        const std::optional<char> state = launchedProcessState(r);
-        allSeen = allSeen && state.has_value();
-        if (state)
-            states.insert(*state == 't' ? 'T' : *state == 'S' ? 'R' : *state);
-        each += (each.empty() ? "" : ", ") + std::to_string(r) + " " +
-                (!state          ? "out of sight"
-                 : *state == '?' ? "gone"
-                                 : std::string("in state ") + *state);
-    }
-    std::string seen = "the host died, froze or lost its network";
-    if (states.size() > 1 || (!allSeen && !states.empty()))
-        seen += " (its ranks' processes: " + each + ")";
-    if (allSeen && states.size() == 1) {
-        switch (*states.begin()) {
-        case '?':
-            seen = "its processes are gone: the node died";
-            break;
-        case 'T':
-            seen = "its processes are stopped: the host froze";
-            break;
-        case 'R':
-            seen = "its processes run but are not heard: its network is down";
-            break;
-        default:
-            seen = silentRankState(lost.front());
-            break;
-        }
-    }
-    return failedRank(lost.front(), "host " + host + " was lost with all its ranks (" + ranks +
-                                        "), silent together while the other hosts went on: " + seen + " (" + rankCause +
-                                        ")");
-}
-
-store::SessionOutcome Run::widenedToHost(store::SessionOutcome verdict) const
-{
-    if (verdict.outcome != store::Outcome::Failed || verdict.failedRank < 0)
-        return verdict;
-    const std::vector<std::uint32_t> lost = hostLostWith(std::uint32_t(verdict.failedRank));
-    return lost.empty() ? verdict : hostVerdict(lost, verdict.cause);
-}
-
-std::optional<store::SessionOutcome> Run::unreachableHostVerdict() const
-{
-    const LauncherReport& report = m_launcherReport;
-    if (report.unreachableHost.empty())
-        return std::nullopt;
-    // A host whose ranks were heard was reached; what became of it later is the heartbeats' to say.
-    for (std::uint32_t r = 0; r < m_world; ++r)
-        if (liveness(r).everHeard && liveness(r).host == report.unreachableHost)
-            return std::nullopt;
-    const std::string& host = report.unreachableHost;
-    std::string cause = "host " + host + " cannot be reached";
-    if (!report.unreachableFrom.empty())
-        cause += " from " + report.unreachableFrom + ", where mpirun runs";
-    cause += ": " + report.unreachableWhy + (report.daemonsNotStarted ? ", so the job did not start" : "") + "; ";
-    if (!report.unreachableFrom.empty())
-        cause += "check that " + host + " has a network link and a route to " + report.unreachableFrom +
-                 " (and no firewall between them), that Open MPI's oob_tcp_if_include / btl_tcp_if_include name a "
-                 "network both are on, or leave " +
-                 host + " out of the hostfile";
-    else
-        cause += "check that " + host + " is up and reachable from this machine (ssh " + host +
-                 " true), or leave it out of the hostfile";
-    return store::SessionOutcome{store::Outcome::Failed, cause, -1, 0};
-}
-
-bool Run::launcherCrashed() const { return m_job && m_launcherReport.crashPid == m_job->pid(); }
-
-std::string Run::crashWords() const
-{
-    std::string words = "crashed";
-    if (!m_launcherReport.crashSignal.empty())
-        words += " (" + m_launcherReport.crashSignal +
-                 (m_launcherReport.crashFrame.empty() ? "" : " in " + m_launcherReport.crashFrame) + ")";
-    return words;
-}
-
-store::SessionOutcome Run::launcherVerdict(const std::optional<ExitStatus>& exit) const
-{
-    const std::string launcher = m_request.oneDevice ? "the agent" : m_request.slurm ? "srun" : "mpirun";
-    // Evidence in order of trust: what a rank said of itself; whom mpirun saw end the job first; how
-    // mpirun itself ended; then what the ranks' last heartbeats leave to infer.
-    if (std::optional<store::SessionOutcome> own = ownVerdict())
-        return *own;
-    if (std::optional<store::SessionOutcome> unreachable = unreachableHostVerdict())
-        return *unreachable;
-    if (m_launcherReport.rank >= 0 && std::uint32_t(m_launcherReport.rank) < m_world) {
-        const auto rank = std::uint32_t(m_launcherReport.rank);
-        if (liveness(rank).state == wire::RankState::Terminated)
-            return failedRank(rank, terminatedRankCause(rank));
-        std::string cause = rankWords(rank) + " " + m_launcherReport.describe();
-        if (m_launcherReport.improper)
-            cause += " (its last heartbeat said step " + std::to_string(liveness(rank).completedSteps) + " of " +
-                     std::to_string(m_lastStep) + ")";
-        return failedRank(rank, cause);
-    }
-    // The engine never signals a launcher before it has a verdict, so this signal came from elsewhere.
-    if (exit && exit->signal != 0) {
-        if (m_request.oneDevice)  // the agent is rank 0 itself
-            return failedRank(0, rankWords(0) + " " + exit->describe());
-        if (launcherCrashed())
-            return {store::Outcome::Failed,
-                    launcher + " " + crashWords() + " (its report is in the session's log)" +
-                        (m_leftRanksStopped ? "; the ranks it left running were stopped" : ""),
-                    -1, 0};
-        return {store::Outcome::Failed,
-                launcher + " was killed by signal " + std::to_string(exit->signal) + " (" + strsignal(exit->signal) +
-                    "), which the engine did not send" +
-                    (m_leftRanksStopped ? "; the ranks it left running were stopped" : ""),
-                -1, 0};
-    }
-    // Slurm ended the step: a user's scancel is a stop, its time limit a failure.
-    if (!m_launcherReport.slurmCancelledAt.empty())
-        return m_launcherReport.slurmTimeLimit
-                   ? store::SessionOutcome{store::Outcome::Failed,
-                                           "the Slurm job reached its time limit at " +
-                                               m_launcherReport.slurmCancelledAt +
-                                               " (raise it with sbatch/salloc --time)",
-                                           -1, 0}
-                   : store::SessionOutcome{store::Outcome::Stopped,
-                                           "cancelled in Slurm (scancel) at " + m_launcherReport.slurmCancelledAt, -1,
-                                           0};
-    std::vector<std::uint32_t> heard, terminated;
-    for (std::uint32_t r = 0; r < m_world; ++r)
-        if (liveness(r).everHeard) {
-            heard.push_back(r);
-            if (liveness(r).state == wire::RankState::Terminated && endedBeforeTeardown(liveness(r)))
-                terminated.push_back(r);
-        }
-    if (heard.size() > 1 && terminated.size() == heard.size()) {
-        const int signal = liveness(terminated.front()).detail;
-        return {store::Outcome::Failed,
-                "every rank was terminated by signal " + std::to_string(signal) + " (" + strsignal(signal) +
-                    "), which the engine did not send: the job was ended from outside (" + launcher +
-                    " signalled, or the whole job: kill, scancel, a time limit)",
-                -1, 0};
-    }
-    // Without the launcher's end, a rank counts as gone only once it has been silent for the timeout.
-    const std::string ended = exit ? "; " + launcher + " " + exit->describe() : std::string();
-    const std::int64_t now = wire::wallAlignedNowNs();
-    // A host lost whole outweighs a rank elsewhere that the launcher's teardown ended before it could
-    // speak (on a busy machine it may not get to): the lost host's rank is named, widened to the host.
-    std::optional<std::uint32_t> silent;
-    for (std::uint32_t r : heard) {
-        if (endedBeforeTeardown(liveness(r)) || (!exit && now - liveness(r).lastHeardNs <= heartbeatTimeoutNs()))
-            continue;
-        const bool hostLost = !hostLostWith(r).empty();
-        if (!silent || hostLost)
-            silent = r;
-        if (hostLost)
-            break;
-    }
-    if (silent)
-        return failedRank(*silent,
-                          rankWords(*silent) + " ended without a word (killed, e.g. SIGKILL or out of memory)" + ended);
-    if (const auto rank =
-            firstEnded([](const RankLiveness& live) { return live.state == wire::RankState::Terminated; }))
-        return failedRank(*rank, terminatedRankCause(*rank));
-    if (const auto rank = firstEnded(communicationFailed))
-        return failedRank(*rank, failedRankCause(*rank) + " (a peer may have ended first; see the session's log)");
-    return {store::Outcome::Failed,
-            launcher + (exit ? " " + exit->describe() : std::string(" did not end the job")) +
-                " (its output is in the session's log)" + rootHint(),
-            -1, 0};
+    RunEvidence e;
+    e.ranks = m_collector.ingest().liveness();
+    e.coords = m_coords;
+    e.lastErrors = m_collector.lastErrors();
+    e.processState = [this](std::uint32_t rank) { return launchedProcessState(rank); };
+    e.launcher = m_launcherReport;
+    e.launcherCrashed = launcherCrashed();
+    e.launcherName = m_request.oneDevice ? "the agent" : m_request.slurm ? "srun" : "mpirun";
+    e.oneDevice = m_request.oneDevice;
+    e.leftRanksStopped = m_leftRanksStopped;
+    e.nowNs = wire::wallAlignedNowNs();
+    e.teardownNs = m_teardownNs;
+    e.heartbeatTimeoutNs = std::chrono::duration_cast<std::chrono::nanoseconds>(m_request.heartbeatTimeout).count();
+    e.lastStep = m_lastStep;
+    e.startTimedOut = Clock::now() - m_launched > m_request.startTimeout;
+    e.rootHint = rootHint();
+    return e;
 }
 
 std::string Run::rootHint() const
@@ -983,7 +385,7 @@ RunResult Run::execute()
         m_writer->flush();
         return m_result;
     }
-    const Clock::time_point launched = Clock::now();
+    m_launched = Clock::now();
     std::optional<store::SessionOutcome> verdict;
     std::optional<ExitStatus> exit;
     Clock::time_point drainUntil;
@@ -1003,10 +405,15 @@ RunResult Run::execute()
         if (!exit && (exit = job->poll()))
             drainUntil = Clock::now() + kDrainTime;
         if (!verdict && !exit) {
+            std::vector<std::uint32_t> pastAnswering;
             if (m_stop.load())
                 verdict = store::SessionOutcome{store::Outcome::Stopped, "stopped by the user", -1, 0};
-            else
-                verdict = rankVerdict(launched);
+            else if (RunningVerdict running = verdictWhileRunning(evidence()); running.outcome) {
+                verdict = running.outcome;
+                m_networkLost = running.networkLost;
+                m_unanswering = std::move(running.unanswering);
+                pastAnswering = std::move(running.pastAnswering);
+            }
             if (verdict) {
                 m_collector.engineLog(verdict->outcome == store::Outcome::Stopped ? wire::LogLevel::Info
                                                                                   : wire::LogLevel::Error,
@@ -1015,12 +422,6 @@ RunResult Run::execute()
                 m_orderlyStop = verdict->outcome == store::Outcome::Stopped;
                 // Every rank is asked to say it stops; the one at fault, or its whole host, may be
                 // past answering.
-                std::vector<std::uint32_t> pastAnswering = m_unanswering;
-                if (pastAnswering.empty() && verdict->failedRank >= 0) {
-                    pastAnswering = hostLostWith(std::uint32_t(verdict->failedRank));
-                    if (pastAnswering.empty())
-                        pastAnswering.push_back(std::uint32_t(verdict->failedRank));
-                }
                 job->stop(
                     wire::kEngineStopSignal, kSettleLimit,
                     [this, &pastAnswering] {
@@ -1070,22 +471,12 @@ RunResult Run::execute()
         m_collector.engineLog(
             wire::LogLevel::Warning,
             std::string(m_request.slurm ? "srun" : "mpirun") + " " +
-                (launcherCrashed() ? crashWords() : exit->describe()) + " while the engine was stopping the job" +
-                (m_networkLost ? ", its daemons out of its reach" : "") +
+                (launcherCrashed() ? m_launcherReport.crashWords() : exit->describe()) +
+                " while the engine was stopping the job" + (m_networkLost ? ", its daemons out of its reach" : "") +
                 (verdict->outcome == store::Outcome::Stopped ? "; a consequence of the stop, not a failure"
                                                              : "; a consequence of the failure above, not its cause"));
     if (!verdict) {
-        bool allFinished = true;
-        for (std::uint32_t r = 0; r < m_world; ++r)
-            allFinished = allFinished && liveness(r).state == wire::RankState::Finished;
-        if (exit->ok() && allFinished)
-            verdict = store::SessionOutcome{store::Outcome::Completed, "", -1, 0};
-        else if (exit->ok())
-            verdict =
-                store::SessionOutcome{store::Outcome::Completed,
-                                      "the job exited normally but not every rank's last heartbeat arrived", -1, 0};
-        else
-            verdict = widenedToHost(launcherVerdict(*exit));
+        verdict = verdictOnExit(evidence(), *exit);
         if (verdict->outcome == store::Outcome::Failed)
             m_collector.engineLog(wire::LogLevel::Error, verdict->cause);
     }

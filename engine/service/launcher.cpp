@@ -19,12 +19,18 @@
 
 namespace meshbench::service {
 
+std::string signalWords(int signal)
+{
+    const char* words = sigdescr_np(signal);
+    return words ? words : "unknown signal";
+}
+
 std::string ExitStatus::describe() const
 {
     if (signal == SIGKILL)  // nothing but the kernel or another process sends it
         return "killed by signal 9 (Killed): by hand, or by the out-of-memory killer (see dmesg)";
     if (signal != 0)
-        return "killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+        return "killed by signal " + std::to_string(signal) + " (" + signalWords(signal) + ")";
     return "exited with status " + std::to_string(code);
 }
 

@@ -26,6 +26,9 @@ struct ExitStatus {
     std::string describe() const;
 };
 
+// A signal's description, "Killed" for 9, from any thread (strsignal may use a static buffer).
+std::string signalWords(int signal);
+
 // Splits what a pipe delivers into lines.
 class LineBuffer {
 public:

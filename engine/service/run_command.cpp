@@ -5,6 +5,7 @@
 
 #include "plan/capability.h"
 #include "plan/report.h"
+#include "plan/units.h"
 #include "store/session_store.h"
 
 #include <CLI/CLI.hpp>
@@ -29,7 +30,7 @@ std::string optionalNumber(const char* pattern, std::optional<double> value, dou
     return value ? plan::formatNumber(pattern, scale * *value) : "n/a";
 }
 
-std::string percent(std::optional<double> value) { return optionalNumber("%.1f%%", value, 100); }
+std::string percent(std::optional<double> share) { return share ? plan::formatPercent(*share) : "n/a"; }
 std::string milliseconds(std::optional<double> seconds) { return optionalNumber("%.0f ms", seconds, 1e3); }
 
 // Progress on the terminal: one line per step, problems on stderr.

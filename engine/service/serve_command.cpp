@@ -2,7 +2,7 @@
 
 #include "server.h"
 
-#include "plan/report.h"
+#include "plan/units.h"
 #include "store/session_store.h"
 
 #include <CLI/CLI.hpp>

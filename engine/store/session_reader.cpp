@@ -6,6 +6,8 @@
 #include "session_store.h"
 #include "sqlite_util.h"
 
+#include "wire/wall_clock.h"
+
 #include <sqlite3.h>
 
 #include <algorithm>

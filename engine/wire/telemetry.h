@@ -239,18 +239,4 @@ struct DecodeResult {
 };
 DecodeResult decodeBatch(std::span<const std::uint8_t> frame);
 
-// Timestamps on the wire are nanoseconds of the monotonic clock moved onto the wall clock once per
-// process (the offset measured at the first call), so ranks of one node agree to within the
-// offset's measurement error (well under a microsecond); ranks of different nodes agree as well as
-// their clocks do until the engine moves their records onto its own clock (ClockOffsetRecord).
-// The monotonic clock is std::chrono::steady_clock (CLOCK_MONOTONIC on Linux).
-// MESHBENCH_CLOCK_SKEW_NS, when set, adds that many nanoseconds to this process's wall clock: the
-// tests' stand-in for a host whose clock is wrong.
-std::int64_t wallAlignedNowNs();
-std::int64_t toWallAligned(std::int64_t monotonicNs);
-
-// This machine's host name, as node samples carry it and endpoints name it; "localhost" when the
-// system will not say.
-std::string localHostName();
-
 }  // namespace meshbench::wire

@@ -304,11 +304,11 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitForWindowExposed(&charts));
         QTemporaryDir dir;
         // The Monitor's four: bubble, expert load, memory and training.
-        const std::vector<app::ChartWidget*> all = charts.charts();
+        const std::vector<app::RunChart*> all = charts.charts();
         QCOMPARE(int(all.size()), 4);
         QVERIFY(std::find(all.begin(), all.end(), charts.bubbleChart()) != all.end());
         int index = 0;
-        for (app::ChartWidget* chart : all) {
+        for (app::RunChart* chart : all) {
             for (const char* suffix : {"png", "pdf"}) {
                 const QString path = dir.filePath(QStringLiteral("chart%1.%2").arg(index).arg(suffix));
                 QString error;
@@ -353,14 +353,14 @@ private Q_SLOTS:
             charts.show();
             QVERIFY(QTest::qWaitForWindowExposed(&charts));
             QCoreApplication::processEvents();
-            for (app::ChartWidget* chart : charts.charts())
+            for (app::RunChart* chart : charts.charts())
                 chart->plot()->replot(QCustomPlot::rpImmediateRefresh);
             if (!dir.isEmpty())
                 QVERIFY(charts.grab().save(
                     QStringLiteral("%1/monitor-charts-%2x%3.png").arg(dir).arg(size.width()).arg(size.height())));
         }
         QCOMPARE(charts.size(), QSize(1000, 500));
-        for (app::ChartWidget* chart : charts.charts()) {
+        for (app::RunChart* chart : charts.charts()) {
             const QString name = QString::fromLatin1(chart->metaObject()->className());
             const auto fail = [&name](const QString& what) { return qPrintable(name + QStringLiteral(": ") + what); };
             QCustomPlot* plot = chart->plot();

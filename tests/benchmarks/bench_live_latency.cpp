@@ -20,6 +20,7 @@
 #include "plan/mesh.h"
 #include "plan/planner.h"
 #include "store/session_store.h"
+#include "wire/wall_clock.h"
 
 #include <zmq.hpp>
 

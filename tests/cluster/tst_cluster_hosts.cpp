@@ -6,6 +6,7 @@
 #include "store/session_store.h"
 #include "wire/clock.h"
 #include "wire/telemetry.h"
+#include "wire/wall_clock.h"
 
 #include <zmq.hpp>
 

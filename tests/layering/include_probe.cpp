@@ -11,7 +11,7 @@
 #include "agent/runtime/communicator.h"
 #elif defined(PROBE_TIMELINE_OWN)
 #include "timeline/timeline_store.h"
-#elif defined(PROBE_TIMELINE_MONITOR)
+#elif defined(PROBE_MONITOR)
 #include "monitor/run_state.h"
 #elif defined(PROBE_LIVE_SERVICE)
 #include "service/server.h"

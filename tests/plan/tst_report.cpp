@@ -1,6 +1,7 @@
 // Plan and search reports: the JSON keys other tools rely on, and text that agrees with them.
 
 #include "plan/report.h"
+#include "plan/units.h"
 
 #include "common/demo_spec.h"
 

@@ -3,6 +3,7 @@
 // message must carry), forward compatibility (appended fields, unknown record types) and names.
 
 #include "wire/telemetry.h"
+#include "wire/wall_clock.h"
 
 #include <QtTest>
 

@@ -1,6 +1,4 @@
-#include "monitor/chart_widget.h"
-
-#include "monitor/run_state.h"
+#include "charts/chart_widget.h"
 
 #include <qcustomplot.h>
 
@@ -166,61 +164,10 @@ QHBoxLayout* ChartWidget::controls()
     return m_controls;
 }
 
-void ChartWidget::setRunState(RunState* state)
-{
-    if (m_state)
-        disconnect(m_state, nullptr, this, nullptr);
-    m_state = state;
-    if (state) {
-        connect(state, &RunState::specChanged, this, &ChartWidget::rebuild);
-        connect(state, &RunState::stepsChanged, this, &ChartWidget::onStepsChanged);
-        connect(state, &RunState::memoryChanged, this, &ChartWidget::onMemoryChanged);
-    }
-    rebuild();
-}
-
 void ChartWidget::rebuild()
 {
     reset();
-    m_consumed = 0;
-    if (m_state) {
-        m_generation = m_state->generation();
-        appendSteps(0);
-        m_consumed = m_state->steps().size();
-        refreshMemory();
-    }
     replot();
-}
-
-void ChartWidget::onStepsChanged()
-{
-    if (m_state->generation() != m_generation) {
-        rebuild();
-        return;
-    }
-    const std::size_t count = m_state->steps().size();
-    if (count > m_consumed) {
-        appendSteps(m_consumed);
-        m_consumed = count;
-        replot();
-    }
-}
-
-void ChartWidget::onMemoryChanged()
-{
-    if (m_memoryPending)
-        return;
-    m_memoryPending = true;
-    QMetaObject::invokeMethod(
-        this,
-        [this] {
-            m_memoryPending = false;
-            if (m_state) {
-                refreshMemory();
-                replot();
-            }
-        },
-        Qt::QueuedConnection);
 }
 
 void ChartWidget::replot() { m_plot->replot(QCustomPlot::rpQueuedReplot); }

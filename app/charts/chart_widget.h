@@ -1,12 +1,9 @@
 #pragma once
-// The common frame of the Monitor's charts: one QCustomPlot (several axis rects where a chart has
-// several panels, so one file exports the whole chart), an optional row of controls above it, the
-// RunState it follows, and styling from the widget's palette so light and dark themes both read.
-//
-// Updates are incremental: a chart appends the steps that arrived since it last looked, and
-// rebuilds only when the state's generation moves (a seek, a late step, a new session) or its
-// spec changes. Memory updates come in bursts (one per category per rank), so they are coalesced
-// into one refresh per event-loop pass. Every change ends in a queued replot.
+// The common frame of the workbench's charts (the Monitor's, the Designer's search scatter, the
+// session comparison): one QCustomPlot (several axis rects where a chart has several panels, so
+// one file exports the whole chart), an optional row of controls above it, and styling from the
+// widget's palette so light and dark themes both read. The Monitor's charts follow a run on top of
+// it (monitor/run_chart.h).
 //
 // Every layout pass fits the plot to its size (the Monitor gives a chart as little as 500 x 250
 // px): each axis gets as many ticks as its labels have room for, and each legend row wraps onto as
@@ -15,10 +12,6 @@
 // A right click offers "Export as PNG…" and "Export as PDF…": a save dialog picks the file (or the
 // chooser a caller installs), exportImage writes it, exportFinished says how it went.
 
-// The engine headers use the names `slots` and `emit`: they go before any Qt header.
-#include "monitor/run_state.h"
-
-#include <QPointer>
 #include <QSharedPointer>
 #include <QWidget>
 
@@ -44,8 +37,6 @@ class ChartWidget : public QWidget {
 public:
     ~ChartWidget() override;
 
-    void setRunState(RunState* state);
-    RunState* runState() const { return m_state; }
     QCustomPlot* plot() const { return m_plot; }
 
     // Writes the chart as PNG or PDF, chosen by the file's suffix. `size` defaults to the chart's
@@ -70,12 +61,8 @@ Q_SIGNALS:
 protected:
     explicit ChartWidget(QWidget* parent);
 
-    // Drops every plotted point and re-reads the spec (stage count, layers, capacity).
+    // Drops every plotted point and re-reads what the chart shows.
     virtual void reset() = 0;
-    // Steps [first, end) of the state are new.
-    virtual void appendSteps(std::size_t first) = 0;
-    // The state's memory changed (coalesced).
-    virtual void refreshMemory() {}
     // Colours, pens and fonts that come from the palette, applied after the common styling.
     virtual void applyPalette() {}
 
@@ -87,8 +74,9 @@ protected:
     // Puts `legend` in a row of its own at `row` of the plot layout (the rows from there move
     // down), laid out horizontally, so that it never hides data.
     void legendRow(QCPLegend* legend, int row);
-    // reset() and append every step: for a control that changes what the whole chart shows.
-    void rebuild();
+    // Draws the chart afresh (reset()), then replots: for a control that changes what the whole
+    // chart shows.
+    virtual void rebuild();
     void replot();
 
     void changeEvent(QEvent* event) override;
@@ -97,17 +85,11 @@ private:
     // After a layout pass: tick counts and legend wraps for the sizes it gave. True when one changed
     // (the layout then runs again).
     bool fitToSize();
-    void onStepsChanged();
-    void onMemoryChanged();
 
     QCustomPlot* m_plot = nullptr;
     QHBoxLayout* m_controls = nullptr;
     QMenu* m_menu = nullptr;
     PathChooser m_chooser;
-    QPointer<RunState> m_state;
-    std::size_t m_consumed = 0;  // steps of the state already plotted
-    int m_generation = -1;       // the state's generation they belong to
-    bool m_memoryPending = false;
 };
 
 }  // namespace meshbench::app
