@@ -2,7 +2,7 @@
 
 #include "job_document.h"
 
-#include "plan/presets.h"
+#include "plan/spec_schema.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -38,12 +38,17 @@ QLabel* newErrorLabel()
     return label;
 }
 
-QStringList toQStrings(const std::vector<std::string_view>& names)
+QString toQString(std::string_view text) { return QString::fromUtf8(text.data(), qsizetype(text.size())); }
+
+// The keys of a section and of the sections inside it that the Designer shows, in the schema's order.
+void addShownKeys(std::string_view section, std::vector<const plan::SpecKey*>& out)
 {
-    QStringList out;
-    for (std::string_view n : names)
-        out << QString::fromUtf8(n.data(), qsizetype(n.size()));
-    return out;
+    for (const plan::SpecKey* key : plan::specKeysIn(section)) {
+        if (key->type == plan::SpecType::Section)
+            addShownKeys(key->path, out);
+        else if (key->notShown.empty())
+            out.push_back(key);
+    }
 }
 
 QString jsonToText(const nlohmann::json& v)
@@ -76,50 +81,18 @@ JobForm::JobForm(JobDocument* document, QWidget* parent) : QWidget(parent), m_do
         return form;
     };
 
-    QFormLayout* model = section(tr("Model"));
-    addField(model, tr("Layers"), "model.layers", Kind::Integer);
-    addField(model, tr("Hidden"), "model.hidden", Kind::Integer);
-    addField(model, tr("Heads"), "model.heads", Kind::Integer);
-    addField(model, tr("KV heads"), "model.kv_heads", Kind::Integer);
-    addField(model, tr("FFN hidden"), "model.ffn_hidden", Kind::Integer);
-    addField(model, tr("Vocabulary"), "model.vocab", Kind::Integer);
-    addField(model, tr("Sequence length"), "model.seq_len", Kind::Integer);
-    addField(model, tr("Norm"), "model.norm", Kind::Choice, {"layernorm", "rmsnorm"});
-    addField(model, tr("Activation"), "model.activation", Kind::Choice, {"gelu", "swiglu"});
-    addField(model, tr("MoE experts"), "model.moe.experts", Kind::Integer, {}, tr("Empty for a dense model"));
-    addField(model, tr("Top-k"), "model.moe.top_k", Kind::Integer);
-    addField(model, tr("Expert FFN hidden"), "model.moe.moe_ffn_hidden", Kind::Integer);
-    addField(model, tr("Capacity factor"), "model.moe.capacity_factor", Kind::Number);
-    addField(model, tr("Aux-loss coefficient"), "model.moe.aux_loss_coef", Kind::Number);
-    addField(model, tr("MoE every n layers"), "model.moe.every_n_layers", Kind::Integer);
-
-    QFormLayout* parallel = section(tr("Parallel layout"));
-    addField(parallel, tr("Data parallel (dp)"), "parallel.dp", Kind::Integer);
-    addField(parallel, tr("Pipeline parallel (pp)"), "parallel.pp", Kind::Integer);
-    addField(parallel, tr("Tensor parallel (tp)"), "parallel.tp", Kind::Integer);
-    addField(parallel, tr("Expert parallel (ep)"), "parallel.ep", Kind::Integer);
-    addField(parallel, tr("ZeRO stage"), "parallel.zero", Kind::Integer);
-    addField(parallel, tr("Schedule"), "parallel.schedule", Kind::Choice,
-             {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"});
-    addField(parallel, tr("Virtual stages"), "parallel.virtual_stages", Kind::Integer);
-    addField(parallel, tr("Micro-batches"), "parallel.microbatches", Kind::Integer);
-    addField(parallel, tr("Micro-batch size"), "parallel.micro_batch_size", Kind::Integer);
-    addField(parallel, tr("Sequence parallel"), "parallel.sequence_parallel", Kind::Flag);
-    addField(parallel, tr("Recompute"), "parallel.recompute", Kind::Choice, {"none", "selective", "full"});
-
-    QFormLayout* cluster = section(tr("Cluster"));
-    addField(cluster, tr("Preset"), "cluster.preset", Kind::Preset,
-             QStringList{kCustom} + toQStrings(plan::clusterPresetNames()));
-    addField(cluster, tr("Nodes"), "cluster.nodes", Kind::Integer);
-    addField(cluster, tr("Devices per node"), "cluster.devices_per_node", Kind::Integer);
-    addField(cluster, tr("NVLink domain"), "cluster.nvlink_domain", Kind::Integer, {},
-             tr("Devices that share the fast fabric"));
-    addField(cluster, tr("Device"), "cluster.device", Kind::Choice, toQStrings(plan::devicePresetNames()));
-    addField(cluster, tr("NVLink GB/s"), "cluster.intra_node_bandwidth_GBps", Kind::Number);
-    addField(cluster, tr("Network GB/s"), "cluster.inter_node_bandwidth_GBps", Kind::Number);
-    addField(cluster, tr("NVLink latency (µs)"), "cluster.intra_node_latency_us", Kind::Number);
-    addField(cluster, tr("Network latency (µs)"), "cluster.inter_node_latency_us", Kind::Number);
-    addField(cluster, tr("Compute efficiency"), "cluster.compute_efficiency", Kind::Number);
+    // A group for each top-level section with keys on the form. The labels are the schema's, in
+    // English as the engine's messages are.
+    for (const plan::SpecKey* top : plan::specKeysIn("")) {
+        std::vector<const plan::SpecKey*> keys;
+        if (top->type == plan::SpecType::Section)
+            addShownKeys(top->path, keys);
+        if (keys.empty())
+            continue;
+        QFormLayout* form = section(toQString(top->label));
+        for (const plan::SpecKey* key : keys)
+            addField(form, *key);
+    }
     column->addStretch(1);
 
     auto* scroll = new QScrollArea;
@@ -137,9 +110,35 @@ JobForm::JobForm(JobDocument* document, QWidget* parent) : QWidget(parent), m_do
     refresh();
 }
 
-QWidget* JobForm::addField(QFormLayout* form, const QString& label, const QString& path, Kind kind,
-                           const QStringList& choices, const QString& hint)
+void JobForm::addField(QFormLayout* form, const plan::SpecKey& key)
 {
+    Kind kind = Kind::Choice;
+    QStringList choices;
+    switch (key.type) {
+    case plan::SpecType::Integer:
+        kind = Kind::Integer;
+        break;
+    case plan::SpecType::Number:
+        kind = Kind::Number;
+        break;
+    case plan::SpecType::Flag:
+        kind = Kind::Flag;
+        break;
+    case plan::SpecType::Preset:
+        kind = Kind::Preset;
+        choices << kCustom;
+        break;
+    case plan::SpecType::Choice:
+    case plan::SpecType::Text:
+    case plan::SpecType::Section:
+        break;
+    }
+    for (const std::string& name : key.choices)
+        choices << QString::fromStdString(name);
+    const QString path = toQString(key.path);
+    const plan::SpecKey* section = plan::specKey(key.section());
+    const bool optionalInside = section && !section->required && !section->section().empty();
+
     auto* cell = new QWidget;
     auto* box = new QVBoxLayout(cell);
     box->setContentsMargins(0, 0, 0, 0);
@@ -149,8 +148,8 @@ QWidget* JobForm::addField(QFormLayout* form, const QString& label, const QStrin
     const std::size_t index = m_fields.size();
     if (kind == Kind::Integer || kind == Kind::Number) {
         auto* line = new QLineEdit;
-        if (!hint.isEmpty())
-            line->setPlaceholderText(hint);
+        if (!key.placeholder.empty())
+            line->setPlaceholderText(toQString(key.placeholder));
         connect(line, &QLineEdit::editingFinished, this, [this, index] { commit(m_fields[index]); });
         editor = line;
     } else if (kind == Kind::Flag) {
@@ -167,11 +166,11 @@ QWidget* JobForm::addField(QFormLayout* form, const QString& label, const QStrin
     QLabel* error = newErrorLabel();
     box->addWidget(editor);
     box->addWidget(error);
-    form->addRow(label, cell);
+    form->addRow(toQString(key.label), cell);
 
     m_index.insert(path, index);
-    m_fields.push_back({path, kind, editor, error, {}});
-    return editor;
+    m_fields.push_back(
+        {path, kind, editor, error, {}, optionalInside ? toQString(section->path) : QString(), key.required});
 }
 
 QWidget* JobForm::editor(const QString& path) const
@@ -203,18 +202,19 @@ void JobForm::clearInputErrors()
     refresh();
 }
 
-QString JobForm::displayValue(const QString& path) const
+QString JobForm::displayValue(const Field& field) const
 {
-    const nlohmann::json own = m_document->value(path);
+    const nlohmann::json own = m_document->value(field.path);
     if (!own.is_null())
         return jsonToText(own);
-    // A field the document leaves out shows the value the engine would use (a preset's, a default).
-    if (path.startsWith(u"model.moe.") && m_document->value("model.moe").is_null())
+    // A field the document leaves out shows the value the engine would use (a preset's, a default),
+    // except in an optional section the document leaves out (a dense model has no experts).
+    if (!field.optionalSection.isEmpty() && m_document->value(field.optionalSection).is_null())
         return {};
     if (!m_document->spec())
         return {};
     const nlohmann::json effective = plan::toJson(*m_document->spec());
-    const auto pointer = pointerOf(path);
+    const auto pointer = pointerOf(field.path);
     return effective.contains(pointer) ? jsonToText(effective.at(pointer)) : QString();
 }
 
@@ -224,7 +224,7 @@ void JobForm::refresh()
     for (Field& f : m_fields) {
         if (!f.inputError.isEmpty())
             continue;  // keep the user's unparseable text in front of its message
-        const QString text = displayValue(f.path);
+        const QString text = displayValue(f);
         if (auto* line = qobject_cast<QLineEdit*>(f.editor)) {
             if (line->text() != text)
                 line->setText(text);
@@ -276,9 +276,10 @@ void JobForm::commit(Field& field)
         bool ok = true;
         if (text.isEmpty()) {
             // An empty field removes the key (the engine's default, or "is required" when it has none);
-            // an empty expert count makes the model dense.
-            if (field.path == u"model.moe.experts") {
-                m_document->set("model.moe", nullptr);
+            // emptying what an optional section requires removes the section: an empty expert count
+            // makes the model dense.
+            if (field.required && !field.optionalSection.isEmpty()) {
+                m_document->set(field.optionalSection, nullptr);
                 return;
             }
         } else if (field.kind == Kind::Integer) {

@@ -1,5 +1,7 @@
 #pragma once
 // The job's model, parallel layout and cluster as form fields, bound both ways to a JobDocument.
+// The fields are the job-spec schema's (plan/spec_schema.h): a field for every key it shows in the
+// Designer, with the schema's label, choices and hint, grouped by the schema's sections.
 // Numbers are typed into line edits and parsed here, so that a typing mistake is reported
 // rather than clamped away; everything parseable goes to the document and the engine's
 // validation messages appear inline under the field whose JSON path they name.
@@ -12,6 +14,10 @@
 
 class QFormLayout;
 class QLabel;
+
+namespace meshbench::plan {
+struct SpecKey;
+}
 
 namespace meshbench::app {
 
@@ -28,6 +34,7 @@ public:
     QString errorText(const QString& path) const;
     // Errors whose path matches no field (or the whole document).
     QString generalErrorText() const;
+    // The JSON paths of the keys the form edits, in the form's order.
     QStringList paths() const;
 
     // Forgets parse errors of half-typed text, e.g. after another file was loaded.
@@ -45,15 +52,17 @@ private:
         QWidget* editor = nullptr;
         QLabel* error = nullptr;
         QString inputError;  // the text typed could not be parsed; the document is unchanged
+        // The optional section the key is in, inside another ("model.moe"); empty when none.
+        QString optionalSection;
+        bool required = false;  // within its section
     };
 
-    QWidget* addField(QFormLayout* form, const QString& label, const QString& path, Kind kind,
-                      const QStringList& choices = {}, const QString& hint = {});
+    void addField(QFormLayout* form, const plan::SpecKey& key);
     void commit(Field& field);
     void choosePreset(const QString& preset);
     void showErrors();
-    // The document's value at a path, or the value the engine fills in when the document omits it.
-    QString displayValue(const QString& path) const;
+    // The document's value of a field, or the value the engine fills in when the document omits it.
+    QString displayValue(const Field& field) const;
 
     JobDocument* m_document;
     std::vector<Field> m_fields;

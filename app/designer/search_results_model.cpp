@@ -1,6 +1,7 @@
 #include "search_results_model.h"
 
 #include "plan/report.h"
+#include "plan/spec_schema.h"
 #include "plan/units.h"
 
 namespace meshbench::app {
@@ -88,21 +89,8 @@ QVariant SearchResultsModel::headerData(int section, Qt::Orientation orientation
 
 nlohmann::json layoutPatch(const plan::ParallelSpec& p)
 {
-    return {{"parallel",
-             {{"dp", p.dp},
-              {"pp", p.pp},
-              {"tp", p.tp},
-              {"ep", p.ep},
-              {"zero", p.zero},
-              {"sequence_parallel", p.sequenceParallel},
-              {"recompute", plan::recomputeName(p.recompute)},
-              {"schedule", plan::scheduleName(p.schedule)},
-              {"virtual_stages", p.virtualStages},
-              {"microbatches", p.microbatches},
-              {"micro_batch_size", p.microBatchSize},
-              {"overlap_grad_reduce", p.overlapGradReduce},
-              {"overlap_param_gather", p.overlapParamGather},
-              {"tp_comm_overlap", p.tpCommOverlap}}}};
+    // The search's choices, keyed as the schema writes them.
+    return {{"parallel", plan::layoutToJson(p)}};
 }
 
 }  // namespace meshbench::app

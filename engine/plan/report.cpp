@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include "spec_schema.h"
 #include "units.h"
 
 #include <algorithm>
@@ -274,26 +275,14 @@ json searchToJson(const SearchResult& result)
 {
     json best = json::array();
     for (const SearchCandidate& c : result.best) {
-        const ParallelSpec& p = c.parallel;
-        best.push_back({{"dp", p.dp},
-                        {"pp", p.pp},
-                        {"tp", p.tp},
-                        {"ep", p.ep},
-                        {"zero", p.zero},
-                        {"sequence_parallel", p.sequenceParallel},
-                        {"recompute", recomputeName(p.recompute)},
-                        {"schedule", scheduleName(p.schedule)},
-                        {"virtual_stages", p.virtualStages},
-                        {"microbatches", p.microbatches},
-                        {"micro_batch_size", p.microBatchSize},
-                        {"overlap_grad_reduce", p.overlapGradReduce},
-                        {"overlap_param_gather", p.overlapParamGather},
-                        {"tp_comm_overlap", p.tpCommOverlap},
-                        {"step_time_s", c.stepTime},
-                        {"tokens_per_s", c.tokensPerSecond},
-                        {"mfu", c.mfu},
-                        {"memory_bytes", c.memoryBytes},
-                        {"bubble_ratio", c.bubbleRatio}});
+        // The layout's keys as the spec writes them (the schema's), then its figures.
+        json candidate = layoutToJson(c.parallel);
+        candidate["step_time_s"] = c.stepTime;
+        candidate["tokens_per_s"] = c.tokensPerSecond;
+        candidate["mfu"] = c.mfu;
+        candidate["memory_bytes"] = c.memoryBytes;
+        candidate["bubble_ratio"] = c.bubbleRatio;
+        best.push_back(std::move(candidate));
     }
     return {{"valid", result.errors.empty()},     {"errors", errorsToJson(result.errors)},
             {"global_batch", result.globalBatch}, {"planned_only", result.plannedOnly},
