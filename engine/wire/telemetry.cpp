@@ -1,5 +1,6 @@
 #include "telemetry.h"
 
+#include "record_fields.h"
 #include "text.h"
 
 #include <algorithm>
@@ -14,20 +15,6 @@ namespace meshbench::wire {
 namespace {
 
 constexpr std::size_t kRecordHeaderBytes = 8;
-constexpr int kLogLevels = 4;
-constexpr int kRankStates = 5;
-
-// Fixed parts of the bodies, as laid out in telemetry.h (a string or an array adds its bytes).
-constexpr std::size_t kSpanBody = 41;
-constexpr std::size_t kExpertLoadFixed = 16;
-constexpr std::size_t kMemorySampleBody = 29;
-constexpr std::size_t kStepMetricsBody = 76;
-constexpr std::size_t kNodeSampleFixed = 52;
-constexpr std::size_t kLogFixed = 13;
-constexpr std::size_t kHeartbeatFixed = 33;
-constexpr std::size_t kClockOffsetBody = 24;
-// No known record is smaller, so a frame holds at most (bytes / this) records that are kept.
-constexpr std::size_t kSmallestKnownRecord = kRecordHeaderBytes + kLogFixed;
 
 constexpr std::string_view kSpanKindNames[] = {"F",         "B",         "W",         "send-act",  "recv-act",
                                                "send-grad", "recv-grad", "optimizer", "dp-reduce", "idle"};
@@ -194,6 +181,54 @@ std::string_view recordTypeName(RecordType type)
 
 std::string str(std::string_view text) { return std::string(text); }
 
+// "a span": how the decoder names a record whose body is too short.
+std::string aRecordOf(RecordType type)
+{
+    if (type == RecordType::StepMetrics)
+        return "a step metrics record";
+    const std::string_view name = recordTypeName(type);
+    return (name.find_first_of("aeiou") == 0 ? "an " : "a ") + str(name);
+}
+
+// ---- record bodies: the fields of record_fields.h in order ----
+
+template <class T>
+inline constexpr bool kIsArray = false;
+template <class T>
+inline constexpr bool kIsArray<std::vector<T>> = true;
+
+template <class T>
+inline constexpr bool kIsString = std::is_same_v<T, std::string>;
+
+// A field's bytes on the wire, without a string's or an array's contents (their u32 length only).
+template <class T>
+constexpr std::size_t fixedBytes()
+{
+    if constexpr (kIsString<T> || kIsArray<T>)
+        return 4;
+    else
+        return sizeof(T);
+}
+
+// A body's size with empty strings and arrays.
+template <class R>
+inline constexpr std::size_t kFixedBody =
+    std::apply([](const auto&... field) { return (fixedBytes<typename std::decay_t<decltype(field)>::Value>() + ...); },
+               kFields<R>);
+
+// The layout table in telemetry.h.
+static_assert(kFixedBody<SpanRecord> == 41 && kFixedBody<ExpertLoadRecord> == 16 &&
+              kFixedBody<MemorySampleRecord> == 29 && kFixedBody<StepMetricsRecord> == 76 &&
+              kFixedBody<NodeSampleRecord> == 52 && kFixedBody<LogRecord> == 13 && kFixedBody<HeartbeatRecord> == 33 &&
+              kFixedBody<ClockOffsetRecord> == 24);
+
+// No known record is smaller, so a frame holds at most (bytes / this) records that are kept.
+constexpr std::size_t kSmallestKnownRecord = [] {
+    std::size_t smallest = kMaxBatchBytes;
+    forEachRecordType([&](auto type) { smallest = std::min(smallest, kFixedBody<typename decltype(type)::type>); });
+    return kRecordHeaderBytes + smallest;
+}();
+
 // ---- encoding ----
 
 [[noreturn]] void refuse(std::size_t index, RecordType type, const std::string& what)
@@ -209,14 +244,8 @@ void checkEnum(std::size_t index, RecordType type, std::string_view field, unsig
                str(field) + " " + std::to_string(value) + " is out of range (0.." + std::to_string(count - 1) + ")");
 }
 
-// Body sizes, with the checks that make the frame one the decoder accepts.
-std::size_t checkedBodySize(const SpanRecord& r, std::size_t index)
-{
-    checkEnum(index, RecordType::Span, "span kind", underlying(r.kind), kSpanKinds);
-    return kSpanBody;
-}
-
-std::size_t checkedBodySize(const ExpertLoadRecord& r, std::size_t index)
+// Expert loads' arrays: one entry per expert in each.
+void checkExpertArrays(const ExpertLoadRecord& r, std::size_t index)
 {
     if (r.routed.size() != r.dropped.size())
         refuse(index, RecordType::ExpertLoad,
@@ -225,35 +254,26 @@ std::size_t checkedBodySize(const ExpertLoadRecord& r, std::size_t index)
     if (r.routed.size() > kMaxExpertsPerLayer)
         refuse(index, RecordType::ExpertLoad,
                std::to_string(r.routed.size()) + " experts exceed the limit of " + std::to_string(kMaxExpertsPerLayer));
-    return kExpertLoadFixed + 8 * r.routed.size();
 }
 
-std::size_t checkedBodySize(const MemorySampleRecord& r, std::size_t index)
+// A body's size, with the checks that make the frame one the decoder accepts.
+template <class R>
+std::size_t checkedBodySize(const R& r, std::size_t index)
 {
-    checkEnum(index, RecordType::MemorySample, "memory category", underlying(r.category), kMemoryCategories);
-    return kMemorySampleBody;
+    if constexpr (std::is_same_v<R, ExpertLoadRecord>)
+        checkExpertArrays(r, index);
+    std::size_t size = kFixedBody<R>;
+    forEachField(r, [&](const auto& field, const auto& value) {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_enum_v<T>)
+            checkEnum(index, recordTypeOf<R>(), field.what(), underlying(value), EnumInfo<T>::count);
+        else if constexpr (kIsString<T>)
+            size += sanitizeUtf8(value, nullptr);
+        else if constexpr (kIsArray<T>)
+            size += sizeof(typename T::value_type) * value.size();
+    });
+    return size;
 }
-
-std::size_t checkedBodySize(const StepMetricsRecord&, std::size_t) { return kStepMetricsBody; }
-
-std::size_t checkedBodySize(const NodeSampleRecord& r, std::size_t)
-{
-    return kNodeSampleFixed + sanitizeUtf8(r.host, nullptr);
-}
-
-std::size_t checkedBodySize(const LogRecord& r, std::size_t index)
-{
-    checkEnum(index, RecordType::Log, "log level", underlying(r.level), kLogLevels);
-    return kLogFixed + sanitizeUtf8(r.text, nullptr);
-}
-
-std::size_t checkedBodySize(const HeartbeatRecord& r, std::size_t index)
-{
-    checkEnum(index, RecordType::Heartbeat, "rank state", underlying(r.state), kRankStates);
-    return kHeartbeatFixed + sanitizeUtf8(r.host, nullptr);
-}
-
-std::size_t checkedBodySize(const ClockOffsetRecord&, std::size_t) { return kClockOffsetBody; }
 
 // Writes into space the caller has sized exactly, so no write needs a bounds check.
 class Writer {
@@ -283,85 +303,18 @@ public:
             put(v);
     }
 
-    void writeBody(const SpanRecord& r)
+    template <class R>
+    void writeBody(const R& r)
     {
-        put(r.step);
-        put(r.stage);
-        put(r.chunk);
-        put(r.microbatch);
-        put(r.kind);
-        put(r.peerRank);
-        put(r.beginNs);
-        put(r.endNs);
-        put(r.bytes);
-    }
-
-    void writeBody(const ExpertLoadRecord& r)
-    {
-        put(r.step);
-        put(r.layer);
-        putArray(r.routed);
-        putArray(r.dropped);
-    }
-
-    void writeBody(const MemorySampleRecord& r)
-    {
-        put(r.step);
-        put(r.timeNs);
-        put(r.category);
-        put(r.currentBytes);
-        put(r.peakBytes);
-    }
-
-    void writeBody(const StepMetricsRecord& r)
-    {
-        put(r.step);
-        put(r.beginNs);
-        put(r.endNs);
-        put(r.loss);
-        put(r.auxLoss);
-        put(r.gradNorm);
-        put(r.learningRate);
-        put(r.tokensPerSecond);
-        put(r.bubbleRatio);
-        put(r.tokens);
-    }
-
-    void writeBody(const NodeSampleRecord& r)
-    {
-        put(r.timeNs);
-        putString(r.host);
-        put(r.hostMemoryTotalBytes);
-        put(r.hostMemoryUsedBytes);
-        put(r.device);
-        put(r.deviceMemoryTotalBytes);
-        put(r.deviceMemoryUsedBytes);
-        put(r.deviceUtilization);
-    }
-
-    void writeBody(const LogRecord& r)
-    {
-        put(r.timeNs);
-        put(r.level);
-        putString(r.text);
-    }
-
-    void writeBody(const HeartbeatRecord& r)
-    {
-        put(r.timeNs);
-        put(r.state);
-        put(r.step);
-        put(r.pid);
-        put(r.detail);
-        put(r.droppedRecords);
-        putString(r.host);
-    }
-
-    void writeBody(const ClockOffsetRecord& r)
-    {
-        put(r.timeNs);
-        put(r.offsetNs);
-        put(r.roundTripNs);
+        forEachField(r, [this](const auto&, const auto& value) {
+            using T = std::decay_t<decltype(value)>;
+            if constexpr (kIsString<T>)
+                putString(value);
+            else if constexpr (kIsArray<T>)
+                putArray(value);
+            else
+                put(value);
+        });
     }
 
 private:
@@ -442,15 +395,16 @@ private:
         return true;
     }
 
-    // The string's length field is at the cursor; `fixed` is the body size with an empty string.
-    bool takeString(Cursor& c, std::string& out, std::size_t bodyLength, std::size_t fixed, std::string_view field)
+    // The string's length field is at the cursor; `need` is the body size with this string empty,
+    // and grows by its length.
+    bool takeString(Cursor& c, std::string& out, std::size_t bodyLength, std::size_t& need, std::string_view field)
     {
         const std::uint32_t length = c.take<std::uint32_t>();
         if (length > kMaxTextBytes)
             return fail(str(field) + " of " + std::to_string(length) + " bytes exceeds the limit of " +
                         std::to_string(kMaxTextBytes) + " bytes");
-        if (bodyLength < fixed + length)
-            return tooShort(bodyLength, fixed + length,
+        if (bodyLength < need + length)
+            return tooShort(bodyLength, need + length,
                             "a " + str(recordTypeName(m_type)) + " with a " + std::to_string(length) + "-byte " +
                                 str(field));
         const std::span<const std::uint8_t> bytes(c.at(), length);
@@ -460,6 +414,34 @@ private:
                         std::to_string(length) + ")");
         out.assign(reinterpret_cast<const char*>(bytes.data()), length);
         c.skip(length);
+        need += length;
+        return true;
+    }
+
+    // An expert load's arrays (routed, then dropped), one entry per expert: the first gives the
+    // number of experts, the second must have as many. `taken` counts the arrays read before.
+    // Checked up to the next array's count first, so unequal arrays are named as such.
+    bool takeExpertArray(Cursor& c, std::vector<std::uint32_t>& out, std::size_t bodyLength, std::size_t taken,
+                         std::uint32_t& experts)
+    {
+        constexpr std::size_t kArrays = 2;
+        const std::uint32_t length = c.take<std::uint32_t>();
+        if (taken == 0) {
+            if (length > kMaxExpertsPerLayer)
+                return fail(std::to_string(length) + " experts exceed the limit of " +
+                            std::to_string(kMaxExpertsPerLayer));
+            experts = length;
+        } else if (length != experts) {
+            return fail(std::to_string(experts) + " routed counts but " + std::to_string(length) +
+                        " dropped counts; both need one entry per expert");
+        }
+        const std::size_t arrayBytes = sizeof(std::uint32_t) * std::size_t(experts);
+        if (bodyLength < kFixedBody<ExpertLoadRecord> + (taken + 1) * arrayBytes)
+            return tooShort(bodyLength, kFixedBody<ExpertLoadRecord> + kArrays * arrayBytes,
+                            "an expert load of " + std::to_string(experts) + " experts");
+        out.resize(experts);
+        for (std::uint32_t& v : out)
+            v = c.take<std::uint32_t>();
         return true;
     }
 
@@ -469,165 +451,53 @@ private:
         return std::get<T>(m_result.batch->records.emplace_back(std::in_place_type<T>));
     }
 
-    bool decodeSpan(Cursor c)
-    {
-        if (c.left() < kSpanBody)
-            return tooShort(c.left(), kSpanBody, "a span");
-        SpanRecord& r = emplace<SpanRecord>();
-        r.step = c.take<std::int32_t>();
-        r.stage = c.take<std::int16_t>();
-        r.chunk = c.take<std::int16_t>();
-        r.microbatch = c.take<std::int32_t>();
-        if (!takeEnum(c, r.kind, "span kind", kSpanKinds))
-            return false;
-        r.peerRank = c.take<std::int32_t>();
-        r.beginNs = c.take<std::int64_t>();
-        r.endNs = c.take<std::int64_t>();
-        r.bytes = c.take<std::uint64_t>();
-        return true;
-    }
-
-    bool decodeExpertLoad(Cursor c)
+    // A body of a known type, field by field.
+    template <class R>
+    bool decodeRecord(Cursor c)
     {
         const std::size_t bodyLength = c.left();
-        if (bodyLength < kExpertLoadFixed)
-            return tooShort(bodyLength, kExpertLoadFixed, "an expert load");
-        ExpertLoadRecord& r = emplace<ExpertLoadRecord>();
-        r.step = c.take<std::int32_t>();
-        r.layer = c.take<std::int32_t>();
-        const std::uint32_t experts = c.take<std::uint32_t>();
-        if (experts > kMaxExpertsPerLayer)
-            return fail(std::to_string(experts) + " experts exceed the limit of " +
-                        std::to_string(kMaxExpertsPerLayer));
-        // Checked up to the dropped count first, so unequal arrays are named as such.
-        const std::size_t routedBytes = 4 * std::size_t(experts);
-        const std::size_t need = kExpertLoadFixed + 2 * routedBytes;
-        const auto arraysTooShort = [&] {
-            return tooShort(bodyLength, need, "an expert load of " + std::to_string(experts) + " experts");
-        };
-        if (bodyLength < kExpertLoadFixed + routedBytes)
-            return arraysTooShort();
-        r.routed.resize(experts);
-        for (std::uint32_t& v : r.routed)
-            v = c.take<std::uint32_t>();
-        const std::uint32_t dropped = c.take<std::uint32_t>();
-        if (dropped != experts)
-            return fail(std::to_string(experts) + " routed counts but " + std::to_string(dropped) +
-                        " dropped counts; both need one entry per expert");
-        if (bodyLength < need)
-            return arraysTooShort();
-        r.dropped.resize(experts);
-        for (std::uint32_t& v : r.dropped)
-            v = c.take<std::uint32_t>();
-        return true;
-    }
-
-    bool decodeMemorySample(Cursor c)
-    {
-        if (c.left() < kMemorySampleBody)
-            return tooShort(c.left(), kMemorySampleBody, "a memory sample");
-        MemorySampleRecord& r = emplace<MemorySampleRecord>();
-        r.step = c.take<std::int32_t>();
-        r.timeNs = c.take<std::int64_t>();
-        if (!takeEnum(c, r.category, "memory category", kMemoryCategories))
-            return false;
-        r.currentBytes = c.take<std::int64_t>();
-        r.peakBytes = c.take<std::int64_t>();
-        return true;
-    }
-
-    bool decodeStepMetrics(Cursor c)
-    {
-        if (c.left() < kStepMetricsBody)
-            return tooShort(c.left(), kStepMetricsBody, "a step metrics record");
-        StepMetricsRecord& r = emplace<StepMetricsRecord>();
-        r.step = c.take<std::int32_t>();
-        r.beginNs = c.take<std::int64_t>();
-        r.endNs = c.take<std::int64_t>();
-        r.loss = c.take<double>();
-        r.auxLoss = c.take<double>();
-        r.gradNorm = c.take<double>();
-        r.learningRate = c.take<double>();
-        r.tokensPerSecond = c.take<double>();
-        r.bubbleRatio = c.take<double>();
-        r.tokens = c.take<std::int64_t>();
-        return true;
-    }
-
-    bool decodeNodeSample(Cursor c)
-    {
-        const std::size_t bodyLength = c.left();
-        if (bodyLength < kNodeSampleFixed)
-            return tooShort(bodyLength, kNodeSampleFixed, "a node sample");
-        NodeSampleRecord& r = emplace<NodeSampleRecord>();
-        r.timeNs = c.take<std::int64_t>();
-        if (!takeString(c, r.host, bodyLength, kNodeSampleFixed, "host name"))
-            return false;
-        r.hostMemoryTotalBytes = c.take<std::int64_t>();
-        r.hostMemoryUsedBytes = c.take<std::int64_t>();
-        r.device = c.take<std::int32_t>();
-        r.deviceMemoryTotalBytes = c.take<std::int64_t>();
-        r.deviceMemoryUsedBytes = c.take<std::int64_t>();
-        r.deviceUtilization = c.take<float>();
-        return true;
-    }
-
-    bool decodeLog(Cursor c)
-    {
-        const std::size_t bodyLength = c.left();
-        if (bodyLength < kLogFixed)
-            return tooShort(bodyLength, kLogFixed, "a log");
-        LogRecord& r = emplace<LogRecord>();
-        r.timeNs = c.take<std::int64_t>();
-        return takeEnum(c, r.level, "log level", kLogLevels) && takeString(c, r.text, bodyLength, kLogFixed, "text");
-    }
-
-    bool decodeHeartbeat(Cursor c)
-    {
-        const std::size_t bodyLength = c.left();
-        if (bodyLength < kHeartbeatFixed)
-            return tooShort(bodyLength, kHeartbeatFixed, "a heartbeat");
-        HeartbeatRecord& r = emplace<HeartbeatRecord>();
-        r.timeNs = c.take<std::int64_t>();
-        if (!takeEnum(c, r.state, "rank state", kRankStates))
-            return false;
-        r.step = c.take<std::int32_t>();
-        r.pid = c.take<std::int32_t>();
-        r.detail = c.take<std::int32_t>();
-        r.droppedRecords = c.take<std::uint64_t>();
-        return takeString(c, r.host, bodyLength, kHeartbeatFixed, "host name");
-    }
-
-    bool decodeClockOffset(Cursor c)
-    {
-        if (c.left() < kClockOffsetBody)
-            return tooShort(c.left(), kClockOffsetBody, "a clock offset");
-        ClockOffsetRecord& r = emplace<ClockOffsetRecord>();
-        r.timeNs = c.take<std::int64_t>();
-        r.offsetNs = c.take<std::int64_t>();
-        r.roundTripNs = c.take<std::int64_t>();
-        return true;
+        if (bodyLength < kFixedBody<R>)
+            return tooShort(bodyLength, kFixedBody<R>, aRecordOf(recordTypeOf<R>()));
+        R& r = emplace<R>();
+        std::size_t need = kFixedBody<R>;  // grows by the strings read
+        std::size_t arrays = 0;            // expert loads' arrays read
+        std::uint32_t experts = 0;
+        return forEachField(r, [&](const auto& field, auto& value) {
+            using T = std::decay_t<decltype(value)>;
+            if constexpr (std::is_enum_v<T>) {
+                return takeEnum(c, value, field.what(), EnumInfo<T>::count);
+            } else if constexpr (kIsString<T>) {
+                return takeString(c, value, bodyLength, need, field.what());
+            } else if constexpr (kIsArray<T>) {
+                static_assert(std::is_same_v<typename std::decay_t<decltype(field)>::Record, ExpertLoadRecord>,
+                              "only expert loads have arrays");
+                return takeExpertArray(c, value, bodyLength, arrays++, experts);
+            } else {
+                value = c.take<T>();
+                return true;
+            }
+        });
     }
 
     bool decodeBody(Cursor body)
     {
         switch (m_type) {
         case RecordType::Span:
-            return decodeSpan(body);
+            return decodeRecord<SpanRecord>(body);
         case RecordType::ExpertLoad:
-            return decodeExpertLoad(body);
+            return decodeRecord<ExpertLoadRecord>(body);
         case RecordType::MemorySample:
-            return decodeMemorySample(body);
+            return decodeRecord<MemorySampleRecord>(body);
         case RecordType::StepMetrics:
-            return decodeStepMetrics(body);
+            return decodeRecord<StepMetricsRecord>(body);
         case RecordType::NodeSample:
-            return decodeNodeSample(body);
+            return decodeRecord<NodeSampleRecord>(body);
         case RecordType::Log:
-            return decodeLog(body);
+            return decodeRecord<LogRecord>(body);
         case RecordType::Heartbeat:
-            return decodeHeartbeat(body);
+            return decodeRecord<HeartbeatRecord>(body);
         case RecordType::ClockOffset:
-            return decodeClockOffset(body);
+            return decodeRecord<ClockOffsetRecord>(body);
         }
         ++m_result.skippedRecords;  // a type from a newer agent
         return true;

@@ -11,7 +11,8 @@
 // is malformed. Strings are u32 length + UTF-8 bytes; arrays u32 count + elements.
 //
 // Record bodies, format version 1 (i/u = signed/unsigned integer, f = IEEE-754 bit pattern, widths
-// in bits, no padding; enums are u8):
+// in bits, no padding; enums are u8), each record's fields in the order record_fields.h lists them
+// (the codec, the store and the exports walk that list; the sizes here are checked against it):
 //   1 span (41 bytes):           i32 step | i16 stage | i16 chunk | i32 microbatch | u8 kind | i32 peer rank |
 //                                i64 begin ns | i64 end ns | u64 bytes
 //   2 expert load (16 + 8n):     i32 step | i32 layer | u32 n | n x u32 routed | u32 n | n x u32 dropped
@@ -156,6 +157,7 @@ struct NodeSampleRecord {
 };
 
 enum class LogLevel : std::uint8_t { Debug = 0, Info = 1, Warning = 2, Error = 3 };
+constexpr int kLogLevels = 4;
 std::string_view logLevelName(LogLevel level);
 
 struct LogRecord {
@@ -181,6 +183,7 @@ constexpr int kStopLingerSeconds = 30;
 // ended or the network broke. The engine weighs it below any evidence about that peer.
 constexpr int kCommunicationFailedStatus = 3;
 enum class RankState : std::uint8_t { Starting = 0, Running = 1, Finished = 2, Failed = 3, Terminated = 4 };
+constexpr int kRankStates = 5;
 std::string_view rankStateName(RankState state);
 // Finished, Failed or Terminated: a rank's last word.
 bool isFinal(RankState state);

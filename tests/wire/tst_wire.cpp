@@ -2,6 +2,7 @@
 // the layout in telemetry.h, every malformed input the decoder must refuse (with the words its
 // message must carry), forward compatibility (appended fields, unknown record types) and names.
 
+#include "wire/record_fields.h"
 #include "wire/telemetry.h"
 #include "wire/wall_clock.h"
 
@@ -13,6 +14,8 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <set>
+#include <vector>
 
 using namespace meshbench::wire;
 
@@ -253,6 +256,7 @@ private slots:
     void encoderRefusesAnOversizedFrame();
     void names();
     void recordTypes();
+    void fieldLists();
     void wallAlignedClock();
 };
 
@@ -797,6 +801,47 @@ void TestWire::recordTypes()
     QCOMPARE(recordType(ClockOffsetRecord{}), RecordType::ClockOffset);
     QCOMPARE(int(RecordType::Heartbeat), 7);
     QCOMPARE(int(RecordType::ClockOffset), 8);
+}
+
+// record_fields.h: each record's names are distinct, a column order puts the fields where it names
+// them and the rest in wire order, and a walk stops at a visit's first false.
+void TestWire::fieldLists()
+{
+    int types = 0;
+    forEachRecordType([&](auto type) {
+        using R = typename decltype(type)::type;
+        std::set<std::string_view> names;
+        R record{};
+        forEachField(record, [&](const auto& field, auto&) {
+            QVERIFY(!field.name.empty());
+            QVERIFY2(names.insert(field.name).second, field.name.data());
+        });
+        QCOMPARE(names.size(), kFieldCount<R>);
+        ++types;
+    });
+    QCOMPARE(types, int(std::variant_size_v<Record>));
+
+    static constexpr std::string_view order[] = {"seq", "end_ns", kOtherFields, "rank"};
+    using Order = Columns<SpanRecord, order>;
+    const std::vector<std::string_view> names(Order::names.begin(), Order::names.end());
+    QCOMPARE(names, (std::vector<std::string_view>{"seq", "end_ns", "step", "stage", "chunk", "microbatch", "kind",
+                                                   "peer", "begin_ns", "bytes", "rank"}));
+    QCOMPARE(std::vector<int>(Order::fields.begin(), Order::fields.end()),
+             (std::vector<int>{-1, 7, 0, 1, 2, 3, 4, 5, 6, 8, -1}));
+    static_assert(Order::of("rank") == 10 && Order::of("peer") == 7 && Order::of("peerRank") == -1);
+    static constexpr std::string_view selection[] = {"bytes", "step"};
+    const SpanRecord span{3, 0, 0, 0, SpanKind::Idle, -1, 0, 0, 77};
+    std::vector<std::int64_t> values;
+    Columns<SpanRecord, selection>::forEachFieldColumn(
+        span, [&](auto, const auto&, const auto& value) { values.push_back(static_cast<std::int64_t>(value)); });
+    QCOMPARE(values, (std::vector<std::int64_t>{77, 3}));
+
+    int visited = 0;
+    QVERIFY(!forEachField(span, [&](const auto& field, const auto&) {
+        ++visited;
+        return field.name != "chunk";
+    }));
+    QCOMPARE(visited, 3);
 }
 
 void TestWire::wallAlignedClock()
