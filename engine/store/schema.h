@@ -1,6 +1,7 @@
 #pragma once
-// The session file's schema (format kSchemaVersion) and the statements that fill it. Shared by the
-// writer, the reader and bench_ingest, whose bare-SQLite reference must insert into identical tables.
+// The session file's schema (format kSchemaVersion), where each record type is stored, and the
+// statements that fill it. Shared by the writer, the reader and bench_ingest, whose bare-SQLite
+// reference must insert into identical tables.
 //
 // Every stored row carries `seq`, a number the writer gives each row in arrival order across all
 // tables, so replay can break time ties by arrival. Enumerations are stored as their wire values;
@@ -19,7 +20,12 @@
 // The small tables are rowid tables keyed by seq with an index on their time for replay; expert
 // loads also have one on step ("expert loads for step s").
 
+#include "wire/record_fields.h"
+
+#include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 
 namespace meshbench::store::schema {
 
@@ -99,30 +105,98 @@ CREATE INDEX clock_offsets_by_time ON clock_offsets(time_ns);
 inline constexpr std::string_view kWriterPragmas =
     "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;";
 
-// Parameters are bound by index in the order the columns are listed.
-inline constexpr std::string_view kInsertSpan =
-    "INSERT INTO spans(rank, begin_ns, seq, end_ns, step, stage, chunk, microbatch, kind, peer, bytes) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-inline constexpr std::string_view kInsertExpertLoad =
-    "INSERT INTO expert_loads(seq, rank, time_ns, step, layer, expert, routed, dropped) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
-inline constexpr std::string_view kInsertMemorySample =
-    "INSERT INTO memory_samples(seq, rank, time_ns, step, category, current_bytes, peak_bytes) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-inline constexpr std::string_view kInsertStepMetrics =
-    "INSERT INTO step_metrics(seq, rank, step, begin_ns, end_ns, loss, aux_loss, grad_norm, learning_rate, "
-    "tokens_per_s, bubble_ratio, tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
-inline constexpr std::string_view kInsertNodeSample =
-    "INSERT INTO node_samples(seq, rank, time_ns, host, host_memory_total, host_memory_used, device, "
-    "device_memory_total, device_memory_used, device_utilization) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
-inline constexpr std::string_view kInsertLog =
-    "INSERT INTO logs(seq, rank, time_ns, level, text) VALUES (?1, ?2, ?3, ?4, ?5)";
-inline constexpr std::string_view kInsertHeartbeat =
-    "INSERT INTO heartbeats(seq, rank, time_ns, state, step, pid, detail, dropped_records, host) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+// Where each record type is stored: its table, what messages call its rows, and the column replay
+// orders them by.
+template <class R>
+struct TableOf {
+    std::string_view name;
+    std::string_view rows;
+    std::string_view time;
+};
 
-inline constexpr std::string_view kInsertClockOffset =
-    "INSERT INTO clock_offsets(seq, rank, time_ns, offset_ns, round_trip_ns) VALUES (?1, ?2, ?3, ?4, ?5)";
+template <class R>
+constexpr TableOf<R> table(std::string_view name, std::string_view rows, std::string_view time = "time_ns")
+{
+    return {name, rows, time};
+}
+
+inline constexpr auto kTables = std::tuple{
+    table<wire::SpanRecord>("spans", "spans", "begin_ns"),
+    table<wire::ExpertLoadRecord>("expert_loads", "expert loads"),
+    table<wire::MemorySampleRecord>("memory_samples", "memory samples"),
+    table<wire::StepMetricsRecord>("step_metrics", "step metrics", "end_ns"),
+    table<wire::NodeSampleRecord>("node_samples", "node samples"),
+    table<wire::LogRecord>("logs", "log lines"),
+    table<wire::HeartbeatRecord>("heartbeats", "heartbeats"),
+    table<wire::ClockOffsetRecord>("clock_offsets", "clock offsets"),
+};
+
+template <class R>
+inline constexpr TableOf<R> kTable = std::get<TableOf<R>>(kTables);
+
+// The columns of a record's rows in the table's order: those no field fills (seq, rank; expert
+// loads' time and expert index, one row per expert) and the record's fields, by the names
+// record_fields.h gives them. The statements below and the reader's queries list the columns in
+// this order; tst_session_store checks it against the tables kCreateTables makes.
+inline constexpr std::string_view kSeqRankAndFields[] = {"seq", "rank", wire::kOtherFields};
+inline constexpr std::string_view kSpanColumns[] = {"rank", "begin_ns", "seq", "end_ns", wire::kOtherFields};
+inline constexpr std::string_view kExpertLoadColumns[] = {"seq",   "rank",   "time_ns",         "step",
+                                                          "layer", "expert", wire::kOtherFields};
+inline constexpr std::string_view kMemorySampleColumns[] = {"seq", "rank", "time_ns", wire::kOtherFields};
+
+template <class R>
+constexpr const auto& columnOrder()
+{
+    if constexpr (std::is_same_v<R, wire::SpanRecord>)
+        return kSpanColumns;
+    else if constexpr (std::is_same_v<R, wire::ExpertLoadRecord>)
+        return kExpertLoadColumns;
+    else if constexpr (std::is_same_v<R, wire::MemorySampleRecord>)
+        return kMemorySampleColumns;
+    else
+        return kSeqRankAndFields;
+}
+
+template <class R>
+using TableColumns = wire::Columns<R, columnOrder<R>()>;
+
+// The columns of R's table, comma-separated.
+template <class R>
+std::string columnList()
+{
+    std::string list;
+    for (std::string_view column : TableColumns<R>::names) {
+        if (!list.empty())
+            list += ", ";
+        list += column;
+    }
+    return list;
+}
+
+// Parameters are bound by index in the order the columns are listed.
+template <class R>
+std::string insertStatement()
+{
+    std::string sql = "INSERT INTO " + std::string(kTable<R>.name) + "(" + columnList<R>() + ") VALUES (";
+    for (std::size_t i = 1; i <= TableColumns<R>::count; ++i)
+        sql += (i > 1 ? ", ?" : "?") + std::to_string(i);
+    return sql + ")";
+}
+
+// Columns come out in the order they are listed; the caller adds WHERE and ORDER BY.
+template <class R>
+std::string selectStatement()
+{
+    return "SELECT " + columnList<R>() + " FROM " + std::string(kTable<R>.name);
+}
+
+// bench_ingest's bare-SQLite reference binds these by index, as the writer does.
+inline const std::string kInsertSpan = insertStatement<wire::SpanRecord>();
+inline const std::string kInsertExpertLoad = insertStatement<wire::ExpertLoadRecord>();
+inline const std::string kInsertMemorySample = insertStatement<wire::MemorySampleRecord>();
+inline const std::string kInsertStepMetrics = insertStatement<wire::StepMetricsRecord>();
+inline const std::string kInsertNodeSample = insertStatement<wire::NodeSampleRecord>();
+inline const std::string kInsertLog = insertStatement<wire::LogRecord>();
+inline const std::string kInsertHeartbeat = insertStatement<wire::HeartbeatRecord>();
 
 }  // namespace meshbench::store::schema

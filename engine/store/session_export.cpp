@@ -2,6 +2,7 @@
 
 #include "session_file.h"
 
+#include "wire/record_fields.h"
 #include "wire/text.h"
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 namespace meshbench::store {
@@ -140,6 +142,9 @@ struct FlowKey {
     std::int32_t microbatch;
     auto operator<=>(const FlowKey&) const = default;
 };
+
+// A span's args, by field name; kind, begin and end are the event's own.
+constexpr std::string_view kSpanArgs[] = {"step", "stage", "chunk", "microbatch", "bytes", "peer"};
 
 struct FlowEnd {
     std::uint32_t rank;
@@ -270,18 +275,16 @@ private:
         out += wire::spanLabel(span);
         out += "\",\"cat\":\"";
         out += kTrackNames[track];
-        out += "\",\"args\":{\"step\":";
-        appendNumber(out, span.step);
-        out += ",\"stage\":";
-        appendNumber(out, span.stage);
-        out += ",\"chunk\":";
-        appendNumber(out, span.chunk);
-        out += ",\"microbatch\":";
-        appendNumber(out, span.microbatch);
-        out += ",\"bytes\":";
-        appendNumber(out, span.bytes);
-        out += ",\"peer\":";
-        appendNumber(out, span.peerRank);
+        out += "\",\"args\":{";
+        wire::Columns<wire::SpanRecord, kSpanArgs>::forEachFieldColumn(
+            span, [&out](auto column, const auto& field, const auto& value) {
+                if (column > 0)
+                    out += ',';
+                out += '"';
+                out += field.name;
+                out += "\":";
+                appendNumber(out, value);
+            });
         out += '}';
         end();
         flow(stored);
@@ -417,95 +420,129 @@ void writeSession(const SessionReader& session, const std::filesystem::path& dir
     csv.close();
 }
 
+// A CSV file of one record type: the columns of Order (record_fields.h's Columns), headed by the
+// fields' CSV names; the columns that are no field are the rank and an expert load's expert.
+template <class R, const auto& Order>
+class RecordCsv {
+    using Columns = wire::Columns<R, Order>;
+
+public:
+    RecordCsv(const std::filesystem::path& dir, const char* name) : m_csv(dir, name, header()) {}
+
+    // A row, or an expert load's row per expert.
+    void add(std::uint32_t rank, const R& record)
+    {
+        if constexpr (std::is_same_v<R, wire::ExpertLoadRecord>) {
+            for (std::size_t e = 0; e < record.routed.size(); ++e)
+                row(rank, record, e);
+        } else {
+            row(rank, record, 0);
+        }
+    }
+    void close() { m_csv.close(); }
+
+private:
+    static std::string header()
+    {
+        std::string text;
+        const auto add = [&text](std::string_view name) {
+            if (!text.empty())
+                text += ',';
+            text += name;
+        };
+        const R sample{};
+        Columns::forEach(
+            sample, [&](auto, const auto& field, const auto&) { add(field.csv()); },
+            [&](auto column) { add(Columns::names[column]); });
+        return text;
+    }
+
+    void row(std::uint32_t rank, const R& record, std::size_t element)
+    {
+        Columns::forEach(
+            record,
+            [&](auto, const auto&, const auto& value) {
+                using T = std::decay_t<decltype(value)>;
+                if constexpr (std::is_enum_v<T>)
+                    m_csv << wire::EnumInfo<T>::name(value);
+                else if constexpr (std::is_same_v<T, std::vector<std::uint32_t>>)
+                    m_csv << value[element];
+                else
+                    m_csv << value;
+            },
+            [&](auto column) {
+                constexpr std::string_view name = Columns::names[column];
+                if constexpr (name == "rank") {
+                    m_csv << rank;
+                } else {
+                    static_assert(name == "expert", "a CSV column that is no field is the rank or the expert");
+                    m_csv << element;
+                }
+            });
+        m_csv.endRow();
+    }
+
+    CsvFile m_csv;
+};
+
+constexpr std::string_view kRankAndFields[] = {"rank", wire::kOtherFields};
+// steps.csv keeps the order it was published in (session_export.h: it starts with step,loss,...).
+constexpr std::string_view kStepsColumns[] = {
+    "step",      "loss",          "aux_loss", "tokens_per_s",     "bubble_ratio",
+    "grad_norm", "learning_rate", "tokens",   wire::kOtherFields, "rank"};
+constexpr std::string_view kExpertLoadsColumns[] = {"rank", "step", "layer", "expert", wire::kOtherFields};
+
+// Every record of a list read from the session.
+template <class R, const auto& Order>
+void writeRecords(const std::filesystem::path& dir, const char* name, const std::vector<FromRank<R>>& records)
+{
+    RecordCsv<R, Order> csv(dir, name);
+    for (const auto& [rank, record] : records)
+        csv.add(rank, record);
+    csv.close();
+}
+
 void writeSteps(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "steps.csv",
-                "step,loss,aux_loss,tokens_per_s,bubble_ratio,grad_norm,lr,tokens,begin_ns,end_ns,rank");
-    for (const auto& [rank, m] : session.stepMetrics()) {
-        csv << m.step << m.loss << m.auxLoss << m.tokensPerSecond << m.bubbleRatio << m.gradNorm << m.learningRate
-            << m.tokens << m.beginNs << m.endNs << rank;
-        csv.endRow();
-    }
-    csv.close();
+    writeRecords<wire::StepMetricsRecord, kStepsColumns>(dir, "steps.csv", session.stepMetrics());
 }
 
 void writeSpans(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "spans.csv", "rank,step,stage,chunk,microbatch,kind,peer,begin_ns,end_ns,bytes");
+    RecordCsv<wire::SpanRecord, kRankAndFields> csv(dir, "spans.csv");
     session.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
-                  [&csv](const StoredSpan& stored) {
-                      const wire::SpanRecord& s = stored.span;
-                      csv << stored.rank << s.step << s.stage << s.chunk << s.microbatch << wire::spanKindName(s.kind)
-                          << s.peerRank << s.beginNs << s.endNs << s.bytes;
-                      csv.endRow();
-                  });
+                  [&csv](const StoredSpan& stored) { csv.add(stored.rank, stored.span); });
     csv.close();
 }
 
 void writeExpertLoads(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "expert_loads.csv", "rank,step,layer,expert,routed,dropped");
-    for (const auto& [rank, load] : session.expertLoads()) {
-        for (std::size_t e = 0; e < load.routed.size(); ++e) {
-            csv << rank << load.step << load.layer << e << load.routed[e] << load.dropped[e];
-            csv.endRow();
-        }
-    }
-    csv.close();
+    writeRecords<wire::ExpertLoadRecord, kExpertLoadsColumns>(dir, "expert_loads.csv", session.expertLoads());
 }
 
 void writeMemory(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "memory.csv", "rank,step,time_ns,category,current_bytes,peak_bytes");
-    for (const auto& [rank, m] : session.memorySamples()) {
-        csv << rank << m.step << m.timeNs << wire::memoryCategoryName(m.category) << m.currentBytes << m.peakBytes;
-        csv.endRow();
-    }
-    csv.close();
+    writeRecords<wire::MemorySampleRecord, kRankAndFields>(dir, "memory.csv", session.memorySamples());
 }
 
 void writeNodes(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "nodes.csv",
-                "rank,time_ns,host,host_memory_total_bytes,host_memory_used_bytes,device,device_memory_total_bytes,"
-                "device_memory_used_bytes,device_utilization");
-    for (const auto& [rank, n] : session.nodeSamples()) {
-        csv << rank << n.timeNs << n.host << n.hostMemoryTotalBytes << n.hostMemoryUsedBytes << n.device
-            << n.deviceMemoryTotalBytes << n.deviceMemoryUsedBytes << n.deviceUtilization;
-        csv.endRow();
-    }
-    csv.close();
+    writeRecords<wire::NodeSampleRecord, kRankAndFields>(dir, "nodes.csv", session.nodeSamples());
 }
 
 void writeLogs(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "logs.csv", "rank,time_ns,level,text");
-    for (const auto& [rank, log] : session.logs()) {
-        csv << rank << log.timeNs << wire::logLevelName(log.level) << log.text;
-        csv.endRow();
-    }
-    csv.close();
+    writeRecords<wire::LogRecord, kRankAndFields>(dir, "logs.csv", session.logs());
 }
 
 void writeHeartbeats(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "heartbeats.csv", "rank,time_ns,state,step,pid,detail,dropped_records,host");
-    for (const auto& [rank, h] : session.heartbeats()) {
-        csv << rank << h.timeNs << wire::rankStateName(h.state) << h.step << h.pid << h.detail << h.droppedRecords
-            << h.host;
-        csv.endRow();
-    }
-    csv.close();
+    writeRecords<wire::HeartbeatRecord, kRankAndFields>(dir, "heartbeats.csv", session.heartbeats());
 }
 
 void writeClocks(const SessionReader& session, const std::filesystem::path& dir)
 {
-    CsvFile csv(dir, "clocks.csv", "rank,time_ns,offset_ns,round_trip_ns");
-    for (const auto& [rank, c] : session.clockOffsets()) {
-        csv << rank << c.timeNs << c.offsetNs << c.roundTripNs;
-        csv.endRow();
-    }
-    csv.close();
+    writeRecords<wire::ClockOffsetRecord, kRankAndFields>(dir, "clocks.csv", session.clockOffsets());
 }
 
 void writeRanks(const SessionReader& session, const std::filesystem::path& dir)

@@ -2,6 +2,7 @@
 // of several queries at once (one per rank for spans, one per table for replay) merged by
 // (time, seq): the order of time, ties in arrival order.
 
+#include "schema.h"
 #include "session_file.h"
 #include "session_store.h"
 #include "sqlite_util.h"
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include <sys/stat.h>
 
@@ -30,26 +32,6 @@ constexpr std::int64_t kMinTime = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t kMaxTime = std::numeric_limits<std::int64_t>::max();
 
 constexpr char kNoHeader[] = " holds no session: the engine that created it stopped before it wrote the session header";
-
-// Each query of a record table selects its time, seq and rank first, then the record's fields.
-constexpr int kFirstField = 3;
-constexpr std::string_view kSelectSpans =
-    "SELECT begin_ns, seq, rank, end_ns, step, stage, chunk, microbatch, kind, peer, bytes FROM spans";
-constexpr std::string_view kSelectExpertLoads =
-    "SELECT time_ns, seq, rank, step, layer, expert, routed, dropped FROM expert_loads";
-constexpr std::string_view kSelectMemorySamples =
-    "SELECT time_ns, seq, rank, step, category, current_bytes, peak_bytes FROM memory_samples";
-constexpr std::string_view kSelectStepMetrics =
-    "SELECT end_ns, seq, rank, step, begin_ns, loss, aux_loss, grad_norm, learning_rate, tokens_per_s, "
-    "bubble_ratio, tokens FROM step_metrics";
-constexpr std::string_view kSelectNodeSamples =
-    "SELECT time_ns, seq, rank, host, host_memory_total, host_memory_used, device, device_memory_total, "
-    "device_memory_used, device_utilization FROM node_samples";
-constexpr std::string_view kSelectLogs = "SELECT time_ns, seq, rank, level, text FROM logs";
-constexpr std::string_view kSelectHeartbeats =
-    "SELECT time_ns, seq, rank, state, step, pid, detail, dropped_records, host FROM heartbeats";
-constexpr std::string_view kSelectClockOffsets =
-    "SELECT time_ns, seq, rank, offset_ns, round_trip_ns FROM clock_offsets";
 
 // The earliest begin of a span that reaches `time` when no span is longer than maxSpan. The
 // writer clamps durations to int64's maximum, so that value bounds nothing.
@@ -68,87 +50,46 @@ std::string sql(std::string_view select, std::string_view rest)
     return text;
 }
 
-wire::SpanRecord decodeSpan(const Statement& row)
+template <class R>
+using Columns = schema::TableColumns<R>;
+
+// A field's value from its column (an expert load's arrays are read a row per entry).
+template <class T>
+void readValue(const Statement& row, int column, T& value)
 {
-    wire::SpanRecord span;
-    span.beginNs = row.int64(0);
-    span.endNs = row.int64(kFirstField);
-    span.step = row.integer<std::int32_t>(kFirstField + 1);
-    span.stage = row.integer<std::int16_t>(kFirstField + 2);
-    span.chunk = row.integer<std::int16_t>(kFirstField + 3);
-    span.microbatch = row.integer<std::int32_t>(kFirstField + 4);
-    span.kind = row.enumerator<wire::SpanKind>(kFirstField + 5, wire::kSpanKinds);
-    span.peerRank = row.integer<std::int32_t>(kFirstField + 6);
-    span.bytes = row.bits(kFirstField + 7);
-    return span;
+    if constexpr (std::is_same_v<T, std::string>)
+        value = row.text(column);
+    else if constexpr (std::is_enum_v<T>)
+        value = row.enumerator<T>(column, wire::EnumInfo<T>::count);
+    else if constexpr (std::is_floating_point_v<T>)
+        value = static_cast<T>(row.real(column));
+    else if constexpr (std::is_same_v<T, std::uint64_t>)
+        value = row.bits(column);  // stored as the int64 with the same bits
+    else
+        value = row.integer<T>(column);
 }
 
-wire::MemorySampleRecord decodeMemorySample(const Statement& row)
+template <class R>
+R decodeRow(const Statement& row)
 {
-    wire::MemorySampleRecord sample;
-    sample.timeNs = row.int64(0);
-    sample.step = row.integer<std::int32_t>(kFirstField);
-    sample.category = row.enumerator<wire::MemoryCategory>(kFirstField + 1, wire::kMemoryCategories);
-    sample.currentBytes = row.int64(kFirstField + 2);
-    sample.peakBytes = row.int64(kFirstField + 3);
-    return sample;
+    R record;
+    Columns<R>::forEachFieldColumn(
+        record, [&](auto column, const auto&, auto& value) { readValue(row, static_cast<int>(column), value); });
+    return record;
 }
 
-wire::StepMetricsRecord decodeStepMetrics(const Statement& row)
+// What a query of R's table names in messages.
+template <class R>
+std::string reading()
 {
-    wire::StepMetricsRecord metrics;
-    metrics.endNs = row.int64(0);
-    metrics.step = row.integer<std::int32_t>(kFirstField);
-    metrics.beginNs = row.int64(kFirstField + 1);
-    metrics.loss = row.real(kFirstField + 2);
-    metrics.auxLoss = row.real(kFirstField + 3);
-    metrics.gradNorm = row.real(kFirstField + 4);
-    metrics.learningRate = row.real(kFirstField + 5);
-    metrics.tokensPerSecond = row.real(kFirstField + 6);
-    metrics.bubbleRatio = row.real(kFirstField + 7);
-    metrics.tokens = row.int64(kFirstField + 8);
-    return metrics;
+    return "reading " + std::string(schema::kTable<R>.rows);
 }
 
-wire::NodeSampleRecord decodeNodeSample(const Statement& row)
+// R's rows in replay order: time, ties in arrival order.
+template <class R>
+std::string inTimeOrder()
 {
-    wire::NodeSampleRecord sample;
-    sample.timeNs = row.int64(0);
-    sample.host = row.text(kFirstField);
-    sample.hostMemoryTotalBytes = row.int64(kFirstField + 1);
-    sample.hostMemoryUsedBytes = row.int64(kFirstField + 2);
-    sample.device = row.integer<std::int32_t>(kFirstField + 3);
-    sample.deviceMemoryTotalBytes = row.int64(kFirstField + 4);
-    sample.deviceMemoryUsedBytes = row.int64(kFirstField + 5);
-    sample.deviceUtilization = static_cast<float>(row.real(kFirstField + 6));
-    return sample;
-}
-
-wire::LogRecord decodeLog(const Statement& row)
-{
-    wire::LogRecord log;
-    log.timeNs = row.int64(0);
-    log.level = row.enumerator<wire::LogLevel>(kFirstField, int(wire::LogLevel::Error) + 1);
-    log.text = row.text(kFirstField + 1);
-    return log;
-}
-
-wire::ClockOffsetRecord decodeClockOffset(const Statement& row)
-{
-    return {row.int64(0), row.int64(kFirstField), row.int64(kFirstField + 1)};
-}
-
-wire::HeartbeatRecord decodeHeartbeat(const Statement& row)
-{
-    wire::HeartbeatRecord heartbeat;
-    heartbeat.timeNs = row.int64(0);
-    heartbeat.state = row.enumerator<wire::RankState>(kFirstField, int(wire::RankState::Terminated) + 1);
-    heartbeat.step = row.integer<std::int32_t>(kFirstField + 1);
-    heartbeat.pid = row.integer<std::int32_t>(kFirstField + 2);
-    heartbeat.detail = row.integer<std::int32_t>(kFirstField + 3);
-    heartbeat.droppedRecords = row.bits(kFirstField + 4);
-    heartbeat.host = row.text(kFirstField + 5);
-    return heartbeat;
+    return "ORDER BY " + std::string(schema::kTable<R>.time) + ", seq";
 }
 
 // Where merge() keeps a stream: the smallest key comes next.
@@ -174,11 +115,7 @@ public:
 template <typename R>
 class RowCursor : public Cursor {
 public:
-    using Decoder = R (*)(const Statement&);
-    RowCursor(const Connection& db, const std::string& query, std::string_view context, Decoder decode)
-        : m_statement(db, query, context), m_decode(decode)
-    {
-    }
+    RowCursor(const Connection& db, const std::string& query) : m_statement(db, query, reading<R>()) {}
     Statement& statement() { return m_statement; }
     const R& record() const { return m_record; }
 
@@ -186,29 +123,31 @@ public:
     {
         if (!m_statement.step())
             return false;
-        key = {m_statement.int64(0), m_statement.int64(1)};
-        rank = m_statement.integer<std::uint32_t>(2);
-        m_record = m_decode(m_statement);
+        key = {m_statement.int64(kTime), m_statement.int64(kSeq)};
+        rank = m_statement.integer<std::uint32_t>(kRank);
+        m_record = decodeRow<R>(m_statement);
         return true;
     }
     void visit(const RecordVisitor& visitor) const override { visitor(rank, m_record); }
 
 private:
+    static constexpr int kTime = Columns<R>::at(schema::kTable<R>.time);
+    static constexpr int kSeq = Columns<R>::at("seq");
+    static constexpr int kRank = Columns<R>::at("rank");
+
     Statement m_statement;
-    Decoder m_decode;
     R m_record;
 };
 
 // Expert loads: one record per run of rows with experts 0, 1, ..., n-1 (consecutive seq, so
 // adjacent in any order that ends with seq).
 class ExpertLoadCursor : public Cursor {
+    using R = wire::ExpertLoadRecord;
+
 public:
-    ExpertLoadCursor(const Connection& db, const std::string& query)
-        : m_db(db), m_statement(db, query, "reading expert loads")
-    {
-    }
+    ExpertLoadCursor(const Connection& db, const std::string& query) : m_db(db), m_statement(db, query, reading<R>()) {}
     Statement& statement() { return m_statement; }
-    const wire::ExpertLoadRecord& record() const { return m_record; }
+    const R& record() const { return m_record; }
 
     bool advance() override
     {
@@ -219,32 +158,44 @@ public:
         if (!m_pending)
             return false;
         const Statement& row = m_statement;
-        key = {row.int64(0), row.int64(1)};
-        rank = row.integer<std::uint32_t>(2);
-        m_record.step = row.integer<std::int32_t>(kFirstField);
-        m_record.layer = row.integer<std::int32_t>(kFirstField + 1);
-        m_record.routed.clear();
-        m_record.dropped.clear();
+        key = {row.int64(kTime), row.int64(kSeq)};
+        rank = row.integer<std::uint32_t>(kRank);
+        // The first row gives the record's scalars; each row adds its expert's entry to the arrays.
+        Columns<R>::forEachFieldColumn(m_record, [&](auto column, const auto&, auto& value) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::vector<std::uint32_t>>)
+                value.clear();
+            else
+                readValue(row, static_cast<int>(column), value);
+        });
         do {
-            if (row.int64(kFirstField + 2) != std::int64_t(m_record.routed.size()) || row.int64(2) != rank ||
-                row.int64(kFirstField) != m_record.step || row.int64(kFirstField + 1) != m_record.layer)
+            bool sameRecord = row.int64(kExpert) == std::int64_t(m_record.routed.size()) && row.int64(kRank) == rank;
+            Columns<R>::forEachFieldColumn(m_record, [&](auto column, const auto&, auto& value) {
+                if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::vector<std::uint32_t>>)
+                    value.push_back(row.integer<std::uint32_t>(static_cast<int>(column)));
+                else
+                    sameRecord = sameRecord && row.int64(static_cast<int>(column)) == value;
+            });
+            if (!sameRecord)
                 m_db.fileError("is corrupt: the expert loads of rank " + std::to_string(rank) + ", step " +
                                std::to_string(m_record.step) + ", layer " + std::to_string(m_record.layer) +
                                " are incomplete");
-            m_record.routed.push_back(row.integer<std::uint32_t>(kFirstField + 3));
-            m_record.dropped.push_back(row.integer<std::uint32_t>(kFirstField + 4));
             m_pending = m_statement.step();
-        } while (m_pending && row.int64(kFirstField + 2) != 0);
+        } while (m_pending && row.int64(kExpert) != 0);
         return true;
     }
     void visit(const RecordVisitor& visitor) const override { visitor(rank, m_record); }
 
 private:
+    static constexpr int kTime = Columns<R>::at(schema::kTable<R>.time);
+    static constexpr int kSeq = Columns<R>::at("seq");
+    static constexpr int kRank = Columns<R>::at("rank");
+    static constexpr int kExpert = Columns<R>::at("expert");
+
     const Connection& m_db;
     Statement m_statement;
     bool m_started = false;
     bool m_pending = false;  // a row of the next record is loaded
-    wire::ExpertLoadRecord m_record;
+    R m_record;
 };
 
 // Calls onNext for every record of every cursor, smallest key first.
@@ -268,11 +219,11 @@ void merge(std::vector<std::unique_ptr<C>>& cursors, F&& onNext)
     }
 }
 
+// R's rows, selected and ordered by `rest`.
 template <typename R>
-std::vector<FromRank<R>> readAll(const Connection& db, const std::string& query, std::string_view context,
-                                 typename RowCursor<R>::Decoder decode)
+std::vector<FromRank<R>> readAll(const Connection& db, std::string_view rest)
 {
-    RowCursor<R> cursor(db, query, context, decode);
+    RowCursor<R> cursor(db, sql(schema::selectStatement<R>(), rest));
     std::vector<FromRank<R>> records;
     while (cursor.advance())
         records.push_back({cursor.rank, cursor.record()});
@@ -497,10 +448,11 @@ SessionReader::Impl::spanCursors(std::int64_t t0, std::int64_t t1, std::span<con
     const std::int64_t maxSpan = spanStats().first;
     const std::int64_t lowest = earliestBegin(t0, maxSpan);
     const std::string query =
-        sql(kSelectSpans, "WHERE rank = ?1 AND begin_ns BETWEEN ?2 AND ?3 AND end_ns >= ?4 ORDER BY begin_ns, seq");
+        sql(schema::selectStatement<wire::SpanRecord>(),
+            "WHERE rank = ?1 AND begin_ns BETWEEN ?2 AND ?3 AND end_ns >= ?4 ORDER BY begin_ns, seq");
     std::vector<std::unique_ptr<RowCursor<wire::SpanRecord>>> cursors;
     for (std::uint32_t rank : chosen) {
-        auto cursor = std::make_unique<RowCursor<wire::SpanRecord>>(db, query, "reading spans", decodeSpan);
+        auto cursor = std::make_unique<RowCursor<wire::SpanRecord>>(db, query);
         cursor->statement().bindInt(1, rank);
         cursor->statement().bindInt(2, lowest);
         cursor->statement().bindInt(3, t1);
@@ -630,8 +582,8 @@ void SessionReader::spans(std::int64_t t0, std::int64_t t1, std::span<const std:
 
 std::vector<FromRank<wire::ExpertLoadRecord>> SessionReader::expertLoads(std::optional<std::int32_t> step) const
 {
-    ExpertLoadCursor cursor(m_impl->db,
-                            sql(kSelectExpertLoads, step ? "WHERE step = ?1 ORDER BY seq" : "ORDER BY step, seq"));
+    ExpertLoadCursor cursor(m_impl->db, sql(schema::selectStatement<wire::ExpertLoadRecord>(),
+                                            step ? "WHERE step = ?1 ORDER BY seq" : "ORDER BY step, seq"));
     if (step)
         cursor.statement().bindInt(1, *step);
     std::vector<FromRank<wire::ExpertLoadRecord>> loads;
@@ -642,40 +594,34 @@ std::vector<FromRank<wire::ExpertLoadRecord>> SessionReader::expertLoads(std::op
 
 std::vector<FromRank<wire::StepMetricsRecord>> SessionReader::stepMetrics() const
 {
-    return readAll<wire::StepMetricsRecord>(m_impl->db, sql(kSelectStepMetrics, "ORDER BY step, rank, seq"),
-                                            "reading step metrics", decodeStepMetrics);
+    return readAll<wire::StepMetricsRecord>(m_impl->db, "ORDER BY step, rank, seq");
 }
 
 std::vector<FromRank<wire::MemorySampleRecord>> SessionReader::memorySamples() const
 {
-    return readAll<wire::MemorySampleRecord>(m_impl->db, sql(kSelectMemorySamples, "ORDER BY time_ns, seq"),
-                                             "reading memory samples", decodeMemorySample);
+    return readAll<wire::MemorySampleRecord>(m_impl->db, inTimeOrder<wire::MemorySampleRecord>());
 }
 
 std::vector<FromRank<wire::NodeSampleRecord>> SessionReader::nodeSamples() const
 {
-    return readAll<wire::NodeSampleRecord>(m_impl->db, sql(kSelectNodeSamples, "ORDER BY time_ns, seq"),
-                                           "reading node samples", decodeNodeSample);
+    return readAll<wire::NodeSampleRecord>(m_impl->db, inTimeOrder<wire::NodeSampleRecord>());
 }
 
 std::vector<FromRank<wire::LogRecord>> SessionReader::logs() const
 {
-    return readAll<wire::LogRecord>(m_impl->db, sql(kSelectLogs, "ORDER BY time_ns, seq"), "reading log lines",
-                                    decodeLog);
+    return readAll<wire::LogRecord>(m_impl->db, inTimeOrder<wire::LogRecord>());
 }
 
 std::vector<FromRank<wire::HeartbeatRecord>> SessionReader::heartbeats() const
 {
-    return readAll<wire::HeartbeatRecord>(m_impl->db, sql(kSelectHeartbeats, "ORDER BY time_ns, seq"),
-                                          "reading heartbeats", decodeHeartbeat);
+    return readAll<wire::HeartbeatRecord>(m_impl->db, inTimeOrder<wire::HeartbeatRecord>());
 }
 
 std::vector<FromRank<wire::ClockOffsetRecord>> SessionReader::clockOffsets() const
 {
     if (!m_impl->hasClockOffsets)
         return {};
-    return readAll<wire::ClockOffsetRecord>(m_impl->db, sql(kSelectClockOffsets, "ORDER BY time_ns, seq"),
-                                            "reading clock offsets", decodeClockOffset);
+    return readAll<wire::ClockOffsetRecord>(m_impl->db, inTimeOrder<wire::ClockOffsetRecord>());
 }
 
 std::uint64_t SessionReader::spanCount() const { return static_cast<std::uint64_t>(m_impl->spanStats().second); }
@@ -687,30 +633,20 @@ void SessionReader::forEachRecord(const RecordVisitor& visit, std::int64_t from)
     for (auto& span : m_impl->spanCursors(from, kMaxTime, {}))
         cursors.push_back(std::move(span));
     // Every other table from `from` on, through its time index.
-    const auto fromOn = [from](auto cursor) {
-        cursor->statement().bindInt(1, from);
-        return cursor;
-    };
-    cursors.push_back(fromOn(
-        std::make_unique<ExpertLoadCursor>(db, sql(kSelectExpertLoads, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"))));
-    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::MemorySampleRecord>>(
-        db, sql(kSelectMemorySamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading memory samples",
-        decodeMemorySample)));
-    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::StepMetricsRecord>>(
-        db, sql(kSelectStepMetrics, "WHERE end_ns >= ?1 ORDER BY end_ns, seq"), "reading step metrics",
-        decodeStepMetrics)));
-    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::NodeSampleRecord>>(
-        db, sql(kSelectNodeSamples, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading node samples",
-        decodeNodeSample)));
-    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::LogRecord>>(
-        db, sql(kSelectLogs, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading log lines", decodeLog)));
-    cursors.push_back(fromOn(std::make_unique<RowCursor<wire::HeartbeatRecord>>(
-        db, sql(kSelectHeartbeats, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading heartbeats",
-        decodeHeartbeat)));
-    if (m_impl->hasClockOffsets)
-        cursors.push_back(fromOn(std::make_unique<RowCursor<wire::ClockOffsetRecord>>(
-            db, sql(kSelectClockOffsets, "WHERE time_ns >= ?1 ORDER BY time_ns, seq"), "reading clock offsets",
-            decodeClockOffset)));
+    wire::forEachRecordType([&](auto type) {
+        using R = typename decltype(type)::type;
+        if constexpr (!std::is_same_v<R, wire::SpanRecord>) {
+            if (std::is_same_v<R, wire::ClockOffsetRecord> && !m_impl->hasClockOffsets)
+                return;
+            const std::string time(schema::kTable<R>.time);
+            const std::string query = sql(schema::selectStatement<R>(), "WHERE " + time + " >= ?1 " + inTimeOrder<R>());
+            using CursorOf =
+                std::conditional_t<std::is_same_v<R, wire::ExpertLoadRecord>, ExpertLoadCursor, RowCursor<R>>;
+            auto cursor = std::make_unique<CursorOf>(db, query);
+            cursor->statement().bindInt(1, from);
+            cursors.push_back(std::move(cursor));
+        }
+    });
     merge(cursors, [&](const Cursor& cursor) { cursor.visit(visit); });
 }
 

@@ -14,9 +14,12 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <variant>
+#include <vector>
 
 namespace meshbench::store {
 
@@ -44,6 +47,43 @@ std::int64_t duration(std::int64_t begin, std::int64_t end)
     const std::uint64_t d = static_cast<std::uint64_t>(end) - static_cast<std::uint64_t>(begin);
     return d > std::uint64_t(std::numeric_limits<std::int64_t>::max()) ? std::numeric_limits<std::int64_t>::max()
                                                                        : static_cast<std::int64_t>(d);
+}
+
+// The columns of a record's row that are no field: the writer's.
+constexpr std::string_view kExtras[] = {"rank", "seq"};
+constexpr std::string_view kExpertLoadExtras[] = {"rank", "seq", "time_ns", "expert"};
+
+// The parameter that binds `column` of R's table.
+template <class R>
+consteval int bindIndex(std::string_view column)
+{
+    return schema::TableColumns<R>::at(column) + 1;
+}
+
+// A field's value bound to its column; an expert load's arrays bind their entry `element`.
+template <class T>
+void bindValue(detail::Statement& s, int index, const T& value, std::size_t element)
+{
+    if constexpr (std::is_same_v<T, std::string>)
+        s.bindText(index, value);
+    else if constexpr (std::is_same_v<T, std::vector<std::uint32_t>>)
+        s.bindInt(index, element < value.size() ? value[element] : 0);
+    else if constexpr (std::is_enum_v<T>)
+        s.bindInt(index, static_cast<int>(value));
+    else if constexpr (std::is_floating_point_v<T>)
+        s.bindReal(index, value);
+    else if constexpr (std::is_same_v<T, std::uint64_t>)
+        s.bindBits(index, value);  // u64 counters as the int64 with the same bits
+    else
+        s.bindInt(index, value);
+}
+
+template <class R>
+void bindFields(detail::Statement& s, const R& record, std::size_t element = 0)
+{
+    schema::TableColumns<R>::forEachFieldColumn(record, [&](auto column, const auto&, const auto& value) {
+        bindValue(s, static_cast<int>(column) + 1, value, element);
+    });
 }
 
 constexpr int kCreateFlags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
@@ -90,14 +130,16 @@ struct SessionWriter::Impl {
     void run();
     void store(Item& item);
     void store(std::uint32_t rank, std::int64_t& lastTime, const wire::Record& record);
+    template <class R>
+    void store(detail::Statement& insert, std::uint32_t rank, std::int64_t& lastTime, const R& record);
     void storeRank(const RankInfo& rank);
 
     const std::string path;
     detail::WriterClaim claim;  // released after the connection is closed (declared before it)
     detail::Connection db;
     detail::Statement begin, commit, updateMeta;
-    detail::Statement insertSpan, insertExpertLoad, insertMemorySample, insertStepMetrics, insertNodeSample, insertLog,
-        insertHeartbeat, insertClockOffset, upsertRank, upsertTraffic, updateOutcome;
+    detail::Statement upsertRank, upsertTraffic, updateOutcome;
+    std::vector<detail::Statement> insertRecord;  // one per record type, in the order of wire::Record
 
     // Writer-thread state.
     std::int64_t nextSeq = 1;
@@ -124,14 +166,6 @@ SessionWriter::Impl::Impl(const std::string& sessionPath, const SessionHeader& h
       begin(createSession(db, header), "BEGIN", "starting a transaction", true),
       commit(db, "COMMIT", "committing records", true),
       updateMeta(db, "UPDATE meta SET max_span_ns = ?1, span_count = ?2", "storing the span statistics", true),
-      insertSpan(db, schema::kInsertSpan, "storing spans", true),
-      insertExpertLoad(db, schema::kInsertExpertLoad, "storing expert loads", true),
-      insertMemorySample(db, schema::kInsertMemorySample, "storing memory samples", true),
-      insertStepMetrics(db, schema::kInsertStepMetrics, "storing step metrics", true),
-      insertNodeSample(db, schema::kInsertNodeSample, "storing node samples", true),
-      insertLog(db, schema::kInsertLog, "storing log lines", true),
-      insertHeartbeat(db, schema::kInsertHeartbeat, "storing heartbeats", true),
-      insertClockOffset(db, schema::kInsertClockOffset, "storing clock offsets", true),
       upsertRank(db,
                  "INSERT OR REPLACE INTO ranks(rank, dp, pp, tp, ep, node, local_device, host, pid) "
                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -141,6 +175,12 @@ SessionWriter::Impl::Impl(const std::string& sessionPath, const SessionHeader& h
       updateOutcome(db, "UPDATE outcome SET state = ?1, cause = ?2, failed_rank = ?3, ended_ns = ?4",
                     "storing the outcome", true)
 {
+    insertRecord.reserve(std::variant_size_v<wire::Record>);
+    wire::forEachRecordType([this](auto type) {
+        using R = typename decltype(type)::type;
+        insertRecord.emplace_back(db, schema::insertStatement<R>(), "storing " + std::string(schema::kTable<R>.rows),
+                                  true);
+    });
     // The header transaction is still open (createSession): the ranks join it, then it commits.
     for (const RankInfo& rank : header.ranks)
         storeRank(rank);
@@ -264,111 +304,39 @@ void SessionWriter::Impl::storeRank(const RankInfo& rank)
 
 void SessionWriter::Impl::store(std::uint32_t rank, std::int64_t& lastTime, const wire::Record& record)
 {
-    if (const auto* span = std::get_if<wire::SpanRecord>(&record)) {
-        detail::Statement& s = insertSpan;
-        s.bindInt(1, rank);
-        s.bindInt(2, span->beginNs);
-        s.bindInt(3, nextSeq++);
-        s.bindInt(4, span->endNs);
-        s.bindInt(5, span->step);
-        s.bindInt(6, span->stage);
-        s.bindInt(7, span->chunk);
-        s.bindInt(8, span->microbatch);
-        s.bindInt(9, static_cast<int>(span->kind));
-        s.bindInt(10, span->peerRank);
-        s.bindBits(11, span->bytes);
-        s.run();
-        maxSpanNs = std::max(maxSpanNs, duration(span->beginNs, span->endNs));
-        ++spanCount;
-        lastTime = std::max(lastTime, span->endNs);
-    } else if (const auto* load = std::get_if<wire::ExpertLoadRecord>(&record)) {
+    detail::Statement& insert = insertRecord[record.index()];
+    std::visit([&](const auto& r) { store(insert, rank, lastTime, r); }, record);
+}
+
+template <class R>
+void SessionWriter::Impl::store(detail::Statement& s, std::uint32_t rank, std::int64_t& lastTime, const R& record)
+{
+    if constexpr (std::is_same_v<R, wire::ExpertLoadRecord>) {
+        static_assert(schema::TableColumns<R>::extrasAmong(kExpertLoadExtras));
         // One row per expert; a shorter `dropped` (a malformed record) reads as zeros.
-        detail::Statement& s = insertExpertLoad;
-        const std::size_t experts = std::max(load->routed.size(), load->dropped.size());
+        const std::size_t experts = std::max(record.routed.size(), record.dropped.size());
         for (std::size_t e = 0; e < experts; ++e) {
-            s.bindInt(1, nextSeq++);
-            s.bindInt(2, rank);
-            s.bindInt(3, lastTime);
-            s.bindInt(4, load->step);
-            s.bindInt(5, load->layer);
-            s.bindInt(6, static_cast<std::int64_t>(e));
-            s.bindInt(7, e < load->routed.size() ? load->routed[e] : 0);
-            s.bindInt(8, e < load->dropped.size() ? load->dropped[e] : 0);
+            s.bindInt(bindIndex<R>("seq"), nextSeq++);
+            s.bindInt(bindIndex<R>("rank"), rank);
+            s.bindInt(bindIndex<R>("time_ns"), lastTime);
+            s.bindInt(bindIndex<R>("expert"), static_cast<std::int64_t>(e));
+            bindFields(s, record, e);
             s.run();
         }
-    } else if (const auto* memory = std::get_if<wire::MemorySampleRecord>(&record)) {
-        detail::Statement& s = insertMemorySample;
-        s.bindInt(1, nextSeq++);
-        s.bindInt(2, rank);
-        s.bindInt(3, memory->timeNs);
-        s.bindInt(4, memory->step);
-        s.bindInt(5, static_cast<int>(memory->category));
-        s.bindInt(6, memory->currentBytes);
-        s.bindInt(7, memory->peakBytes);
-        s.run();
-        lastTime = std::max(lastTime, memory->timeNs);
-    } else if (const auto* metrics = std::get_if<wire::StepMetricsRecord>(&record)) {
-        detail::Statement& s = insertStepMetrics;
-        s.bindInt(1, nextSeq++);
-        s.bindInt(2, rank);
-        s.bindInt(3, metrics->step);
-        s.bindInt(4, metrics->beginNs);
-        s.bindInt(5, metrics->endNs);
-        s.bindReal(6, metrics->loss);
-        s.bindReal(7, metrics->auxLoss);
-        s.bindReal(8, metrics->gradNorm);
-        s.bindReal(9, metrics->learningRate);
-        s.bindReal(10, metrics->tokensPerSecond);
-        s.bindReal(11, metrics->bubbleRatio);
-        s.bindInt(12, metrics->tokens);
-        s.run();
-        lastTime = std::max(lastTime, metrics->endNs);
-    } else if (const auto* node = std::get_if<wire::NodeSampleRecord>(&record)) {
-        detail::Statement& s = insertNodeSample;
-        s.bindInt(1, nextSeq++);
-        s.bindInt(2, rank);
-        s.bindInt(3, node->timeNs);
-        s.bindText(4, node->host);
-        s.bindInt(5, node->hostMemoryTotalBytes);
-        s.bindInt(6, node->hostMemoryUsedBytes);
-        s.bindInt(7, node->device);
-        s.bindInt(8, node->deviceMemoryTotalBytes);
-        s.bindInt(9, node->deviceMemoryUsedBytes);
-        s.bindReal(10, node->deviceUtilization);
-        s.run();
-        lastTime = std::max(lastTime, node->timeNs);
-    } else if (const auto* log = std::get_if<wire::LogRecord>(&record)) {
-        detail::Statement& s = insertLog;
-        s.bindInt(1, nextSeq++);
-        s.bindInt(2, rank);
-        s.bindInt(3, log->timeNs);
-        s.bindInt(4, static_cast<int>(log->level));
-        s.bindText(5, log->text);
-        s.run();
-        lastTime = std::max(lastTime, log->timeNs);
-    } else if (const auto* offset = std::get_if<wire::ClockOffsetRecord>(&record)) {
-        detail::Statement& s = insertClockOffset;
-        s.bindInt(1, nextSeq++);
-        s.bindInt(2, rank);
-        s.bindInt(3, offset->timeNs);
-        s.bindInt(4, offset->offsetNs);
-        s.bindInt(5, offset->roundTripNs);
-        s.run();
-        lastTime = std::max(lastTime, offset->timeNs);
     } else {
-        const auto& heartbeat = std::get<wire::HeartbeatRecord>(record);
-        detail::Statement& s = insertHeartbeat;
-        s.bindInt(1, nextSeq++);
-        s.bindInt(2, rank);
-        s.bindInt(3, heartbeat.timeNs);
-        s.bindInt(4, static_cast<int>(heartbeat.state));
-        s.bindInt(5, heartbeat.step);
-        s.bindInt(6, heartbeat.pid);
-        s.bindInt(7, heartbeat.detail);
-        s.bindBits(8, heartbeat.droppedRecords);
-        s.bindText(9, heartbeat.host);
+        static_assert(schema::TableColumns<R>::extrasAmong(kExtras));
+        s.bindInt(bindIndex<R>("rank"), rank);
+        s.bindInt(bindIndex<R>("seq"), nextSeq++);
+        bindFields(s, record);
         s.run();
-        lastTime = std::max(lastTime, heartbeat.timeNs);
+        if constexpr (std::is_same_v<R, wire::SpanRecord>) {
+            maxSpanNs = std::max(maxSpanNs, duration(record.beginNs, record.endNs));
+            ++spanCount;
+        }
+        if constexpr (std::is_same_v<R, wire::SpanRecord> || std::is_same_v<R, wire::StepMetricsRecord>)
+            lastTime = std::max(lastTime, record.endNs);
+        else
+            lastTime = std::max(lastTime, record.timeNs);
     }
 }
 

@@ -2,6 +2,7 @@
 // brute-force filter, replay order, the exclusive writer, bad files refused with the right words,
 // and a writer killed mid-stream leaving only complete batches.
 
+#include "store/schema.h"
 #include "store/session_store.h"
 #include "store_samples.h"
 
@@ -186,6 +187,7 @@ private slots:
     void existingFileIsRefused();
     void badFilesAreRefused();
     void formatOneReadsWithoutClockOffsets();
+    void tablesHoldTheFieldLists();
     void corruptPagesGiveErrorsNotCrashes();
     void sessionInReadOnlyFolderOpens();
     void killedWriterLeavesCompleteBatches();
@@ -287,6 +289,47 @@ void TestSessionStore::formatOneReadsWithoutClockOffsets()
     int replayed = 0;
     reader.forEachRecord([&](std::uint32_t, const wire::Record&) { ++replayed; });
     QCOMPARE(replayed, 10);
+}
+
+// The writer's and the reader's statements name each table's columns from the field lists
+// (wire/record_fields.h) in schema::Table's order; the tables come from kCreateTables. They must
+// agree: the same columns in the same order, each field's column of the SQL type its value needs.
+void TestSessionStore::tablesHoldTheFieldLists()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("columns.meshbench").toStdString();
+    writeSpanSession(path, 1);
+    sqlite3* db = nullptr;
+    QCOMPARE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    int tables = 0;
+    wire::forEachRecordType([&](auto type) {
+        using R = typename decltype(type)::type;
+        using Columns = store::schema::TableColumns<R>;
+        const std::string table(store::schema::kTable<R>.name);
+        std::vector<std::pair<std::string, std::string>> actual;  // name, type
+        sqlite3_stmt* info = nullptr;
+        QCOMPARE(sqlite3_prepare_v2(db, ("PRAGMA table_info(" + table + ")").c_str(), -1, &info, nullptr), SQLITE_OK);
+        while (sqlite3_step(info) == SQLITE_ROW)
+            actual.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(info, 1)),
+                                reinterpret_cast<const char*>(sqlite3_column_text(info, 2)));
+        sqlite3_finalize(info);
+        std::vector<std::pair<std::string, std::string>> wanted;
+        const R sample{};
+        Columns::forEach(
+            sample,
+            [&](auto column, const auto&, const auto& value) {
+                using T = std::decay_t<decltype(value)>;
+                const char* sqlType = std::is_floating_point_v<T>      ? "REAL"
+                                      : std::is_same_v<T, std::string> ? "TEXT"
+                                                                       : "INTEGER";
+                wanted.emplace_back(Columns::names[column], sqlType);
+            },
+            [&](auto column) { wanted.emplace_back(Columns::names[column], "INTEGER"); });
+        QCOMPARE(actual, wanted);
+        ++tables;
+    });
+    sqlite3_close(db);
+    QCOMPARE(tables, int(std::variant_size_v<wire::Record>));
 }
 
 void TestSessionStore::extremeValuesRoundTrip()
