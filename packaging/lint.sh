@@ -25,12 +25,13 @@ fi
 # The sources the build compiles, relative to the tree.
 mapfile -t known < <(python3 -c '
 import json, os, sys
-root, database = sys.argv[1], sys.argv[2]
+root, database, build = sys.argv[1], sys.argv[2], os.path.realpath(sys.argv[3])
 for entry in json.load(open(database)):
-    path = os.path.relpath(os.path.join(entry["directory"], entry["file"]), root)
-    if path.endswith(".cpp") and not path.startswith(".."):
-        print(path)
-' "$root" "$database" | sort -u)
+    path = os.path.realpath(os.path.join(entry["directory"], entry["file"]))
+    # Ours only: not what the build generates (moc), nor what lies outside the tree.
+    if path.endswith(".cpp") and path.startswith(root + "/") and not path.startswith(build + "/"):
+        print(os.path.relpath(path, root))
+' "$root" "$database" "$build" | sort -u)
 
 sources=()
 if [ $# -eq 0 ]; then
