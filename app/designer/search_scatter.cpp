@@ -9,16 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 namespace meshbench::app {
 
 namespace {
 
 constexpr double kPickRadiusPx = 6;
-constexpr plan::ScheduleKind kSchedules[] = {plan::ScheduleKind::GPipe,       plan::ScheduleKind::OneFOneB,
-                                             plan::ScheduleKind::Interleaved, plan::ScheduleKind::ZeroBubbleH1,
-                                             plan::ScheduleKind::ZeroBubbleV, plan::ScheduleKind::DualPipeV};
-
 QString layoutWords(const plan::SearchCandidate& c)
 {
     const plan::ParallelSpec& p = c.parallel;
@@ -96,14 +93,15 @@ void SearchScatter::setResult(const plan::SearchResult& result, std::optional<QP
     for (int i : m_frontier)
         m_frontierGraph->addData(pointOf(best[std::size_t(i)]).x(), pointOf(best[std::size_t(i)]).y());
 
-    for (std::size_t k = 0; k < std::size(kSchedules); ++k) {
+    const std::span<const plan::ScheduleKind> schedules = plan::scheduleKinds();
+    for (std::size_t k = 0; k < schedules.size(); ++k) {
         QCPGraph* graph = nullptr;
         for (const plan::SearchCandidate& c : best) {
-            if (c.parallel.schedule != kSchedules[k])
+            if (c.parallel.schedule != schedules[k])
                 continue;
             if (!graph) {
                 graph = p->addGraph();
-                graph->setName(QString::fromUtf8(plan::scheduleName(kSchedules[k]).data()));
+                graph->setName(QString::fromUtf8(plan::scheduleName(schedules[k]).data()));
                 graph->setLineStyle(QCPGraph::lsNone);
                 graph->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, seriesColor(int(k)), 7));
                 graph->setPen(QPen(seriesColor(int(k))));

@@ -1,6 +1,7 @@
 #include "schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 
@@ -19,6 +20,13 @@ constexpr ScheduleName kScheduleNames[] = {{"gpipe", ScheduleKind::GPipe},
                                            {"zb-h1", ScheduleKind::ZeroBubbleH1},
                                            {"zb-v", ScheduleKind::ZeroBubbleV},
                                            {"dualpipev", ScheduleKind::DualPipeV}};
+
+constexpr auto kScheduleKinds = [] {
+    std::array<ScheduleKind, std::size(kScheduleNames)> kinds{};
+    for (std::size_t i = 0; i < kinds.size(); ++i)
+        kinds[i] = kScheduleNames[i].kind;
+    return kinds;
+}();
 
 // Megatron's micro-batch group size per virtual stage; 0 selects its default, p.
 int groupSizeOf(const ScheduleShape& shape) { return shape.groupSize > 0 ? shape.groupSize : shape.stages; }
@@ -392,6 +400,8 @@ std::string_view scheduleName(ScheduleKind kind)
             return entry.name;
     return "?";
 }
+
+std::span<const ScheduleKind> scheduleKinds() { return kScheduleKinds; }
 
 bool parseScheduleName(std::string_view name, ScheduleKind& out)
 {

@@ -3,6 +3,7 @@
 // pipeline execution: the planner simulates them and meshbench-agent executes them op by op.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,8 @@ enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubble
 // "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev"
 std::string_view scheduleName(ScheduleKind kind);
 bool parseScheduleName(std::string_view name, ScheduleKind& out);
+// Every schedule, in the order of its names above.
+std::span<const ScheduleKind> scheduleKinds();
 
 enum class OpKind : std::uint8_t {
     Forward,         // F

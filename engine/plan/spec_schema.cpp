@@ -40,12 +40,11 @@ std::string_view nameOf(const EnumName<E> (&table)[N], E value)
     return "?";
 }
 
-// The schedules' names are schedule.cpp's table; its kinds are numbered from 0 without gaps.
 std::vector<std::string> scheduleNames()
 {
     std::vector<std::string> names;
-    for (int kind = 0; scheduleName(ScheduleKind(kind)) != "?"; ++kind)
-        names.emplace_back(scheduleName(ScheduleKind(kind)));
+    for (ScheduleKind kind : scheduleKinds())
+        names.emplace_back(scheduleName(kind));
     return names;
 }
 
