@@ -1,5 +1,7 @@
 #include "agent/distributed/data_parallel.h"
 
+#include "plan/grad_buckets.h"
+
 #include <algorithm>
 
 namespace meshbench::agent {
@@ -11,9 +13,8 @@ GradientBuckets::GradientBuckets(kernels::Backend& backend, const ParameterLayou
       m_queue(measurements, stage), m_bucketOf(layout.views().size(), -1), m_held(layout.views().size(), false),
       m_ready(layout.views().size(), false)
 {
-    // Per range, views from the last to the first (the backward's order): consecutive in the flat
-    // buffer, so each bucket is one span of it, closed once it holds bucketBytes.
-    const double capElements = settings.bucketBytes / double(kernels::dtypeSize(grads.dtype));
+    // Per region, views from the last to the first (the backward's order): consecutive in the flat
+    // buffer, so each bucket is one span of it; where one closes is plan::cutIntoBuckets's rule.
     for (std::size_t r = 0; r < shards.regions().size(); ++r) {
         const ShardRegion& region = shards.regions()[r];
         std::vector<int> order;
@@ -21,16 +22,19 @@ GradientBuckets::GradientBuckets(kernels::Backend& backend, const ParameterLayou
             if (layout.at(v).offset >= region.begin && layout.at(v).offset < region.end)
                 order.push_back(v);
         std::sort(order.begin(), order.end(), [&](int a, int b) { return layout.at(a).offset > layout.at(b).offset; });
-        for (int v : order) {
-            const TensorView& view = layout.at(v);
-            const bool open = !m_buckets.empty() && m_buckets.back().region == int(r) &&
-                              double(m_buckets.back().end - m_buckets.back().begin) < capElements;
-            if (!open)
+        std::vector<double> bytes;
+        for (int v : order)
+            bytes.push_back(double(layout.at(v).size * kernels::dtypeSize(grads.dtype)));
+        const std::vector<int> bucketOf = plan::cutIntoBuckets(bytes, settings.bucketBytes);
+        const std::size_t first = m_buckets.size();
+        for (std::size_t i = 0; i < order.size(); ++i) {
+            const TensorView& view = layout.at(order[i]);
+            if (first + std::size_t(bucketOf[i]) == m_buckets.size())
                 m_buckets.push_back({int(r), view.offset, view.offset + view.size, {}});
             Bucket& bucket = m_buckets.back();
             bucket.begin = view.offset;
-            bucket.views.push_back(v);
-            m_bucketOf[std::size_t(v)] = int(m_buckets.size()) - 1;
+            bucket.views.push_back(order[i]);
+            m_bucketOf[std::size_t(order[i])] = int(m_buckets.size()) - 1;
         }
     }
 }

@@ -21,109 +21,95 @@ double uniform(std::uint64_t& state) { return (double(splitmix64(state) >> 11) +
 
 }  // namespace
 
-ModelSlice ModelSlice::whole(const plan::ModelSpec& model) { return {{{0, model.layers}}, true, true}; }
-
-ModelSlice ModelSlice::ofStage(const plan::ModelSpec& model, const plan::ScheduleShape& shape, int stage)
-{
-    ModelSlice slice;
-    const int virtualStages = shape.stages * shape.virtualStages;
-    const int perChunk = model.layers / virtualStages;
-    for (int c = 0; c < shape.virtualStages; ++c)
-        slice.chunks.push_back({shape.virtualStageOf(stage, c) * perChunk, perChunk});
-    slice.embedding = shape.stageOf(0) == stage;
-    slice.head = shape.stageOf(virtualStages - 1) == stage;
-    return slice;
-}
-
 ParameterLayout::ParameterLayout(const plan::ModelSpec& model) : ParameterLayout(model, ModelSlice::whole(model)) {}
 
 ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& slice) : m_slice(slice)
 {
-    const std::int64_t h = m.hidden;
-    const std::int64_t d = m.hidden / m.heads;
-    const bool layerNorm = m.norm == plan::Norm::LayerNorm;
-    const std::int64_t gated = m.activation == plan::Activation::SwiGlu ? 2 : 1;
-    auto holds = [&slice](int layer) {
-        for (const ModelSlice::Chunk& c : slice.chunks)
-            if (layer >= c.firstLayer && layer < c.firstLayer + c.layers)
-                return true;
-        return false;
-    };
-
-    // Tensors are visited in the whole model's order; a slice keeps its own. With tied embeddings
-    // the last stage keeps a copy of the embedding for its output layer (as Megatron does).
-    // Vocabulary-parallel embedding and output layer: each TP rank holds a block of V / tp rows.
-    m_embedding = add("embed.weight", {m.vocab, h}, InitKind::Normal,
-                      slice.embedding || (slice.head && m.tiedEmbeddings), false, TensorView::Split::Rows);
+    // Tensors are visited in the whole model's order; a slice keeps its own.
+    using Role = plan::ParameterRole;
     m_layers.resize(std::size_t(m.layers));
-    for (int i = 0; i < m.layers; ++i) {
-        const std::string p = "layers." + std::to_string(i) + ".";
-        const bool local = holds(i);
-        LayerViews& l = m_layers[std::size_t(i)];
-        l.attnNormWeight = add(p + "attn_norm.weight", {h}, InitKind::Ones, local);
-        if (layerNorm)
-            l.attnNormBias = add(p + "attn_norm.bias", {h}, InitKind::Zeros, local);
-        using Split = TensorView::Split;
-        const Split gatedRows = gated == 2 ? Split::GatedRows : Split::Rows;
-        l.qkv = add(p + "attn.qkv.weight", {(m.heads + 2 * std::int64_t(m.kvHeads)) * d, h}, InitKind::Normal, local,
-                    false, Split::QkvRows);
-        l.proj = add(p + "attn.proj.weight", {h, m.heads * d}, InitKind::ScaledNormal, local, false, Split::Columns);
-        l.mlpNormWeight = add(p + "mlp_norm.weight", {h}, InitKind::Ones, local);
-        if (layerNorm)
-            l.mlpNormBias = add(p + "mlp_norm.bias", {h}, InitKind::Zeros, local);
-        if (m.isMoeLayer(i)) {
-            const std::int64_t e = m.moe.experts, f = m.moe.ffnHidden;
-            l.router = add(p + "moe.router.weight", {e, h}, InitKind::Normal, local);
-            l.expertFc1 =
-                add(p + "moe.experts.fc1.weight", {e, gated * f, h}, InitKind::Normal, local, true, gatedRows);
-            l.expertFc2 =
-                add(p + "moe.experts.fc2.weight", {e, h, f}, InitKind::ScaledNormal, local, true, Split::Columns);
-        } else {
-            l.fc1 = add(p + "mlp.fc1.weight", {gated * m.ffnHidden, h}, InitKind::Normal, local, false, gatedRows);
-            l.fc2 = add(p + "mlp.fc2.weight", {h, m.ffnHidden}, InitKind::ScaledNormal, local, false, Split::Columns);
+    const std::vector<plan::AgentParameter> tensors = plan::agentParameters(m);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const plan::AgentParameter& t = tensors[i];
+        if (!slice.holds(t, m.tiedEmbeddings))
+            continue;
+        const int view = add(t, int(i));
+        LayerViews* l = t.layer >= 0 ? &m_layers[std::size_t(t.layer)] : nullptr;
+        switch (t.role) {
+        case Role::Embedding:
+            m_embedding = view;
+            break;
+        case Role::AttnNormWeight:
+            l->attnNormWeight = view;
+            break;
+        case Role::AttnNormBias:
+            l->attnNormBias = view;
+            break;
+        case Role::Qkv:
+            l->qkv = view;
+            break;
+        case Role::Proj:
+            l->proj = view;
+            break;
+        case Role::MlpNormWeight:
+            l->mlpNormWeight = view;
+            break;
+        case Role::MlpNormBias:
+            l->mlpNormBias = view;
+            break;
+        case Role::Fc1:
+            l->fc1 = view;
+            break;
+        case Role::Fc2:
+            l->fc2 = view;
+            break;
+        case Role::Router:
+            l->router = view;
+            break;
+        case Role::ExpertFc1:
+            l->expertFc1 = view;
+            break;
+        case Role::ExpertFc2:
+            l->expertFc2 = view;
+            break;
+        case Role::FinalNormWeight:
+            m_finalNormWeight = view;
+            break;
+        case Role::FinalNormBias:
+            m_finalNormBias = view;
+            break;
+        case Role::Head:
+            m_head = view;
+            break;
         }
-        if (!local)
-            l = LayerViews();
     }
-    m_finalNormWeight = add("final_norm.weight", {h}, InitKind::Ones, slice.head);
-    if (layerNorm)
-        m_finalNormBias = add("final_norm.bias", {h}, InitKind::Zeros, slice.head);
-    m_head = m.tiedEmbeddings
-                 ? (slice.head ? m_embedding : -1)
-                 : add("lm_head.weight", {m.vocab, h}, InitKind::Normal, slice.head, false, TensorView::Split::Rows);
+    if (m.tiedEmbeddings && slice.head)
+        m_head = m_embedding;
     placeViews();
 }
 
-int ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts,
-                         TensorView::Split split)
+int ParameterLayout::add(const plan::AgentParameter& tensor, int globalIndex)
 {
-    const int globalIndex = m_globalCount++;
-    if (!local)
-        return -1;
     TensorView v;
-    v.wholeShape = shape;
-    if (experts && m_slice.expertShards > 1) {
-        shape[0] /= m_slice.expertShards;
+    v.wholeShape = tensor.shape;
+    v.shape = m_slice.shardShape(tensor);
+    if (tensor.experts && m_slice.expertShards > 1) {
         v.shardIndex = m_slice.expertShard;
         v.shardCount = m_slice.expertShards;
     }
-    if (m_slice.tensorShards > 1 && split != TensorView::Split::None) {
-        // Every split divides its dimension by tp: rows (all row groups alike) or columns.
-        const std::size_t dim = split == TensorView::Split::Columns ? shape.size() - 1 : shape.size() - 2;
-        shape[dim] /= m_slice.tensorShards;
-        v.split = split;
+    if (m_slice.tensorShards > 1 && tensor.split != TensorView::Split::None) {
+        v.split = tensor.split;
         v.tensorIndex = m_slice.tensorShard;
         v.tensorCount = m_slice.tensorShards;
     }
-    v.name = std::move(name);
+    v.name = plan::parameterName(tensor);
     v.size = 1;
-    for (std::int64_t dim : shape)
+    for (std::int64_t dim : v.shape)
         v.size *= std::size_t(dim);
-    v.shape = std::move(shape);
-    v.init = init;
+    v.init = tensor.init;
     v.decay = v.shape.size() >= 2;
     v.globalIndex = globalIndex;
-    v.experts = experts;
+    v.experts = tensor.experts;
     m_views.push_back(std::move(v));
     return int(m_views.size()) - 1;
 }

@@ -3,25 +3,10 @@
 // optimizer's moments use the same layout, so ZeRO can shard all of them by offset ranges. The
 // dense tensors come first and the MoE experts' after them, so that each kind is one range: the
 // experts' are reduced and sharded over the expert-data-parallel group, the rest over the data group.
-//
-// Names, shapes (row-major, PyTorch's Linear convention: weight [out, in], y = x W^T):
-//   embed.weight                    [V, h]
-//   layers.{i}.attn_norm.weight     [h]          (+ .bias [h] with LayerNorm)
-//   layers.{i}.attn.qkv.weight      [(H + 2 Hkv) d, h]   rows: q heads, then k heads, then v heads
-//   layers.{i}.attn.proj.weight     [h, H d]
-//   layers.{i}.mlp_norm.weight      [h]          (+ .bias [h] with LayerNorm)
-//   dense layer:
-//   layers.{i}.mlp.fc1.weight       [f, h], or [2f, h] for SwiGLU (gate rows first, then up)
-//   layers.{i}.mlp.fc2.weight       [h, f]
-//   MoE layer:
-//   layers.{i}.moe.router.weight    [E, h]
-//   layers.{i}.moe.experts.fc1.weight  [E, f_moe (x2 for SwiGLU), h]   experts stacked on dim 0
-//   layers.{i}.moe.experts.fc2.weight  [E, h, f_moe]
-//   final_norm.weight               [h]          (+ .bias [h] with LayerNorm)
-//   lm_head.weight                  [V, h]       only with untied embeddings
+// The tensors themselves (names, shapes, splits, initial values) are plan/agent_parameters.h's table,
+// which the planner reads too.
 
-#include "plan/job_spec.h"
-#include "plan/schedule.h"
+#include "plan/agent_parameters.h"
 
 #include <cstdint>
 #include <string>
@@ -29,30 +14,8 @@
 
 namespace meshbench::agent {
 
-enum class InitKind { Normal, ScaledNormal, Ones, Zeros };
-
-// The part of the model one pipeline rank holds: its chunks of consecutive layers (one per
-// virtual stage, in chunk order), and whether it holds the embedding (the first virtual stage)
-// and the final norm and output layer (the last virtual stage).
-struct ModelSlice {
-    struct Chunk {
-        int firstLayer = 0;
-        int layers = 0;
-    };
-    std::vector<Chunk> chunks;
-    bool embedding = true;
-    bool head = true;
-    int expertShard = 0;   // this rank's block of each MoE layer's experts (its EP rank)
-    int expertShards = 1;  // ep: the experts are split into this many contiguous blocks
-    int tensorShard = 0;   // this rank's TP rank
-    int tensorShards = 1;  // tp: Megatron's column- and row-parallel split of every linear layer
-
-    static ModelSlice whole(const plan::ModelSpec& model);
-    // Stage s of the pipeline holds chunk c = layers [vs L/(p v), +L/(p v)) for its virtual stage
-    // vs = shape.virtualStageOf(s, c): Megatron's interleaved c p + s, or the V schedules' s and
-    // 2p - 1 - s.
-    static ModelSlice ofStage(const plan::ModelSpec& model, const plan::ScheduleShape& shape, int stage);
-};
+using plan::ModelSlice;
+using InitKind = plan::ParameterInit;
 
 struct TensorView {
     std::string name;
@@ -67,11 +30,8 @@ struct TensorView {
     // tensor.
     int shardIndex = 0;
     int shardCount = 1;
-    // Under TP, how the last two dimensions (rows = outputs, columns = inputs) are split:
-    // Rows: a block of rows; GatedRows: a block of the gate rows and the same block of the up
-    // rows; QkvRows: blocks of the q, k and v rows; Columns: a block of columns (row-parallel
-    // layers); None: replicated.
-    enum class Split { None, Rows, GatedRows, QkvRows, Columns };
+    // Under TP, how the last two dimensions are split (None with tp 1).
+    using Split = plan::TensorSplit;
     Split split = Split::None;
     int tensorIndex = 0;
     int tensorCount = 1;
@@ -114,12 +74,10 @@ public:
     std::size_t parameterCount() const;  // without alignment padding
 
 private:
-    int add(std::string name, std::vector<std::int64_t> shape, InitKind init, bool local, bool experts = false,
-            TensorView::Split split = TensorView::Split::None);
+    int add(const plan::AgentParameter& tensor, int globalIndex);
     void placeViews();
 
     ModelSlice m_slice;
-    int m_globalCount = 0;
     std::vector<TensorView> m_views;
     std::vector<LayerViews> m_layers;
     int m_embedding = -1, m_finalNormWeight = -1, m_finalNormBias = -1, m_head = -1;

@@ -1,6 +1,7 @@
 #include "cost_model.h"
 
 #include "agent_activations.h"
+#include "grad_buckets.h"
 
 #include <algorithm>
 #include <array>
@@ -497,8 +498,11 @@ DataParallelCosts CostModel::dataParallelCosts(int stage) const
     };
     add(dense, p.dp, m_links.data);
     add(expert, p.dp / p.ep, m_links.expertData);
-    const double bucketBytes = bytesOfMiB(std::max(1.0, p.gradBucketMb));
-    costs.buckets = std::max(1.0, std::ceil(gb * (dense + expert) / bucketBytes));
+    // The agent's buckets of this stage's tensors, by its rule (at least one: the figure divides).
+    ModelSlice slice = ModelSlice::ofStage(m_spec.model, p.scheduleShape(), stage);
+    slice.tensorShards = p.tp;
+    slice.expertShards = p.ep;
+    costs.buckets = std::max(1, gradientBucketCount(m_spec.model, slice, gb, p.gradBucketBytes()));
     return costs;
 }
 
