@@ -170,8 +170,8 @@ TestEnd testEnd(int rank)
 // The step's telemetry: what every rank measured; the step's metrics from rank 0, which speaks for
 // the job; expert loads from the data-parallel and tensor-parallel rank 0 of each stage, since they
 // are summed over the data group and identical across the tensor group.
-std::vector<wire::Record> stepRecords(const agent::StepMetrics& m, agent::Measurements measured, bool reportsMetrics,
-                                      bool reportsExperts, std::int64_t tokensPerStep)
+std::vector<wire::Record> stepRecords(const agent::StepMetrics& m, const agent::Measurements& measured,
+                                      bool reportsMetrics, bool reportsExperts, std::int64_t tokensPerStep)
 {
     std::vector<wire::Record> records = measured.toRecords();
     if (reportsMetrics)
@@ -298,8 +298,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
         lastLoss = m.loss;
         agent::Measurements measured = trainer.takeMeasurements();
         if (telemetry) {
-            telemetry->post(stepRecords(m, options.spans.empty() ? std::move(measured) : measured, leader,
-                                        reportsExperts, trainer.tokensPerStep()));
+            telemetry->post(stepRecords(m, measured, leader, reportsExperts, trainer.tokensPerStep()));
             telemetry->setCompletedSteps(m.step);
         }
         if (!options.spans.empty())
@@ -363,9 +362,7 @@ int run(const Options& options, const agent::MpiRuntime* mpi, agent::TelemetrySe
     return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv)
+int agentMain(int argc, char** argv)
 {
     kernels::reexecWithBetterOpenblasCore(argv);
     Options options;
@@ -470,4 +467,19 @@ int main(int argc, char** argv)
     if (status != 0 && mpi && mpi->worldSize() > 1)
         agent::MpiRuntime::abortJob(status);
     return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    // What run() does not catch (starting MPI, an allocation) still ends with words and a status.
+    try {
+        return agentMain(argc, argv);
+    } catch (const std::exception& e) {
+        std::cerr << "meshbench-agent: " << e.what() << "\n";
+    } catch (...) {
+        std::cerr << "meshbench-agent: an unknown error ended the program\n";
+    }
+    return 1;
 }

@@ -23,7 +23,9 @@ public:
             m_handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
             if (m_handle)
                 return;
-            const char* error = dlerror();  // names the library, and why it could not be loaded
+            // Names the library, and why it could not be loaded. glibc keeps dlerror's message per
+            // thread, so no other thread's dlopen can replace it.
+            const char* error = dlerror();  // NOLINT(concurrency-mt-unsafe)
             if (m_loadError.empty())
                 m_loadError = error ? error : name + ": dlopen failed";
         }

@@ -1,5 +1,7 @@
 #include "agent/checkpoint/safetensors.h"
 
+#include "wire/error_text.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -119,7 +121,7 @@ void writeAll(int fd, const void* data, std::size_t size, const std::string& tmp
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            throw CheckpointError("cannot write checkpoint " + quoted(tmp) + ": " + std::strerror(errno));
+            throw CheckpointError("cannot write checkpoint " + quoted(tmp) + ": " + wire::errorText(errno));
         }
         p += n;
         size -= static_cast<std::size_t>(n);
@@ -205,7 +207,7 @@ void writeSafetensors(const std::string& path, const std::vector<TensorRecord>& 
     const std::string tmp = path + ".tmp";
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        throw CheckpointError("cannot create checkpoint " + quoted(tmp) + ": " + std::strerror(errno) +
+        throw CheckpointError("cannot create checkpoint " + quoted(tmp) + ": " + wire::errorText(errno) +
                               "; check that the directory exists and is writable");
     try {
         writeAll(fd, length, sizeof length, tmp);
@@ -213,19 +215,19 @@ void writeSafetensors(const std::string& path, const std::vector<TensorRecord>& 
         for (std::size_t i = 0; i < tensors.size(); ++i)
             writeFloats(fd, tensors[i].data, counts[i], tmp);
         if (::fsync(fd) != 0)
-            throw CheckpointError("cannot flush checkpoint " + quoted(tmp) + ": " + std::strerror(errno));
+            throw CheckpointError("cannot flush checkpoint " + quoted(tmp) + ": " + wire::errorText(errno));
     } catch (...) {
         ::close(fd);
         ::unlink(tmp.c_str());
         throw;
     }
     if (::close(fd) != 0) {
-        const std::string why = std::strerror(errno);
+        const std::string why = wire::errorText(errno);
         ::unlink(tmp.c_str());
         throw CheckpointError("cannot write checkpoint " + quoted(tmp) + ": " + why);
     }
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        const std::string why = std::strerror(errno);
+        const std::string why = wire::errorText(errno);
         ::unlink(tmp.c_str());
         throw CheckpointError("cannot rename " + quoted(tmp) + " to " + quoted(path) + ": " + why);
     }

@@ -23,6 +23,7 @@ GradientBuckets::GradientBuckets(kernels::Backend& backend, const ParameterLayou
                 order.push_back(v);
         std::sort(order.begin(), order.end(), [&](int a, int b) { return layout.at(a).offset > layout.at(b).offset; });
         std::vector<double> bytes;
+        bytes.reserve(order.size());
         for (int v : order)
             bytes.push_back(double(layout.at(v).size * kernels::dtypeSize(grads.dtype)));
         const std::vector<int> bucketOf = plan::cutIntoBuckets(bytes, settings.bucketBytes);

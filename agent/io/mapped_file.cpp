@@ -1,5 +1,7 @@
 #include "mapped_file.h"
 
+#include "wire/error_text.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -22,7 +24,7 @@ MappedFile::MappedFile(const std::string& path)
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         m_failure = Failure::Open;
-        m_error = std::strerror(errno);
+        m_error = wire::errorText(errno);
         return;
     }
     if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
@@ -35,7 +37,7 @@ MappedFile::MappedFile(const std::string& path)
         void* mapped = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (mapped == MAP_FAILED) {
             m_failure = Failure::Map;
-            m_error = std::strerror(errno);
+            m_error = wire::errorText(errno);
         } else {
             m_data = static_cast<const unsigned char*>(mapped);
             m_size = size;

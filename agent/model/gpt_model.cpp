@@ -588,7 +588,7 @@ std::vector<int> GptModel::chunkViews(int chunk) const
     return views;
 }
 
-void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputGrad,
+void GptModel::backward(Activations& activations, ConstDevPtr outputGrad, DevPtr inputGrad,
                         std::vector<DeferredWeightGrad>* deferred, GradientListener* finished)
 {
     if (deferred)
@@ -599,16 +599,16 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
         ~Reset() { pointer = nullptr; }
     } reset{m_deferred};
     const int s = int(m_model.seqLen), h = int(m_model.hidden), V = int(m_model.vocab) / m_tensor.size();
-    const int T = acts.batch * s;
+    const int T = activations.batch * s;
     const std::size_t rows = std::size_t(T);
 
-    const std::size_t stream = streamElements(acts.batch);
+    const std::size_t stream = streamElements(activations.batch);
     const int localTokens = int(stream / std::size_t(h));
     DeviceBuffer dx(m_backend, stream);
-    if (acts.ends) {
+    if (activations.ends) {
         acquire(headViews(), true);
         DeviceBuffer dNorm(m_backend, rows * h);
-        ActivationBuffers& head = acts.head;
+        ActivationBuffers& head = activations.head;
         linearBackward(head[Buffer::Logits].ptr(), head[Buffer::FinalNorm].ptr(), T, m_layout.head(), 0, V, h,
                        dNorm.ptr(), 0.0f);
         head[Buffer::Logits] = DeviceBuffer();
@@ -628,21 +628,22 @@ void GptModel::backward(Activations& acts, ConstDevPtr outputGrad, DevPtr inputG
     } else {
         m_backend.copy(dx.ptr(), outputGrad, stream);
     }
-    for (int i = int(acts.layers.size()) - 1; i >= 0; --i) {
-        backwardLayer(acts.firstLayer + i, acts.layers[std::size_t(i)], acts.batch, acts.auxScale, dx.ptr());
-        acts.layers[std::size_t(i)] = LayerActivations();
+    for (int i = int(activations.layers.size()) - 1; i >= 0; --i) {
+        backwardLayer(activations.firstLayer + i, activations.layers[std::size_t(i)], activations.batch,
+                      activations.auxScale, dx.ptr());
+        activations.layers[std::size_t(i)] = LayerActivations();
         if (finished)
-            finished->gradientsReady(layerViews(acts.firstLayer + i));
+            finished->gradientsReady(layerViews(activations.firstLayer + i));
     }
-    if (acts.embeds)
+    if (activations.embeds)
         acquire({m_layout.embedding()}, true);
-    if (acts.embeds)
-        m_tensor.embeddingBackward(acts.ids, m_model.vocab, dx.ptr(), h, grad(m_layout.embedding()));
+    if (activations.embeds)
+        m_tensor.embeddingBackward(activations.ids, m_model.vocab, dx.ptr(), h, grad(m_layout.embedding()));
     else
         m_backend.copy(inputGrad, dx.ptr(), stream);
-    if (acts.embeds)
+    if (activations.embeds)
         release({m_layout.embedding()}, true);
-    if (acts.embeds && finished)
+    if (activations.embeds && finished)
         finished->gradientsReady({m_layout.embedding()});
 }
 

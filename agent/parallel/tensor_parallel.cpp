@@ -173,13 +173,13 @@ double TensorParallel::crossEntropy(kernels::DevPtr logits, const std::vector<st
         for (int j = 0; j < V; ++j)
             sums[std::size_t(t)] += std::exp(double(row[j]) - maxima[std::size_t(t)]);
         if (inside[std::size_t(t)])
-            sums[std::size_t(T + t)] = row[local[std::size_t(t)]];
+            sums[std::size_t(T) + std::size_t(t)] = row[local[std::size_t(t)]];
     }
     m_group->allReduceSum(sums.data(), sums.size());
     double loss = 0;
     for (int t = 0; t < T; ++t) {
         const double sum = sums[std::size_t(t)], max = maxima[std::size_t(t)];
-        loss += std::log(sum) + max - sums[std::size_t(T + t)];
+        loss += std::log(sum) + max - sums[std::size_t(T) + std::size_t(t)];
         float* row = host.data() + std::size_t(t) * std::size_t(V);
         for (int j = 0; j < V; ++j)
             row[j] = float(lossScale * std::exp(double(row[j]) - max) / sum);

@@ -191,7 +191,8 @@ std::unique_ptr<Communicator> split(const plan::Mesh& mesh, plan::GroupKind kind
 
 MpiRuntime::MpiRuntime(int& argc, char**& argv)
 {
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    // Before MPI or any thread of ours starts: nothing reads the environment concurrently.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);  // NOLINT(concurrency-mt-unsafe)
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);

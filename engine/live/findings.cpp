@@ -96,6 +96,7 @@ std::vector<std::string> scheduleAlternatives(const plan::JobSpec& spec, double 
     }
     std::sort(better.begin(), better.end());
     std::vector<std::string> out;
+    out.reserve(better.size());
     for (const auto& [bubble, change] : better)
         out.push_back(change + " (plan: bubble " + plan::formatPercent(bubble) + ")");
     return out;
@@ -355,7 +356,7 @@ void hotExperts(const FindingsInput& in, const std::vector<const StepAggregate*>
 std::string memorySuggestion(const plan::JobSpec& spec, wire::MemoryCategory largest)
 {
     const plan::ParallelSpec& p = spec.parallel;
-    const std::string split = "more pp or tp (the model split over more devices)";
+    std::string split = "more pp or tp (the model split over more devices)";
     switch (largest) {
     case wire::MemoryCategory::Activations:
         if (p.recompute == plan::Recompute::None)

@@ -301,6 +301,7 @@ double agentActivationBytes(const JobSpec& spec, int stage)
     const ScheduleShape shape = p.scheduleShape();
     const int m = p.microbatches, v = p.virtualStages;
     std::vector<AgentChunkActivations> chunks;
+    chunks.reserve(std::size_t(v));
     for (int c = 0; c < v; ++c)
         chunks.push_back(agentChunkActivations(spec, shape.virtualStageOf(stage, c)));
     const AgentChunkActivations& one = chunks.front();

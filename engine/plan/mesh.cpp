@@ -74,8 +74,7 @@ int Mesh::groupStride(GroupKind kind) const
     case GroupKind::Pipeline:
         return m_ppStride;
     case GroupKind::Data:
-        return m_dpStride;
-    case GroupKind::Expert:
+    case GroupKind::Expert:  // ep consecutive data-parallel ranks
         return m_dpStride;
     case GroupKind::ExpertData:
         return m_dpStride * m_ep;

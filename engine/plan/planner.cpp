@@ -1,6 +1,7 @@
 #include "planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 namespace meshbench::plan {
@@ -36,8 +37,8 @@ Plan makePlan(const JobSpec& spec, const std::optional<UnitCosts>& unitCosts)
     }
     if (!plan.fits)
         plan.warnings.push_back(
-            "stage " + std::to_string(plan.mostLoadedStage) + " needs " + std::to_string(int(heaviest / 1e9 + 0.5)) +
-            " GB but a " + spec.cluster.device.kind + " has " + std::to_string(int(plan.deviceMemory / 1e9 + 0.5)) +
+            "stage " + std::to_string(plan.mostLoadedStage) + " needs " + std::to_string(std::lround(heaviest / 1e9)) +
+            " GB but a " + spec.cluster.device.kind + " has " + std::to_string(std::lround(plan.deviceMemory / 1e9)) +
             " GB; raise tp or pp, use a higher ZeRO stage, recompute, or a smaller micro_batch_size");
 
     plan.schedule = buildSchedule(p.scheduleShape());

@@ -97,7 +97,7 @@ std::string gantt(const SimulationResult& sim, int width)
             for (int col = first; col < last; ++col)
                 row[std::size_t(col)] = opKindName(t.op.kind)[0];
             if (last - first >= 2)
-                row[std::size_t(first + 1)] = char('0' + t.op.microbatch % 10);
+                row[std::size_t(first) + 1] = char('0' + t.op.microbatch % 10);
         }
         out << "  stage " << pad(std::to_string(s), 3, false) << "|" << row << "|  bubble "
             << formatPercent(sim.bubbleRatio[std::size_t(s)]) << "\n";

@@ -51,10 +51,7 @@ std::vector<std::string> scheduleNames()
 template <typename Names>
 std::vector<std::string> toStrings(const Names& names)
 {
-    std::vector<std::string> out;
-    for (const auto& name : names)
-        out.emplace_back(name);
-    return out;
+    return std::vector<std::string>(std::begin(names), std::end(names));
 }
 
 // The spec's member at the end of a chain of member pointers: memberOf<&JobSpec::parallel, &ParallelSpec::dp>.

@@ -3,6 +3,7 @@
 #include "curve_guard.h"
 
 #include "wire/curve_keys.h"
+#include "wire/error_text.h"
 
 #include <CLI/CLI.hpp>
 #include <zmq.h>
@@ -36,7 +37,7 @@ struct WriteError : std::runtime_error {
 
 std::string systemError(const fs::path& file, const char* what)
 {
-    return std::string("cannot ") + what + " " + file.string() + ": " + std::strerror(errno);
+    return std::string("cannot ") + what + " " + file.string() + ": " + wire::errorText(errno);
 }
 
 // Writes `text` as the whole of `file` with exactly `mode`; `fresh` refuses a file that exists.

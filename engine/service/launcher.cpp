@@ -1,5 +1,7 @@
 #include "launcher.h"
 
+#include "wire/error_text.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -11,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 #include <sys/prctl.h>
@@ -123,16 +126,32 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
         throw std::runtime_error("nothing to launch");
     int out[2], err[2], exec[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(exec, O_CLOEXEC) != 0)
-        throw std::runtime_error(std::string("cannot create pipes: ") + std::strerror(errno));
+        throw std::runtime_error(std::string("cannot create pipes: ") + wire::errorText(errno));
     // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const std::string& a : argv)
         args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    // The child's environment: ours, with `env` set over it (setenv in the child could deadlock on a
+    // lock another of our threads held at fork).
+    std::vector<std::string> environment;
+    for (char** entry = environ; *entry; ++entry) {
+        const std::string_view name = std::string_view(*entry).substr(0, std::string_view(*entry).find('='));
+        if (std::none_of(env.begin(), env.end(), [&](const auto& set) { return set.first == name; }))
+            environment.emplace_back(*entry);
+    }
+    for (const auto& [key, value] : env)
+        environment.push_back(key + "=" + value);
+    std::vector<char*> envp;
+    envp.reserve(environment.size() + 1);
+    for (std::string& entry : environment)
+        envp.push_back(entry.data());
+    envp.push_back(nullptr);
     const pid_t parent = getpid();
     const pid_t child = fork();
     if (child < 0)
-        throw std::runtime_error(std::string("cannot fork: ") + std::strerror(errno));
+        throw std::runtime_error(std::string("cannot fork: ") + wire::errorText(errno));
     if (child == 0) {
         setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -143,9 +162,7 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
         sigprocmask(SIG_SETMASK, &none, nullptr);  // the engine blocks stop signals; the job must not
         dup2(out[1], STDOUT_FILENO);
         dup2(err[1], STDERR_FILENO);
-        for (const auto& [key, value] : env)
-            setenv(key.c_str(), value.c_str(), 1);
-        execvp(args[0], args.data());
+        execvpe(args[0], args.data(), envp.data());
         const int code = errno;
         [[maybe_unused]] ssize_t n = write(exec[1], &code, sizeof code);
         _exit(127);
@@ -167,7 +184,7 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
         m_pid = -1;
         close(m_out);
         close(m_err);
-        throw std::runtime_error("cannot start '" + argv.front() + "': " + std::strerror(code));
+        throw std::runtime_error("cannot start '" + argv.front() + "': " + wire::errorText(code));
     }
 }
 

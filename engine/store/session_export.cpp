@@ -2,6 +2,7 @@
 
 #include "session_file.h"
 
+#include "wire/error_text.h"
 #include "wire/record_fields.h"
 #include "wire/text.h"
 
@@ -72,7 +73,7 @@ private:
     }
     [[noreturn]] void fail() const
     {
-        throw ExportError("cannot write " + detail::quoted(m_path) + ": " + std::strerror(errno));
+        throw ExportError("cannot write " + detail::quoted(m_path) + ": " + wire::errorText(errno));
     }
 
     std::string m_path;
@@ -140,7 +141,8 @@ struct FlowKey {
     std::int64_t receiver;
     bool gradient;
     std::int32_t microbatch;
-    auto operator<=>(const FlowKey&) const = default;
+    // clang-tidy 14 takes the 0 that a defaulted <=> is compared with for a null pointer.
+    auto operator<=>(const FlowKey&) const = default;  // NOLINT(modernize-use-nullptr)
 };
 
 // A span's args, by field name; kind, begin and end are the event's own.

@@ -2,6 +2,8 @@
 
 #include "session_store.h"
 
+#include "wire/error_text.h"
+
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -76,8 +78,6 @@ std::string existingFileMessage(const std::string& path)
            ": the file already exists and a session is never overwritten; choose another path or remove the file";
 }
 
-std::string systemError(int error) { return std::strerror(error); }
-
 }  // namespace
 
 std::string quoted(const std::string& path) { return "'" + path + "'"; }
@@ -93,7 +93,7 @@ WriterClaim::WriterClaim(const std::string& path) : m_path(path)
         if (error == EEXIST)
             throw StoreError(existingFileMessage(path));
         throw StoreError("cannot create session " + quoted(path) + ": " +
-                         (error == ENOENT ? std::string("its folder does not exist") : systemError(error)));
+                         (error == ENOENT ? std::string("its folder does not exist") : wire::errorText(error)));
     }
     struct stat st {};
     const bool statted = ::fstat(m_fd, &st) == 0;
@@ -103,7 +103,7 @@ WriterClaim::WriterClaim(const std::string& path) : m_path(path)
         ::close(m_fd);
         throw StoreError(statted && error == EWOULDBLOCK
                              ? anotherEngineMessage(path)
-                             : "cannot lock session " + quoted(path) + ": " + systemError(error));
+                             : "cannot lock session " + quoted(path) + ": " + wire::errorText(error));
     }
     m_device = st.st_dev;
     m_inode = st.st_ino;

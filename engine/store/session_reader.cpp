@@ -7,6 +7,7 @@
 #include "session_store.h"
 #include "sqlite_util.h"
 
+#include "wire/error_text.h"
 #include "wire/wall_clock.h"
 
 #include <sqlite3.h>
@@ -96,7 +97,8 @@ std::string inTimeOrder()
 struct Key {
     std::int64_t time = 0;
     std::int64_t seq = 0;
-    auto operator<=>(const Key&) const = default;
+    // clang-tidy 14 takes the 0 that a defaulted <=> is compared with for a null pointer.
+    auto operator<=>(const Key&) const = default;  // NOLINT(modernize-use-nullptr)
 };
 
 // A stream of records ordered by Key.
@@ -254,8 +256,9 @@ struct stat statOrThrow(const std::string& path)
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
         const int error = errno;
-        throw StoreError(error == ENOENT ? "session " + detail::quoted(path) + " does not exist"
-                                         : "cannot open session " + detail::quoted(path) + ": " + std::strerror(error));
+        throw StoreError(error == ENOENT
+                             ? "session " + detail::quoted(path) + " does not exist"
+                             : "cannot open session " + detail::quoted(path) + ": " + wire::errorText(error));
     }
     if (!S_ISREG(st.st_mode))
         throw StoreError(detail::quoted(path) + " is not a session file (it is not a regular file)");

@@ -309,26 +309,26 @@ void SessionWriter::Impl::store(std::uint32_t rank, std::int64_t& lastTime, cons
 }
 
 template <class R>
-void SessionWriter::Impl::store(detail::Statement& s, std::uint32_t rank, std::int64_t& lastTime, const R& record)
+void SessionWriter::Impl::store(detail::Statement& insert, std::uint32_t rank, std::int64_t& lastTime, const R& record)
 {
     if constexpr (std::is_same_v<R, wire::ExpertLoadRecord>) {
         static_assert(schema::TableColumns<R>::extrasAmong(kExpertLoadExtras));
         // One row per expert; a shorter `dropped` (a malformed record) reads as zeros.
         const std::size_t experts = std::max(record.routed.size(), record.dropped.size());
         for (std::size_t e = 0; e < experts; ++e) {
-            s.bindInt(bindIndex<R>("seq"), nextSeq++);
-            s.bindInt(bindIndex<R>("rank"), rank);
-            s.bindInt(bindIndex<R>("time_ns"), lastTime);
-            s.bindInt(bindIndex<R>("expert"), static_cast<std::int64_t>(e));
-            bindFields(s, record, e);
-            s.run();
+            insert.bindInt(bindIndex<R>("seq"), nextSeq++);
+            insert.bindInt(bindIndex<R>("rank"), rank);
+            insert.bindInt(bindIndex<R>("time_ns"), lastTime);
+            insert.bindInt(bindIndex<R>("expert"), static_cast<std::int64_t>(e));
+            bindFields(insert, record, e);
+            insert.run();
         }
     } else {
         static_assert(schema::TableColumns<R>::extrasAmong(kExtras));
-        s.bindInt(bindIndex<R>("rank"), rank);
-        s.bindInt(bindIndex<R>("seq"), nextSeq++);
-        bindFields(s, record);
-        s.run();
+        insert.bindInt(bindIndex<R>("rank"), rank);
+        insert.bindInt(bindIndex<R>("seq"), nextSeq++);
+        bindFields(insert, record);
+        insert.run();
         if constexpr (std::is_same_v<R, wire::SpanRecord>) {
             maxSpanNs = std::max(maxSpanNs, duration(record.beginNs, record.endNs));
             ++spanCount;

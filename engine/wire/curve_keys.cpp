@@ -236,6 +236,7 @@ std::vector<std::string> readAllowList(const std::filesystem::path& file)
     const std::vector<KeyLine> lines = parseKeys(fileText(file), file.string());
     refuseSecrets(lines, file);
     std::vector<std::string> keys;
+    keys.reserve(lines.size());
     for (const KeyLine& k : lines)
         keys.push_back(k.key);
     return keys;

@@ -1,5 +1,7 @@
 #include "endpoints.h"
 
+#include "error_text.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +37,7 @@ std::string privacyProblem(const std::filesystem::path& dir)
 {
     struct stat info {};
     if (::lstat(dir.c_str(), &info) != 0)
-        return std::string(std::strerror(errno));
+        return std::string(errorText(errno));
     if (!S_ISDIR(info.st_mode))
         return "it is not a folder";
     if (info.st_uid != ::geteuid())
@@ -67,13 +69,13 @@ bool isLocalEndpoint(std::string_view endpoint)
 std::filesystem::path runtimeDirectory()
 {
     const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-    const std::filesystem::path dir = runtime && runtime[0] == '/'
-                                          ? std::filesystem::path(runtime) / "meshbench"
-                                          : std::filesystem::path("/tmp/meshbench-" + std::to_string(::geteuid()));
+    std::filesystem::path dir = runtime && runtime[0] == '/'
+                                    ? std::filesystem::path(runtime) / "meshbench"
+                                    : std::filesystem::path("/tmp/meshbench-" + std::to_string(::geteuid()));
     // mkdir refuses to follow a link or replace anything another user put there first; the check
     // after it decides whether what is there can be trusted.
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-        throw EndpointError("cannot make the engine's socket folder " + dir.string() + ": " + std::strerror(errno) +
+        throw EndpointError("cannot make the engine's socket folder " + dir.string() + ": " + errorText(errno) +
                             "; set XDG_RUNTIME_DIR to a folder of yours, or give --bind ENDPOINT");
     if (const std::string problem = privacyProblem(dir); !problem.empty())
         throw EndpointError("the engine's socket folder " + dir.string() + " cannot be trusted: " + problem +
@@ -109,7 +111,7 @@ bool isPrivateEndpoint(std::string_view endpoint)
 
 std::string bindFailure(int error, std::string_view endpoint)
 {
-    const std::string meaning = std::strerror(error);
+    std::string meaning = errorText(error);
     const long port = tcpPort(endpoint);
     if (port > 65535)
         return "port " + std::to_string(port) + " is past the last port, 65535; choose a port from 1024 to 65535";

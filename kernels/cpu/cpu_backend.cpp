@@ -41,16 +41,16 @@ const float* asF32(ConstDevPtr p)
 
 CpuBackend::CpuBackend(int threads) { openblas_set_num_threads(std::max(1, threads)); }
 
-DevPtr CpuBackend::allocate(std::size_t count, DType dtype)
+DevPtr CpuBackend::allocate(std::size_t elements, DType dtype)
 {
     if (dtype != DType::F32)
         throw KernelError("cpu backend: cannot allocate " + std::string(dtypeName(dtype)) +
                           " tensors, the CPU kernels are fp32 only");
     const std::size_t size = dtypeSize(dtype);
-    if (count > (std::numeric_limits<std::size_t>::max() - kAlignment) / size)
-        throw KernelError("cpu backend: allocation of " + std::to_string(count) + " elements overflows");
+    if (elements > (std::numeric_limits<std::size_t>::max() - kAlignment) / size)
+        throw KernelError("cpu backend: allocation of " + std::to_string(elements) + " elements overflows");
     // aligned_alloc wants a multiple of the alignment; never ask for zero bytes.
-    const std::size_t bytes = std::max<std::size_t>(1, (count * size + kAlignment - 1) / kAlignment) * kAlignment;
+    const std::size_t bytes = std::max<std::size_t>(1, (elements * size + kAlignment - 1) / kAlignment) * kAlignment;
     void* data = std::aligned_alloc(kAlignment, bytes);
     if (data == nullptr)
         throw std::bad_alloc();
@@ -60,30 +60,30 @@ DevPtr CpuBackend::allocate(std::size_t count, DType dtype)
 
 void CpuBackend::release(DevPtr p) { std::free(p.data); }
 
-void CpuBackend::upload(DevPtr dst, const float* src, std::size_t count)
+void CpuBackend::upload(DevPtr dst, const float* src, std::size_t elements)
 {
     float* d = asF32(dst);
-    if (count > 0)
-        std::memcpy(d, src, count * sizeof(float));
+    if (elements > 0)
+        std::memcpy(d, src, elements * sizeof(float));
 }
 
-void CpuBackend::download(float* dst, ConstDevPtr src, std::size_t count)
+void CpuBackend::download(float* dst, ConstDevPtr src, std::size_t elements)
 {
     const float* s = asF32(src);
-    if (count > 0)
-        std::memcpy(dst, s, count * sizeof(float));
+    if (elements > 0)
+        std::memcpy(dst, s, elements * sizeof(float));
 }
 
-void CpuBackend::copyToHost(void* dst, ConstDevPtr src, std::size_t count)
+void CpuBackend::copyToHost(void* dst, ConstDevPtr src, std::size_t elements)
 {
-    if (count > 0)
-        std::memcpy(dst, src.data, count * dtypeSize(src.dtype));
+    if (elements > 0)
+        std::memcpy(dst, src.data, elements * dtypeSize(src.dtype));
 }
 
-void CpuBackend::copyFromHost(DevPtr dst, const void* src, std::size_t count)
+void CpuBackend::copyFromHost(DevPtr dst, const void* src, std::size_t elements)
 {
-    if (count > 0)
-        std::memcpy(dst.data, src, count * dtypeSize(dst.dtype));
+    if (elements > 0)
+        std::memcpy(dst.data, src, elements * dtypeSize(dst.dtype));
 }
 
 TimeMark CpuBackend::markTime()
@@ -98,14 +98,14 @@ double CpuBackend::secondsBetween(TimeMark from, TimeMark to)
     return std::chrono::duration<double>(m_marks.at(to) - m_marks.at(from)).count();
 }
 
-void CpuBackend::fill(DevPtr dst, float value, std::size_t count) { std::fill_n(asF32(dst), count, value); }
+void CpuBackend::fill(DevPtr dst, float value, std::size_t elements) { std::fill_n(asF32(dst), elements, value); }
 
-void CpuBackend::copy(DevPtr dst, ConstDevPtr src, std::size_t count)
+void CpuBackend::copy(DevPtr dst, ConstDevPtr src, std::size_t elements)
 {
     float* d = asF32(dst);
     const float* s = asF32(src);
-    if (count > 0)
-        std::memmove(d, s, count * sizeof(float));
+    if (elements > 0)
+        std::memmove(d, s, elements * sizeof(float));
 }
 
 }  // namespace meshbench::kernels

@@ -60,7 +60,7 @@ void reexecWithBetterOpenblasCore(char** argv)
     if (length <= 0)
         return;
     self[length] = '\0';
-    setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+    setenv("OPENBLAS_CORETYPE", core.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): first thing main does
     execv(self, argv);
     // execv only returns on failure: carry on with the slower kernels.
 }

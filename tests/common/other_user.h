@@ -15,6 +15,8 @@
 // thread's objects, no Qt Test macros (they would record in the child), no event loop, and return a
 // status instead of throwing (an exception is caught and reported as kOtherUserThrew).
 
+#include "wire/error_text.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -94,12 +96,12 @@ inline std::optional<OtherUser> create(std::string& why)
         access("/run/lock", W_OK) == 0 ? "/run/lock/meshbench-other-user.lock" : "/tmp/meshbench-other-user.lock";
     const int lock = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (lock < 0) {
-        why = std::string("cannot open ") + lockPath + ": " + std::strerror(errno);
+        why = std::string("cannot open ") + lockPath + ": " + meshbench::wire::errorText(errno);
         return std::nullopt;
     }
     while (flock(lock, LOCK_EX) != 0)
         if (errno != EINTR) {
-            why = std::string("cannot lock ") + lockPath + ": " + std::strerror(errno);
+            why = std::string("cannot lock ") + lockPath + ": " + meshbench::wire::errorText(errno);
             close(lock);
             return std::nullopt;
         }
@@ -157,13 +159,13 @@ inline int runAsOtherUser(const OtherUser& user, const std::function<int(std::st
     message.clear();
     int pipeFds[2];
     if (pipe2(pipeFds, O_CLOEXEC) != 0) {
-        message = std::string("pipe: ") + std::strerror(errno);
+        message = std::string("pipe: ") + meshbench::wire::errorText(errno);
         return kOtherUserForkFailed;
     }
     std::fflush(nullptr);  // or the child's exit would print the parent's buffered output again
     const pid_t child = fork();
     if (child < 0) {
-        message = std::string("fork: ") + std::strerror(errno);
+        message = std::string("fork: ") + meshbench::wire::errorText(errno);
         close(pipeFds[0]);
         close(pipeFds[1]);
         return kOtherUserForkFailed;
@@ -174,11 +176,11 @@ inline int runAsOtherUser(const OtherUser& user, const std::function<int(std::st
         int status = kOtherUserDropFailed;
         // Order matters: groups and gid need the privilege that setuid gives up.
         if (setgroups(0, nullptr) != 0)
-            said = std::string("setgroups: ") + std::strerror(errno);
+            said = std::string("setgroups: ") + meshbench::wire::errorText(errno);
         else if (setgid(user.gid) != 0)
-            said = std::string("setgid: ") + std::strerror(errno);
+            said = std::string("setgid: ") + meshbench::wire::errorText(errno);
         else if (setuid(user.uid) != 0)
-            said = std::string("setuid: ") + std::strerror(errno);
+            said = std::string("setuid: ") + meshbench::wire::errorText(errno);
         else if (getuid() != user.uid || geteuid() != user.uid || getgid() != user.gid || getegid() != user.gid ||
                  getgroups(0, nullptr) != 0)
             said = "the child's ids are not the user's after dropping to it";

@@ -4,6 +4,8 @@
 // stream socket to a tcp:// or ipc:// endpoint, speaks the greeting (and the NULL handshake), and
 // then streams a frame's bytes until the far side stops taking them.
 
+#include "wire/error_text.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -109,13 +111,13 @@ private:
     void connectTo(const sockaddr* address, socklen_t size)
     {
         if (m_fd < 0) {
-            m_error = std::string("socket: ") + std::strerror(errno);
+            m_error = std::string("socket: ") + meshbench::wire::errorText(errno);
             return;
         }
         m_connected = ::connect(m_fd, address, size) == 0;
         if (!m_connected) {
             m_connectErrno = errno;
-            m_error = std::string("connect: ") + std::strerror(errno);
+            m_error = std::string("connect: ") + meshbench::wire::errorText(errno);
         }
     }
     bool sendAll(const std::uint8_t* data, std::size_t size)
