@@ -80,8 +80,7 @@ int main(int argc, char** argv)
         return 2;
     }
 
-    applyTheme(application,
-               QSettings().value("view/theme").toString() == themeName(Theme::Dark) ? Theme::Dark : Theme::Light);
+    applyTheme(QSettings().value("view/theme").toString() == themeName(Theme::Dark) ? Theme::Dark : Theme::Light);
     std::unique_ptr<EngineClient> client;
     if (!parser.isSet(offline)) {
         client = std::make_unique<EngineClient>();
@@ -109,10 +108,10 @@ int main(int argc, char** argv)
             std::fprintf(ok ? stdout : stderr, "meshbench: %s\n", qPrintable(message));
             if (!ok)
                 status = 1;
-            application.quit();
+            QApplication::quit();
         });
         tour->start();
     }
-    const int result = application.exec();
+    const int result = QApplication::exec();
     return status != 0 ? status : result;
 }

@@ -374,10 +374,10 @@ void EngineClient::reportBadLive(const QString& topic, const QString& error)
 
 QString EngineClient::engineExecutable()
 {
-    const QString fromEnv = qEnvironmentVariable("MESHBENCH_ENGINE");
+    QString fromEnv = qEnvironmentVariable("MESHBENCH_ENGINE");
     if (!fromEnv.isEmpty())
         return fromEnv;
-    const QString beside = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("meshbench-engine"));
+    QString beside = QDir(QCoreApplication::applicationDirPath()).filePath(QStringLiteral("meshbench-engine"));
     if (QFileInfo(beside).isExecutable())
         return beside;
     return QStandardPaths::findExecutable(QStringLiteral("meshbench-engine"));

@@ -80,7 +80,7 @@ public:
     // `meshbench-engine serve --bind control [--live live] [--sessions dir]` and connects to it.
     // The executable is $MESHBENCH_ENGINE, else meshbench-engine beside this executable, else the
     // one on PATH. Failures (not found, exited) come as engineError and state Disconnected.
-    void startLocalEngine(const QString& control = {}, const QString& live = {}, const QString& sessionsDir = {});
+    void startLocalEngine(const QString& endpoint = {}, const QString& live = {}, const QString& sessionsDir = {});
     static QString engineExecutable();
 
     // Sends `body` (an object with "op" and its arguments). `onReply` runs on the GUI thread exactly

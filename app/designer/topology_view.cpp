@@ -225,9 +225,11 @@ void TopologyView::relayout()
             const double nodeH = deviceRows * m_cell + 2 * kNodePad + kNodeTitle;
             const int rows = (m_nodes + bestColumns - 1) / bestColumns;
             place(bestColumns * nodeW + (bestColumns - 1) * kNodeGap, rows * nodeH + (rows - 1) * kNodeGap);
-            for (int n = 0; n < m_nodes; ++n)
-                m_nodeRects.emplace_back(m_content.left() + (n % bestColumns) * (nodeW + kNodeGap),
-                                         m_content.top() + (n / bestColumns) * (nodeH + kNodeGap), nodeW, nodeH);
+            for (int n = 0; n < m_nodes; ++n) {
+                const int column = n % bestColumns, row = n / bestColumns;
+                m_nodeRects.emplace_back(m_content.left() + column * (nodeW + kNodeGap),
+                                         m_content.top() + row * (nodeH + kNodeGap), nodeW, nodeH);
+            }
             return;
         }
     }
@@ -252,15 +254,16 @@ QRectF TopologyView::deviceRect(int device) const
     const int node = device / m_devicesPerNode;
     if (m_aggregated) {
         const int cell = node / m_nodesPerCell;
-        return QRectF(m_content.left() + (cell % m_gridColumns) * m_cell,
-                      m_content.top() + (cell / m_gridColumns) * m_cell, m_cell, m_cell);
+        const int column = cell % m_gridColumns, row = cell / m_gridColumns;
+        return QRectF(m_content.left() + column * m_cell, m_content.top() + row * m_cell, m_cell, m_cell);
     }
     if (std::size_t(node) >= m_nodeRects.size())
         return {};
     const int local = device % m_devicesPerNode;
     const QRectF& box = m_nodeRects[std::size_t(node)];
-    return QRectF(box.left() + kNodePad + (local % m_deviceColumns) * m_cell,
-                  box.top() + kNodePad + kNodeTitle + (local / m_deviceColumns) * m_cell, m_cell, m_cell);
+    const int column = local % m_deviceColumns, row = local / m_deviceColumns;
+    return QRectF(box.left() + kNodePad + column * m_cell, box.top() + kNodePad + kNodeTitle + row * m_cell, m_cell,
+                  m_cell);
 }
 
 int TopologyView::deviceAt(QPointF point) const
@@ -452,7 +455,8 @@ void TopologyView::paintDetailed(QPainter& painter, const QRect& clip) const
             auto sameGroup = [&](int otherLocal) {
                 if (otherLocal < 0 || otherLocal >= m_devicesPerNode)
                     return false;
-                const int other = m_rankOfDevice[std::size_t(n * m_devicesPerNode + otherLocal)];
+                const int other =
+                    m_rankOfDevice[std::size_t(n) * std::size_t(m_devicesPerNode) + std::size_t(otherLocal)];
                 return other >= 0 && tensorKey(other) == key;
             };
             const int column = local % m_deviceColumns;

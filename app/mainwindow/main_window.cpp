@@ -142,10 +142,11 @@ void MainWindow::buildMenus()
     exportMenu->addSeparator();
     // Each Monitor chart, as its right-click menu also offers.
     const MonitorCharts* charts = m_monitor->charts();
-    for (const auto& [chart, name] : {std::pair<ChartWidget*, QString>{charts->bubbleChart(), tr("&Bubble Chart")},
+    for (const auto& [shown, name] : {std::pair<ChartWidget*, QString>{charts->bubbleChart(), tr("&Bubble Chart")},
                                       {charts->expertLoadView(), tr("E&xpert Load Chart")},
                                       {charts->memoryChart(), tr("&Memory Chart")},
                                       {charts->trainingChart(), tr("&Training Chart")}}) {
+        ChartWidget* chart = shown;  // a variable, not a binding: lambdas capture it (clang 14 cannot a binding)
         QMenu* menu = exportMenu->addMenu(name);
         menu->addAction(tr("as PNG..."), chart, [chart] { chart->exportWithChosenPath(QStringLiteral("png")); });
         menu->addAction(tr("as PDF..."), chart, [chart] { chart->exportWithChosenPath(QStringLiteral("pdf")); });
@@ -166,7 +167,7 @@ void MainWindow::buildMenus()
     dark->setChecked(QSettings().value("view/theme").toString() == themeName(Theme::Dark));
     connect(dark, &QAction::toggled, this, [](bool on) {
         const Theme theme = on ? Theme::Dark : Theme::Light;
-        applyTheme(*qApp, theme);
+        applyTheme(theme);
         QSettings().setValue("view/theme", themeName(theme));
     });
 

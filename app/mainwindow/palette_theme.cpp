@@ -7,11 +7,11 @@
 
 namespace meshbench::app {
 
-void applyTheme(QApplication& application, Theme theme)
+void applyTheme(Theme theme)
 {
-    application.setStyle(QStyleFactory::create("Fusion"));
+    QApplication::setStyle(QStyleFactory::create("Fusion"));
     if (theme == Theme::Light) {
-        application.setPalette(application.style()->standardPalette());
+        QApplication::setPalette(QApplication::style()->standardPalette());
         return;
     }
     // A dark palette with light text; disabled text stays readable but clearly dimmer.
@@ -38,7 +38,7 @@ void applyTheme(QApplication& application, Theme theme)
     p.setColor(QPalette::Link, QColor(96, 165, 250));
     for (QPalette::ColorRole role : {QPalette::WindowText, QPalette::Text, QPalette::ButtonText})
         p.setColor(QPalette::Disabled, role, dim);
-    application.setPalette(p);
+    QApplication::setPalette(p);
 }
 
 QString themeName(Theme theme) { return theme == Theme::Dark ? QStringLiteral("dark") : QStringLiteral("light"); }

@@ -4,14 +4,12 @@
 
 #include <QString>
 
-class QApplication;
-
 namespace meshbench::app {
 
 enum class Theme { Light, Dark };
 
 // Applies the Fusion style and the theme's palette to the whole application.
-void applyTheme(QApplication& application, Theme theme);
+void applyTheme(Theme theme);
 QString themeName(Theme theme);
 
 }  // namespace meshbench::app

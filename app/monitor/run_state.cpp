@@ -110,7 +110,7 @@ SessionAggregates computeSessionAggregates(const store::SessionReader& reader)
         for (live::StepAggregate& step : steps)
             out.steps.push_back(std::move(step));
     };
-    handlers.memory = [&out](std::vector<live::RankMemory> memory) {
+    handlers.memory = [&out](const std::vector<live::RankMemory>& memory) {
         for (const live::RankMemory& m : memory)
             mergeMemory(out.memory, m);
     };

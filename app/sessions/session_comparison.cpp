@@ -196,6 +196,7 @@ void SessionComparison::fill(const std::vector<std::optional<ComparedSession>>& 
         const Metric& m = metrics[std::size_t(row)];
         m_table->setItem(row, 0, new QTableWidgetItem(m.name));
         std::vector<std::optional<double>> values;
+        values.reserve(sessions.size());
         for (const std::optional<ComparedSession>& session : sessions)
             values.push_back(session ? m.get(*session) : std::nullopt);
         for (int i = 0; i < n; ++i)

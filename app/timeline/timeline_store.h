@@ -138,7 +138,7 @@ public:
     void setRows(const std::vector<RowInfo>& rows);
     // Appends spans of one rank (a row is made for a rank not seen yet, its stage taken from the
     // first span). Cheap when the spans come after the row's last begin; earlier ones are sorted in.
-    void append(int rank, std::span<const TimelineSpan> spans);
+    void append(int rank, std::span<const TimelineSpan> input);
     // The span records of a live batch; other record types are ignored. Returns spans taken.
     std::size_t appendBatch(const wire::Batch& batch);
 

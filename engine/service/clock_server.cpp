@@ -48,8 +48,11 @@ void ClockServer::serve()
             continue;
         }
         const bool wellFormed = !payload.more();
-        for (zmq::message_t rest; payload.more() && m_socket.recv(rest, zmq::recv_flags::dontwait);)
-            payload = std::move(rest);
+        // A longer message's other frames are read and dropped; it is refused below.
+        for (bool more = payload.more(); more;) {
+            zmq::message_t rest;
+            more = m_socket.recv(rest, zmq::recv_flags::dontwait) && rest.more();
+        }
         const std::optional<wire::ClockRequest> request =
             wellFormed ? wire::decodeClockRequest({static_cast<const std::uint8_t*>(payload.data()), payload.size()})
                        : std::nullopt;

@@ -134,9 +134,14 @@ CurveGuard::~CurveGuard()
     // Monitoring ends first, so that no event waits for a reader that has gone.
     for (Watched& w : d.watched)
         zmq_socket_monitor(w.socket.handle(), nullptr, 0);
-    if (d.thread.joinable()) {
-        d.stopSender.send(zmq::str_buffer("stop"), zmq::send_flags::none);
-        d.thread.join();
+    try {
+        if (d.thread.joinable()) {
+            d.stopSender.send(zmq::str_buffer("stop"), zmq::send_flags::none);
+            d.thread.join();
+        }
+    } catch (const std::exception& e) {
+        // Only while the ZeroMQ context ends, which ends the thread's poll too.
+        std::fprintf(stderr, "meshbench-engine: stopping the CURVE guard: %s\n", e.what());
     }
 }
 
@@ -154,7 +159,7 @@ void CurveGuard::guard(zmq::socket_t& socket, const std::string& secretKey, cons
         throw zmq::error_t();
     zmq::socket_t monitor(d.context, zmq::socket_type::pair);
     monitor.connect(endpoint);
-    d.watched.push_back({socket, std::move(monitor), name});
+    d.watched.push_back({socket, std::move(monitor), name, {}});
 }
 
 void CurveGuard::start()

@@ -159,7 +159,7 @@ LaunchedProcess::LaunchedProcess(const std::vector<std::string>& argv,
             _exit(127);
         sigset_t none;
         sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, nullptr);  // the engine blocks stop signals; the job must not
+        pthread_sigmask(SIG_SETMASK, &none, nullptr);  // the engine blocks stop signals; the job must not
         dup2(out[1], STDOUT_FILENO);
         dup2(err[1], STDERR_FILENO);
         execvpe(args[0], args.data(), envp.data());

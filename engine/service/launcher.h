@@ -96,7 +96,7 @@ private:
 };
 
 // Every live descendant of `pid`, from /proc (Linux).
-std::vector<pid_t> descendantsOf(pid_t pid);
+std::vector<pid_t> descendantsOf(pid_t root);
 // The state letter of /proc/PID/stat (R running, S sleeping, D disk wait, T stopped, t traced, Z
 // zombie), or nothing when there is no such process.
 std::optional<char> processState(pid_t pid);

@@ -48,9 +48,7 @@ std::string failureMessage(const CLI::Formatter& formatter, const CLI::App* engi
     return message + formatter.make_usage(command, name) + "Run '" + name + " --help' for its arguments.\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv)
+int engineMain(int argc, char** argv)
 {
     using namespace meshbench::service;
     CLI::App engine("the headless engine: plans layouts, runs jobs into session files, replays and exports them, "
@@ -87,12 +85,21 @@ int main(int argc, char** argv)
     const CLI::App* chosen = engine.get_subcommands().front();
     const auto command =
         std::find_if(commands.begin(), commands.end(), [chosen](const Command& c) { return c.app == chosen; });
+    return command->run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    // Input errors are reported by the commands; anything reaching here is a bug or an exhausted
+    // machine, and still deserves a message rather than an abort.
     try {
-        return command->run();
+        return engineMain(argc, argv);
     } catch (const std::exception& e) {
-        // Input errors are reported by the commands; anything reaching here is a bug or an
-        // exhausted machine, and still deserves a message rather than an abort.
         std::cerr << "meshbench-engine: " << e.what() << "\n";
-        return 3;
+    } catch (...) {
+        std::cerr << "meshbench-engine: an unknown error ended the command\n";
     }
+    return 3;
 }

@@ -39,7 +39,7 @@ std::optional<std::int32_t> recordStep(const wire::Record& record)
 
 }  // namespace
 
-void playSession(zmq::context_t& context, Worker& worker, std::shared_ptr<store::SessionReader> reader,
+void playSession(zmq::context_t& context, Worker& worker, const std::shared_ptr<store::SessionReader>& reader,
                  const std::string& session, bool endWhenDone)
 {
     // Seeking restarts the pass from the chosen step's first record: the store is read from the
@@ -119,7 +119,7 @@ void playSession(zmq::context_t& context, Worker& worker, std::shared_ptr<store:
                     flushSpans();
                 return true;
             };
-            handlers.steps = [&](std::vector<live::StepAggregate> steps, bool atEnd) {
+            handlers.steps = [&](const std::vector<live::StepAggregate>& steps, bool atEnd) {
                 if (atEnd)
                     flushSpans();
                 for (const live::StepAggregate& s : steps) {
@@ -131,7 +131,7 @@ void playSession(zmq::context_t& context, Worker& worker, std::shared_ptr<store:
                         {{"state", "playing"}, {"session", session}, {"step", step}, {"speed", worker.speed.load()}});
                 }
             };
-            handlers.memory = [&](std::vector<live::RankMemory> memory) {
+            handlers.memory = [&](const std::vector<live::RankMemory>& memory) {
                 for (const live::RankMemory& m : memory)
                     publisher.memory(m);
             };

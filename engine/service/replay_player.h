@@ -17,7 +17,7 @@ namespace meshbench::service {
 // aggregates as a live run, on a feed named after the worker's source. With endWhenDone it returns
 // at the session's end; otherwise it waits there for a seek or a close. Throws what reading the
 // session throws (store::SessionError); sets worker.done when it returns normally.
-void playSession(zmq::context_t& context, Worker& worker, std::shared_ptr<store::SessionReader> reader,
+void playSession(zmq::context_t& context, Worker& worker, const std::shared_ptr<store::SessionReader>& reader,
                  const std::string& session, bool endWhenDone);
 
 }  // namespace meshbench::service
