@@ -224,23 +224,23 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t* out, int nranks, ncclUniqueId id, int rank, ncclConfig_t* config)
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config)
 {
     Lock lock(mutex);
     ++calls["ncclCommInitRankConfig"];
-    if (!out || nranks < 1 || rank < 0 || rank >= nranks || (config && config->magic != 0xcafebeef))
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks || (config && config->magic != 0xcafebeef))
         return ncclInvalidArgument;
-    Clique*& clique = cliques[std::string(id.internal, sizeof(id.internal))];
+    Clique*& clique = cliques[std::string(commId.internal, sizeof(commId.internal))];
     if (!clique)
         clique = new Clique(nranks);
     if (int(clique->members.size()) != nranks || clique->members[std::size_t(rank)])
         return ncclInvalidArgument;
-    ncclComm* comm = make(clique, rank, blockingOf(config));
-    clique->members[std::size_t(rank)] = comm;
+    ncclComm* made = make(clique, rank, blockingOf(config));
+    clique->members[std::size_t(rank)] = made;
     ++clique->joined;
-    *out = comm;
+    *comm = made;
     changed.notify_all();
-    return settle(lock, comm);
+    return settle(lock, made);
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config)

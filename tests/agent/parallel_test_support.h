@@ -24,6 +24,7 @@ using meshbench::testing::randomValues;
 inline void onThreads(int count, const std::function<void(int)>& body)
 {
     std::vector<std::thread> threads;
+    threads.reserve(std::size_t(count));
     for (int r = 0; r < count; ++r)
         threads.emplace_back([&, r] { body(r); });
     for (std::thread& t : threads)

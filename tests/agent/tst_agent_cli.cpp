@@ -64,7 +64,7 @@ void TestAgentCli::initTestCase() { QVERIFY(m_dir.isValid()); }
 
 QString TestAgentCli::write(const QString& name, const QByteArray& content)
 {
-    const QString path = m_dir.filePath(name);
+    QString path = m_dir.filePath(name);
     QFile f(path);
     if (!f.open(QIODevice::WriteOnly) || f.write(content) != content.size())
         qFatal("cannot write %s", qPrintable(path));

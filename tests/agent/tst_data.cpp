@@ -61,7 +61,7 @@ QString writeTokens(const QTemporaryDir& dir, const QString& name, const std::ve
     for (const std::uint32_t id : ids)
         for (int b = 0; b < width; ++b)
             bytes.append(static_cast<char>((id >> (8 * b)) & 0xFF));
-    const QString path = dir.filePath(name);
+    QString path = dir.filePath(name);
     QFile file(path);
     if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size())
         qFatal("cannot write %s", qPrintable(path));
@@ -70,7 +70,7 @@ QString writeTokens(const QTemporaryDir& dir, const QString& name, const std::ve
 
 QString writeBytes(const QTemporaryDir& dir, const QString& name, qsizetype count)
 {
-    const QString path = dir.filePath(name);
+    QString path = dir.filePath(name);
     QFile file(path);
     if (!file.open(QIODevice::WriteOnly) || file.write(QByteArray(count, '\0')) != count)
         qFatal("cannot write %s", qPrintable(path));
@@ -179,7 +179,8 @@ void TestData::markovEmpiricalConditionalEntropy()
         source.sample(s, 1001, tokens.data());
         for (std::size_t j = 1; j < tokens.size(); ++j) {
             QVERIFY(tokens[j] >= 0 && tokens[j] < vocab);
-            ++counts[static_cast<std::size_t>(tokens[j - 1] * vocab + tokens[j])];
+            ++counts[static_cast<std::size_t>(tokens[j - 1]) * static_cast<std::size_t>(vocab) +
+                     static_cast<std::size_t>(tokens[j])];
             ++contextCounts[static_cast<std::size_t>(tokens[j - 1])];
             ++n;
         }
@@ -189,7 +190,8 @@ void TestData::markovEmpiricalConditionalEntropy()
         const auto successors = source.successors(&c);
         int observed = 0;
         for (int next = 0; next < vocab; ++next) {
-            const auto count = counts[static_cast<std::size_t>(c * vocab + next)];
+            const auto count =
+                counts[static_cast<std::size_t>(c) * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(next)];
             if (count == 0)
                 continue;
             ++observed;
@@ -270,6 +272,7 @@ void TestData::markovRandomAccessAndThreads()
         serial.push_back(draw(fresh, i, 257));
     std::vector<std::vector<std::int32_t>> parallel(256);
     std::vector<std::thread> threads;
+    threads.reserve(8);
     for (int t = 0; t < 8; ++t)
         threads.emplace_back([&, t] {
             for (std::size_t i = static_cast<std::size_t>(t); i < 256; i += 8)
@@ -304,6 +307,7 @@ void TestData::fileWindowsUint16()
 
     const auto window = [&](std::int64_t start, int length) {
         std::vector<std::int32_t> w;
+        w.reserve(static_cast<std::size_t>(length));
         for (int j = 0; j < length; ++j)
             w.push_back(static_cast<std::int32_t>(ids[static_cast<std::size_t>(start + j)]));
         return w;
@@ -368,7 +372,7 @@ void TestData::fileRefusesBadFiles()
     const std::string shortFile = writeTokens(dir, "short.bin", {1, 2, 3, 4}, 2).toStdString();
     message = dataError([&] { TokenFileSource(shortFile, plan::TokenDtype::Uint16, 100, 4); });
     QVERIFY2(has(message, "holds 4 tokens") && has(message, "5 one sample needs"), message.c_str());
-    TokenFileSource(shortFile, plan::TokenDtype::Uint16, 100, 3);  // exactly seq + 1 tokens is enough
+    const TokenFileSource enough(shortFile, plan::TokenDtype::Uint16, 100, 3);  // exactly seq + 1 tokens is enough
 
     std::vector<std::uint32_t> ids(20, 7);
     ids[13] = 300;
@@ -376,7 +380,7 @@ void TestData::fileRefusesBadFiles()
     message = dataError([&] { TokenFileSource(big, plan::TokenDtype::Uint16, 300, 4); });
     QVERIFY2(has(message, "token 300 at position 13") && has(message, "vocab 300") && has(message, "model.vocab"),
              message.c_str());
-    TokenFileSource(big, plan::TokenDtype::Uint16, 301, 4);
+    const TokenFileSource inVocab(big, plan::TokenDtype::Uint16, 301, 4);
 
     const std::string missing = dir.filePath("nowhere.bin").toStdString();
     message = dataError([&] { TokenFileSource(missing, plan::TokenDtype::Uint16, 100, 4); });

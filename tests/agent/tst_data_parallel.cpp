@@ -74,6 +74,7 @@ private slots:
         const plan::ModelSpec model = tinyMoeModel();
         constexpr int kStep = 3, kPipelineStage = 1;
         std::vector<std::vector<float>> inputs;
+        inputs.reserve(std::size_t(dp));
         for (int r = 0; r < dp; ++r)
             inputs.push_back(
                 randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(), 30 + std::uint32_t(r)));
@@ -99,6 +100,7 @@ private slots:
             buckets.begin(kStep);
             // The backward's order: from the highest offset down, two views at a time.
             std::vector<int> order;
+            order.reserve(layout.views().size());
             for (int v = 0; v < int(layout.views().size()); ++v)
                 order.push_back(v);
             std::sort(order.begin(), order.end(),

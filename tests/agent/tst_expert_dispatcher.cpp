@@ -176,7 +176,8 @@ private slots:
             logits.push_back(randomValues(std::size_t(kTokens) * std::size_t(experts), 100 + std::uint32_t(r), 1.5f));
             for (int t = 0; t < kTokens; ++t)
                 for (int e = 0; e < experts; ++e)
-                    logits.back()[std::size_t(t * experts + e)] += 0.5f * float((e + r) % experts);
+                    logits.back()[std::size_t(t) * std::size_t(experts) + std::size_t(e)] +=
+                        0.5f * float((e + r) % experts);
             runs.emplace_back(shape);
             runs.back().x = randomValues(std::size_t(kTokens) * kWidth, 200 + std::uint32_t(r));
             runs.back().dy = randomValues(std::size_t(kTokens) * kWidth, 300 + std::uint32_t(r));
@@ -186,9 +187,11 @@ private slots:
         {
             InProcessGroup group(ep);
             std::vector<std::unique_ptr<Communicator>> members;
+            members.reserve(std::size_t(ep));
             for (int r = 0; r < ep; ++r)
                 members.push_back(group.member(r));
             std::vector<std::thread> threads;
+            threads.reserve(std::size_t(ep));
             for (int r = 0; r < ep; ++r)
                 threads.emplace_back([&, r] {
                     kernels::CpuBackend backend;
@@ -232,7 +235,7 @@ private slots:
                     const int e = o * local + l, b = s * local + l;
                     QCOMPARE(owner.route.received[std::size_t(b)], source.routing.countOf[std::size_t(e)]);
                     for (int i = 0; i < source.routing.countOf[std::size_t(e)]; ++i) {
-                        const int t = source.routing.tokenOfRow[std::size_t(e * C + i)];
+                        const int t = source.routing.tokenOfRow[std::size_t(e) * std::size_t(C) + std::size_t(i)];
                         QVERIFY(t >= 0 && t < kTokens);
                         for (int c = 0; c < kWidth; ++c)
                             QCOMPARE(owner.expertIn[(std::size_t(b) * std::size_t(C) + std::size_t(i)) * kWidth +

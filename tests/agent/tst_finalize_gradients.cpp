@@ -18,8 +18,9 @@
 
 #include <QtTest>
 
+#include <bit>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <thread>
@@ -39,6 +40,7 @@ private slots:
         std::vector<std::vector<float>> got(2);
         InProcessGroup pipeline(2);
         std::vector<std::unique_ptr<Communicator>> members;
+        members.reserve(2);
         for (int s = 0; s < 2; ++s)
             members.push_back(pipeline.member(s));
         onThreads(2, [&](int stage) {
@@ -52,7 +54,7 @@ private slots:
         for (std::size_t i = 0; i < kElements; ++i) {
             const float sum = copies[0][i] + copies[1][i];
             QCOMPARE(got[0][i], sum);
-            QVERIFY(std::memcmp(&got[0][i], &got[1][i], sizeof(float)) == 0);
+            QCOMPARE(std::bit_cast<std::uint32_t>(got[0][i]), std::bit_cast<std::uint32_t>(got[1][i]));
         }
     }
 

@@ -23,6 +23,7 @@ normsOf(const std::function<GradientSquares(int)>& squaresOf,
 {
     std::vector<double> norms(4);
     std::vector<std::thread> ranks;
+    ranks.reserve(4);
     for (int r = 0; r < 4; ++r)
         ranks.emplace_back([&, r] {
             std::vector<std::unique_ptr<Communicator>> owned;

@@ -98,10 +98,12 @@ onEveryMember(const std::function<Results(int, Communicator&)>& body,
 {
     InProcessGroup group(kSize);
     std::vector<std::unique_ptr<Communicator>> members;
+    members.reserve(std::size_t(kSize));
     for (int r = 0; r < kSize; ++r)
         members.push_back(wrap(group.member(r)));
     std::vector<Results> results(kSize);
     std::vector<std::thread> threads;
+    threads.reserve(std::size_t(kSize));
     for (int r = 0; r < kSize; ++r)
         threads.emplace_back([&, r] { results[std::size_t(r)] = body(r, *members[std::size_t(r)]); });
     for (std::thread& t : threads)
@@ -188,10 +190,12 @@ private slots:
         FarBackend far;
         InProcessGroup group(2);
         std::vector<std::unique_ptr<Communicator>> members;
+        members.reserve(2);
         for (int r = 0; r < 2; ++r)
             members.push_back(std::make_unique<HostStagedCommunicator>(group.member(r), far));
         std::vector<std::vector<float>> out(2);
         std::vector<std::thread> threads;
+        threads.reserve(2);
         for (int r = 0; r < 2; ++r)
             threads.emplace_back([&, r] {
                 const DevPtr p = far.allocate(3, DType::F32);

@@ -19,9 +19,11 @@ void onEveryMember(int size, const std::function<void(int, Communicator&)>& body
 {
     InProcessGroup group(size);
     std::vector<std::unique_ptr<Communicator>> members;
+    members.reserve(std::size_t(size));
     for (int r = 0; r < size; ++r)
         members.push_back(group.member(r));
     std::vector<std::thread> threads;
+    threads.reserve(std::size_t(size));
     for (int r = 0; r < size; ++r)
         threads.emplace_back([&, r] { body(r, *members[std::size_t(r)]); });
     for (std::thread& t : threads)
@@ -163,7 +165,7 @@ private slots:
                 std::size_t start = 0;
                 for (int p = 0; p < r; ++p)
                     start += std::size_t(q + p + 1);
-                for (std::size_t i = 0; i < std::size_t(q + r + 1); ++i)
+                for (std::size_t i = 0; i < std::size_t(q) + std::size_t(r) + 1; ++i)
                     QCOMPARE(exchanged[std::size_t(r)][at++], valueOf(q, start + i));
             }
             for (int q = 0; q < kSize; ++q)

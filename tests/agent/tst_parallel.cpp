@@ -121,7 +121,7 @@ void TestParallel::initTestCase() { QVERIFY(m_dir.isValid()); }
 
 QString TestParallel::write(const QString& name, const json& content)
 {
-    const QString path = m_dir.filePath(name);
+    QString path = m_dir.filePath(name);
     QFile f(path);
     const QByteArray bytes = QByteArray::fromStdString(content.dump());
     if (!f.open(QIODevice::WriteOnly) || f.write(bytes) != bytes.size())

@@ -155,6 +155,7 @@ private slots:
         std::vector<std::vector<std::string>> names(2);
         std::vector<int> spanCount(2, 0), opCount(2, 0);
         std::vector<std::thread> threads;
+        threads.reserve(2);
         for (int stage = 0; stage < 2; ++stage)
             threads.emplace_back([&, stage] {
                 kernels::CpuBackend backend;

@@ -51,6 +51,7 @@ private slots:
         const std::size_t total = layout.totalSize();
         const std::vector<float> start = randomValues(total, 1, 0.02f);
         std::vector<std::vector<float>> grads;
+        grads.reserve(3);
         for (int step = 0; step < 3; ++step)
             grads.push_back(randomValues(total, 10 + std::uint32_t(step), 1.0f));
 
@@ -120,6 +121,7 @@ private slots:
         InProcessGroup group(kMembers);
         std::vector<std::vector<float>> gathered(kMembers, std::vector<float>(padded));
         std::vector<std::thread> members;
+        members.reserve(std::size_t(kMembers));
         for (int r = 0; r < kMembers; ++r)
             members.emplace_back([&, r, comm = group.member(r)] {
                 kernels::CpuBackend own;

@@ -62,9 +62,11 @@ void onEveryRank(int tp, bool sequenceParallel,
     }
     InProcessGroup group(tp);
     std::vector<std::unique_ptr<Communicator>> members;
+    members.reserve(std::size_t(tp));
     for (int r = 0; r < tp; ++r)
         members.push_back(group.member(r));
     std::vector<std::thread> threads;
+    threads.reserve(std::size_t(tp));
     for (int r = 0; r < tp; ++r)
         threads.emplace_back([&, r] {
             kernels::CpuBackend backend;
@@ -286,6 +288,7 @@ private slots:
         QFETCH(bool, sp);
         const std::size_t n = std::size_t(kTokens) * kHidden;
         std::vector<std::vector<float>> partials;
+        partials.reserve(std::size_t(tp));
         for (int r = 0; r < tp; ++r)
             partials.push_back(randomValues(n, 10 + std::uint32_t(r)));
         Expected sum{std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};

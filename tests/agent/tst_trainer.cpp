@@ -87,6 +87,7 @@ plan::JobSpec specOf(const json& doc)
 void onEveryRank(InProcessMesh& mesh, const std::function<void(int, const ProcessGroups&)>& body)
 {
     std::vector<std::thread> threads;
+    threads.reserve(std::size_t(mesh.worldSize()));
     for (int rank = 0; rank < mesh.worldSize(); ++rank)
         threads.emplace_back([&, rank] {
             try {
@@ -186,7 +187,8 @@ void TestTrainer::meshGroupsFollowThePlan()
         const Seen& w = seen[std::size_t(rank)].back();
         QCOMPARE(w.size, layout.ranks());
         QCOMPARE(w.rank, rank);
-        QCOMPARE(w.sum, double(layout.ranks() * (layout.ranks() - 1) / 2));
+        const int rankSum = layout.ranks() * (layout.ranks() - 1) / 2;  // 0 + 1 + ... + (n - 1): exact in int
+        QCOMPARE(w.sum, double(rankSum));
     }
 }
 
@@ -229,6 +231,7 @@ void TestTrainer::layoutEqualsOneDevice()
         Trainer trainer(plan::singleDeviceSpec(spec), backend);
         trainer.initialize();
         std::vector<StepMetrics> steps;
+        steps.reserve(std::size_t(kSteps));
         for (int s = 0; s < kSteps; ++s)
             steps.push_back(trainer.step());
         trainer.save(single.toStdString());

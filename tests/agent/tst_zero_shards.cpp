@@ -256,6 +256,7 @@ private slots:
             const int dp = mesh.dp;
             // Rank r's gradient of every flat element (as if its backward wrote them).
             std::vector<std::vector<float>> grads;
+            grads.reserve(std::size_t(dp));
             for (int r = 0; r < dp; ++r)
                 grads.push_back(randomValues(ParameterLayout(model, expertSlice(model, mesh, r)).totalSize(),
                                              100 + std::uint32_t(r)));
@@ -279,6 +280,7 @@ private slots:
                                            nullptr, 0);
                 gatherer.begin(1);
                 std::vector<int> all;
+                all.reserve(layout.views().size());
                 for (int v = 0; v < int(layout.views().size()); ++v)
                     all.push_back(v);
                 gatherer.acquire(all, true);

@@ -162,7 +162,7 @@ private slots:
         auto finalState = [&]() -> std::string {
             for (const QList<QVariant>& args : jobSpy)
                 if (args.at(0).toString() == source) {
-                    const std::string state = args.at(1).value<nlohmann::json>().value("state", "");
+                    std::string state = args.at(1).value<nlohmann::json>().value("state", "");
                     if (state == "completed" || state == "failed" || state == "stopped")
                         return state;
                 }

@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <string_view>
 
 using namespace meshbench;
 using namespace meshbench::app;
+using namespace std::string_view_literals;
 
 namespace {
 
@@ -28,7 +30,7 @@ QString writeDemoSession(const QTemporaryDir& dir, const std::string& schedule)
     const std::string from = "\"schedule\": \"1f1b\"";
     spec.replace(spec.find(from), from.size(), "\"schedule\": " + schedule);
     const std::string name = schedule.substr(1, schedule.find('"', 1) - 1);  // the schedule's name
-    const QString path = dir.filePath(QString::fromStdString("demo-" + name + ".meshbench"));
+    QString path = dir.filePath(QString::fromStdString("demo-" + name + ".meshbench"));
     store::SessionHeader header;
     header.name = "demo";
     header.jobSpec = spec;
@@ -60,7 +62,7 @@ private slots:
     {
         QTemporaryDir dir;
         const QString corrupt = dir.filePath("broken.meshbench");
-        std::ofstream(corrupt.toStdString()) << "SQLite format 3\0 but not really a database";
+        std::ofstream(corrupt.toStdString()) << "SQLite format 3\0 but not really a database"sv;
         MainWindow window(nullptr);
         window.show();
         QVERIFY(QTest::qWaitForWindowExposed(&window));

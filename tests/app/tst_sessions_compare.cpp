@@ -54,7 +54,7 @@ QString demoSpec(const QTemporaryDir& dir, const QString& schedule)
     parallel.insert(QStringLiteral("schedule"), schedule);
     spec.insert(QStringLiteral("parallel"), parallel);
     spec.insert(QStringLiteral("name"), QStringLiteral("demo ") + schedule);
-    const QString path = dir.filePath(schedule + QStringLiteral(".json"));
+    QString path = dir.filePath(schedule + QStringLiteral(".json"));
     QFile out(path);
     if (!out.open(QIODevice::WriteOnly))
         return {};

@@ -572,6 +572,7 @@ void TestTimelineView::scrolledRowsPaintWhereRowRectSays()
     // and idle elsewhere, so every row's pixels say which rank was drawn there.
     TimelineData data;
     std::vector<RowInfo> rows;
+    rows.reserve(30);
     for (int r = 0; r < 30; ++r)
         rows.push_back({r, r / 10, "rank " + std::to_string(r)});
     data.setRows(rows);

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -97,11 +98,13 @@ Timing timed(F&& work)
             double(std::clock() - cpu) / CLOCKS_PER_SEC};
 }
 
-[[noreturn]] void die(const std::string& what)
-{
-    std::fprintf(stderr, "bench_ingest: %s\n", what.c_str());
-    std::exit(1);
-}
+// Why the benchmark failed: main says it and exits 1 (exit here would race the session writer's
+// thread). Not a std::exception, so that the handlers for the writer's own errors let it through.
+struct Failure {
+    std::string what;
+};
+
+[[noreturn]] void die(const std::string& what) { throw Failure{what}; }
 
 void exec(sqlite3* db, std::string_view sql)
 {
@@ -304,7 +307,9 @@ void checkStored(const store::SessionReader& reader, const std::vector<std::size
         die("the session does not hold every record sent (" + missing + "); no figures");
 }
 
-int main(int argc, char** argv)
+namespace {
+
+int runBenchmark(int argc, char** argv)
 {
     const long requested = argc > 1 ? std::atol(argv[1]) : 1'000'000;
     if (requested < kRecordsPerFrame)
@@ -393,4 +398,20 @@ int main(int argc, char** argv)
         return 1;
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    try {
+        return runBenchmark(argc, argv);
+    } catch (const Failure& f) {
+        std::fprintf(stderr, "bench_ingest: %s\n", f.what.c_str());
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_ingest: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "bench_ingest: an unknown exception\n");
+    }
+    return 1;
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 
 using namespace meshbench;
 
@@ -26,7 +27,7 @@ plan::JobSpec benchSpec()
     if (!loaded.valid()) {
         std::fprintf(stderr, "bench spec invalid: %s: %s\n", loaded.errors.front().path.c_str(),
                      loaded.errors.front().message.c_str());
-        std::exit(1);
+        std::exit(1);  // NOLINT(concurrency-mt-unsafe): main's first call, before any thread
     }
     return *loaded.spec;
 }
@@ -36,9 +37,7 @@ double seconds(std::chrono::steady_clock::time_point from)
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
 }
 
-}  // namespace
-
-int main()
+int runBenchmark()
 {
     const plan::JobSpec spec = benchSpec();
     const plan::Plan plan = plan::makePlan(spec);
@@ -113,4 +112,18 @@ int main()
     std::printf("live aggregator:            %8.2f M records/s\n", n / measured / 1e6);
     std::printf("reference (sum per rank):   %8.2f M records/s\n", n / reference / 1e6);
     return steps == std::size_t(kSteps) ? 0 : 1;
+}
+
+}  // namespace
+
+int main()
+{
+    try {
+        return runBenchmark();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_live_aggregator: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "bench_live_aggregator: an unknown exception\n");
+    }
+    return 1;
 }

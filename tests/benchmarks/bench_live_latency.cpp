@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -176,6 +177,7 @@ Percentiles measureEngine(const plan::JobSpec& spec, double rate, double seconds
 
     std::thread agents([&] {
         std::vector<std::unique_ptr<agent::TelemetrySender>> senders;
+        senders.reserve(std::size_t(world));
         for (int r = 0; r < world; ++r)
             senders.push_back(std::make_unique<agent::TelemetrySender>(
                 agent::TelemetryOptions{collector.endpoint(), std::uint32_t(r), r == 0}));
@@ -305,9 +307,7 @@ Percentiles measureBareSockets(int messages)
     return p;
 }
 
-}  // namespace
-
-int main(int argc, char** argv)
+int runBenchmark(int argc, char** argv)
 {
     const double rate = argc > 1 ? std::atof(argv[1]) : 100'000;
     const double seconds = argc > 2 ? std::atof(argv[2]) : 3;
@@ -333,4 +333,18 @@ int main(int argc, char** argv)
     std::printf("  meshbench path:      p50 %8.0f us   p99 %8.0f us\n", engine.p50, engine.p99);
     std::printf("  bare ZeroMQ hops:    p50 %8.0f us   p99 %8.0f us   (reference, same run)\n", bare.p50, bare.p99);
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    try {
+        return runBenchmark(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_live_latency: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "bench_live_latency: an unknown exception\n");
+    }
+    return 1;
 }

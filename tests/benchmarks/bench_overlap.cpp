@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -89,7 +90,7 @@ std::string tailOf(const std::filesystem::path& file, std::size_t lines)
     return text.empty() ? "    (the log is empty)\n" : text;
 }
 
-Result run(const std::filesystem::path& dir, const std::string& name, json job, int ranks)
+Result run(const std::filesystem::path& dir, const std::string& name, const json& job, int ranks)
 {
     const std::filesystem::path jobFile = dir / (name + ".json"), spans = dir / (name + ".spans");
     std::ofstream(jobFile) << job.dump(2);
@@ -138,6 +139,7 @@ Result run(const std::filesystem::path& dir, const std::string& name, json job, 
         hidden += overlap(reduce, backward);
     }
     std::vector<double> steps;
+    steps.reserve(stepSpan.size());
     for (const auto& [step, span] : stepSpan)
         steps.push_back(span.second - span.first);
     if (steps.empty() || byRankStep.empty()) {
@@ -156,9 +158,7 @@ Result run(const std::filesystem::path& dir, const std::string& name, json job, 
     return result;
 }
 
-}  // namespace
-
-int main(int argc, char** argv)
+int runBenchmark(int argc, char** argv)
 {
     const int steps = argc > 1 ? std::max(2, std::atoi(argv[1])) : 8;
     std::ifstream demoFile(MESHBENCH_SOURCE_DIR "/resources/jobs/demo.json");
@@ -227,4 +227,18 @@ int main(int argc, char** argv)
                     100 * r.hiddenShare);
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    try {
+        return runBenchmark(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_overlap: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "bench_overlap: an unknown exception\n");
+    }
+    return 1;
 }

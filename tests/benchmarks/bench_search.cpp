@@ -35,7 +35,7 @@ JobSpec load(const std::string& path)
         std::fprintf(stderr, "bench_search: cannot load %s\n", path.c_str());
         for (const SpecError& e : loaded.errors)
             std::fprintf(stderr, "  %s: %s\n", e.path.c_str(), e.message.c_str());
-        std::exit(1);
+        std::exit(1);  // NOLINT(concurrency-mt-unsafe): main's first calls, before any thread
     }
     return *loaded.spec;
 }

@@ -120,7 +120,7 @@ TorchRun torchStepSeconds(const std::string& job, const std::string& checkpoint,
         run.why = "tests/agent/torch_reference.py " + statusWords(status) + ":\n" + readFile(errFile.string());
         return run;
     }
-    if (seconds.size() < std::size_t(steps + 1)) {
+    if (seconds.size() < std::size_t(steps) + 1) {
         run.why = "tests/agent/torch_reference.py printed " + std::to_string(seconds.size()) +
                   " step times, asked for " + std::to_string(steps + 1) + ":\n" + readFile(errFile.string());
         return run;

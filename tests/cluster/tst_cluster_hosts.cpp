@@ -41,6 +41,7 @@ struct TransferKey {
     bool activation;
     std::int32_t step, microbatch, chunk;
     std::uint32_t from, to;
+    // NOLINTNEXTLINE(modernize-use-nullptr): false positive, clang-tidy 14 flags the `0` of the defaulted <=>
     auto operator<=>(const TransferKey&) const = default;
 };
 
@@ -87,7 +88,7 @@ QString longDemo(const QTemporaryDir& dir)
     nlohmann::json doc = nlohmann::json::parse(in);
     doc["train"]["steps"] = 2000;
     doc["train"]["decay_steps"] = 2000;
-    const QString path = dir.filePath("long-demo.json");
+    QString path = dir.filePath("long-demo.json");
     std::ofstream(path.toStdString()) << doc.dump();
     return path;
 }

@@ -66,6 +66,7 @@ inline std::optional<OtherUser> lookUp(const std::string& name)
 inline int runCommand(const std::vector<std::string>& argv)
 {
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const std::string& arg : argv)
         args.push_back(const_cast<char*>(arg.c_str()));
     args.push_back(nullptr);
@@ -229,6 +230,7 @@ inline int runAsOtherUser(const OtherUser& user, const std::function<int(std::st
 
 // In a Qt test function: declares `user`, the test user, or ends the test: QSKIP when not root (no
 // user can be made), QFAIL as root (the user should exist: a broken machine, not a reason to skip).
+// NOLINTBEGIN(bugprone-macro-parentheses): `user` is the name the macro declares, not an expression
 #define MESHBENCH_OTHER_TEST_USER(user)                                                                                \
     std::string user##Why;                                                                                             \
     const std::optional<OtherUser> user = otherTestUser(&user##Why);                                                   \
@@ -237,6 +239,7 @@ inline int runAsOtherUser(const OtherUser& user, const std::function<int(std::st
             QFAIL(user##Why.c_str());                                                                                  \
         QSKIP(user##Why.c_str());                                                                                      \
     }
+// NOLINTEND(bugprone-macro-parentheses)
 
 // The same for a function with nothing to say beyond its status.
 inline int runAsOtherUser(const OtherUser& user, const std::function<int()>& function)

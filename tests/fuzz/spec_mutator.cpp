@@ -19,11 +19,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <regex>
 #include <set>
+#include <string_view>
 
 using fuzz::Rng;
 using nlohmann::ordered_json;
+using namespace std::string_view_literals;
 
 namespace {
 
@@ -61,6 +64,7 @@ struct Case {
     bool mustPass = false;  // a valid spec: exit status 0
 };
 
+// NOLINTNEXTLINE(bugprone-exception-escape): clang-tidy 14 sees an unreachable throw in json's noexcept ctor
 struct Seed {
     std::string name;
     std::string text;
@@ -531,7 +535,7 @@ private:
 
     void byteInsertion(const Seed& seed, Case& c)
     {
-        static const std::string syntax = "{}[]\":,\\0-e.+ \n\t\0\xFF\x80";
+        static const std::string syntax{"{}[]\":,\\0-e.+ \n\t\0\xFF\x80"sv};
         c.family = "byte insertion";
         c.text = seed.text;
         const std::size_t at = m_rng.below(c.text.size() + 1), count = 1 + m_rng.below(8);
@@ -848,9 +852,7 @@ std::vector<Seed> loadSeeds()
     return seeds;
 }
 
-}  // namespace
-
-int main(int argc, char** argv)
+int runSpecMutator(int argc, char** argv)
 {
     QCoreApplication app(argc, argv);
     const std::optional<QDir> artifactDir = fuzz::artifactFolder(argc, argv, "spec_mutator");
@@ -923,4 +925,18 @@ int main(int argc, char** argv)
                 std::min(failed, kPrintedFailures), qPrintable(artifacts.path()));
     tally.print(stdout);
     return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    try {
+        return runSpecMutator(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "spec_mutator: %s\n", e.what());
+    } catch (...) {
+        std::fprintf(stderr, "spec_mutator: unknown exception\n");
+    }
+    return 2;
 }

@@ -69,6 +69,7 @@ private slots:
             const std::vector<std::size_t> sizes{100, 4000, 3 * kMiB, 700, 5 * kMiB + 3};
             for (int step = 0; step < 3; ++step) {
                 std::vector<void*> blocks;
+                blocks.reserve(sizes.size());
                 for (std::size_t s : sizes)
                     blocks.push_back(cache.allocate(s));
                 QCOMPARE(std::set<void*>(blocks.begin(), blocks.end()).size(), sizes.size());

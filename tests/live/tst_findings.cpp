@@ -117,6 +117,7 @@ std::vector<live::RankMemory> healthyMemory(const plan::JobSpec& spec)
 {
     const plan::Mesh mesh(spec.parallel);
     std::vector<live::RankMemory> memory;
+    memory.reserve(std::size_t(mesh.worldSize()));
     for (int r = 0; r < mesh.worldSize(); ++r)
         memory.push_back(memoryOf(r, mesh.coordOf(r).pp, 10e9));
     return memory;
@@ -514,7 +515,7 @@ private slots:
         planned.step.total = 0.1;
         planned.tokensPerSecond = 20000;
         planned.simulation.busy.assign(4, 0.03);
-        const auto run = [&](const plan::JobSpec& job, double seconds, std::vector<double> bubbles, double comm,
+        const auto run = [&](const plan::JobSpec& job, double seconds, const std::vector<double>& bubbles, double comm,
                              int cores) {
             std::vector<StepAggregate> steps;
             for (int i = 1; i <= 10; ++i) {

@@ -34,7 +34,7 @@ std::string writeSession(const QTemporaryDir& dir)
     header.jobSpec = demoSpecText();
     for (int r = 0; r < 8; ++r)
         header.ranks.push_back({r, 0, r / 4, 0, 0, 0, r, "localhost", 100 + r});
-    const std::string path = dir.filePath(QStringLiteral("replayed.meshbench")).toStdString();
+    std::string path = dir.filePath(QStringLiteral("replayed.meshbench")).toStdString();
     store::SessionWriter writer(path, header);
     for (int step = 1; step <= 3; ++step) {
         wire::StepMetricsRecord m{};
@@ -74,8 +74,8 @@ Played play(const live::SessionReplay& replay, live::SessionReplay::Handlers han
             out.steps[step.step] = std::move(step);
         }
     };
-    handlers.memory = [&out](std::vector<live::RankMemory> memory) {
-        for (live::RankMemory& m : memory)
+    handlers.memory = [&out](const std::vector<live::RankMemory>& memory) {
+        for (const live::RankMemory& m : memory)
             out.memory[m.rank] = m;
     };
     replay.play(handlers, from);

@@ -28,7 +28,7 @@ std::string writeSession(const QTemporaryDir& dir, const char* name, const std::
     header.jobSpec = spec;
     for (int r = 0; r < ranks; ++r)
         header.ranks.push_back({r, 0, 0, 0, 0, 0, 0, "localhost", 100 + r});
-    const std::string path = dir.filePath(QString::fromLatin1(name) + ".meshbench").toStdString();
+    std::string path = dir.filePath(QString::fromLatin1(name) + ".meshbench").toStdString();
     store::SessionWriter writer(path, header);
     writer.setOutcome({store::Outcome::Completed, "", -1, 1});
     return path;

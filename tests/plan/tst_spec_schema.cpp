@@ -52,7 +52,7 @@ void fillRequired(JobSpec& spec, const SpecKey& key)
 {
     for (const SpecKey* sibling : specKeysIn(key.section()))
         if (sibling->type == SpecType::Text && sibling->required && sibling->applies(spec) &&
-            sibling->value(spec) == "")
+            sibling->value(spec).get<std::string>().empty())
             sibling->assign(spec, "filled in");
 }
 

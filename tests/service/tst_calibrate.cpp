@@ -170,7 +170,7 @@ void TestCalibrate::initTestCase()
 
 QString TestCalibrate::writeJob(const QString& name, const json& job)
 {
-    const QString path = m_dir.filePath(name + ".json");
+    QString path = m_dir.filePath(name + ".json");
     std::ofstream(path.toStdString()) << job.dump();
     return path;
 }
@@ -188,7 +188,7 @@ QString TestCalibrate::run(const QString& name, const json& job, const QStringLi
 
 QString TestCalibrate::copyOfOneRankSession(const QString& name)
 {
-    const QString copy = m_dir.filePath(name + ".meshbench");
+    QString copy = m_dir.filePath(name + ".meshbench");
     QFile::remove(copy);
     QFile::remove(copy + "-wal");
     if (!QFile::copy(m_oneRank, copy))

@@ -53,7 +53,7 @@ void TestEngineCli::initTestCase() { QVERIFY(m_dir.isValid()); }
 
 QString TestEngineCli::write(const QByteArray& content)
 {
-    const QString path = m_dir.filePath(QStringLiteral("job%1.json").arg(m_files++));
+    QString path = m_dir.filePath(QStringLiteral("job%1.json").arg(m_files++));
     QFile f(path);
     if (!f.open(QIODevice::WriteOnly) || f.write(content) != content.size())
         qFatal("cannot write %s", qPrintable(path));

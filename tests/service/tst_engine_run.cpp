@@ -92,7 +92,7 @@ QString longDemo(const QString& dir, int steps)
     nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
     doc["train"]["steps"] = steps;
     doc["train"]["decay_steps"] = steps;
-    const QString path = dir + "/long-demo.json";
+    QString path = dir + "/long-demo.json";
     std::ofstream(path.toStdString()) << doc.dump();
     return path;
 }

@@ -102,7 +102,7 @@ private:
 // A short real session, made once per test that needs one.
 QString shortSession(const QString& dir, const QString& name, int steps = 3)
 {
-    const QString session = dir + "/" + name;
+    QString session = dir + "/" + name;
     const ProcessRun run =
         runProcess(kEngine, {"run", kDemo, "--one-device", "--steps", QString::number(steps), "--session", session});
     if (run.exitCode != 0)
@@ -452,6 +452,7 @@ private slots:
         const std::uint64_t limit = std::uint64_t(64) << 20;
         std::vector<std::uint64_t> taken(kConnections, 0);
         std::vector<std::thread> streams;
+        streams.reserve(kConnections);
         for (int i = 0; i < kConnections; ++i)
             streams.emplace_back([&probes, &taken, limit, i] {
                 taken[std::size_t(i)] =

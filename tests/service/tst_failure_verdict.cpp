@@ -132,7 +132,7 @@ private slots:
 void TestFailureVerdict::verdicts_data()
 {
     QTest::addColumn<Case>("c");
-    const auto row = [](const char* name, Case c) { QTest::newRow(name) << c; };
+    const auto row = [](const char* name, const Case& c) { QTest::newRow(name) << c; };
 
     {
         Case c{Scenario(kOneHost)};

@@ -51,10 +51,10 @@ inline std::vector<wire::Record> everyRecordType(std::int64_t t, std::int32_t ta
     wire::ClockOffsetRecord clock{t + 50, -3'000'000'000 + std::int64_t(rank), 120'000 + tag};
     std::vector<wire::Record> records;
     records.reserve(8);
-    records.emplace_back(std::move(span));
+    records.emplace_back(span);
     records.emplace_back(std::move(load));
-    records.emplace_back(std::move(memory));
-    records.emplace_back(std::move(metrics));
+    records.emplace_back(memory);
+    records.emplace_back(metrics);
     records.emplace_back(std::move(node));
     records.emplace_back(std::move(log));
     records.emplace_back(std::move(heartbeat));

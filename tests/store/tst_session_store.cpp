@@ -160,12 +160,14 @@ void readEverything(const store::SessionReader& reader)
 // A batch whose every record carries `tag` (step fields, log text), for the all-or-nothing check.
 std::vector<wire::Record> taggedBatch(int tag)
 {
-    std::vector<wire::Record> records;
     const std::int64_t t = 1'000'000'000 + std::int64_t(tag) * 100'000;
+    const std::vector<wire::Record> everyType = samples::everyRecordType(t, tag, 0);
+    std::vector<wire::Record> records;
+    records.reserve(200 + everyType.size());
     for (int i = 0; i < 200; ++i)
         records.emplace_back(
             wire::SpanRecord{tag, 0, 0, i, wire::SpanKind::Forward, -1, t + i * 10, t + i * 10 + 5, 0});
-    for (const wire::Record& record : samples::everyRecordType(t, tag, 0))
+    for (const wire::Record& record : everyType)
         records.push_back(record);
     return records;
 }

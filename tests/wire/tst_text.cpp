@@ -19,6 +19,7 @@ std::vector<std::string> problemsOf(std::string_view text)
     if (parsed && !problems.empty())
         qFatal("parsed, yet with problems");
     std::vector<std::string> lines;
+    lines.reserve(problems.size());
     for (const wire::JsonProblem& p : problems)
         lines.push_back(p.path + ": " + p.message);
     return lines;

@@ -411,7 +411,7 @@ void TestWire::malformed_data()
 {
     QTest::addColumn<QByteArray>("frame");
     QTest::addColumn<QStringList>("words");
-    const auto row = [](const char* name, const std::vector<std::uint8_t>& frame, QStringList words) {
+    const auto row = [](const char* name, const std::vector<std::uint8_t>& frame, const QStringList& words) {
         QTest::newRow(name) << qbytes(frame) << words;
     };
     const Bytes oneSpan = header(1).append(record(1, spanBody()));
