@@ -7,6 +7,8 @@
 // usage: bench_calibration [STEPS]   (default 12; the first step is a warm-up and not counted)
 // As root, Open MPI needs OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 set.
 
+#include "common/guarded_main.h"
+
 #include "live/session_measurements.h"
 #include "plan/planner.h"
 
@@ -15,7 +17,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -92,12 +93,5 @@ int runBenchmark(int argc, char** argv)
 
 int main(int argc, char** argv)
 {
-    try {
-        return runBenchmark(argc, argv);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_calibration: %s\n", e.what());
-    } catch (...) {
-        std::fprintf(stderr, "bench_calibration: an unknown exception\n");
-    }
-    return 1;
+    return meshbench::testing::guardedMain("bench_calibration", 1, [&] { return runBenchmark(argc, argv); });
 }

@@ -2,6 +2,8 @@
 // planner's simulated 1F1B timeline for every rank, ranks interleaved as the collector would see
 // them), next to a bare loop over the same records that only sums span lengths per rank.
 
+#include "common/guarded_main.h"
+
 #include "live/aggregator.h"
 #include "plan/mesh.h"
 #include "plan/planner.h"
@@ -9,7 +11,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 
 using namespace meshbench;
 
@@ -118,12 +119,5 @@ int runBenchmark()
 
 int main()
 {
-    try {
-        return runBenchmark();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_live_aggregator: %s\n", e.what());
-    } catch (...) {
-        std::fprintf(stderr, "bench_live_aggregator: an unknown exception\n");
-    }
-    return 1;
+    return meshbench::testing::guardedMain("bench_live_aggregator", 1, [] { return runBenchmark(); });
 }

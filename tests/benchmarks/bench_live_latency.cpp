@@ -12,6 +12,8 @@
 //
 // usage: bench_live_latency [RECORDS_PER_SECOND] [SECONDS]   (default 100000 3)
 
+#include "common/guarded_main.h"
+
 #include "agent/telemetry/telemetry_sender.h"
 #include "service/collector.h"
 
@@ -27,7 +29,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -339,12 +340,5 @@ int runBenchmark(int argc, char** argv)
 
 int main(int argc, char** argv)
 {
-    try {
-        return runBenchmark(argc, argv);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_live_latency: %s\n", e.what());
-    } catch (...) {
-        std::fprintf(stderr, "bench_live_latency: an unknown exception\n");
-    }
-    return 1;
+    return meshbench::testing::guardedMain("bench_live_latency", 1, [&] { return runBenchmark(argc, argv); });
 }

@@ -13,12 +13,13 @@
 // benchmark does not set them for itself (as bench_calibration does not) and refuses to start
 // without them. A run that fails prints its log's end and no figures, and the exit status is 1.
 
+#include "common/guarded_main.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -233,12 +234,5 @@ int runBenchmark(int argc, char** argv)
 
 int main(int argc, char** argv)
 {
-    try {
-        return runBenchmark(argc, argv);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_overlap: %s\n", e.what());
-    } catch (...) {
-        std::fprintf(stderr, "bench_overlap: an unknown exception\n");
-    }
-    return 1;
+    return meshbench::testing::guardedMain("bench_overlap", 1, [&] { return runBenchmark(argc, argv); });
 }

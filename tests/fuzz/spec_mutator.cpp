@@ -7,6 +7,7 @@
 //
 // Usage: spec_mutator ARTIFACT_DIR   (failing specs and what was wrong land there)
 
+#include "common/guarded_main.h"
 #include "common/process_run.h"
 #include "fuzz_support.h"
 
@@ -19,7 +20,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <exception>
 #include <regex>
 #include <set>
 #include <string_view>
@@ -931,12 +931,5 @@ int runSpecMutator(int argc, char** argv)
 
 int main(int argc, char** argv)
 {
-    try {
-        return runSpecMutator(argc, argv);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "spec_mutator: %s\n", e.what());
-    } catch (...) {
-        std::fprintf(stderr, "spec_mutator: unknown exception\n");
-    }
-    return 2;
+    return meshbench::testing::guardedMain("spec_mutator", 2, [&] { return runSpecMutator(argc, argv); });
 }
