@@ -28,12 +28,12 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
     // Tensors are visited in the whole model's order; a slice keeps its own.
     using Role = plan::ParameterRole;
     m_layers.resize(std::size_t(m.layers));
-    const std::vector<plan::AgentParameter> tensors = plan::agentParameters(m);
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-        const plan::AgentParameter& t = tensors[i];
+    int globalIndex = 0;
+    plan::forEachAgentParameter(m, [&](const plan::AgentParameter& t) {
+        const int index = globalIndex++;
         if (!slice.holds(t, m.tiedEmbeddings))
-            continue;
-        const int view = add(t, int(i));
+            return;
+        const int view = add(t, index);
         LayerViews* l = t.layer >= 0 ? &m_layers[std::size_t(t.layer)] : nullptr;
         switch (t.role) {
         case Role::Embedding:
@@ -82,7 +82,7 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
             m_head = view;
             break;
         }
-    }
+    });
     if (m.tiedEmbeddings && slice.head)
         m_head = m_embedding;
     placeViews();
@@ -91,8 +91,8 @@ ParameterLayout::ParameterLayout(const plan::ModelSpec& m, const ModelSlice& sli
 int ParameterLayout::add(const plan::AgentParameter& tensor, int globalIndex)
 {
     TensorView v;
-    v.wholeShape = tensor.shape;
-    v.shape = m_slice.shardShape(tensor);
+    v.wholeShape = tensor.shape.toVector();
+    v.shape = m_slice.shardShape(tensor).toVector();
     if (tensor.experts && m_slice.expertShards > 1) {
         v.shardIndex = m_slice.expertShard;
         v.shardCount = m_slice.expertShards;

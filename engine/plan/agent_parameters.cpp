@@ -2,7 +2,23 @@
 
 namespace meshbench::plan {
 
-std::vector<AgentParameter> agentParameters(const ModelSpec& m)
+namespace {
+
+TensorShape shapeOf(std::int64_t a) { return {{a, 0, 0}, 1}; }
+TensorShape shapeOf(std::int64_t a, std::int64_t b) { return {{a, b, 0}, 2}; }
+TensorShape shapeOf(std::int64_t a, std::int64_t b, std::int64_t c) { return {{a, b, c}, 3}; }
+
+}  // namespace
+
+std::int64_t TensorShape::elements() const
+{
+    std::int64_t n = 1;
+    for (int i = 0; i < rank; ++i)
+        n *= dims[std::size_t(i)];
+    return n;
+}
+
+void forEachAgentParameter(const ModelSpec& m, const std::function<void(const AgentParameter&)>& visit)
 {
     using R = ParameterRole;
     using I = ParameterInit;
@@ -14,32 +30,31 @@ std::vector<AgentParameter> agentParameters(const ModelSpec& m)
     const S gatedRows = gated == 2 ? S::GatedRows : S::Rows;
 
     // Vocabulary-parallel embedding and output layer: each TP rank holds a block of V / tp rows.
-    std::vector<AgentParameter> tensors{{R::Embedding, -1, {m.vocab, h}, I::Normal, false, S::Rows}};
+    visit({R::Embedding, -1, shapeOf(m.vocab, h), I::Normal, false, S::Rows});
     for (int i = 0; i < m.layers; ++i) {
-        tensors.push_back({R::AttnNormWeight, i, {h}, I::Ones});
+        visit({R::AttnNormWeight, i, shapeOf(h), I::Ones});
         if (layerNorm)
-            tensors.push_back({R::AttnNormBias, i, {h}, I::Zeros});
-        tensors.push_back({R::Qkv, i, {(m.heads + 2 * std::int64_t(m.kvHeads)) * d, h}, I::Normal, false, S::QkvRows});
-        tensors.push_back({R::Proj, i, {h, m.heads * d}, I::ScaledNormal, false, S::Columns});
-        tensors.push_back({R::MlpNormWeight, i, {h}, I::Ones});
+            visit({R::AttnNormBias, i, shapeOf(h), I::Zeros});
+        visit({R::Qkv, i, shapeOf((m.heads + 2 * std::int64_t(m.kvHeads)) * d, h), I::Normal, false, S::QkvRows});
+        visit({R::Proj, i, shapeOf(h, m.heads * d), I::ScaledNormal, false, S::Columns});
+        visit({R::MlpNormWeight, i, shapeOf(h), I::Ones});
         if (layerNorm)
-            tensors.push_back({R::MlpNormBias, i, {h}, I::Zeros});
+            visit({R::MlpNormBias, i, shapeOf(h), I::Zeros});
         if (m.isMoeLayer(i)) {
             const std::int64_t e = m.moe.experts, f = m.moe.ffnHidden;
-            tensors.push_back({R::Router, i, {e, h}, I::Normal});
-            tensors.push_back({R::ExpertFc1, i, {e, gated * f, h}, I::Normal, true, gatedRows});
-            tensors.push_back({R::ExpertFc2, i, {e, h, f}, I::ScaledNormal, true, S::Columns});
+            visit({R::Router, i, shapeOf(e, h), I::Normal});
+            visit({R::ExpertFc1, i, shapeOf(e, gated * f, h), I::Normal, true, gatedRows});
+            visit({R::ExpertFc2, i, shapeOf(e, h, f), I::ScaledNormal, true, S::Columns});
         } else {
-            tensors.push_back({R::Fc1, i, {gated * m.ffnHidden, h}, I::Normal, false, gatedRows});
-            tensors.push_back({R::Fc2, i, {h, m.ffnHidden}, I::ScaledNormal, false, S::Columns});
+            visit({R::Fc1, i, shapeOf(gated * m.ffnHidden, h), I::Normal, false, gatedRows});
+            visit({R::Fc2, i, shapeOf(h, m.ffnHidden), I::ScaledNormal, false, S::Columns});
         }
     }
-    tensors.push_back({R::FinalNormWeight, -1, {h}, I::Ones});
+    visit({R::FinalNormWeight, -1, shapeOf(h), I::Ones});
     if (layerNorm)
-        tensors.push_back({R::FinalNormBias, -1, {h}, I::Zeros});
+        visit({R::FinalNormBias, -1, shapeOf(h), I::Zeros});
     if (!m.tiedEmbeddings)
-        tensors.push_back({R::Head, -1, {m.vocab, h}, I::Normal, false, S::Rows});
-    return tensors;
+        visit({R::Head, -1, shapeOf(m.vocab, h), I::Normal, false, S::Rows});
 }
 
 std::string parameterName(const AgentParameter& tensor)
@@ -88,14 +103,14 @@ bool ModelSlice::holds(const AgentParameter& tensor, bool tiedEmbeddings) const
     }
 }
 
-std::vector<std::int64_t> ModelSlice::shardShape(const AgentParameter& tensor) const
+TensorShape ModelSlice::shardShape(const AgentParameter& tensor) const
 {
-    std::vector<std::int64_t> shape = tensor.shape;
+    TensorShape shape = tensor.shape;
     if (tensor.experts)
-        shape[0] /= expertShards;
+        shape.dims[0] /= expertShards;
     // Every split divides its dimension by tp: rows (all row groups alike) or columns.
     if (tensor.split != TensorSplit::None)
-        shape[tensor.split == TensorSplit::Columns ? shape.size() - 1 : shape.size() - 2] /= tensorShards;
+        shape.dims[std::size_t(tensor.split == TensorSplit::Columns ? shape.rank - 1 : shape.rank - 2)] /= tensorShards;
     return shape;
 }
 

@@ -22,7 +22,9 @@
 #include "job_spec.h"
 #include "schedule.h"
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,18 +56,28 @@ enum class ParameterInit { Normal, ScaledNormal, Ones, Zeros };
 // None: replicated.
 enum class TensorSplit { None, Rows, GatedRows, QkvRows, Columns };
 
+// A tensor's shape: one to three dimensions, held in place so that walking the table allocates
+// nothing (the search counts a stage's buckets for every candidate).
+struct TensorShape {
+    std::array<std::int64_t, 3> dims{};
+    int rank = 0;
+    std::int64_t elements() const;
+    std::vector<std::int64_t> toVector() const { return {dims.begin(), dims.begin() + rank}; }
+};
+
 struct AgentParameter {
     ParameterRole role = ParameterRole::Embedding;
-    int layer = -1;                   // the layer's index; -1 for the embedding, the final norm and the output layer
-    std::vector<std::int64_t> shape;  // in the whole model
+    int layer = -1;     // the layer's index; -1 for the embedding, the final norm and the output layer
+    TensorShape shape;  // in the whole model
     ParameterInit init = ParameterInit::Normal;
     bool experts = false;  // a MoE layer's stacked expert weights: sharded over ep along dimension 0
     TensorSplit split = TensorSplit::None;
 };
 
-// Every tensor of the whole model, in its order (the checkpoint's, and the seeds' of the initial
-// values): the embedding, each layer's, the final norm's, and the output layer when untied.
-std::vector<AgentParameter> agentParameters(const ModelSpec& model);
+// Calls visit for every tensor of the whole model, in its order (the checkpoint's, and the seeds'
+// of the initial values): the embedding, each layer's, the final norm's, and the output layer when
+// untied.
+void forEachAgentParameter(const ModelSpec& model, const std::function<void(const AgentParameter&)>& visit);
 std::string parameterName(const AgentParameter& tensor);
 
 // The part of the model one pipeline rank holds: its chunks of consecutive layers (one per
@@ -96,7 +108,7 @@ struct ModelSlice {
     bool holds(const AgentParameter& tensor, bool tiedEmbeddings) const;
     // The tensor's shape on this rank: dimension 0 divided by ep for experts, the split dimension
     // by tp.
-    std::vector<std::int64_t> shardShape(const AgentParameter& tensor) const;
+    TensorShape shardShape(const AgentParameter& tensor) const;
 };
 
 }  // namespace meshbench::plan
