@@ -130,6 +130,8 @@ void JobForm::addField(QFormLayout* form, const plan::SpecKey& key)
         break;
     case plan::SpecType::Choice:
     case plan::SpecType::Text:
+    case plan::SpecType::TextList:  // none shown yet: they would need an editor of their own
+    case plan::SpecType::TextMap:
     case plan::SpecType::Section:
         break;
     }

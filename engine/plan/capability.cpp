@@ -11,6 +11,8 @@ long long pipelineMessageTags(const ScheduleShape& shape)
 
 bool agentCanRun(const JobSpec& spec, std::vector<SpecError>* refusals)
 {
+    if (spec.launch.enabled())
+        return true;
     const ModelSpec& m = spec.model;
     const ParallelSpec& p = spec.parallel;
     const auto str = [](long long v) { return std::to_string(v); };

@@ -8,6 +8,8 @@
 // cannot run yet, beyond that: it is asked about a spec that has passed validateLayout, as the
 // agents will run it (specAsRun: the spec itself across its ranks, singleDeviceSpec for a
 // one-device run).
+//
+// A spec with a launch command runs that program in the agent's place: nothing here holds it back.
 
 #include "job_spec.h"
 

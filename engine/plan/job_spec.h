@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -180,6 +181,18 @@ struct TrainSpec {
 enum class BackendKind { Auto, Cpu, Cuda };
 std::string_view backendName(BackendKind b);
 
+// Another program run in meshbench-agent's place (launch): started under mpirun or srun as the agent
+// is, one process per rank, it reports to the engine itself (MESHBENCH_COLLECTOR and the other
+// variables the engine exports; docs/job-spec.md). The model and parallel sections still describe
+// the run, and the plan stands beside what the program measures. Relative paths (cwd, a program
+// named with a '/') are relative to the job spec's folder, as train.data.path is.
+struct LaunchSpec {
+    std::vector<std::string> command;        // the program and its arguments; empty: meshbench-agent
+    std::string cwd;                         // the ranks' working directory; empty: the job spec's folder
+    std::map<std::string, std::string> env;  // set for every rank
+    bool enabled() const { return !command.empty(); }
+};
+
 struct JobSpec {
     std::string name;
     ModelSpec model;
@@ -188,6 +201,7 @@ struct JobSpec {
     ClusterSpec cluster;
     TrainSpec train;
     BackendKind backend = BackendKind::Auto;
+    LaunchSpec launch;
 };
 
 // One thing wrong with a spec: the JSON path ("parallel.pp") and a message that names the rule,

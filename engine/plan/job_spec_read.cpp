@@ -12,6 +12,7 @@
 #include "wire/text.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <sstream>
 
@@ -140,6 +141,24 @@ public:
             return false;
         out = value->get<std::string>();
         return true;
+    }
+
+    // A non-empty list of strings, or an object of strings by name; null when absent or of another
+    // shape (reported). `what` is the shape the message asks for.
+    const json* readStrings(std::string_view key, bool list, const std::string& what, bool required)
+    {
+        const json* value = find(key);
+        if (!value) {
+            if (required && !present(key))
+                fail(key, "is required: give " + what);
+            return nullptr;
+        }
+        const bool shaped = list ? value->is_array() && !value->empty() : value->is_object();
+        if (!shaped || !std::all_of(value->begin(), value->end(), [](const json& v) { return v.is_string(); })) {
+            fail(key, "must be " + what);
+            return nullptr;
+        }
+        return value;
     }
 
     // A nested object; null when absent or of the wrong type (reported).
@@ -280,6 +299,14 @@ private:
                        "unknown " + std::string(key.noun) + " '" + value + "'; " + names + std::string(key.otherwise));
             return !key.noun.empty();
         }
+        case SpecType::TextList:
+        case SpecType::TextMap: {
+            const bool list = key.type == SpecType::TextList;
+            const std::string what = std::string(list ? "a non-empty list of strings" : "an object of strings") +
+                                     ", e.g. " + std::string(key.placeholder);
+            const json* value = r.readStrings(name, list, what, required);
+            return value && key.assign(m_spec, *value);
+        }
         case SpecType::Section:
             break;
         }
@@ -300,6 +327,12 @@ private:
             return false;  // the other settings depend on the source
         if (key.path == "train.data.path" && read && m_spec.train.data.path.empty())
             r.fail("path", "is empty: give the path of a flat uint16/uint32 token file");
+        if (key.path == "launch.command" && read && m_spec.launch.command.front().empty())
+            r.fail("command", "names no program: its first string is empty; e.g. [\"python3\", \"train.py\"]");
+        if (key.path == "launch.cwd" && read && m_spec.launch.cwd.empty())
+            r.fail("cwd", "is empty: give a folder, or leave the key out for the job spec's folder");
+        if (key.path == "launch.env" && read)
+            checkEnvironment(r, m_spec.launch.env);
         return true;
     }
 
@@ -332,6 +365,23 @@ private:
             r.fail("kv_heads", "heads=" + std::to_string(model.heads) +
                                    " do not form equal query groups over kv_heads=" + std::to_string(model.kvHeads) +
                                    "; use a divisor of " + std::to_string(model.heads));
+    }
+
+    // Names the launchers pass on (mpirun's -x takes a name) and that the engine does not set itself.
+    static void checkEnvironment(ObjectReader& r, const std::map<std::string, std::string>& env)
+    {
+        for (const auto& [name, value] : env) {
+            const bool word = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                              std::all_of(name.begin(), name.end(), [](char c) {
+                                  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                              });
+            if (!word)
+                r.fail("env", "'" + wire::printableText(name) +
+                                  "' is not a variable name: use letters, digits and _, not starting with a digit");
+            else if (name.starts_with("MESHBENCH_"))
+                r.fail("env",
+                       "'" + name + "' is the engine's to set (it tells every rank where to report): use another name");
+        }
     }
 
     static void checkMoe(ObjectReader& r, const ModelSpec& model)

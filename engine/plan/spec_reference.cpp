@@ -57,6 +57,12 @@ std::string values(const SpecKey& key)
     case SpecType::Text:
         out = "string";
         break;
+    case SpecType::TextList:
+        out = "non-empty list of strings, e.g. " + code(key.placeholder);
+        break;
+    case SpecType::TextMap:
+        out = "object of strings, e.g. " + code(key.placeholder);
+        break;
     }
     if (!key.onlyWhenKey.empty())
         out += "; only with " + code(key.onlyWhenKey) + " " + code(key.onlyWhenValue);

@@ -164,6 +164,16 @@ Row text(std::string_view path)
 {
     return member<SpecType::Text, std::string, Chain...>(path);
 }
+template <auto... Chain>
+Row textList(std::string_view path)
+{
+    return member<SpecType::TextList, std::vector<std::string>, Chain...>(path);
+}
+template <auto... Chain>
+Row textMap(std::string_view path)
+{
+    return member<SpecType::TextMap, std::map<std::string, std::string>, Chain...>(path);
+}
 
 template <const auto& Table, auto... Chain>
 Row choice(std::string_view path)
@@ -222,6 +232,7 @@ using R = PrecisionSpec;
 using C = ClusterSpec;
 using T = TrainSpec;
 using D = DataSpec;
+using L = LaunchSpec;
 
 std::vector<SpecKey> makeSchema()
 {
@@ -531,6 +542,32 @@ std::vector<SpecKey> makeSchema()
     add(choice<kBackends, &J::backend>("backend")
             .says("Backend", "the agent's compute backend; see [`backend`](#backend) below")
             .hidden("chosen where the job runs, not part of the plan: kept as the job's JSON gives it"));
+    add(section("launch")
+            .byDefault("none: meshbench-agent runs the job")
+            .says("Launch",
+                  "Another program run in meshbench-agent's place, one process per rank under mpirun or srun as the "
+                  "agent is; it reports to the engine itself. The model and parallel sections still describe the run "
+                  "and are planned and checked as ever; only what meshbench-agent itself cannot run does not hold "
+                  "the job back. See [Launching another program](#launching-another-program) below.")
+            .writtenWhen([](const J& s) { return s.launch.enabled(); })
+            .hidden("a program to run, not part of the plan the Designer prices: kept as the job's JSON gives it"));
+    add(textList<&J::launch, &L::command>("launch.command")
+            .needed()
+            .hint(R"(["python3", "train.py"])")
+            .says("Command",
+                  "the program and its arguments, run as they are (no shell); a program named by a relative path "
+                  "(with a `/`) is relative to the job spec's folder, a bare name is looked up on the `PATH`"));
+    add(text<&J::launch, &L::cwd>("launch.cwd")
+            .byDefault("the job spec's folder")
+            .writtenWhen([](const J& s) { return !s.launch.cwd.empty(); })
+            .says("Working directory", "the ranks' working directory; a relative one is relative to the job spec's "
+                                       "folder"));
+    add(textMap<&J::launch, &L::env>("launch.env")
+            .hint(R"({"NCCL_DEBUG": "INFO"})")
+            .byDefault("none")
+            .writtenWhen([](const J& s) { return !s.launch.env.empty(); })
+            .says("Environment", "variables set for every rank over the engine's own; the names `MESHBENCH_…` are "
+                                 "the engine's to set"));
 
     // A key of a section the Designer does not show is not shown, for the section's reason.
     for (Row& row : rows)

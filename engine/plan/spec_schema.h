@@ -23,10 +23,12 @@ enum class SpecType {
     Section,  // an object holding further keys
     Integer,
     Number,
-    Flag,    // true or false
-    Choice,  // one of a list of names
-    Preset,  // a name that fills its whole section; the section's other keys then override it
-    Text,    // any string
+    Flag,      // true or false
+    Choice,    // one of a list of names
+    Preset,    // a name that fills its whole section; the section's other keys then override it
+    Text,      // any string
+    TextList,  // a non-empty list of strings
+    TextMap,   // an object of strings, by name
 };
 
 // A unit a figure is written in; the spec holds SI values (bytes/s, seconds).
@@ -42,7 +44,7 @@ struct SpecKey {
     std::string_view label;        // the Designer's label ("Data parallel (dp)")
     std::string_view help;         // what it means, for the reference (Markdown)
     std::string_view notShown;     // why the Designer's form has no field for it; empty: the form has one
-    std::string_view placeholder;  // the Designer's hint in the empty field
+    std::string_view placeholder;  // the Designer's hint in the empty field; a TextList's or TextMap's example
     // Integer and Number: the range, in the unit the document is written in.
     double min = 0;
     double max = 0;

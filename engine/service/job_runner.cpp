@@ -11,6 +11,7 @@
 #include "wire/endpoints.h"
 #include "wire/wall_clock.h"
 
+#include "plan/capability.h"
 #include "plan/mesh.h"
 #include "plan/planner.h"
 #include "plan/report.h"
@@ -39,6 +40,8 @@ constexpr std::chrono::milliseconds kDrainTime{2000};
 constexpr std::chrono::milliseconds kSettleLimit{10000};
 constexpr std::chrono::milliseconds kTerminateGrace{3000};
 constexpr const char* kTelemetryKeysVariable = "MESHBENCH_TELEMETRY_KEYS";
+
+using Environment = std::vector<std::pair<std::string, std::string>>;
 
 std::string layoutWords(const plan::ParallelSpec& p)
 {
@@ -174,7 +177,12 @@ public:
 
 private:
     store::SessionHeader header() const;
-    std::vector<std::string> launchCommand(const std::string& collector) const;
+    // What every rank runs: meshbench-agent, or the spec's launch command.
+    std::vector<std::string> rankCommand(const std::string& collector) const;
+    // The variables every rank gets over the engine's own environment: the run's CURVE keys, and for
+    // a launch command where to report and the command's own.
+    Environment rankEnvironment(const std::string& collector) const;
+    std::vector<std::string> launchCommand(const std::string& collector, const Environment& environment) const;
     SocketSetup secureSocket()
     {
         return [this](zmq::socket_t& socket, const std::string& name) {
@@ -192,6 +200,8 @@ private:
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
     std::string rootHint() const;
     const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
+    // The job spec's folder, which a launch command's relative paths are taken from.
+    std::filesystem::path specFolder() const { return std::filesystem::absolute(m_request.jobPath).parent_path(); }
 
     const RunRequest& m_request;
     const std::atomic<bool>& m_stop;
@@ -237,17 +247,54 @@ store::SessionHeader Run::header() const
     return h;
 }
 
-std::vector<std::string> Run::launchCommand(const std::string& collector) const
+std::vector<std::string> Run::rankCommand(const std::string& collector) const
 {
+    const plan::LaunchSpec& launch = m_request.spec.launch;
+    if (launch.enabled()) {
+        std::vector<std::string> command = launch.command;
+        // A program named by a path is found from the job spec's folder, a bare name on the PATH.
+        if (command.front().find('/') != std::string::npos)
+            command.front() = (specFolder() / command.front()).lexically_normal().string();
+        return command;
+    }
     std::vector<std::string> agent{m_request.agent, "--job",   m_request.jobPath, "--telemetry",
                                    collector,       "--clock", m_clock.endpoint()};
     if (m_request.steps)
         agent.insert(agent.end(), {"--steps", std::to_string(*m_request.steps)});
+    return agent;
+}
+
+Environment Run::rankEnvironment(const std::string& collector) const
+{
+    Environment environment;
+    if (m_keys)
+        environment.emplace_back(kTelemetryKeysVariable, m_keys->environment());
+    const plan::LaunchSpec& launch = m_request.spec.launch;
+    if (launch.enabled()) {
+        // What the agent has on its command line, the launched program finds here (docs/job-spec.md).
+        environment.insert(environment.end(), {{"MESHBENCH_COLLECTOR", collector},
+                                               {"MESHBENCH_CLOCK", m_clock.endpoint()},
+                                               {"MESHBENCH_JOB", std::filesystem::absolute(m_request.jobPath).string()},
+                                               {"MESHBENCH_WORLD_SIZE", std::to_string(m_world)}});
+        environment.insert(environment.end(), launch.env.begin(), launch.env.end());
+    }
+    return environment;
+}
+
+std::vector<std::string> Run::launchCommand(const std::string& collector, const Environment& environment) const
+{
+    const std::vector<std::string> program = rankCommand(collector);
     if (m_request.oneDevice)
-        return agent;
+        return program;
+    const plan::LaunchSpec& launch = m_request.spec.launch;
+    // A launch command's ranks start in its folder; the agent's wherever the launcher puts them.
+    const std::string folder = !launch.enabled()    ? std::string()
+                               : launch.cwd.empty() ? specFolder().string()
+                                                    : (specFolder() / launch.cwd).lexically_normal().string();
     if (m_request.slurm) {
         // One job step of world tasks, started through PMIx; a task that fails ends the step. The
-        // job's name is one argument, never read by a shell.
+        // job's name is one argument, never read by a shell. srun hands its tasks the whole
+        // environment.
         std::vector<std::string> argv{"srun",
                                       "--mpi=pmix",
                                       "--ntasks",
@@ -255,13 +302,17 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
                                       "--kill-on-bad-exit=1",
                                       "--job-name",
                                       m_request.spec.name.empty() ? "meshbench" : m_request.spec.name};
+        if (!folder.empty())
+            argv.push_back("--chdir=" + folder);
         argv.insert(argv.end(), m_request.mpirunArgs.begin(), m_request.mpirunArgs.end());
-        argv.insert(argv.end(), agent.begin(), agent.end());
+        argv.insert(argv.end(), program.begin(), program.end());
         return argv;
     }
     std::vector<std::string> argv{m_request.mpirun, "-np", std::to_string(m_world)};
-    if (m_keys)  // mpirun hands its ranks only the variables it is told to
-        argv.insert(argv.end(), {"-x", kTelemetryKeysVariable});
+    for (const auto& [name, value] : environment)  // mpirun hands its ranks only the variables it is told to
+        argv.insert(argv.end(), {"-x", name});
+    if (!folder.empty())
+        argv.insert(argv.end(), {"-wdir", folder});
     // Without a host list the ranks share this machine, which may have fewer cores than ranks.
     const bool hostsGiven =
         std::any_of(m_request.mpirunArgs.begin(), m_request.mpirunArgs.end(), [](const std::string& a) {
@@ -272,7 +323,7 @@ std::vector<std::string> Run::launchCommand(const std::string& collector) const
     if (m_request.allowRunAsRoot && geteuid() == 0)
         argv.push_back("--allow-run-as-root");
     argv.insert(argv.end(), m_request.mpirunArgs.begin(), m_request.mpirunArgs.end());
-    argv.insert(argv.end(), agent.begin(), agent.end());
+    argv.insert(argv.end(), program.begin(), program.end());
     return argv;
 }
 
@@ -362,16 +413,14 @@ RunResult Run::execute()
     m_result.sessionPath = m_writer->path();
     m_observer.started(m_writer->path(), collector, int(m_world));
 
-    const std::vector<std::string> argv = launchCommand(collector);
+    const Environment environment = rankEnvironment(collector);
+    const std::vector<std::string> argv = launchCommand(collector, environment);
     std::string commandLine;
     for (const std::string& a : argv)
         commandLine += (commandLine.empty() ? "" : " ") + a;
     m_collector.engineLog(wire::LogLevel::Info, "launching: " + commandLine);
     std::optional<LaunchedProcess> job;
     try {
-        std::vector<std::pair<std::string, std::string>> environment;
-        if (m_keys)
-            environment.emplace_back(kTelemetryKeysVariable, m_keys->environment());
         job.emplace(argv, environment);
         m_job = &*job;
     } catch (const std::exception& e) {
@@ -503,6 +552,15 @@ RunResult Run::execute()
 }
 
 }  // namespace
+
+std::vector<plan::SpecError> runRefusals(const plan::JobSpec& spec, bool oneDevice)
+{
+    if (oneDevice && spec.launch.enabled())
+        return {{"launch.command", "runs in meshbench-agent's place under mpirun or srun, and one device is the "
+                                   "agent's alone: run it without one device (Run > Run on One Device in the "
+                                   "workbench), or remove the launch section"}};
+    return plan::agentRefusals(oneDevice ? plan::singleDeviceSpec(spec) : spec);
+}
 
 RunResult runJob(const RunRequest& request, RunObserver& observer, const std::atomic<bool>& stop)
 {

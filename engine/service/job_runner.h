@@ -35,7 +35,7 @@ struct RunRequest {
     std::string mpirun = "mpirun";
     std::vector<std::string> mpirunArgs;  // the launcher's own, e.g. --hostfile FILE (srun's with slurm)
     bool slurm = false;                   // launch with srun --mpi=pmix (a Slurm job step) instead of mpirun
-    std::string agent;                    // meshbench-agent executable
+    std::string agent;                    // meshbench-agent executable, unless the spec has a launch command
     std::optional<int> steps;             // overrides train.steps
     bool oneDevice = false;               // run the global batch in one agent, without mpirun
     // Pass Open MPI's --allow-run-as-root to mpirun when the engine runs as root (the user said so:
@@ -75,6 +75,11 @@ struct RunResult {
     std::uint64_t lostRecords = 0;  // lost on the way or dropped by agents
     std::uint64_t rejectedFrames = 0;
 };
+
+// What refuses the job before anything is launched, each on the key to change: what meshbench-agent
+// of this build does not run of its layout as it will run (all of it, or on one device), or a launch
+// command asked to run on one device.
+std::vector<plan::SpecError> runRefusals(const plan::JobSpec& spec, bool oneDevice);
 
 // Throws store::StoreError when the session cannot be created and std::runtime_error when the
 // collector cannot bind or the job cannot be launched; once launched, every outcome is a result.

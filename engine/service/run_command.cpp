@@ -3,7 +3,6 @@
 #include "job_runner.h"
 #include "plan_commands.h"
 
-#include "plan/capability.h"
 #include "plan/report.h"
 #include "plan/units.h"
 #include "store/session_store.h"
@@ -166,9 +165,7 @@ int runRun(RunArguments& args, bool mpirunAsked)
     if (!file || (!args.profile.empty() && !applyProfileFile(args.profile, file->spec)))
         return 1;
     // So is what the agent of this build would refuse, asked of the layout as it will run.
-    if (const std::vector<plan::SpecError> refusals =
-            plan::agentRefusals(request.oneDevice ? plan::singleDeviceSpec(file->spec) : file->spec);
-        !refusals.empty()) {
+    if (const std::vector<plan::SpecError> refusals = runRefusals(file->spec, request.oneDevice); !refusals.empty()) {
         std::cerr << jobPath << ": meshbench-agent of this build does not run this job"
                   << (request.oneDevice ? " on one device" : "") << ":\n"
                   << plan::errorsToText(refusals);

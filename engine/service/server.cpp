@@ -9,7 +9,6 @@
 #include "worker.h"
 
 #include "live/session_spec.h"
-#include "plan/capability.h"
 #include "plan/planner.h"
 #include "plan/report.h"
 #include "store/session_store.h"
@@ -375,9 +374,7 @@ nlohmann::json Server::Impl::submit(const nlohmann::json& args)
         return controlErrorNoId("\"allow_run_as_root\" must be true or false");
     request.allowRunAsRoot = options.allowRunAsRoot || args.value("allow_run_as_root", false);
     // What the agent of this build would refuse is refused here, before anything launches.
-    if (const std::vector<plan::SpecError> refusals =
-            plan::agentRefusals(request.oneDevice ? plan::singleDeviceSpec(request.spec) : request.spec);
-        !refusals.empty()) {
+    if (const std::vector<plan::SpecError> refusals = runRefusals(request.spec, request.oneDevice); !refusals.empty()) {
         nlohmann::json reply = controlErrorNoId(std::string("meshbench-agent of this build does not run this job") +
                                                 (request.oneDevice ? " on one device" : ""));
         reply["errors"] = plan::errorsToJson(refusals);

@@ -1,5 +1,6 @@
 #include "plan/job_spec.h"
 #include "plan/planner.h"
+#include "plan/report.h"
 
 #include <QtTest>
 
@@ -182,6 +183,9 @@ void compareSpecs(const JobSpec& a, const JobSpec& b)
     QCOMPARE(a.train.data.path, b.train.data.path);
     QCOMPARE(a.train.data.dtype, b.train.data.dtype);
     QCOMPARE(qs(backendName(a.backend)), qs(backendName(b.backend)));
+    QCOMPARE(a.launch.command, b.launch.command);
+    QCOMPARE(a.launch.cwd, b.launch.cwd);
+    QVERIFY(a.launch.env == b.launch.env);
 }
 
 }  // namespace
@@ -209,6 +213,9 @@ private slots:
     void trainDataRules_data();
     void trainDataRules();
     void trainDataValues();
+    void launchRules_data();
+    void launchRules();
+    void launchValues();
     void validateLayoutDirectly();
     void oneDeviceSpecRunsEverySchedule_data();
     void oneDeviceSpecRunsEverySchedule();
@@ -513,7 +520,7 @@ void TestJobSpec::unknownKeys_data()
         {"unknown key; did you mean 'grads'?"});
     // "owner" is at least 4 edits from every top-level key: no suggestion, just the list.
     row("no near key", R"({"owner": "alice"})", "owner",
-        {"unknown key; valid keys here: name, model, parallel, precision, cluster, train or backend"});
+        {"unknown key; valid keys here: name, model, parallel, precision, cluster, train, backend or launch"});
 }
 
 void TestJobSpec::unknownKeys()
@@ -705,6 +712,83 @@ void TestJobSpec::trainDataValues()
     QCOMPARE(DataSpec{}.branchingFor(3), 3);
 }
 
+void TestJobSpec::launchRules_data()
+{
+    addRejectionColumns();
+    const QStringList list{"must be a non-empty list of strings, e.g. [\"python3\", \"train.py\"]"};
+    row("command not a list", R"({"launch": {"command": "python3 train.py"}})", "launch.command", list);
+    row("empty command", R"({"launch": {"command": []}})", "launch.command", list);
+    row("command of numbers", R"({"launch": {"command": ["python3", 3]}})", "launch.command", list);
+    row("no command", R"({"launch": {"cwd": "run"}})", "launch.command",
+        {"is required: give a non-empty list of strings, e.g. [\"python3\", \"train.py\"]"});
+    row("empty program", R"({"launch": {"command": ["", "train.py"]}})", "launch.command",
+        {"names no program: its first string is empty"});
+    row("launch not an object", R"({"launch": ["python3"]})", "launch", {"expected an object, got array"});
+    row("unknown key", R"({"launch": {"command": ["a"], "args": []}})", "launch.args",
+        {"unknown key", "command, cwd or env"});
+    row("cwd not a string", R"({"launch": {"command": ["a"], "cwd": 1}})", "launch.cwd",
+        {"expected a string, got number 1"});
+    row("empty cwd", R"({"launch": {"command": ["a"], "cwd": ""}})", "launch.cwd",
+        {"is empty: give a folder, or leave the key out for the job spec's folder"});
+    row("env not an object", R"({"launch": {"command": ["a"], "env": ["A=1"]}})", "launch.env",
+        {"must be an object of strings, e.g. {\"NCCL_DEBUG\": \"INFO\"}"});
+    row("env value not a string", R"({"launch": {"command": ["a"], "env": {"A": 1}}})", "launch.env",
+        {"must be an object of strings"});
+    row("env name with a dash", R"({"launch": {"command": ["a"], "env": {"MY-VAR": "1"}}})", "launch.env",
+        {"'MY-VAR' is not a variable name: use letters, digits and _"});
+    row("env name with a digit first", R"({"launch": {"command": ["a"], "env": {"1A": "1"}}})", "launch.env",
+        {"'1A' is not a variable name"});
+    row("env sets the engine's", R"({"launch": {"command": ["a"], "env": {"MESHBENCH_COLLECTOR": "tcp://x:1"}}})",
+        "launch.env", {"'MESHBENCH_COLLECTOR' is the engine's to set"});
+    // A launch command leaves the layout's rules as they are.
+    layoutRow("layout rules still hold", R"({"launch": {"command": ["a"]}, "parallel": {"dp": 3}})", "parallel.dp",
+              {"ranks, but the cluster has 16 devices"});
+}
+
+void TestJobSpec::launchRules()
+{
+    QFETCH(QByteArray, input);
+    checkRejection(loadJobSpec(patched(input)));
+}
+
+void TestJobSpec::launchValues()
+{
+    // No launch section: meshbench-agent runs the job, and toJson writes none.
+    const LoadResult agent = loadJobSpec(baseSpec());
+    QVERIFY(!agent.spec->launch.enabled());
+    QVERIFY(!toJson(*agent.spec).contains("launch"));
+
+    const LoadResult launched = loadJobSpec(patched(R"({"launch": {"command": ["python3", "train.py", "--flag"],
+        "cwd": "runs/a", "env": {"NCCL_DEBUG": "INFO", "A_1": ""}}})"));
+    QVERIFY2(launched.valid(), qPrintable(listErrors(launched.errors)));
+    const LaunchSpec& launch = launched.spec->launch;
+    QCOMPARE(launch.command, (std::vector<std::string>{"python3", "train.py", "--flag"}));
+    QCOMPARE(launch.cwd, std::string("runs/a"));
+    QVERIFY((launch.env == std::map<std::string, std::string>{{"A_1", ""}, {"NCCL_DEBUG", "INFO"}}));
+    const json written = toJson(*launched.spec);
+    QCOMPARE(written["launch"], json::parse(R"({"command": ["python3", "train.py", "--flag"], "cwd": "runs/a",
+        "env": {"A_1": "", "NCCL_DEBUG": "INFO"}})"));
+    // cwd and env are written only when given.
+    const LoadResult bare = loadJobSpec(patched(R"({"launch": {"command": ["./train.sh"]}})"));
+    QVERIFY2(bare.valid(), qPrintable(listErrors(bare.errors)));
+    QCOMPARE(toJson(*bare.spec)["launch"], json::parse(R"({"command": ["./train.sh"]})"));
+
+    // What only meshbench-agent cannot run (an odd head dimension for its rotary embeddings, a
+    // planned-only overlap) refuses the agent's job, not a launch command's; the plan is the same.
+    const QByteArray agentCannot = R"({"model": {"hidden": 1040}, "parallel": {"tp_comm_overlap": true}})";
+    const LoadResult refused = loadJobSpec(patched(agentCannot));
+    QVERIFY2(refused.valid() && refused.refusals.size() == 2, qPrintable(listErrors(refused.refusals)));
+    json withLaunch = patched(agentCannot);
+    withLaunch["launch"] = {{"command", {"python3", "train.py"}}};
+    const LoadResult runnable = loadJobSpec(withLaunch);
+    QVERIFY2(runnable.runnable(), qPrintable(listErrors(runnable.errors) + listErrors(runnable.refusals)));
+    json planned = planToJson(makePlan(*runnable.spec)), plannedForAgent = planToJson(makePlan(*refused.spec));
+    QCOMPARE(planned["spec"]["launch"]["command"], json({"python3", "train.py"}));
+    planned.erase("spec");
+    plannedForAgent.erase("spec");
+    QCOMPARE(planned, plannedForAgent);
+}
+
 void TestJobSpec::validateLayoutDirectly()
 {
     JobSpec spec = *loadJobSpec(baseSpec()).spec;
@@ -850,6 +934,11 @@ void TestJobSpec::roundTrip_data()
                                 "sequence_parallel": true, "zero": 1},
                    "precision": {"grads": "bf16", "activations": "fp32"}, "backend": "cuda", "train": {"steps": 3}})")
                    .dump());
+    QTest::newRow("base, launching a program")
+        << QString()
+        << QByteArray::fromStdString(patched(R"({"launch": {"command": ["torchrun", "--nproc-per-node=1", "t.py"],
+                                                "cwd": "/tmp/run", "env": {"OMP_NUM_THREADS": "1"}}})")
+                                         .dump());
 }
 
 void TestJobSpec::roundTrip()

@@ -46,14 +46,18 @@ JobSpec baseSpec()
     return *loaded.spec;
 }
 
-// Fills in the text a section requires (a calibration's source, a token file's path), so that it
-// is written and read back.
+// Fills in the text a section requires (a calibration's source, a token file's path, a launch
+// command), so that it is written and read back.
 void fillRequired(JobSpec& spec, const SpecKey& key)
 {
-    for (const SpecKey* sibling : specKeysIn(key.section()))
-        if (sibling->type == SpecType::Text && sibling->required && sibling->applies(spec) &&
-            sibling->value(spec).get<std::string>().empty())
+    for (const SpecKey* sibling : specKeysIn(key.section())) {
+        if (!sibling->required || !sibling->applies(spec))
+            continue;
+        if (sibling->type == SpecType::Text && sibling->value(spec).get<std::string>().empty())
             sibling->assign(spec, "filled in");
+        if (sibling->type == SpecType::TextList && sibling->value(spec).empty())
+            sibling->assign(spec, json{"filled", "in"});
+    }
 }
 
 // The base spec in the variant of its section that the key belongs to (train.data's file keys
@@ -125,6 +129,12 @@ std::vector<json> otherValues(const SpecKey& key, const json& current)
         break;
     case SpecType::Text:
         candidates.emplace_back("another text");
+        break;
+    case SpecType::TextList:
+        candidates.push_back(json{"another", "list"});
+        break;
+    case SpecType::TextMap:
+        candidates.push_back(json{{"ANOTHER", "map"}});
         break;
     case SpecType::Section:
         break;

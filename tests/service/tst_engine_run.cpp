@@ -191,6 +191,24 @@ Ended waitForTheEnd(RunningDemo& demo, const QString& session)
     return ended;
 }
 
+// A job spec beside `dir`'s executable script bin/rank.sh (`script` its body): the demo's model and
+// layout (8 ranks), `patch` merged into it, run by the script in meshbench-agent's place; returns the
+// spec's path.
+QString launchJob(const QString& dir, const std::string& script, const nlohmann::json& launch,
+                  const nlohmann::json& patch = nlohmann::json::object())
+{
+    QDir(dir).mkpath("bin");
+    const QString program = dir + "/bin/rank.sh";
+    std::ofstream(program.toStdString()) << "#!/bin/sh\n" << script;
+    QFile::setPermissions(program, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    nlohmann::json doc = nlohmann::json::parse(readFile(kDemo));
+    doc.merge_patch(patch);
+    doc["launch"] = launch;
+    const QString job = dir + "/launch.json";
+    std::ofstream(job.toStdString()) << doc.dump();
+    return job;
+}
+
 }  // namespace
 
 class TestEngineRun : public QObject {
@@ -677,6 +695,91 @@ private slots:
         const ProcessRun run = runProcess(kEngine, {"run", spec, "--one-device", "--steps", "2", "--session", session});
         QVERIFY2(run.exitCode == 0, qPrintable(run.err));
         QCOMPARE(integrityCheck(session), std::string("ok"));
+    }
+
+    // Issue 29, item 4: a launch command runs under mpirun in the agent's place, and every rank finds
+    // in its environment where to report, the run's keys, the job, the world size and the command's
+    // own variables, starting in its cwd (relative to the spec's folder, as a relative program is).
+    // What only meshbench-agent cannot run (tp_comm_overlap) does not hold the job back.
+    void aLaunchCommandRunsInEveryRankWithWhereToReport()
+    {
+        QTemporaryDir dir;
+        QDir(dir.path()).mkpath("work");
+        const std::string script = R"sh(rank=${OMPI_COMM_WORLD_RANK:-$SLURM_PROCID}
+{
+  echo "collector=$MESHBENCH_COLLECTOR"
+  echo "clock=$MESHBENCH_CLOCK"
+  echo "keys=$MESHBENCH_TELEMETRY_KEYS"
+  echo "job=$MESHBENCH_JOB"
+  echo "world=$MESHBENCH_WORLD_SIZE"
+  echo "greeting=$GREETING"
+  echo "cwd=$(pwd -P)"
+  printf 'args=%s|%s\n' "$1" "$2"
+} > "$OUT_DIR/rank-$rank.txt"
+)sh";
+        const QString out = dir.filePath("out");
+        QDir().mkpath(out);
+        const QString job = launchJob(dir.path(), script,
+                                      {{"command", {"./bin/rank.sh", "a b", "c"}},
+                                       {"cwd", "work"},
+                                       {"env", {{"GREETING", "hello world"}, {"OUT_DIR", out.toStdString()}}}},
+                                      {{"parallel", {{"tp_comm_overlap", true}}}});
+        const QString session = dir.filePath("launch.meshbench");
+        // A collector off loopback: the run's CURVE keys go to the ranks too.
+        const ProcessRun run =
+            runProcess(kEngine, {"run", job, "--session", session, "--collector", "tcp://0.0.0.0:*"});
+        QVERIFY2(run.exitCode == 0, qPrintable(run.out + run.err));
+        const QRegularExpressionMatch collector = QRegularExpression("collector (\\S+),").match(run.out);
+        QVERIFY2(collector.hasMatch(), qPrintable(run.out));
+
+        const QString folder = QFileInfo(dir.path()).canonicalFilePath();
+        for (int rank = 0; rank < 8; ++rank) {
+            QFile file(out + QString("/rank-%1.txt").arg(rank));
+            QVERIFY2(file.open(QIODevice::ReadOnly), qPrintable(file.fileName() + " was not written"));
+            std::map<QString, QString> seen;
+            for (const QString& line : QString::fromUtf8(file.readAll()).split('\n', Qt::SkipEmptyParts))
+                seen[line.section('=', 0, 0)] = line.section('=', 1);
+            QCOMPARE(seen["collector"], collector.captured(1));
+            QVERIFY2(seen["clock"].startsWith("tcp://") && seen["clock"] != seen["collector"],
+                     qPrintable(seen["clock"]));
+            QCOMPARE(seen["keys"].split(' ').size(), 3);
+            QCOMPARE(seen["job"], QFileInfo(job).absoluteFilePath());
+            QCOMPARE(seen["world"], QString("8"));
+            QCOMPARE(seen["greeting"], QString("hello world"));
+            QCOMPARE(seen["cwd"], folder + "/work");
+            QCOMPARE(seen["args"], QString("a b|c"));
+        }
+        store::SessionReader reader(session.toStdString());
+        QCOMPARE(reader.outcome().outcome, store::Outcome::Completed);
+        QVERIFY(integrityCheck(session) == "ok");
+    }
+
+    // One rank of a launch command exits with status 7: the run fails with it and the others are taken
+    // down at once. Open MPI 4 names no rank of a program that never called MPI_Init, and this script
+    // sends no last word of its own, so the cause is mpirun's exit; a program that reports (the Python
+    // client) is named by its own Failed heartbeat, as an agent is.
+    void aFailingLaunchCommandFailsTheRun()
+    {
+        QTemporaryDir dir;
+        const QString job = launchJob(dir.path(), "[ \"$OMPI_COMM_WORLD_RANK\" = 5 ] && exit 7\nexec sleep 60\n",
+                                      {{"command", nlohmann::json::array({"bin/rank.sh"})}});
+        const QString session = dir.filePath("failing.meshbench");
+        QElapsedTimer clock;
+        clock.start();
+        const ProcessRun run = runProcess(kEngine, {"run", job, "--session", session});
+        QCOMPARE(run.exitCode, 3);
+        QVERIFY2(clock.elapsed() < 50000, "the job waited for the sleeping ranks");
+        const store::SessionOutcome outcome = store::SessionReader(session.toStdString()).outcome();
+        QCOMPARE(outcome.outcome, store::Outcome::Failed);
+        QVERIFY2(QString::fromStdString(outcome.cause).contains("mpirun exited with status 7"), outcome.cause.c_str());
+        QVERIFY(integrityCheck(session) == "ok");
+
+        // One device is the agent's alone: a launch command is refused there before anything starts.
+        const QString oneDevice = dir.filePath("one-device.meshbench");
+        const ProcessRun refused = runProcess(kEngine, {"run", job, "--one-device", "--session", oneDevice});
+        QCOMPARE(refused.exitCode, 1);
+        QVERIFY2(refused.err.contains("launch.command: runs in meshbench-agent's place"), qPrintable(refused.err));
+        QVERIFY(!QFile::exists(oneDevice));
     }
 
     void aSessionFromTheFutureIsRefused()
