@@ -22,6 +22,10 @@ if(TARGET meshbench)
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/resources/jobs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/meshbench/jobs
         FILES_MATCHING PATTERN "*.json")
+# The Python client for other programs (pure Python over python3-zmq), where Debian's python3 finds
+# modules that belong to no particular Python version.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/agent/python/meshbench DESTINATION lib/python3/dist-packages
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 
 # The man pages and the changelog, compressed as Debian's policy asks (gzip -9n), built with the
 # programs. Without help2man there are no man pages (packaging/install_deps.sh installs it).
@@ -88,6 +92,6 @@ set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "openmpi-bin")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurm-client")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurm-client, python3-zmq")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

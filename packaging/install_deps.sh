@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages Meshbench builds and tests with, skipping those already present.
 # Run as root or through sudo. CUDA is optional and is picked up from /usr/local/cuda when present.
 # python3-torch is for the tests only: they check that PyTorch reproduces our training losses.
+# python3-zmq is the Python client's (agent/python/meshbench) one dependency, and its test's.
 # clang and libclang-rt-dev (libFuzzer) are for the tests only: the wire decoder's fuzz target.
 # clang-format is for the tests only: tst_format holds the tree to .clang-format; clang-tidy is
 # packaging/lint.sh's.
@@ -23,9 +24,10 @@ packages=(
   openmpi-bin libopenmpi-dev
   libsqlite3-dev sqlite3
   nlohmann-json3-dev libcli11-dev
+  rapidjson-dev zlib1g-dev libsodium-dev
   libopenblas-dev
   xvfb xauth
-  python3-torch python3-numpy
+  python3-torch python3-numpy python3-zmq
   clang libclang-rt-dev clang-format clang-tidy
   iproute2 util-linux
   slurmctld slurmd slurm-client munge
