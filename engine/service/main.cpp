@@ -2,6 +2,7 @@
 // files, lists, replays and exports sessions, and serves the GUI.
 
 #include "calibrate_command.h"
+#include "import_command.h"
 #include "keys_command.h"
 #include "plan_commands.h"
 #include "run_command.h"
@@ -23,7 +24,8 @@ namespace {
 constexpr const char* kExitStatus =
     "exit status: 0 done, 1 the job spec is wrong or a session cannot be read, 2 the command line is wrong;\n"
     "run: 3 the job failed, 4 it was stopped, 5 it could not be started;\n"
-    "export: 5 an output cannot be written; serve, replay: 5 an endpoint cannot be bound or its keys cannot be read;\n"
+    "import: 1 an input is wrong, 4 stopped; export: 5 an output cannot be written; serve, replay: 5 an endpoint "
+    "cannot be bound or its keys cannot be read;\n"
     "keys: 1 a key or key file is malformed, 5 a key file cannot be written\n\n"
     "'meshbench-engine COMMAND --help' describes a command's arguments";
 
@@ -63,9 +65,9 @@ int engineMain(int argc, char** argv)
     engine.set_version_flag("--version", "meshbench-engine " MESHBENCH_VERSION);
     engine.require_subcommand(1);
     const std::vector<Command> commands{
-        addPlanCommand(engine),      addSearchCommand(engine),   addRunCommand(engine),
-        addCalibrateCommand(engine), addSessionsCommand(engine), addExportCommand(engine),
-        addServeCommand(engine),     addReplayCommand(engine),   addKeysCommand(engine)};
+        addPlanCommand(engine),     addSearchCommand(engine), addRunCommand(engine),   addCalibrateCommand(engine),
+        addSessionsCommand(engine), addExportCommand(engine), addServeCommand(engine), addReplayCommand(engine),
+        addKeysCommand(engine),     addImportCommand(engine)};
     engine.footer(kExitStatus);
     try {
         engine.parse(argc, argv);

@@ -19,6 +19,10 @@
 // per span, and each insert touches several nodes. meta.span_count saves counting millions of rows.
 // The small tables are rowid tables keyed by seq with an index on their time for replay; expert
 // loads also have one on step ("expert loads for step s").
+//
+// Imported sessions (format 3) add their source files, kernel names, kernels and device time per
+// class (imported_trace.h). Kernels are clustered as spans are, on (rank, begin_ns, seq), and a
+// query for a window bounds its scan by meta.max_kernel_ns, the longest kernel stored.
 
 #include "wire/record_fields.h"
 
@@ -38,7 +42,8 @@ CREATE TABLE meta(
   name TEXT NOT NULL,
   layout TEXT NOT NULL,
   max_span_ns INTEGER NOT NULL,
-  span_count INTEGER NOT NULL);
+  span_count INTEGER NOT NULL,
+  max_kernel_ns INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE job(
   id INTEGER PRIMARY KEY CHECK (id = 1),
   spec TEXT NOT NULL,
@@ -96,6 +101,19 @@ CREATE TABLE clock_offsets(
   seq INTEGER PRIMARY KEY, rank INTEGER NOT NULL, time_ns INTEGER NOT NULL, offset_ns INTEGER NOT NULL,
   round_trip_ns INTEGER NOT NULL);
 CREATE INDEX clock_offsets_by_time ON clock_offsets(time_ns);
+CREATE TABLE import_sources(
+  seq INTEGER PRIMARY KEY, path TEXT NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL, format TEXT NOT NULL,
+  rank INTEGER NOT NULL, recognised TEXT NOT NULL, inferred TEXT NOT NULL);
+CREATE TABLE kernel_names(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE kernels(
+  rank INTEGER NOT NULL, begin_ns INTEGER NOT NULL, seq INTEGER NOT NULL, end_ns INTEGER NOT NULL,
+  device INTEGER NOT NULL, stream INTEGER NOT NULL, class INTEGER NOT NULL, name INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  PRIMARY KEY (rank, begin_ns, seq)) WITHOUT ROWID;
+CREATE TABLE device_time(
+  rank INTEGER NOT NULL, step INTEGER NOT NULL, class INTEGER NOT NULL, busy_ns INTEGER NOT NULL,
+  exposed_ns INTEGER NOT NULL,
+  PRIMARY KEY (rank, step, class)) WITHOUT ROWID;
 )sql";
 
 // WAL so readers see committed data while the writer goes on and a killed writer loses only the

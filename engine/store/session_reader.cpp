@@ -393,7 +393,9 @@ struct SessionReader::Impl {
         // Cheap extra defence against corrupt pages: SQLite checks each cell's size as it reads it.
         db.exec("PRAGMA cell_size_check = ON", "setting up the reader");
         header = readHeader(db);
-        hasClockOffsets = pragmaValue(db, "user_version") >= 2;
+        const std::int64_t version = pragmaValue(db, "user_version");
+        hasClockOffsets = version >= 2;
+        hasImport = version >= 3;
     }
 
     // Ranks that have spans, by walking the spans' primary key from one rank to the next.
@@ -409,6 +411,7 @@ struct SessionReader::Impl {
     const Connection db;
     SessionHeader header;
     bool hasClockOffsets = false;  // format 2 on
+    bool hasImport = false;        // format 3 on
 };
 
 std::vector<std::uint32_t> SessionReader::Impl::spanRanks() const
@@ -651,6 +654,98 @@ void SessionReader::forEachRecord(const RecordVisitor& visit, std::int64_t from)
         }
     });
     merge(cursors, [&](const Cursor& cursor) { cursor.visit(visit); });
+}
+
+std::vector<ImportSource> SessionReader::importSources() const
+{
+    if (!m_impl->hasImport)
+        return {};
+    Statement row(m_impl->db,
+                  "SELECT path, bytes, sha256, format, rank, recognised, inferred FROM import_sources ORDER BY seq",
+                  "reading the imported files");
+    std::vector<ImportSource> sources;
+    while (row.step())
+        sources.push_back({row.text(0), row.int64(1), row.text(2), row.text(3), row.integer<std::int32_t>(4),
+                           row.text(5), row.text(6)});
+    return sources;
+}
+
+std::vector<std::string> SessionReader::kernelNames() const
+{
+    if (!m_impl->hasImport)
+        return {};
+    Statement row(m_impl->db, "SELECT id, name FROM kernel_names ORDER BY id", "reading kernel names");
+    std::vector<std::string> names;
+    while (row.step()) {
+        if (row.int64(0) != std::int64_t(names.size()))
+            m_impl->db.fileError("is corrupt: its kernel names are not numbered 0, 1, 2, ...");
+        names.push_back(row.text(1));
+    }
+    return names;
+}
+
+void SessionReader::kernels(std::int64_t t0, std::int64_t t1, std::span<const std::uint32_t> ranks,
+                            const std::function<void(std::uint32_t rank, const KernelRow&)>& visit) const
+{
+    if (!m_impl->hasImport || t1 < t0)
+        return;
+    const Connection& db = m_impl->db;
+    Statement stats(db, "SELECT max_kernel_ns FROM meta WHERE id = 1", "reading the session header");
+    const std::int64_t maxKernel = stats.step() ? std::max<std::int64_t>(stats.int64(0), 0) : 0;
+    std::vector<std::uint32_t> chosen(ranks.begin(), ranks.end());
+    if (chosen.empty()) {
+        Statement all(db, "SELECT DISTINCT rank FROM kernels ORDER BY rank", "listing the ranks with kernels");
+        while (all.step())
+            chosen.push_back(all.integer<std::uint32_t>(0));
+    }
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    Statement row(db,
+                  "SELECT begin_ns, end_ns, device, stream, class, name, step FROM kernels "
+                  "WHERE rank = ?1 AND begin_ns BETWEEN ?2 AND ?3 AND end_ns >= ?4 ORDER BY begin_ns, seq",
+                  "reading kernels");
+    for (std::uint32_t rank : chosen) {
+        row.bindInt(1, rank);
+        row.bindInt(2, earliestBegin(t0, maxKernel));
+        row.bindInt(3, t1);
+        row.bindInt(4, t0);
+        while (row.step()) {
+            const int deviceClass = row.integer<std::int32_t>(4);
+            if (deviceClass < 0 || deviceClass >= kDeviceClasses)
+                db.fileError("is corrupt: a kernel of rank " + std::to_string(rank) + " has class " +
+                             std::to_string(deviceClass));
+            visit(rank, KernelRow{row.int64(0), row.int64(1), row.integer<std::int32_t>(2),
+                                  row.integer<std::int32_t>(3), static_cast<DeviceClass>(deviceClass),
+                                  row.integer<std::int32_t>(5), row.integer<std::int32_t>(6)});
+        }
+        row.reset();
+    }
+}
+
+std::uint64_t SessionReader::kernelCount() const
+{
+    if (!m_impl->hasImport)
+        return 0;
+    Statement count(m_impl->db, "SELECT COUNT(*) FROM kernels", "counting kernels");
+    return count.step() ? static_cast<std::uint64_t>(count.int64(0)) : 0;
+}
+
+std::vector<DeviceTimeRow> SessionReader::deviceTime() const
+{
+    if (!m_impl->hasImport)
+        return {};
+    Statement row(m_impl->db,
+                  "SELECT rank, step, class, busy_ns, exposed_ns FROM device_time ORDER BY rank, step, class",
+                  "reading device time");
+    std::vector<DeviceTimeRow> rows;
+    while (row.step()) {
+        const int deviceClass = row.integer<std::int32_t>(2);
+        if (deviceClass < 0 || deviceClass >= kDeviceClasses)
+            m_impl->db.fileError("is corrupt: device time of class " + std::to_string(deviceClass));
+        rows.push_back({row.integer<std::int32_t>(0), row.integer<std::int32_t>(1),
+                        static_cast<DeviceClass>(deviceClass), row.int64(3), row.int64(4)});
+    }
+    return rows;
 }
 
 }  // namespace meshbench::store

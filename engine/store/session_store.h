@@ -8,6 +8,7 @@
 // application_id; a reader refuses a foreign SQLite file or one written by a newer format with a
 // message that says so.
 
+#include "imported_trace.h"
 #include "wire/telemetry.h"
 
 #include <cstdint>
@@ -23,8 +24,9 @@
 
 namespace meshbench::store {
 
-// Format 2 adds clock_offsets; a format-1 file reads as one without clock offsets.
-constexpr std::int32_t kSchemaVersion = 2;
+// Format 2 adds clock_offsets; a format-1 file reads as one without clock offsets. Format 3 adds what
+// an import holds (imported_trace.h); an older file reads as one without.
+constexpr std::int32_t kSchemaVersion = 3;
 constexpr std::int32_t kApplicationId = 0x4D534842;  // "MSHB"
 
 // Anything wrong with a session file: missing, not SQLite, not a session, corrupt, too new,
@@ -97,6 +99,12 @@ public:
     void updateRank(const RankInfo& rank);
     void setTraffic(const RankTraffic& traffic);
     void setOutcome(const SessionOutcome& outcome);
+    // What an import adds (imported_trace.h). Kernel names are numbered from 0 in the order given,
+    // over every call; a kernel's nameId refers to them.
+    void addImportSource(const ImportSource& source);
+    void addKernelNames(std::vector<std::string> names);
+    void appendKernels(std::uint32_t rank, std::vector<KernelRow> kernels);
+    void addDeviceTime(std::vector<DeviceTimeRow> rows);
     // Blocks until everything queued so far is committed. Throws StoreError if the writer thread
     // failed (disk full, file removed); everything committed before stays readable.
     void flush();
@@ -188,6 +196,16 @@ public:
     // record's (the rank's own clock read time + offset).
     std::vector<FromRank<wire::ClockOffsetRecord>> clockOffsets() const;
     std::uint64_t spanCount() const;
+
+    // What an import added (empty for sessions of our own agent and older files).
+    std::vector<ImportSource> importSources() const;
+    std::vector<std::string> kernelNames() const;
+    // Kernels that overlap [t0, t1] on the given ranks (all when empty), by rank then begin time.
+    void kernels(std::int64_t t0, std::int64_t t1, std::span<const std::uint32_t> ranks,
+                 const std::function<void(std::uint32_t rank, const KernelRow&)>& visit) const;
+    std::uint64_t kernelCount() const;
+    // By rank, step and class.
+    std::vector<DeviceTimeRow> deviceTime() const;
 
     // Every stored record in time order (a record's time: span begin, step end, sample time, ...),
     // for replay; ties keep arrival order. Expert loads carry no time: theirs is the latest time

@@ -31,12 +31,28 @@ namespace {
 constexpr std::size_t kRecordsPerTransaction = 10000;
 constexpr auto kTransactionWindow = std::chrono::milliseconds(50);
 
-using Item = std::variant<wire::Batch, RankInfo, RankTraffic, SessionOutcome>;
+struct KernelNames {
+    std::vector<std::string> names;
+};
+struct RankKernels {
+    std::uint32_t rank = 0;
+    std::vector<KernelRow> kernels;
+};
+struct DeviceTime {
+    std::vector<DeviceTimeRow> rows;
+};
+using Item = std::variant<wire::Batch, RankInfo, RankTraffic, SessionOutcome, ImportSource, KernelNames, RankKernels,
+                          DeviceTime>;
 
 std::size_t recordCount(const Item& item)
 {
-    const auto* batch = std::get_if<wire::Batch>(&item);
-    return batch ? std::max<std::size_t>(batch->records.size(), 1) : 1;
+    if (const auto* batch = std::get_if<wire::Batch>(&item))
+        return std::max<std::size_t>(batch->records.size(), 1);
+    if (const auto* kernels = std::get_if<RankKernels>(&item))
+        return std::max<std::size_t>(kernels->kernels.size(), 1);
+    if (const auto* names = std::get_if<KernelNames>(&item))
+        return std::max<std::size_t>(names->names.size(), 1);
+    return 1;
 }
 
 // end - begin, clamped to [0, int64 max], without overflowing on absurd timestamps.
@@ -133,18 +149,22 @@ struct SessionWriter::Impl {
     template <class R>
     void store(detail::Statement& insert, std::uint32_t rank, std::int64_t& lastTime, const R& record);
     void storeRank(const RankInfo& rank);
+    void storeImport(const Item& item);
 
     const std::string path;
     detail::WriterClaim claim;  // released after the connection is closed (declared before it)
     detail::Connection db;
     detail::Statement begin, commit, updateMeta;
     detail::Statement upsertRank, upsertTraffic, updateOutcome;
+    detail::Statement insertSource, insertKernelName, insertKernel, insertDeviceTime, updateMaxKernel;
     std::vector<detail::Statement> insertRecord;  // one per record type, in the order of wire::Record
 
     // Writer-thread state.
     std::int64_t nextSeq = 1;
     std::int64_t maxSpanNs = 0;
     std::int64_t spanCount = 0;
+    std::int64_t maxKernelNs = 0;
+    std::int64_t nextKernelName = 0;
     // The latest time seen from each rank: the time stamped on its expert loads, which carry none.
     std::unordered_map<std::uint32_t, std::int64_t> lastTimeByRank;
 
@@ -173,7 +193,21 @@ SessionWriter::Impl::Impl(const std::string& sessionPath, const SessionHeader& h
       upsertTraffic(db, "INSERT OR REPLACE INTO traffic(rank, received, lost, dropped) VALUES (?1, ?2, ?3, ?4)",
                     "storing traffic counts", true),
       updateOutcome(db, "UPDATE outcome SET state = ?1, cause = ?2, failed_rank = ?3, ended_ns = ?4",
-                    "storing the outcome", true)
+                    "storing the outcome", true),
+      insertSource(db,
+                   "INSERT INTO import_sources(seq, path, bytes, sha256, format, rank, recognised, inferred) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                   "storing an imported file", true),
+      insertKernelName(db, "INSERT INTO kernel_names(id, name) VALUES (?1, ?2)", "storing kernel names", true),
+      insertKernel(db,
+                   "INSERT INTO kernels(rank, begin_ns, seq, end_ns, device, stream, class, name, step) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                   "storing kernels", true),
+      insertDeviceTime(db,
+                       "INSERT OR REPLACE INTO device_time(rank, step, class, busy_ns, exposed_ns) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5)",
+                       "storing device time", true),
+      updateMaxKernel(db, "UPDATE meta SET max_kernel_ns = ?1", "storing the kernel statistics", true)
 {
     insertRecord.reserve(std::variant_size_v<wire::Record>);
     wire::forEachRecordType([this](auto type) {
@@ -243,6 +277,10 @@ void SessionWriter::Impl::run()
             updateMeta.bindInt(1, maxSpanNs);
             updateMeta.bindInt(2, spanCount);
             updateMeta.run();
+            if (maxKernelNs > 0) {
+                updateMaxKernel.bindInt(1, maxKernelNs);
+                updateMaxKernel.run();
+            }
             commit.run();
             {
                 std::lock_guard lock(mutex);
@@ -278,13 +316,58 @@ void SessionWriter::Impl::store(Item& item)
         upsertTraffic.bindBits(3, traffic->lost);
         upsertTraffic.bindBits(4, traffic->dropped);
         upsertTraffic.run();
-    } else {
-        const auto& outcome = std::get<SessionOutcome>(item);
-        updateOutcome.bindText(1, outcomeName(outcome.outcome));
-        updateOutcome.bindText(2, outcome.cause);
-        updateOutcome.bindInt(3, outcome.failedRank);
-        updateOutcome.bindInt(4, outcome.endedNs);
+    } else if (const auto* outcome = std::get_if<SessionOutcome>(&item)) {
+        updateOutcome.bindText(1, outcomeName(outcome->outcome));
+        updateOutcome.bindText(2, outcome->cause);
+        updateOutcome.bindInt(3, outcome->failedRank);
+        updateOutcome.bindInt(4, outcome->endedNs);
         updateOutcome.run();
+    } else {
+        storeImport(item);
+    }
+}
+
+void SessionWriter::Impl::storeImport(const Item& item)
+{
+    if (const auto* source = std::get_if<ImportSource>(&item)) {
+        insertSource.bindInt(1, nextSeq++);
+        insertSource.bindText(2, source->path);
+        insertSource.bindInt(3, source->bytes);
+        insertSource.bindText(4, source->sha256);
+        insertSource.bindText(5, source->format);
+        insertSource.bindInt(6, source->rank);
+        insertSource.bindText(7, source->recognised);
+        insertSource.bindText(8, source->inferred);
+        insertSource.run();
+    } else if (const auto* names = std::get_if<KernelNames>(&item)) {
+        for (const std::string& name : names->names) {
+            insertKernelName.bindInt(1, nextKernelName++);
+            insertKernelName.bindText(2, name);
+            insertKernelName.run();
+        }
+    } else if (const auto* kernels = std::get_if<RankKernels>(&item)) {
+        for (const KernelRow& k : kernels->kernels) {
+            insertKernel.bindInt(1, kernels->rank);
+            insertKernel.bindInt(2, k.beginNs);
+            insertKernel.bindInt(3, nextSeq++);
+            insertKernel.bindInt(4, k.endNs);
+            insertKernel.bindInt(5, k.device);
+            insertKernel.bindInt(6, k.stream);
+            insertKernel.bindInt(7, static_cast<int>(k.deviceClass));
+            insertKernel.bindInt(8, k.nameId);
+            insertKernel.bindInt(9, k.step);
+            insertKernel.run();
+            maxKernelNs = std::max(maxKernelNs, duration(k.beginNs, k.endNs));
+        }
+    } else {
+        for (const DeviceTimeRow& row : std::get<DeviceTime>(item).rows) {
+            insertDeviceTime.bindInt(1, row.rank);
+            insertDeviceTime.bindInt(2, row.step);
+            insertDeviceTime.bindInt(3, static_cast<int>(row.deviceClass));
+            insertDeviceTime.bindInt(4, row.busyNs);
+            insertDeviceTime.bindInt(5, row.exposedNs);
+            insertDeviceTime.run();
+        }
     }
 }
 
@@ -362,6 +445,17 @@ void SessionWriter::updateRank(const RankInfo& rank) { m_impl->enqueue(rank); }
 void SessionWriter::setTraffic(const RankTraffic& traffic) { m_impl->enqueue(traffic); }
 
 void SessionWriter::setOutcome(const SessionOutcome& outcome) { m_impl->enqueue(outcome); }
+
+void SessionWriter::addImportSource(const ImportSource& source) { m_impl->enqueue(source); }
+
+void SessionWriter::addKernelNames(std::vector<std::string> names) { m_impl->enqueue(KernelNames{std::move(names)}); }
+
+void SessionWriter::appendKernels(std::uint32_t rank, std::vector<KernelRow> kernels)
+{
+    m_impl->enqueue(RankKernels{rank, std::move(kernels)});
+}
+
+void SessionWriter::addDeviceTime(std::vector<DeviceTimeRow> rows) { m_impl->enqueue(DeviceTime{std::move(rows)}); }
 
 void SessionWriter::flush()
 {

@@ -640,8 +640,8 @@ void TestSessionStore::badFilesAreRefused()
     writeSpanSession(file("future.meshbench"), 100);
     execSql(file("future.meshbench"), ("PRAGMA user_version = " + std::to_string(store::kSchemaVersion + 1)).c_str());
     QVERIFY(mentions(refusal(file("future.meshbench")),
-                     {file("future.meshbench"), "was written by a newer Meshbench (session format 3, this build reads "
-                                                "up to 2); upgrade"}));
+                     {file("future.meshbench"), "was written by a newer Meshbench (session format 4, this build reads "
+                                                "up to 3); upgrade"}));
 
     writeSpanSession(file("whole.meshbench"), 20000);
     const std::string whole = readFile(file("whole.meshbench"));

@@ -1,0 +1,170 @@
+#include "nsys_reader.h"
+
+#include "import_error.h"
+
+#include <sqlite3.h>
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <unordered_map>
+
+namespace meshbench::import {
+
+namespace {
+
+constexpr int kNvtxPushPop = 59;
+constexpr int kNvtxStartEnd = 60;
+
+class Export {
+public:
+    explicit Export(const std::string& path) : m_path(path)
+    {
+        sqlite3* db = nullptr;
+        const int status = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+        m_db.reset(db);
+        if (status != SQLITE_OK)
+            throw ImportError(path + ": cannot be opened: " + (db ? sqlite3_errmsg(db) : "out of memory"));
+        query("SELECT name FROM sqlite_master WHERE type = 'table'",
+              [&](sqlite3_stmt* row) { m_tables.insert(text(row, 0)); });
+    }
+
+    bool has(const std::string& table) const { return m_tables.count(table) > 0; }
+
+    void query(const std::string& sql, const std::function<void(sqlite3_stmt*)>& visit) const
+    {
+        sqlite3_stmt* raw = nullptr;
+        if (sqlite3_prepare_v2(m_db.get(), sql.c_str(), -1, &raw, nullptr) != SQLITE_OK)
+            throw ImportError(m_path + ": is not an nsys export this reader knows (" + sqlite3_errmsg(m_db.get()) +
+                              ")");
+        std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> statement(raw, sqlite3_finalize);
+        int status = SQLITE_ROW;
+        while ((status = sqlite3_step(raw)) == SQLITE_ROW)
+            visit(raw);
+        if (status != SQLITE_DONE)
+            throw ImportError(m_path + ": is damaged: " + sqlite3_errmsg(m_db.get()));
+    }
+
+    static std::string text(sqlite3_stmt* row, int column)
+    {
+        const unsigned char* value = sqlite3_column_text(row, column);
+        return value ? reinterpret_cast<const char*>(value) : "";
+    }
+
+private:
+    std::string m_path;
+    std::unique_ptr<sqlite3, int (*)(sqlite3*)> m_db{nullptr, sqlite3_close};
+    std::set<std::string> m_tables;
+};
+
+}  // namespace
+
+RankTrace readNsysExport(const std::string& path, NameTable& names, const ReadOptions& options)
+{
+    RankTrace trace;
+    trace.path = path;
+    trace.format = "nsys-sqlite";
+    const Export db(path);
+    if (!db.has("META_DATA_EXPORT") && !db.has("StringIds"))
+        throw ImportError(path + ": is an SQLite database but not an Nsight Systems export (no META_DATA_EXPORT); "
+                                 "export the report with 'nsys export --type sqlite'");
+    std::string version;
+    if (db.has("META_DATA_EXPORT"))
+        db.query("SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_SCHEMA_VERSION'",
+                 [&](sqlite3_stmt* row) { version = Export::text(row, 0); });
+    const int major = version.empty() ? -1 : std::atoi(version.c_str());
+    if (major < kNsysSchemaMajorMin || major > kNsysSchemaMajorMax)
+        throw ImportError(path + ": has nsys export schema version '" + (version.empty() ? "none" : version) +
+                          "', this build reads versions " + std::to_string(kNsysSchemaMajorMin) + ".x to " +
+                          std::to_string(kNsysSchemaMajorMax) + ".x; export it with a matching nsys");
+
+    std::int64_t base = 0;
+    if (db.has("TARGET_INFO_SESSION_START_TIME"))
+        db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1",
+                 [&](sqlite3_stmt* row) { base = sqlite3_column_int64(row, 0); });
+    std::unordered_map<std::int64_t, std::string> strings;
+    if (db.has("StringIds"))
+        db.query("SELECT id, value FROM StringIds",
+                 [&](sqlite3_stmt* row) { strings[sqlite3_column_int64(row, 0)] = Export::text(row, 1); });
+    const auto stringOf = [&](sqlite3_stmt* row, int column) -> const std::string& {
+        static const std::string kNone;
+        const auto found = strings.find(sqlite3_column_int64(row, column));
+        return found == strings.end() ? kNone : found->second;
+    };
+    const auto tick = [&] {
+        if ((++trace.events & 0xFFFF) == 0) {
+            if (options.progress)
+                options.progress(0, trace.events);
+            if (options.cancelled())
+                throw ImportError(path + ": the import was cancelled");
+        }
+    };
+
+    if (db.has("CUPTI_ACTIVITY_KIND_KERNEL"))
+        db.query("SELECT start, end, deviceId, streamId, correlationId, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL",
+                 [&](sqlite3_stmt* row) {
+                     tick();
+                     DeviceEvent d;
+                     d.beginNs = base + sqlite3_column_int64(row, 0);
+                     d.endNs = base + sqlite3_column_int64(row, 1);
+                     d.device = sqlite3_column_int(row, 2);
+                     d.stream = sqlite3_column_int(row, 3);
+                     d.correlation = sqlite3_column_int64(row, 4);
+                     const std::string& name = stringOf(row, 5);
+                     d.nameId = names.id(name);
+                     d.deviceClass = classifyKernel(name);
+                     if (store::isCommunicationClass(d.deviceClass)) {
+                         d.collective = static_cast<std::int32_t>(trace.collectives.size());
+                         trace.collectives.push_back({});
+                     }
+                     if (d.endNs < d.beginNs)
+                         throw ImportError(path + ": kernel '" + name + "' (correlation " +
+                                           std::to_string(d.correlation) + ") ends before it begins");
+                     trace.device.push_back(d);
+                 });
+    for (const auto& [table, deviceClass, label] :
+         {std::tuple{"CUPTI_ACTIVITY_KIND_MEMCPY", store::DeviceClass::Memcpy, "Memcpy"},
+          std::tuple{"CUPTI_ACTIVITY_KIND_MEMSET", store::DeviceClass::Memset, "Memset"}}) {
+        if (!db.has(table))
+            continue;
+        const std::int32_t nameId = names.id(label);
+        db.query(std::string("SELECT start, end, deviceId, streamId, correlationId FROM ") + table,
+                 [&, deviceClass = deviceClass](sqlite3_stmt* row) {
+                     tick();
+                     DeviceEvent d;
+                     d.beginNs = base + sqlite3_column_int64(row, 0);
+                     d.endNs = base + sqlite3_column_int64(row, 1);
+                     d.device = sqlite3_column_int(row, 2);
+                     d.stream = sqlite3_column_int(row, 3);
+                     d.correlation = sqlite3_column_int64(row, 4);
+                     d.nameId = nameId;
+                     d.deviceClass = deviceClass;
+                     trace.device.push_back(d);
+                 });
+    }
+    if (db.has("CUPTI_ACTIVITY_KIND_RUNTIME"))
+        db.query("SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME", [&](sqlite3_stmt* row) {
+            tick();
+            trace.launches.push_back({sqlite3_column_int64(row, 2), base + sqlite3_column_int64(row, 0),
+                                      sqlite3_column_int64(row, 1) % 0x1000000});
+        });
+    if (db.has("NVTX_EVENTS"))
+        db.query("SELECT start, end, eventType, text, textId, globalTid FROM NVTX_EVENTS WHERE eventType IN (" +
+                     std::to_string(kNvtxPushPop) + ", " + std::to_string(kNvtxStartEnd) + ")",
+                 [&](sqlite3_stmt* row) {
+                     tick();
+                     const std::string name =
+                         sqlite3_column_type(row, 3) != SQLITE_NULL ? Export::text(row, 3) : stringOf(row, 4);
+                     if (sqlite3_column_type(row, 1) == SQLITE_NULL)
+                         return;  // a range never closed
+                     if (!options.steps.step(name) && !parseOpName(name))
+                         return;
+                     trace.ranges.push_back({names.id(name), base + sqlite3_column_int64(row, 0),
+                                             base + sqlite3_column_int64(row, 1),
+                                             sqlite3_column_int64(row, 5) % 0x1000000});
+                 });
+    sortTrace(trace);
+    return trace;
+}
+
+}  // namespace meshbench::import

@@ -1,0 +1,650 @@
+#include "rank_analysis.h"
+
+#include "import_error.h"
+#include "op_names.h"
+
+#include "plan/measured_bubble.h"
+#include "plan/schedule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <span>
+#include <unordered_map>
+
+namespace meshbench::import {
+
+namespace {
+
+using plan::TimeInterval;
+using store::DeviceClass;
+
+bool containsNoCase(std::string_view text, std::string_view upperWord)
+{
+    return std::search(text.begin(), text.end(), upperWord.begin(), upperWord.end(),
+                       [](char a, char b) { return std::toupper(static_cast<unsigned char>(a)) == b; }) != text.end();
+}
+
+// Megatron's group descriptions (parallel_state.py: TENSOR_MODEL_PARALLEL_GROUP, ...) and
+// DeviceMesh's mesh_<dim> names.
+std::optional<DeviceClass> classOfDescription(std::string_view desc)
+{
+    if (desc.empty())
+        return std::nullopt;
+    if (containsNoCase(desc, "EXPERT_DATA") || containsNoCase(desc, "MESH_DP") || containsNoCase(desc, "MESH_FSDP"))
+        return DeviceClass::CommData;
+    if (containsNoCase(desc, "EXPERT") || containsNoCase(desc, "MESH_EP"))
+        return DeviceClass::CommExpert;
+    if (containsNoCase(desc, "TENSOR") || containsNoCase(desc, "MESH_TP"))
+        return DeviceClass::CommTensor;
+    if (containsNoCase(desc, "PIPELINE") || containsNoCase(desc, "MESH_PP"))
+        return DeviceClass::CommPipeline;
+    if (containsNoCase(desc, "DATA_PARALLEL"))
+        return DeviceClass::CommData;
+    return std::nullopt;
+}
+
+std::vector<int> ranksOf(std::string_view text)
+{
+    std::vector<int> ranks;
+    int value = 0;
+    bool inNumber = false;
+    for (char c : text) {
+        if (c >= '0' && c <= '9') {
+            value = value * 10 + (c - '0');
+            inNumber = true;
+        } else if (inNumber) {
+            ranks.push_back(value);
+            value = 0;
+            inNumber = false;
+        }
+    }
+    if (inNumber)
+        ranks.push_back(value);
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+}
+
+bool isPointToPoint(const CollectiveInfo& c, std::string_view kernelName)
+{
+    return c.name == "send" || c.name == "recv" || c.name == "sendrecv" ||
+           (c.name.empty() && kernelName.find("SendRecv") != std::string_view::npos);
+}
+
+// The ranks of a collective's group: from its arguments, else from the trace's pg_config.
+std::vector<int> groupRanks(const CollectiveInfo& c, const RankTrace& trace)
+{
+    if (!c.groupRanks.empty())
+        return ranksOf(c.groupRanks);
+    for (const ProcessGroup& g : trace.groups)
+        if (!c.group.empty() && g.name == c.group) {
+            std::vector<int> ranks = g.ranks;
+            std::sort(ranks.begin(), ranks.end());
+            return ranks;
+        }
+    return {};
+}
+
+std::string groupDescription(const CollectiveInfo& c, const RankTrace& trace)
+{
+    if (!c.groupDesc.empty())
+        return c.groupDesc;
+    for (const ProcessGroup& g : trace.groups)
+        if (!c.group.empty() && g.name == c.group)
+            return g.desc;
+    return {};
+}
+
+// The parallel dimension whose group ran a communication kernel: from the group's description, from
+// its ranks matched against the job's mesh, or, for a point-to-point transfer, from its peer.
+DeviceClass dimensionOf(const CollectiveInfo& c, std::string_view kernelName, int rank, const RankTrace& trace,
+                        const JobContext& job)
+{
+    if (const std::optional<DeviceClass> byDesc = classOfDescription(groupDescription(c, trace)))
+        return *byDesc;
+    if (!job.mesh)
+        return DeviceClass::CommOther;
+    const std::vector<int> members = groupRanks(c, trace);
+    constexpr std::pair<plan::GroupKind, DeviceClass> kKinds[] = {
+        {plan::GroupKind::Tensor, DeviceClass::CommTensor},   {plan::GroupKind::Pipeline, DeviceClass::CommPipeline},
+        {plan::GroupKind::Expert, DeviceClass::CommExpert},   {plan::GroupKind::Data, DeviceClass::CommData},
+        {plan::GroupKind::ExpertData, DeviceClass::CommData},
+    };
+    if (members.size() > 1) {
+        for (const auto& [kind, deviceClass] : kKinds) {
+            std::vector<int> group = job.mesh->groupOf(kind, rank);
+            std::sort(group.begin(), group.end());
+            if (group == members)
+                return deviceClass;
+        }
+    }
+    if (isPointToPoint(c, kernelName)) {
+        const int peer = c.name == "recv" ? c.srcRank : c.dstRank >= 0 ? c.dstRank : c.srcRank;
+        const std::vector<int> pipeline = job.mesh->groupOf(plan::GroupKind::Pipeline, rank);
+        if (peer < 0 ? job.pp() > 1 : std::find(pipeline.begin(), pipeline.end(), peer) != pipeline.end())
+            return DeviceClass::CommPipeline;
+    }
+    return DeviceClass::CommOther;
+}
+
+bool isComputeClass(DeviceClass c)
+{
+    return c == DeviceClass::Gemm || c == DeviceClass::Attention || c == DeviceClass::OtherCompute;
+}
+
+// Whether a kernel's name says backward (true) or forward (false); nothing when it says neither
+// (a GEMM, an elementwise kernel, a communication kernel).
+std::optional<bool> directionOf(std::string_view name)
+{
+    for (std::string_view word : {"BWD", "BACKWARD", "GRAD"})
+        if (containsNoCase(name, word))
+            return true;
+    for (std::string_view word : {"FWD", "FORWARD"})
+        if (containsNoCase(name, word))
+            return false;
+    return std::nullopt;
+}
+
+std::vector<TimeInterval> merged(std::vector<TimeInterval> intervals)
+{
+    std::sort(intervals.begin(), intervals.end(),
+              [](const TimeInterval& a, const TimeInterval& b) { return a.beginNs < b.beginNs; });
+    std::vector<TimeInterval> out;
+    for (const TimeInterval& i : intervals) {
+        if (!out.empty() && i.beginNs <= out.back().endNs)
+            out.back().endNs = std::max(out.back().endNs, i.endNs);
+        else
+            out.push_back(i);
+    }
+    return out;
+}
+
+std::int64_t lengthOf(const std::vector<TimeInterval>& mergedIntervals)
+{
+    std::int64_t total = 0;
+    for (const TimeInterval& i : mergedIntervals)
+        total += i.endNs - i.beginNs;
+    return total;
+}
+
+// Length of the intersection of two merged interval lists.
+std::int64_t overlapOf(const std::vector<TimeInterval>& a, const std::vector<TimeInterval>& b)
+{
+    std::int64_t total = 0;
+    std::size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        const std::int64_t begin = std::max(a[i].beginNs, b[j].beginNs);
+        const std::int64_t end = std::min(a[i].endNs, b[j].endNs);
+        if (end > begin)
+            total += end - begin;
+        (a[i].endNs < b[j].endNs ? i : j)++;
+    }
+    return total;
+}
+
+class Analysis {
+public:
+    Analysis(const RankTrace& trace, int rank, const NameTable& names, const JobContext& job, const StepMarker& steps)
+        : m_trace(trace), m_names(names), m_job(job), m_marker(steps)
+    {
+        m_out.rank = rank;
+        if (job.mesh)
+            m_out.stage = job.mesh->coordOf(rank).pp;
+    }
+
+    RankAnalysis run()
+    {
+        findSteps();
+        indexLaunches();
+        placeKernels();
+        readOps();
+        if (m_opCount == 0 && m_trace.hasDeviceEvents())
+            inferOps();
+        pipelineTransfers();
+        deviceTime();
+        describe();
+        return std::move(m_out);
+    }
+
+private:
+    void findSteps()
+    {
+        int next = 0;
+        for (const HostRange& r : m_trace.ranges) {
+            const std::optional<int> step = m_marker.step(m_names.name(r.nameId));
+            if (!step)
+                continue;
+            StepWindow w;
+            w.step = *step >= 0 ? *step : next;
+            next = w.step + 1;
+            w.hostBeginNs = r.beginNs;
+            w.hostEndNs = r.endNs;
+            m_out.steps.push_back(w);
+        }
+        if (m_out.steps.empty()) {
+            // No step marker: the whole trace is one step.
+            StepWindow w;
+            w.hostBeginNs = std::numeric_limits<std::int64_t>::min();
+            w.hostEndNs = std::numeric_limits<std::int64_t>::max();
+            m_out.steps.push_back(w);
+            m_out.inferred.push_back("the whole trace is one step: no '" +
+                                     (m_marker.marker().empty() ? std::string("ProfilerStep#") : m_marker.marker()) +
+                                     "' ranges");
+        }
+    }
+
+    // The step whose host range holds time t, or -1.
+    int stepIndexAt(std::int64_t t) const
+    {
+        const auto& steps = m_out.steps;
+        auto after = std::upper_bound(steps.begin(), steps.end(), t,
+                                      [](std::int64_t time, const StepWindow& w) { return time < w.hostBeginNs; });
+        if (after == steps.begin())
+            return -1;
+        const auto& w = *(after - 1);
+        return t <= w.hostEndNs ? static_cast<int>(after - 1 - steps.begin()) : -1;
+    }
+
+    void indexLaunches()
+    {
+        m_launchNs.reserve(m_trace.launches.size());
+        for (const Launch& l : m_trace.launches)
+            m_launchNs.emplace(l.correlation, l.ns);
+        for (std::size_t i = 0; i < m_trace.device.size(); ++i)
+            if (m_trace.device[i].correlation >= 0)
+                m_deviceByCorrelation.emplace(m_trace.device[i].correlation, i);
+    }
+
+    void placeKernels()
+    {
+        m_out.kernels.reserve(m_trace.device.size());
+        m_stepOfDevice.resize(m_trace.device.size(), -1);
+        m_classOfDevice.resize(m_trace.device.size());
+        m_devicesOfStep.resize(m_out.steps.size());
+        std::map<std::string, std::int64_t> orderInGroup;
+        for (std::size_t i = 0; i < m_trace.device.size(); ++i) {
+            const DeviceEvent& d = m_trace.device[i];
+            const auto launch = m_launchNs.find(d.correlation);
+            const int index = stepIndexAt(launch != m_launchNs.end() ? launch->second : d.beginNs);
+            m_stepOfDevice[i] = index;
+            DeviceClass deviceClass = d.deviceClass;
+            if (d.collective >= 0) {
+                const CollectiveInfo& c = m_trace.collectives[static_cast<std::size_t>(d.collective)];
+                const std::string_view name = m_names.name(d.nameId);
+                deviceClass = dimensionOf(c, name, m_out.rank, m_trace, m_job);
+                noteCollective(c, name, d.endNs, orderInGroup);
+            }
+            m_classOfDevice[i] = deviceClass;
+            if (index >= 0) {
+                m_devicesOfStep[static_cast<std::size_t>(index)].push_back(i);
+                StepWindow& w = m_out.steps[static_cast<std::size_t>(index)];
+                w.deviceBeginNs = w.kernels == 0 ? d.beginNs : std::min(w.deviceBeginNs, d.beginNs);
+                w.deviceEndNs = w.kernels == 0 ? d.endNs : std::max(w.deviceEndNs, d.endNs);
+                ++w.kernels;
+            }
+            m_out.kernels.push_back({d.beginNs, d.endNs, d.device, d.stream, deviceClass, d.nameId,
+                                     index >= 0 ? m_out.steps[static_cast<std::size_t>(index)].step : -1});
+        }
+        for (StepWindow& w : m_out.steps)
+            if (w.kernels == 0) {
+                w.deviceBeginNs = w.hostBeginNs;
+                w.deviceEndNs = w.hostEndNs;
+            }
+    }
+
+    // Members of a collective finish together, and so do the two ends of a transfer; its key must
+    // be the same on each of them. Transfers are keyed by their pair of ranks, so that the stages,
+    // which share no collective, are aligned with each other.
+    void noteCollective(const CollectiveInfo& c, std::string_view name, std::int64_t endNs,
+                        std::map<std::string, std::int64_t>& orderInGroup)
+    {
+        std::string key;
+        if (isPointToPoint(c, name)) {
+            if (c.srcRank < 0 || c.dstRank < 0)
+                return;
+            key = "p2p " + std::to_string(c.srcRank) + ">" + std::to_string(c.dstRank) + " ";
+        } else {
+            if (c.groupSize == 1)
+                return;
+            const std::vector<int> members = groupRanks(c, m_trace);
+            if (members.size() < 2)
+                return;  // without the group's ranks, keys of different groups could meet
+            for (int r : members)
+                key += std::to_string(r) + ",";
+        }
+        const std::int64_t seq = c.seq >= 0 ? c.seq : orderInGroup[key]++;
+        m_out.collectives.push_back({key + "#" + std::to_string(seq), endNs});
+    }
+
+    // The device span of the work a host range launched (kernels by the correlation of the launches
+    // made inside it on its thread), or nothing when it launched none.
+    std::optional<TimeInterval> deviceSpanOf(const HostRange& r) const
+    {
+        const auto& launches = m_trace.launches;
+        auto first = std::lower_bound(launches.begin(), launches.end(), r.beginNs,
+                                      [](const Launch& l, std::int64_t t) { return l.ns < t; });
+        std::optional<TimeInterval> span;
+        for (auto l = first; l != launches.end() && l->ns <= r.endNs; ++l) {
+            if (l->thread != r.thread)
+                continue;
+            auto [begin, end] = m_deviceByCorrelation.equal_range(l->correlation);
+            for (auto d = begin; d != end; ++d) {
+                const DeviceEvent& e = m_trace.device[d->second];
+                span = span ? TimeInterval{std::min(span->beginNs, e.beginNs), std::max(span->endNs, e.endNs)}
+                            : TimeInterval{e.beginNs, e.endNs};
+            }
+        }
+        return span;
+    }
+
+    int pp() const
+    {
+        if (m_job.pp() > 0)
+            return m_job.pp();
+        for (const ProcessGroup& g : m_trace.groups)
+            if (classOfDescription(g.desc) == DeviceClass::CommPipeline && !g.ranks.empty())
+                return static_cast<int>(g.ranks.size());
+        return 0;
+    }
+
+    void readOps()
+    {
+        const int stages = pp();
+        bool hostOnly = false;
+        for (const HostRange& r : m_trace.ranges) {
+            const std::optional<OpName> op = parseOpName(m_names.name(r.nameId));
+            if (!op)
+                continue;
+            const int index = stepIndexAt(r.beginNs);
+            if (index < 0)
+                continue;
+            if (op->kind != wire::SpanKind::Forward && op->kind != wire::SpanKind::Backward &&
+                op->kind != wire::SpanKind::WeightGrad)
+                m_namedTransfers = true;
+            wire::SpanRecord span;
+            span.step = m_out.steps[static_cast<std::size_t>(index)].step;
+            int stage = m_out.stage;
+            int chunk = std::max(op->chunk, 0);
+            if (op->stage >= 0) {
+                const int local = stages > 0 ? op->stage % stages : op->stage;
+                chunk = op->chunk >= 0 ? op->chunk : stages > 0 ? op->stage / stages : 0;
+                if (stage >= 0 && local != stage)
+                    throw ImportError(m_trace.path + ": op '" + m_names.name(r.nameId) + "' runs stage " +
+                                      std::to_string(op->stage) + ", but the job's mesh puts rank " +
+                                      std::to_string(m_out.rank) + " on stage " + std::to_string(stage) +
+                                      "; check --job, or the rank the file was given");
+                stage = local;
+                if (m_out.stage < 0)
+                    m_out.stage = local;
+            }
+            span.stage = static_cast<std::int16_t>(std::max(stage, 0));
+            span.chunk = static_cast<std::int16_t>(chunk);
+            span.microbatch = op->microbatch;
+            span.kind = op->kind;
+            const std::optional<TimeInterval> device = deviceSpanOf(r);
+            hostOnly = hostOnly || !device;
+            span.beginNs = device ? device->beginNs : r.beginNs;
+            span.endNs = device ? device->endNs : r.endNs;
+            m_out.spans.push_back(span);
+            ++m_out.steps[static_cast<std::size_t>(index)].ops;
+            ++m_opCount;
+        }
+        if (m_opCount > 0) {
+            m_out.recognised.push_back(std::to_string(m_opCount) + " pipeline ops by name");
+            if (hostOnly)
+                m_out.inferred.push_back(m_trace.hasDeviceEvents() ? "some ops launched no device work: their host "
+                                                                     "time stands for their device time"
+                                                                   : "ops' host time stands for their device time "
+                                                                     "(the trace has no device events)");
+        }
+    }
+
+    // Without op names: the schedule's op order for this rank's stage, over the step's kernels in
+    // launch order, cut where a pipeline transfer was launched and where the kernels' names turn
+    // from forward to backward (the last stage runs a micro-batch's F and B back to back). The
+    // optimizer (from the step's first multi_tensor_apply launch, torch's fused and foreach
+    // optimizers) and the data-parallel reduction are not ops.
+    void inferOps()
+    {
+        if (!m_job.spec || m_job.pp() < 2 || m_out.stage < 0)
+            return;
+        const plan::ScheduleShape shape = m_job.spec->parallel.scheduleShape();
+        std::vector<plan::Op> compute;
+        for (const plan::Op& op : plan::buildStageOps(shape, m_out.stage))
+            if (plan::isCompute(op.kind))
+                compute.push_back(op);
+        int inferredSteps = 0;
+        for (std::size_t s = 0; s < m_out.steps.size(); ++s) {
+            const std::vector<TimeInterval> segments = segmentsOf(m_devicesOfStep[s]);
+            if (segments.empty())
+                continue;
+            if (segments.size() != compute.size()) {
+                m_out.warnings.emplace_back(m_out.steps[s].step, "rank " + std::to_string(m_out.rank) + ", step " +
+                                                                     std::to_string(m_out.steps[s].step) + ": found " +
+                                                                     std::to_string(segments.size()) +
+                                                                     " compute segments between pipeline "
+                                                                     "transfers, the schedule has " +
+                                                                     std::to_string(compute.size()) +
+                                                                     " ops; its ops are not stored");
+                continue;
+            }
+            for (std::size_t i = 0; i < compute.size(); ++i) {
+                wire::SpanRecord span;
+                span.step = m_out.steps[s].step;
+                span.stage = static_cast<std::int16_t>(m_out.stage);
+                span.chunk = static_cast<std::int16_t>(compute[i].chunk);
+                span.microbatch = compute[i].microbatch;
+                span.kind = compute[i].kind == plan::OpKind::Forward    ? wire::SpanKind::Forward
+                            : compute[i].kind == plan::OpKind::Backward ? wire::SpanKind::Backward
+                                                                        : wire::SpanKind::WeightGrad;
+                span.beginNs = segments[i].beginNs;
+                span.endNs = segments[i].endNs;
+                m_out.spans.push_back(span);
+                ++m_out.steps[s].ops;
+            }
+            ++inferredSteps;
+        }
+        if (inferredSteps > 0)
+            m_out.inferred.push_back("ops of " + std::to_string(inferredSteps) +
+                                     " steps from the job's schedule, cut at the pipeline's transfers (the trace "
+                                     "names no ops)");
+    }
+
+    std::int64_t launchOf(std::size_t device) const
+    {
+        const auto launch = m_launchNs.find(m_trace.device[device].correlation);
+        return launch != m_launchNs.end() ? launch->second : m_trace.device[device].beginNs;
+    }
+
+    // Where the direction turns, the kernels after the last one that told the old direction (a
+    // GEMM, a layer norm: names that say neither) go with the new op.
+    std::vector<TimeInterval> segmentsOf(std::vector<std::size_t> devices) const
+    {
+        std::stable_sort(devices.begin(), devices.end(),
+                         [&](std::size_t a, std::size_t b) { return launchOf(a) < launchOf(b); });
+        std::vector<std::vector<std::size_t>> segments;
+        std::optional<bool> backward;  // the current segment's direction, once a kernel has told it
+        std::size_t lastTold = 0;      // in the current segment, one past the last kernel that told it
+        bool transferSince = false;
+        for (std::size_t i : devices) {
+            const std::string_view name = m_names.name(m_trace.device[i].nameId);
+            if (name.find("multi_tensor_apply") != std::string_view::npos)
+                break;
+            const DeviceClass c = m_classOfDevice[i];
+            if (c == DeviceClass::CommPipeline) {
+                transferSince = true;
+                continue;
+            }
+            if (!isComputeClass(c) && c != DeviceClass::CommTensor)
+                continue;
+            const std::optional<bool> direction = directionOf(name);
+            if (segments.empty() || transferSince) {
+                segments.push_back({});
+                backward.reset();
+                lastTold = 0;
+            } else if (direction && backward && *direction != *backward) {
+                std::vector<std::size_t>& current = segments.back();
+                std::vector<std::size_t> moved(current.begin() + std::ptrdiff_t(lastTold), current.end());
+                current.resize(lastTold);
+                segments.push_back(std::move(moved));
+                backward.reset();
+            }
+            segments.back().push_back(i);
+            if (direction) {
+                backward = direction;
+                lastTold = segments.back().size();
+            }
+            transferSince = false;
+        }
+        std::vector<TimeInterval> spans;
+        for (const std::vector<std::size_t>& segment : segments) {
+            if (segment.empty())
+                continue;
+            TimeInterval span{m_trace.device[segment.front()].beginNs, m_trace.device[segment.front()].endNs};
+            for (std::size_t i : segment) {
+                span.beginNs = std::min(span.beginNs, m_trace.device[i].beginNs);
+                span.endNs = std::max(span.endNs, m_trace.device[i].endNs);
+            }
+            spans.push_back(span);
+        }
+        return spans;
+    }
+
+    // The pipeline's transfer kernels as send/recv spans, unless the trace named its transfers.
+    void pipelineTransfers()
+    {
+        if (m_namedTransfers)
+            return;
+        for (std::size_t i = 0; i < m_trace.device.size(); ++i) {
+            if (m_classOfDevice[i] != DeviceClass::CommPipeline || m_stepOfDevice[i] < 0)
+                continue;
+            const DeviceEvent& d = m_trace.device[i];
+            const CollectiveInfo& c = m_trace.collectives[static_cast<std::size_t>(d.collective)];
+            const bool send = c.name == "send";
+            const int peer = send ? c.dstRank : c.srcRank;
+            int peerStage = -1;
+            if (peer >= 0 && m_job.mesh && peer < m_job.mesh->worldSize())
+                peerStage = m_job.mesh->coordOf(peer).pp;
+            const bool towardsLater = peerStage < 0 || peerStage > m_out.stage;
+            wire::SpanRecord span;
+            span.step = m_out.steps[static_cast<std::size_t>(m_stepOfDevice[i])].step;
+            span.stage = static_cast<std::int16_t>(std::max(m_out.stage, 0));
+            span.kind = send ? (towardsLater ? wire::SpanKind::SendActivation : wire::SpanKind::SendGradient)
+                             : (towardsLater ? wire::SpanKind::RecvGradient : wire::SpanKind::RecvActivation);
+            if (peerStage < 0)
+                span.kind = send ? wire::SpanKind::SendActivation : wire::SpanKind::RecvActivation;
+            span.peerRank = peer;
+            span.beginNs = d.beginNs;
+            span.endNs = d.endNs;
+            m_out.spans.push_back(span);
+        }
+    }
+
+    void deviceTime()
+    {
+        if (!m_trace.hasDeviceEvents())
+            return;
+        for (std::size_t s = 0; s < m_out.steps.size(); ++s) {
+            std::vector<std::vector<TimeInterval>> byClass(store::kDeviceClasses);
+            std::vector<TimeInterval> compute, all;
+            for (std::size_t i : m_devicesOfStep[s]) {
+                const TimeInterval interval{m_trace.device[i].beginNs, m_trace.device[i].endNs};
+                byClass[static_cast<std::size_t>(m_classOfDevice[i])].push_back(interval);
+                if (isComputeClass(m_classOfDevice[i]))
+                    compute.push_back(interval);
+                all.push_back(interval);
+            }
+            if (all.empty())
+                continue;
+            const std::vector<TimeInterval> computeUnion = merged(std::move(compute));
+            const std::vector<TimeInterval> busy = merged(std::move(all));
+            const StepWindow& w = m_out.steps[s];
+            for (int c = 0; c < store::kDeviceClasses; ++c) {
+                const auto deviceClass = static_cast<DeviceClass>(c);
+                if (deviceClass == DeviceClass::Idle)
+                    continue;
+                const std::vector<TimeInterval> u = merged(std::move(byClass[static_cast<std::size_t>(c)]));
+                if (u.empty())
+                    continue;
+                const std::int64_t length = lengthOf(u);
+                const std::int64_t exposed =
+                    store::isCommunicationClass(deviceClass) ? length - overlapOf(u, computeUnion) : length;
+                m_out.deviceTime.push_back({m_out.rank, w.step, deviceClass, length, exposed});
+            }
+            const std::int64_t idle = (w.deviceEndNs - w.deviceBeginNs) - lengthOf(busy);
+            m_out.deviceTime.push_back({m_out.rank, w.step, DeviceClass::Idle, idle, idle});
+        }
+    }
+
+    void describe()
+    {
+        std::size_t collectives = 0;
+        for (const DeviceEvent& d : m_trace.device)
+            collectives += d.collective >= 0 ? 1 : 0;
+        m_out.recognised.insert(m_out.recognised.begin(),
+                                std::to_string(m_trace.events) + " events, " + std::to_string(m_out.steps.size()) +
+                                    " steps, " + std::to_string(m_trace.device.size()) + " device events (" +
+                                    std::to_string(collectives) + " communication)");
+    }
+
+    const RankTrace& m_trace;
+    const NameTable& m_names;
+    const JobContext& m_job;
+    const StepMarker& m_marker;
+    RankAnalysis m_out;
+    std::unordered_map<std::int64_t, std::int64_t> m_launchNs;
+    std::unordered_multimap<std::int64_t, std::size_t> m_deviceByCorrelation;
+    std::vector<int> m_stepOfDevice;
+    std::vector<DeviceClass> m_classOfDevice;
+    std::vector<std::vector<std::size_t>> m_devicesOfStep;  // device events by step index, in begin order
+    int m_opCount = 0;
+    bool m_namedTransfers = false;
+};
+
+}  // namespace
+
+RankAnalysis analyseRank(const RankTrace& trace, int rank, const NameTable& names, const JobContext& job,
+                         const StepMarker& steps)
+{
+    return Analysis(trace, rank, names, job, steps).run();
+}
+
+std::vector<int> partialSteps(const std::vector<const RankAnalysis*>& ranks)
+{
+    std::vector<int> partial;
+    for (const RankAnalysis* rank : ranks) {
+        const std::vector<StepWindow>& steps = rank->steps;
+        if (steps.size() < 2)
+            continue;
+        // The steps between the ends, or the other end when there are two, show what a whole step holds.
+        const auto inner = steps.size() > 2 ? std::span(steps).subspan(1, steps.size() - 2) : std::span(steps);
+        int ops = 0;
+        std::vector<std::size_t> kernels;
+        for (const StepWindow& w : inner) {
+            ops = std::max(ops, w.ops);
+            kernels.push_back(w.kernels);
+        }
+        std::nth_element(kernels.begin(), kernels.begin() + std::ptrdiff_t(kernels.size() / 2), kernels.end());
+        const std::size_t typicalKernels = kernels[kernels.size() / 2];
+        for (const StepWindow* end : {&steps.front(), &steps.back()})
+            if (end->ops < ops || end->kernels < typicalKernels)
+                partial.push_back(end->step);
+    }
+    std::sort(partial.begin(), partial.end());
+    partial.erase(std::unique(partial.begin(), partial.end()), partial.end());
+    return partial;
+}
+
+void keepSteps(RankAnalysis& rank, const std::vector<int>& kept)
+{
+    const auto isKept = [&](int step) { return std::binary_search(kept.begin(), kept.end(), step); };
+    std::erase_if(rank.steps, [&](const StepWindow& w) { return !isKept(w.step); });
+    std::erase_if(rank.spans, [&](const wire::SpanRecord& s) { return !isKept(s.step); });
+    std::erase_if(rank.deviceTime, [&](const store::DeviceTimeRow& d) { return !isKept(d.step); });
+    std::erase_if(rank.warnings, [&](const std::pair<int, std::string>& w) { return !isKept(w.first); });
+    for (store::KernelRow& k : rank.kernels)
+        if (!isKept(k.step))
+            k.step = -1;
+}
+
+}  // namespace meshbench::import

@@ -1,0 +1,459 @@
+// `meshbench-engine import` against traces whose answers are known: tests/import/make_gpu_traces.py
+// writes a simulated 8-GPU run (pp 2 x tp 2 x dp 2) as torch.profiler (Kineto) traces and nsys
+// exports, with clock skews it injected, and the true timeline, bubble and communication it built
+// them from. Every bad input of issue 29 gets its own case: a message naming the file and the
+// event, and no session written.
+
+#include "common/process_run.h"
+
+#include "import/import_error.h"
+#include "import/trace_import.h"
+#include "store/session_store.h"
+
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <tuple>
+
+using nlohmann::json;
+using namespace meshbench;
+
+namespace {
+
+// How far the clock alignment may be off (issue 29's bound), and with it every aligned time.
+constexpr std::int64_t kClockBoundNs = 5000;
+
+std::string readText(const std::string& path)
+{
+    std::ifstream file(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+void writeText(const std::string& path, const std::string& text)
+{
+    std::ofstream file(path, std::ios::binary | std::ios::trunc);
+    file << text;
+}
+
+// The generator's output for one case, in a folder of its own.
+struct Generated {
+    std::string dir;
+    json answers;
+    std::vector<std::string> kineto, nsys;
+    std::string job() const { return dir + "/job.json"; }
+};
+
+}  // namespace
+
+class TestImport : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+    std::map<std::string, Generated> m_cases;
+
+    std::string file(const std::string& name) const { return (m_dir.path() + "/").toStdString() + name; }
+
+    const Generated& generated(const std::string& name)
+    {
+        if (auto found = m_cases.find(name); found != m_cases.end())
+            return found->second;
+        Generated g;
+        g.dir = file("case-" + name);
+        const ProcessRun run = runProcess(
+            "python3", {QStringLiteral(MESHBENCH_SOURCE_DIR "/tests/import/make_gpu_traces.py"),
+                        QString::fromStdString(g.dir), "--case", QString::fromStdString(name), "--seed", "1"});
+        if (run.exitCode != 0)
+            qFatal("make_gpu_traces.py failed: %s", qPrintable(run.err));
+        g.answers = json::parse(readText(g.dir + "/answers.json"));
+        for (int r = 0; r < g.answers["world"].get<int>(); ++r) {
+            g.kineto.push_back(g.dir + "/rank" + std::to_string(r) + "_trace.json.gz");
+            g.nsys.push_back(g.dir + "/report." + std::to_string(r) + ".sqlite");
+        }
+        return m_cases.emplace(name, std::move(g)).first->second;
+    }
+
+    std::string importInto(const std::vector<std::string>& paths, const std::optional<std::string>& job,
+                           const std::string& session, const std::string& rankFrom = {})
+    {
+        import::ImportRequest request;
+        request.paths = paths;
+        request.jobPath = job;
+        request.sessionPath = file(session);
+        request.rankFrom = rankFrom;
+        import::importTraces(request);
+        return request.sessionPath;
+    }
+
+    // The message an import fails with; fails the test when it succeeds, and checks that it left
+    // no session and no partial file behind.
+    std::string refusal(const std::vector<std::string>& paths, const std::optional<std::string>& job = {},
+                        const std::string& rankFrom = {})
+    {
+        const std::string session = file("refused.meshbench");
+        try {
+            importInto(paths, job, "refused.meshbench", rankFrom);
+        } catch (const import::ImportError& e) {
+            if (std::filesystem::exists(session) || std::filesystem::exists(session + ".importing"))
+                return "a session was left behind: " + std::string(e.what());
+            return e.what();
+        }
+        return "accepted";
+    }
+
+    static bool mentions(const std::string& text, std::initializer_list<std::string> parts)
+    {
+        for (const std::string& part : parts)
+            if (text.find(part) == std::string::npos) {
+                qWarning("'%s' does not mention '%s'", text.c_str(), part.c_str());
+                return false;
+            }
+        return true;
+    }
+
+    // A small trace of torch.profiler's object form around `events`, as rank 0 of 1.
+    std::string objectTrace(const std::string& name, const std::string& events)
+    {
+        const std::string path = file(name);
+        writeText(path, R"({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},
+                        "baseTimeNanoseconds": 1700000000000000000, "traceEvents": [)" +
+                            events + "]}");
+        return path;
+    }
+
+    // Checks a session imported from the case's Kineto traces against its answers.
+    void checkAgainstAnswers(const Generated& g, const std::string& session, bool aligned)
+    {
+        const json& a = g.answers;
+        const int pp = a["pp"].get<int>();
+        store::SessionReader reader(session);
+
+        if (aligned) {
+            std::map<std::uint32_t, std::int64_t> offsets;
+            for (const auto& o : reader.clockOffsets())
+                offsets[o.rank] = o.record.offsetNs;
+            QCOMPARE(int(offsets.size()), a["world"].get<int>());
+            for (const auto& [rank, info] : a["ranks"].items()) {
+                const std::int64_t expected = info["clock_offset_ns"].get<std::int64_t>();
+                QVERIFY2(std::llabs(offsets.at(std::uint32_t(std::stoi(rank))) - expected) <= kClockBoundNs,
+                         qPrintable(QString("rank %1: offset %2 ns, injected %3 ns")
+                                        .arg(rank.c_str())
+                                        .arg(offsets.at(std::uint32_t(std::stoi(rank))))
+                                        .arg(expected)));
+            }
+        }
+
+        // Every op, with its stage, chunk, micro-batch and device span.
+        using Key = std::tuple<int, int, int, int, int>;  // rank, step, chunk, microbatch, kind
+        std::map<Key, std::pair<std::int64_t, std::int64_t>> stored;
+        reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+                     [&](const store::StoredSpan& s) {
+                         if (!wire::isComputeKind(s.span.kind))
+                             return;
+                         const Key key{int(s.rank), s.span.step, s.span.chunk, s.span.microbatch, int(s.span.kind)};
+                         QVERIFY(stored.emplace(key, std::pair{s.span.beginNs, s.span.endNs}).second);
+                     });
+        QCOMPARE(stored.size(), a["ops"].size());
+        for (const json& op : a["ops"]) {
+            const int stage = op["stage"].get<int>();
+            const int kind = int(op["kind"] == "F" ? wire::SpanKind::Forward : wire::SpanKind::Backward);
+            const Key key{op["rank"].get<int>(), op["step"].get<int>(), stage / pp, op["microbatch"].get<int>(), kind};
+            const auto found = stored.find(key);
+            QVERIFY2(found != stored.end(), qPrintable(QString::fromStdString("no op " + op.dump())));
+            const std::int64_t shift = aligned ? kClockBoundNs : std::numeric_limits<std::int64_t>::max() / 4;
+            QVERIFY2(std::llabs(found->second.first - op["begin_ns"].get<std::int64_t>()) <= shift,
+                     qPrintable(QString::fromStdString(op.dump())));
+            QVERIFY2(found->second.second - found->second.first ==
+                         op["end_ns"].get<std::int64_t>() - op["begin_ns"].get<std::int64_t>(),
+                     qPrintable(QString("op %1 lasts %2 ns")
+                                    .arg(QString::fromStdString(op.dump()))
+                                    .arg(found->second.second - found->second.first)));
+        }
+
+        // The bubble per stage, as each rank's step metrics carry its stage's.
+        std::set<int> steps;
+        for (const auto& m : reader.stepMetrics()) {
+            steps.insert(m.record.step);
+            const int stage = a["ranks"][std::to_string(m.rank)]["stage"].get<int>();
+            const double expected = a["bubble"][std::to_string(m.record.step)]["per_stage"][stage].get<double>();
+            if (aligned)
+                QVERIFY2(std::abs(m.record.bubbleRatio - expected) <= 0.001,
+                         qPrintable(QString("step %1 rank %2: bubble %3, expected %4")
+                                        .arg(m.record.step)
+                                        .arg(m.rank)
+                                        .arg(m.record.bubbleRatio)
+                                        .arg(expected)));
+        }
+        std::set<int> expectedSteps;
+        for (const json& s : a["steps"])
+            expectedSteps.insert(s.get<int>());
+        QCOMPARE(steps, expectedSteps);
+    }
+
+    // Communication per dimension against the answers' (busy and exposed per rank and step).
+    void checkCommunication(const Generated& g, const std::string& session)
+    {
+        store::SessionReader reader(session);
+        std::map<std::tuple<int, int, std::string>, store::DeviceTimeRow> rows;
+        for (const store::DeviceTimeRow& row : reader.deviceTime())
+            rows[{row.rank, row.step, std::string(store::deviceClassName(row.deviceClass))}] = row;
+        int checked = 0;
+        for (const auto& [step, ranks] : g.answers["comm"].items())
+            for (const auto& [rank, comm] : ranks.items())
+                for (const std::string dim : {"tp", "pp", "dp"}) {
+                    const auto found = rows.find({std::stoi(rank), std::stoi(step), "comm-" + dim});
+                    const std::int64_t busy = found == rows.end() ? 0 : found->second.busyNs;
+                    const std::int64_t exposed = found == rows.end() ? 0 : found->second.exposedNs;
+                    QCOMPARE(busy, comm[dim].get<std::int64_t>());
+                    QCOMPARE(exposed, comm[dim + "_exposed"].get<std::int64_t>());
+                    ++checked;
+                }
+        QVERIFY(checked > 0);
+    }
+
+private slots:
+    void initTestCase() { QVERIFY(m_dir.isValid()); }
+
+    void kinetoTracesMatchTheirAnswers_data()
+    {
+        QTest::addColumn<QString>("name");
+        QTest::newRow("1f1b") << "1f1b";
+        QTest::newRow("interleaved") << "interleaved";
+        QTest::newRow("unannotated 1f1b") << "unannotated";
+    }
+
+    void kinetoTracesMatchTheirAnswers()
+    {
+        QFETCH(QString, name);
+        const Generated& g = generated(name.toStdString());
+        const std::string session = importInto(g.kineto, g.job(), "kineto-" + name.toStdString() + ".meshbench");
+        checkAgainstAnswers(g, session, true);
+        checkCommunication(g, session);
+        // Every kernel is kept, on its own table.
+        store::SessionReader reader(session);
+        std::map<std::uint32_t, int> kernels;
+        reader.kernels(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+                       [&](std::uint32_t rank, const store::KernelRow& k) {
+                           if (k.deviceClass != store::DeviceClass::Memcpy &&
+                               k.deviceClass != store::DeviceClass::Memset)
+                               ++kernels[rank];
+                       });
+        for (const auto& [rank, count] : g.answers["kernels"].items())
+            QCOMPARE(kernels[std::uint32_t(std::stoi(rank))], count.get<int>());
+        // What each file was, and its hash.
+        const std::vector<store::ImportSource> sources = reader.importSources();
+        QCOMPARE(sources.size(), g.kineto.size());
+        QCOMPARE(sources.front().format, std::string("kineto"));
+        QCOMPARE(sources.front().sha256.size(), std::size_t(64));
+    }
+
+    void nsysExportsGiveTheSameOps()
+    {
+        const Generated& g = generated("1f1b");
+        const std::string session = importInto(g.nsys, g.job(), "nsys.meshbench");
+        checkAgainstAnswers(g, session, false);
+        store::SessionReader reader(session);
+        QCOMPARE(reader.importSources().front().format, std::string("nsys-sqlite"));
+        QCOMPARE(reader.importSources().front().rank, 0);
+    }
+
+    void partialStepsAreDroppedAndSaid()
+    {
+        const Generated& g = generated("1f1b");
+        import::ImportRequest request;
+        request.paths = g.kineto;
+        request.jobPath = g.job();
+        request.sessionPath = file("partial.meshbench");
+        const import::ImportResult result = import::importTraces(request);
+        std::string dropped;
+        for (const json& s : g.answers["dropped_partial_steps"])
+            dropped += (dropped.empty() ? "" : ", ") + std::to_string(s.get<int>());
+        QVERIFY(std::any_of(result.summary.begin(), result.summary.end(), [&](const std::string& line) {
+            return line.find("dropped partial steps " + dropped) != std::string::npos;
+        }));
+    }
+
+    void aTruncatedGzipIsNamed()
+    {
+        const Generated& g = generated("1f1b");
+        const std::string whole = readText(g.kineto[0]);
+        const std::string cut = file("rank0_cut.json.gz");
+        writeText(cut, whole.substr(0, whole.size() / 2));
+        QVERIFY(mentions(refusal({cut}), {cut, "gzip stream is truncated"}));
+    }
+
+    void aFileThatIsNoTraceIsNamed()
+    {
+        const std::string path = file("notes.json");
+        writeText(path, "these are my notes\n");
+        QVERIFY(mentions(refusal({path}), {path, "is not a torch.profiler trace"}));
+        const std::string object = file("config.json");
+        writeText(object, R"({"lr": 0.1})");
+        QVERIFY(mentions(refusal({object}), {object, "without \"traceEvents\""}));
+        const std::string broken = file("broken.json");
+        writeText(broken, R"({"traceEvents": [{"name": "x", "ph": "X", "ts": 1, )");
+        QVERIFY(mentions(refusal({broken}), {broken, "is not valid JSON at byte"}));
+    }
+
+    void aNegativeDurationIsNamed()
+    {
+        const std::string path =
+            objectTrace("negative.json", R"({"name": "a", "ph": "X", "ts": 10.0, "dur": 1.0, "pid": 1, "tid": 1},
+                                            {"name": "aten::mm", "ph": "X", "ts": 12.5, "dur": -3.0, "pid": 1, "tid": 1})");
+        QVERIFY(mentions(refusal({path}), {path, "event 1 ", "aten::mm", "negative duration"}));
+    }
+
+    void aFlowWithoutItsEndIsNamed()
+    {
+        const std::string path = objectTrace(
+            "flow.json", R"({"name": "cudaLaunchKernel", "ph": "X", "cat": "cuda_runtime", "ts": 10.0, "dur": 1.0,
+                             "pid": 1, "tid": 1, "args": {"correlation": 7}},
+                            {"name": "ac2g", "ph": "s", "cat": "ac2g", "id": 7, "ts": 10.0, "pid": 1, "tid": 1})");
+        QVERIFY(mentions(refusal({path}), {path, "flow with id 7", "has no end"}));
+    }
+
+    void theWrongRankCountIsNamed()
+    {
+        const Generated& g = generated("1f1b");
+        json job = json::parse(readText(g.job()));
+        job["parallel"]["dp"] = 1;
+        job["cluster"]["devices_per_node"] = 4;
+        const std::string smaller = file("job-dp1.json");
+        writeText(smaller, job.dump());
+        QVERIFY(mentions(refusal(g.kineto, smaller), {"is a trace of 8 ranks", "the job (--job) has 4"}));
+    }
+
+    void aFileWithoutRankIsRefusedNeverRankZero()
+    {
+        const std::string path = file("bare.json");
+        writeText(
+            path,
+            R"([{"name": "PP:0F0", "ph": "X", "ts": 1, "dur": 5, "tid": 1, "pid": "CPU functions", "args": {}}])");
+        QVERIFY(mentions(refusal({path}), {path, "says no rank", "--rank-from"}));
+        QVERIFY(mentions(refusal({path}, {}, "rank(\\d+)"), {path, "finds no number in its name"}));
+    }
+
+    void twoFilesOfOneRankAndMixedWorldsAreNamed()
+    {
+        const Generated& g = generated("1f1b");
+        const std::string copy = file("copy_of_rank0.json.gz");
+        std::filesystem::copy_file(g.kineto[0], copy, std::filesystem::copy_options::overwrite_existing);
+        QVERIFY(mentions(refusal({g.kineto[0], copy}), {"rank 0 is in two files", g.kineto[0], copy}));
+        const std::string other = objectTrace("other_world.json", "");
+        // other_world.json is rank 0 of a world of 1; rank 1 of the case is of 8.
+        QVERIFY(mentions(refusal({g.kineto[1], other}), {"different runs", g.kineto[1], other}));
+    }
+
+    void anUnknownNsysSchemaIsRefusedWithItsVersion()
+    {
+        const Generated& g = generated("1f1b");
+        const std::string path = file("report.0.sqlite");
+        std::filesystem::copy_file(g.nsys[0], path, std::filesystem::copy_options::overwrite_existing);
+        const ProcessRun run =
+            runProcess("sqlite3", {QString::fromStdString(path),
+                                   "UPDATE META_DATA_EXPORT SET value = '9.0.1' WHERE name = 'EXPORT_SCHEMA_VERSION'"});
+        QCOMPARE(run.exitCode, 0);
+        QVERIFY(mentions(refusal({path}), {path, "schema version '9.0.1'"}));
+    }
+
+    void anExistingSessionIsKept()
+    {
+        const Generated& g = generated("1f1b");
+        const std::string path = file("kept.meshbench");
+        writeText(path, "precious");
+        try {
+            importInto(g.kineto, g.job(), "kept.meshbench");
+            QFAIL("an import overwrote a file");
+        } catch (const import::ImportError& e) {
+            QVERIFY(mentions(e.what(), {path, "exists already"}));
+        }
+        QCOMPARE(readText(path), std::string("precious"));
+    }
+
+    void theBareArrayFormReadsHostSpans()
+    {
+        // The shape torch's exporter writes without Kineto: times in us from the profiler's start.
+        const std::string path = file("worker_rank3.json");
+        // (moc misreads a raw string holding '#' over several lines: ordinary strings here.)
+        writeText(path, "[{\"name\": \"ProfilerStep#1\", \"ph\": \"X\", \"ts\": 0, \"dur\": 100, \"tid\": 5,"
+                        " \"pid\": \"CPU functions\", \"args\": {}},\n"
+                        "{\"name\": \"PP:1F0\", \"ph\": \"X\", \"ts\": 10.5, \"dur\": 20.25, \"tid\": 5,"
+                        " \"pid\": \"CPU functions\", \"args\": {}},\n"
+                        "{\"name\": \"aten::mm\", \"ph\": \"X\", \"ts\": 11, \"dur\": 5, \"tid\": 5,"
+                        " \"pid\": \"CPU functions\", \"args\": {}},\n"
+                        "{\"name\": \"PP:1B0\", \"ph\": \"X\", \"ts\": 40, \"dur\": 41.125, \"tid\": 5,"
+                        " \"pid\": \"CPU functions\", \"args\": {}}]");
+        const std::string session = importInto({path}, {}, "bare.meshbench", "rank(\\d+)");
+        store::SessionReader reader(session);
+        std::vector<wire::SpanRecord> spans;
+        reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+                     [&](const store::StoredSpan& s) {
+                         QCOMPARE(s.rank, 3u);
+                         spans.push_back(s.span);
+                     });
+        QCOMPARE(spans.size(), std::size_t(2));
+        QCOMPARE(spans[0].kind, wire::SpanKind::Forward);
+        QCOMPARE(spans[0].beginNs, std::int64_t(10500));
+        QCOMPARE(spans[0].endNs, std::int64_t(30750));
+        QCOMPARE(spans[1].kind, wire::SpanKind::Backward);
+        QCOMPARE(spans[1].endNs - spans[1].beginNs, std::int64_t(41125));
+        QCOMPARE(reader.importSources().front().format, std::string("kineto-array"));
+    }
+
+    void megatronExpertCountsBecomeExpertLoads()
+    {
+        const Generated& g = generated("1f1b");
+        const std::string counts = file("tokens_per_expert_rank0.jsonl");
+        // Two micro-batches, two local experts: 3 + 4 and 10 + 20 tokens.
+        writeText(counts, R"({"iter": 12, "block": "decoder", "layer": 1, "tpe": [[3, 10], [4, 20]]}
+)");
+        std::vector<std::string> paths = g.kineto;
+        paths.push_back(counts);
+        const std::string session = importInto(paths, {}, "experts.meshbench", "rank_?(\\d+)");
+        store::SessionReader reader(session);
+        const auto loads = reader.expertLoads(12);
+        QCOMPARE(loads.size(), std::size_t(1));
+        QCOMPARE(loads[0].rank, 0u);
+        QCOMPARE(loads[0].record.layer, 1);
+        QCOMPARE(loads[0].record.routed, (std::vector<std::uint32_t>{7, 30}));
+    }
+
+    void theCommandLineSaysWhatIsWrong()
+    {
+        const std::string path = file("cli-notes.json");
+        writeText(path, "no trace here");
+        const ProcessRun bad =
+            runProcess(QStringLiteral(MESHBENCH_ENGINE), {"import", QString::fromStdString(path), "--session",
+                                                          QString::fromStdString(file("cli.meshbench"))});
+        QCOMPARE(bad.exitCode, 1);
+        QVERIFY(bad.err.contains("is not a torch.profiler trace"));
+        QVERIFY(!QFile::exists(QString::fromStdString(file("cli.meshbench"))));
+        // A folder of traces, beside other JSON (the job spec and the answers), which is passed over.
+        const Generated& g = generated("1f1b");
+        const std::string folder = file("cli-traces");
+        std::filesystem::create_directories(folder);
+        for (const std::string& trace : g.kineto)
+            std::filesystem::copy_file(trace, folder + "/" + std::filesystem::path(trace).filename().string());
+        std::filesystem::copy_file(g.dir + "/answers.json", folder + "/answers.json");
+        const ProcessRun good =
+            runProcess(QStringLiteral(MESHBENCH_ENGINE),
+                       {"import", QString::fromStdString(folder), "--job", QString::fromStdString(g.job()), "--session",
+                        QString::fromStdString(file("cli.meshbench"))});
+        QCOMPARE(good.exitCode, 0);
+        QVERIFY2(good.out.contains("step 11: bubble"), qPrintable(good.out + good.err));
+        QVERIFY(good.out.contains("passed over " + QString::fromStdString(folder) + "/answers.json"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestImport)
+#include "tst_import.moc"
