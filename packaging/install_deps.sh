@@ -24,7 +24,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   libsqlite3-dev sqlite3
   nlohmann-json3-dev libcli11-dev
-  rapidjson-dev zlib1g-dev libsodium-dev
+  rapidjson-dev zlib1g-dev libxxhash-dev
   libopenblas-dev
   xvfb xauth
   python3-torch python3-numpy python3-zmq

@@ -75,6 +75,7 @@ ExpertCounts readExpertCounts(const std::string& path, int rank, const JobContex
     }
     if (!input.error().empty())
         throw ImportError(path + ": " + input.error());
+    counts.digest = input.digest();
     return counts;
 }
 

@@ -17,6 +17,7 @@ namespace meshbench::import {
 struct ExpertCounts {
     std::vector<wire::ExpertLoadRecord> loads;  // routed over every expert of the model; others 0
     std::uint64_t lines = 0;
+    std::string digest;  // as store::ImportSource::digest
 };
 
 // Local experts are placed by the job's expert-parallel coordinate and layers by its stage when the

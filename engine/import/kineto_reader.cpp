@@ -62,6 +62,31 @@ std::optional<std::int64_t> nanosecondsOf(std::string_view text)
 // Where in the document the reader is.
 enum class Frame { TopObject, Events, Event, Args, DistInfo, Groups, Group, GroupRanks, Skip };
 
+// The keys of an event that are read.
+enum class EventKey { Name, Ph, Cat, Ts, Dur, Pid, Tid, Id, Bp, Args, Other };
+
+EventKey eventKeyOf(std::string_view key)
+{
+    switch (key.size()) {
+    case 2:
+        return key == "ph"   ? EventKey::Ph
+               : key == "ts" ? EventKey::Ts
+               : key == "id" ? EventKey::Id
+               : key == "bp" ? EventKey::Bp
+                             : EventKey::Other;
+    case 3:
+        return key == "cat"   ? EventKey::Cat
+               : key == "dur" ? EventKey::Dur
+               : key == "pid" ? EventKey::Pid
+               : key == "tid" ? EventKey::Tid
+                              : EventKey::Other;
+    case 4:
+        return key == "name" ? EventKey::Name : key == "args" ? EventKey::Args : EventKey::Other;
+    default:
+        return EventKey::Other;
+    }
+}
+
 // The argument keys kept from an event.
 enum class Arg {
     None,
@@ -113,7 +138,8 @@ struct EventFields {
     bool pidIsNumber = false;
     std::optional<std::int64_t> correlation, device, stream;
     CollectiveInfo collective;
-    bool hasCollective = false;
+    bool hasCollective = false;      // it names its collective
+    bool collectiveTouched = false;  // some field of `collective` was set
 
     void clear()
     {
@@ -130,8 +156,9 @@ struct EventFields {
         correlation.reset();
         device.reset();
         stream.reset();
-        collective = {};
-        hasCollective = false;
+        if (collectiveTouched)
+            collective = {};
+        hasCollective = collectiveTouched = false;
     }
 };
 
@@ -187,7 +214,7 @@ public:
             m_event.clear();
             return push(Frame::Event);
         case Frame::Event:
-            return push(m_key == "args" ? Frame::Args : Frame::Skip);
+            return push(m_eventKey == EventKey::Args ? Frame::Args : Frame::Skip);
         case Frame::TopObject:
             return push(m_key == "distributedInfo" ? Frame::DistInfo : Frame::Skip);
         case Frame::Groups:
@@ -236,6 +263,8 @@ public:
     {
         if (top() == Frame::Args)
             m_arg = argOf(std::string_view(text, length));
+        else if (top() == Frame::Event)
+            m_eventKey = eventKeyOf(std::string_view(text, length));
         else
             m_key.assign(text, length);
         return true;
@@ -321,27 +350,44 @@ private:
 
     bool eventField(std::string_view text, bool number)
     {
-        if (m_key == "name") {
+        switch (m_eventKey) {
+        case EventKey::Name:
             m_event.name = text;
-        } else if (m_key == "ph") {
+            break;
+        case EventKey::Ph:
             m_event.ph = text;
-        } else if (m_key == "cat") {
+            break;
+        case EventKey::Cat:
             m_event.cat = text;
-        } else if (m_key == "ts" || m_key == "dur") {
+            break;
+        case EventKey::Ts:
+        case EventKey::Dur: {
             const std::optional<std::int64_t> ns = number ? nanosecondsOf(text) : std::nullopt;
+            const bool ts = m_eventKey == EventKey::Ts;
             if (!ns)
-                return fail("\"" + m_key + "\" is " + std::string(text) + ", not a number of microseconds");
-            (m_key == "ts" ? m_event.ts : m_event.dur) = ns;
-        } else if (m_key == "pid") {
+                return fail(std::string(ts ? "\"ts\"" : "\"dur\"") + " is " + std::string(text) +
+                            ", not a number of microseconds");
+            (ts ? m_event.ts : m_event.dur) = ns;
+            break;
+        }
+        case EventKey::Pid: {
             const std::optional<std::int64_t> pid = number ? integerOf(text) : std::nullopt;
             m_event.pidIsNumber = pid.has_value();
             m_event.pid = pid.value_or(-1);
-        } else if (m_key == "tid") {
+            break;
+        }
+        case EventKey::Tid:
             m_event.tid = (number ? integerOf(text) : std::nullopt).value_or(0);
-        } else if (m_key == "id") {
+            break;
+        case EventKey::Id:
             m_event.id = integerOf(text);
-        } else if (m_key == "bp") {
+            break;
+        case EventKey::Bp:
             m_event.bp = text;
+            break;
+        case EventKey::Args:
+        case EventKey::Other:
+            break;
         }
         return true;
     }
@@ -350,6 +396,7 @@ private:
     {
         const std::optional<std::int64_t> value = number ? integerOf(text) : std::nullopt;
         CollectiveInfo& c = m_event.collective;
+        m_event.collectiveTouched = m_event.collectiveTouched || m_arg >= Arg::Collective;
         switch (m_arg) {
         case Arg::Correlation:
             m_event.correlation = value;
@@ -457,7 +504,7 @@ private:
             d.nameId = m_names.id(e.name);
             d.deviceClass = e.cat == "gpu_memcpy" || e.cat == "Memcpy"   ? store::DeviceClass::Memcpy
                             : e.cat == "gpu_memset" || e.cat == "Memset" ? store::DeviceClass::Memset
-                                                                         : classifyKernel(e.name);
+                                                                         : m_names.kernelClass(d.nameId);
             if (store::isCommunicationClass(d.deviceClass) || e.hasCollective) {
                 d.collective = static_cast<std::int32_t>(m_trace.collectives.size());
                 m_trace.collectives.push_back(e.collective);
@@ -481,7 +528,8 @@ private:
     const ReadOptions& m_options;
     const TraceInput& m_input;
     std::vector<Frame> m_frames;
-    std::string m_key;
+    std::string m_key;  // outside events
+    EventKey m_eventKey = EventKey::Other;
     Arg m_arg = Arg::None;
     EventFields m_event;
     ProcessGroup m_group;
@@ -562,6 +610,7 @@ RankTrace readKinetoTrace(const std::string& path, NameTable& names, const ReadO
             d.endNs += *base;
         }
     }
+    trace.digest = input.digest();
     if (options.progress)
         options.progress(input.fileBytesRead(), trace.events);
     sortTrace(trace);

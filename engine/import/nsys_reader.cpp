@@ -1,6 +1,7 @@
 #include "nsys_reader.h"
 
 #include "import_error.h"
+#include "trace_input.h"
 
 #include <sqlite3.h>
 
@@ -112,7 +113,7 @@ RankTrace readNsysExport(const std::string& path, NameTable& names, const ReadOp
                      d.correlation = sqlite3_column_int64(row, 4);
                      const std::string& name = stringOf(row, 5);
                      d.nameId = names.id(name);
-                     d.deviceClass = classifyKernel(name);
+                     d.deviceClass = names.kernelClass(d.nameId);
                      if (store::isCommunicationClass(d.deviceClass)) {
                          d.collective = static_cast<std::int32_t>(trace.collectives.size());
                          trace.collectives.push_back({});
@@ -163,6 +164,7 @@ RankTrace readNsysExport(const std::string& path, NameTable& names, const ReadOp
                                              base + sqlite3_column_int64(row, 1),
                                              sqlite3_column_int64(row, 5) % 0x1000000});
                  });
+    trace.digest = fileDigest(path);
     sortTrace(trace);
     return trace;
 }

@@ -8,13 +8,12 @@ namespace meshbench::import {
 
 std::int32_t NameTable::id(std::string_view name)
 {
-    // Heterogeneous lookup would save the copy; the copy only happens for a name not yet seen.
-    std::string key(name);
-    if (auto found = m_ids.find(key); found != m_ids.end())
+    if (auto found = m_ids.find(name); found != m_ids.end())
         return found->second;
     const auto id = static_cast<std::int32_t>(m_names.size());
-    m_names.push_back(key);
-    m_ids.emplace(std::move(key), id);
+    m_names.emplace_back(name);
+    m_classes.push_back(classifyKernel(name));
+    m_ids.emplace(std::string(name), id);
     return id;
 }
 

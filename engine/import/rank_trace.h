@@ -14,16 +14,23 @@
 
 namespace meshbench::import {
 
-// Kernel and range names, each stored once for all ranks.
+// Kernel and range names, each stored once for all ranks, with the class each kernel name says
+// (worked out once per name: a trace repeats a few thousand names millions of times).
 class NameTable {
 public:
     std::int32_t id(std::string_view name);
     const std::string& name(std::int32_t id) const { return m_names.at(static_cast<std::size_t>(id)); }
     const std::vector<std::string>& names() const { return m_names; }
+    store::DeviceClass kernelClass(std::int32_t id) const { return m_classes.at(static_cast<std::size_t>(id)); }
 
 private:
+    struct Hash {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view text) const { return std::hash<std::string_view>()(text); }
+    };
     std::vector<std::string> m_names;
-    std::unordered_map<std::string, std::int32_t> m_ids;
+    std::vector<store::DeviceClass> m_classes;
+    std::unordered_map<std::string, std::int32_t, Hash, std::equal_to<>> m_ids;
 };
 
 // A host-side range: a profiler step, a pipeline op's annotation or an NVTX range.
@@ -78,6 +85,7 @@ struct ProcessGroup {
 struct RankTrace {
     std::string path;
     std::string format;  // as store::ImportSource::format
+    std::string digest;  // as store::ImportSource::digest
     std::optional<int> rank;
     std::optional<int> worldSize;
     std::vector<ProcessGroup> groups;

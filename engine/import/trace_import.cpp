@@ -260,6 +260,7 @@ private:
             input.rank = rankOf(path, input.format, std::nullopt);
             ExpertCounts counts = readExpertCounts(path, input.rank, m_job, options);
             input.source.format = "megatron-tokens-per-expert";
+            input.source.digest = counts.digest;
             input.source.recognised = std::to_string(counts.loads.size()) + " layer counts";
             if (!m_job.spec)
                 input.source.inferred = "experts and layers as the file numbers them (no --job)";
@@ -277,6 +278,7 @@ private:
                                   "; give the job spec of the traced run");
             input.analysis = analyseRank(trace, input.rank, m_names, m_job, m_request.read.steps);
             input.source.format = trace.format;
+            input.source.digest = trace.digest;
             input.source.recognised = joined(input.analysis.recognised);
             std::vector<std::string> inferred = input.analysis.inferred;
             if (!trace.rank)
@@ -284,7 +286,6 @@ private:
             input.source.inferred = joined(inferred);
             m_eventsBefore += trace.events;
         }
-        input.source.sha256 = fileSha256(path);
         input.source.rank = input.rank;
         m_bytesBefore += size;
         m_inputs.push_back(std::move(input));
@@ -330,7 +331,8 @@ private:
                                   std::to_string(m_world) + " ranks");
         const int missing = m_world - static_cast<int>(byRank.size());
         m_summary.push_back(
-            "read " + std::to_string(m_inputs.size()) + " files: " + std::to_string(byRank.size()) + " of " +
+            "read " + std::to_string(m_inputs.size()) + " files (" + std::to_string(m_bytesBefore) + " bytes, " +
+            std::to_string(m_eventsBefore) + " events): " + std::to_string(byRank.size()) + " of " +
             std::to_string(m_world) + " ranks" +
             (missing > 0 ? " (" + std::to_string(missing) + " not traced: a profiled subset, as --profile-ranks makes)"
                          : ""));

@@ -26,20 +26,12 @@ std::string hex(const unsigned char* bytes, std::size_t size)
     return text;
 }
 
-void ensureSodium()
-{
-    // sodium_init may be called more than once; it only fails when no entropy source exists, which
-    // SHA-256 does not need.
-    static const int ready = sodium_init();
-    (void)ready;
-}
-
 }  // namespace
 
 TraceInput::TraceInput(const std::string& path) : m_path(path), m_raw(kRawBuffer), m_plain(kPlainBuffer)
 {
-    ensureSodium();
-    crypto_hash_sha256_init(&m_digest);
+    if (!m_digest || XXH3_128bits_reset(m_digest.get()) != XXH_OK)
+        throw ImportError(path + ": out of memory");
     m_file = std::fopen(path.c_str(), "rb");
     if (!m_file)
         throw ImportError(path + ": cannot be read: " + wire::errorText(errno));
@@ -80,7 +72,7 @@ bool TraceInput::readRaw()
         m_rawEnd = true;
         return false;
     }
-    crypto_hash_sha256_update(&m_digest, m_raw.data(), got);
+    XXH3_128bits_update(m_digest.get(), m_raw.data(), got);
     m_fileRead += got;
     m_rawBegin = 0;
     m_rawEnd_ = got;
@@ -150,19 +142,19 @@ bool TraceInput::readLine(std::string& out)
     }
 }
 
-std::string TraceInput::sha256()
+std::string TraceInput::digest()
 {
     while (readRaw()) {
     }
-    unsigned char digest[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256_final(&m_digest, digest);
-    return hex(digest, sizeof digest);
+    XXH128_canonical_t bytes;
+    XXH128_canonicalFromHash(&bytes, XXH3_128bits_digest(m_digest.get()));
+    return "xxh3-128:" + hex(bytes.digest, sizeof bytes.digest);
 }
 
-std::string fileSha256(const std::string& path)
+std::string fileDigest(const std::string& path)
 {
     TraceInput input(path);
-    return input.sha256();
+    return input.digest();
 }
 
 }  // namespace meshbench::import

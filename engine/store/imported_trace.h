@@ -15,7 +15,7 @@ namespace meshbench::store {
 struct ImportSource {
     std::string path;
     std::int64_t bytes = 0;
-    std::string sha256;  // hex
+    std::string digest;  // "xxh3-128:" and the file's XXH3-128 in hex
     std::string format;  // "kineto", "kineto-array", "nsys-sqlite", "megatron-tokens-per-expert"
     std::int32_t rank = -1;
     std::string recognised;

@@ -102,7 +102,7 @@ CREATE TABLE clock_offsets(
   round_trip_ns INTEGER NOT NULL);
 CREATE INDEX clock_offsets_by_time ON clock_offsets(time_ns);
 CREATE TABLE import_sources(
-  seq INTEGER PRIMARY KEY, path TEXT NOT NULL, bytes INTEGER NOT NULL, sha256 TEXT NOT NULL, format TEXT NOT NULL,
+  seq INTEGER PRIMARY KEY, path TEXT NOT NULL, bytes INTEGER NOT NULL, digest TEXT NOT NULL, format TEXT NOT NULL,
   rank INTEGER NOT NULL, recognised TEXT NOT NULL, inferred TEXT NOT NULL);
 CREATE TABLE kernel_names(id INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE TABLE kernels(

@@ -661,7 +661,7 @@ std::vector<ImportSource> SessionReader::importSources() const
     if (!m_impl->hasImport)
         return {};
     Statement row(m_impl->db,
-                  "SELECT path, bytes, sha256, format, rank, recognised, inferred FROM import_sources ORDER BY seq",
+                  "SELECT path, bytes, digest, format, rank, recognised, inferred FROM import_sources ORDER BY seq",
                   "reading the imported files");
     std::vector<ImportSource> sources;
     while (row.step())

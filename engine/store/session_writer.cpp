@@ -195,7 +195,7 @@ SessionWriter::Impl::Impl(const std::string& sessionPath, const SessionHeader& h
       updateOutcome(db, "UPDATE outcome SET state = ?1, cause = ?2, failed_rank = ?3, ended_ns = ?4",
                     "storing the outcome", true),
       insertSource(db,
-                   "INSERT INTO import_sources(seq, path, bytes, sha256, format, rank, recognised, inferred) "
+                   "INSERT INTO import_sources(seq, path, bytes, digest, format, rank, recognised, inferred) "
                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                    "storing an imported file", true),
       insertKernelName(db, "INSERT INTO kernel_names(id, name) VALUES (?1, ?2)", "storing kernel names", true),
@@ -333,7 +333,7 @@ void SessionWriter::Impl::storeImport(const Item& item)
         insertSource.bindInt(1, nextSeq++);
         insertSource.bindText(2, source->path);
         insertSource.bindInt(3, source->bytes);
-        insertSource.bindText(4, source->sha256);
+        insertSource.bindText(4, source->digest);
         insertSource.bindText(5, source->format);
         insertSource.bindInt(6, source->rank);
         insertSource.bindText(7, source->recognised);

@@ -6,12 +6,14 @@
 
 #include "common/guarded_main.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
