@@ -675,6 +675,57 @@ class StopSignal(unittest.TestCase):
 
 
 @unittest.skipIf(zmq is None, "python3-zmq is not installed")
+class FailedRank(unittest.TestCase):
+    """An exception that leaves `with meshbench.connect() as mb:` ends the rank Failed: with the
+    communication status (3, wire::kCommunicationFailedStatus) when torch.distributed raised it (a peer
+    ended first), so that the engine names that peer; with 1 otherwise. torch is stood in for by a
+    module whose code is compiled under torch/distributed's file name, as Debian's torch 1.13 raises a
+    plain RuntimeError from there (gloo's "Connection closed by peer")."""
+
+    FAKE_TORCH = (
+        "import sys, types\n"
+        "torch = types.ModuleType('torch'); distributed = types.ModuleType('torch.distributed')\n"
+        "torch.distributed = distributed\n"
+        "sys.modules['torch'] = torch; sys.modules['torch.distributed'] = distributed\n"
+        "exec(compile('def recv():\\n    raise RuntimeError(\"Connection closed by peer\")\\n',\n"
+        "             '/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py', 'exec'),\n"
+        "     distributed.__dict__)\n"
+    )
+
+    def last_words(self, body: str):
+        collector = Collector()
+        package = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "agent", "python")
+        program = (f"import sys; sys.path.insert(0, {package!r}); import meshbench\n{self.FAKE_TORCH}"
+                   f"with meshbench.connect(rank=0, sample_node=False) as mb:\n    {body}\n")
+        child = subprocess.Popen([sys.executable, "-c", program], stderr=subprocess.DEVNULL,
+                                 env=dict(os.environ, MESHBENCH_COLLECTOR=collector.endpoint))
+        try:
+            records = records_in_order(self, collector.receive_until_final(), 0)
+            self.assertEqual(child.wait(10), 1)
+        finally:
+            child.kill()
+            child.wait()
+            collector.close()
+        logs = [r["text"] for r in records if r["type"] == "log"]
+        return (records[-1]["type"], records[-1]["state"], records[-1]["detail"]), logs
+
+    def test_a_failed_send_or_recv_says_communication(self):
+        last, logs = self.last_words("distributed.recv()")
+        self.assertEqual(last, ("heartbeat", 3, 3))
+        self.assertEqual(logs, ["communication: RuntimeError: Connection closed by peer"])
+
+    def test_a_torch_distributed_error_says_communication(self):
+        last, _ = self.last_words("distributed.DistError = type('DistError', (RuntimeError,), {}); "
+                                  "raise distributed.DistError('NCCL communicator was aborted')")
+        self.assertEqual(last, ("heartbeat", 3, 3))
+
+    def test_the_programs_own_error_is_its_own(self):
+        last, logs = self.last_words("raise RuntimeError('shapes do not match')")
+        self.assertEqual(last, ("heartbeat", 3, 1))
+        self.assertEqual(logs, ["RuntimeError: shapes do not match"])
+
+
+@unittest.skipIf(zmq is None, "python3-zmq is not installed")
 class Environment(unittest.TestCase):
     def setUp(self):
         self.saved = dict(os.environ)
