@@ -13,6 +13,7 @@
 #include "plan/presets.h"
 #include "plan/report.h"
 #include "plan/schedule.h"
+#include "plan/units.h"
 #include "store/session_store.h"
 #include "wire/wall_clock.h"
 
@@ -174,19 +175,9 @@ std::string layoutOf(const plan::ParallelSpec& p)
            std::to_string(p.ep) + " " + std::string(plan::scheduleName(p.schedule));
 }
 
-std::string micros(std::int64_t ns)
-{
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f us", double(ns) / 1000);
-    return text;
-}
+std::string micros(std::int64_t ns) { return plan::formatNumber("%.1f us", double(ns) / 1000); }
 
-std::string percent(double ratio)
-{
-    char text[32];
-    std::snprintf(text, sizeof text, "%.2f%%", 100 * ratio);
-    return text;
-}
+std::string percent(double ratio) { return plan::formatNumber("%.2f%%", 100 * ratio); }
 
 struct RankInput {
     std::string path;
@@ -417,7 +408,6 @@ private:
         stages = m_spec.parallel.pp;
         for (int step : m_steps) {
             std::vector<plan::RankPipelinePhase> phases;
-            std::map<int, int> stageOfRank;
             for (const RankInput& input : m_inputs) {
                 if (input.format == Format::ExpertCounts)
                     continue;
@@ -427,39 +417,62 @@ private:
                         spans.push_back(s);
                 const int stage = std::max(input.analysis.stage, 0);
                 phases.push_back(plan::rankPipelinePhase(stage, spans));
-                stageOfRank[input.rank] = stage;
             }
             const plan::MeasuredBubble bubble = plan::measuredBubble(phases, stages);
             m_bubbles[step] = bubble;
-            if (bubble.overall) {
-                std::string perStage;
-                for (const std::optional<double>& b : bubble.stages)
-                    perStage += (perStage.empty() ? "" : ", ") + (b ? percent(*b) : std::string("-"));
-                m_summary.push_back("step " + std::to_string(step) + ": bubble " + percent(*bubble.overall) +
-                                    " (stages " + perStage + ")");
-            }
+        }
+        m_plan = plan::makePlan(m_spec);
+        const std::map<int, std::pair<std::int64_t, std::int64_t>> windows = stepWindows();
+        for (const auto& [step, bubble] : m_bubbles) {
+            if (!bubble.overall)
+                continue;
+            std::string perStage;
+            for (const std::optional<double>& b : bubble.stages)
+                perStage += (perStage.empty() ? "" : ", ") + (b ? percent(*b) : std::string("-"));
+            const auto window = windows.find(step);
+            const double ms = window == windows.end() ? 0 : double(window->second.second - window->second.first) / 1e6;
+            std::string line = "step " + std::to_string(step) + ": " + plan::formatNumber("%.2f ms", ms) + ", bubble " +
+                               percent(*bubble.overall) + " (stages " + perStage + ")";
+            if (!m_specInferred)
+                line += "; planned " + plan::formatNumber("%.2f ms", m_plan.step.total * 1e3) + ", bubble " +
+                        percent(m_plan.simulation.overallBubbleRatio);
+            m_summary.push_back(line);
         }
     }
 
-    std::vector<wire::Record> stepMetrics(const RankInput& input) const
+    // Each step's span over every rank: from the first rank's begin to the last rank's end.
+    std::map<int, std::pair<std::int64_t, std::int64_t>> stepWindows() const
+    {
+        std::map<int, std::pair<std::int64_t, std::int64_t>> windows;
+        for (const RankInput& input : m_inputs)
+            for (const StepWindow& w : input.analysis.steps) {
+                auto [at, fresh] = windows.emplace(w.step, std::pair{w.deviceBeginNs, w.deviceEndNs});
+                if (!fresh)
+                    at->second = {std::min(at->second.first, w.deviceBeginNs),
+                                  std::max(at->second.second, w.deviceEndNs)};
+            }
+        return windows;
+    }
+
+    // One record per step, as a run's rank 0 sends (the readers take a second as a copied row): the
+    // step from the first rank's begin to the last rank's end, and the overall bubble. The bubble
+    // per stage is the spans', as for a run.
+    std::vector<wire::Record> stepMetrics() const
     {
         std::vector<wire::Record> records;
         const double tokens = double(m_spec.parallel.globalBatch()) * double(m_spec.model.seqLen);
-        for (const StepWindow& w : input.analysis.steps) {
+        constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+        for (const auto& [step, window] : stepWindows()) {
             wire::StepMetricsRecord m;
-            m.step = w.step;
-            m.beginNs = w.deviceBeginNs;
-            m.endNs = w.deviceEndNs;
-            m.loss = std::numeric_limits<double>::quiet_NaN();
-            m.auxLoss = m.gradNorm = m.learningRate = std::numeric_limits<double>::quiet_NaN();
-            const double seconds = double(w.deviceEndNs - w.deviceBeginNs) / 1e9;
-            m.tokens = static_cast<std::int64_t>(tokens);
-            m.tokensPerSecond = seconds > 0 && m_job.spec ? tokens / seconds : 0;
-            const auto bubble = m_bubbles.find(w.step);
-            const int stage = std::max(input.analysis.stage, 0);
-            m.bubbleRatio = bubble != m_bubbles.end() && std::size_t(stage) < bubble->second.stages.size()
-                                ? bubble->second.stages[std::size_t(stage)].value_or(0)
-                                : 0;
+            m.step = step;
+            m.beginNs = window.first;
+            m.endNs = window.second;
+            m.loss = m.auxLoss = m.gradNorm = m.learningRate = kUnknown;
+            const double seconds = double(window.second - window.first) / 1e9;
+            m.tokens = m_specInferred ? 0 : static_cast<std::int64_t>(tokens);
+            m.tokensPerSecond = seconds > 0 && !m_specInferred ? tokens / seconds : 0;
+            const auto bubble = m_bubbles.find(step);
+            m.bubbleRatio = bubble != m_bubbles.end() ? bubble->second.overall.value_or(0) : 0;
             records.emplace_back(m);
         }
         return records;
@@ -498,7 +511,7 @@ private:
         store::SessionHeader header;
         header.name = m_spec.name.empty() ? "imported traces" : m_spec.name;
         header.jobSpec = m_specInferred ? plan::toJson(m_spec).dump(2) : m_jobText;
-        header.planJson = plan::planToJson(plan::makePlan(m_spec)).dump();
+        header.planJson = plan::planToJson(m_plan).dump();
         header.layout = layoutOf(m_spec.parallel) + " (imported)";
         header.createdNs = first;
         header.engineVersion = MESHBENCH_VERSION;
@@ -525,14 +538,18 @@ private:
                 wire::Batch batch{rank, 0, {}};
                 for (const wire::SpanRecord& s : a.spans)
                     batch.records.emplace_back(s);
-                for (wire::Record& m : stepMetrics(input))
-                    batch.records.push_back(std::move(m));
                 const ClockOffset& offset = m_offsets[input.rank];
                 batch.records.emplace_back(wire::ClockOffsetRecord{first, offset.offsetNs, offset.residualNs});
                 writer.append(std::move(batch));
                 writer.appendKernels(rank, std::move(a.kernels));
                 writer.addDeviceTime(std::move(a.deviceTime));
             }
+            // The step records go with the lowest rank's, as a run's rank 0 sends them.
+            const auto lowest = std::min_element(m_inputs.begin(), m_inputs.end(), [](const auto& a, const auto& b) {
+                return (a.format == Format::ExpertCounts) < (b.format == Format::ExpertCounts) ||
+                       ((a.format == Format::ExpertCounts) == (b.format == Format::ExpertCounts) && a.rank < b.rank);
+            });
+            writer.append(wire::Batch{static_cast<std::uint32_t>(lowest->rank), 0, stepMetrics()});
             wire::Batch log{store::kEngineRank, 0, {}};
             for (const std::string& line : m_summary)
                 log.records.emplace_back(wire::LogRecord{last, wire::LogLevel::Info, "import: " + line});
@@ -553,6 +570,7 @@ private:
     std::string m_jobText;
     plan::JobSpec m_spec;
     bool m_specInferred = false;
+    plan::Plan m_plan;
     NameTable m_names;
     std::vector<RankInput> m_inputs;
     std::map<int, std::vector<wire::ExpertLoadRecord>> m_expertLoads;
