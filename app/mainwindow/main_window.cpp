@@ -14,9 +14,13 @@
 #include "monitor/run_state.h"
 #include "monitor/training_chart.h"
 #include "sessions/replay_controls.h"
+#include "sessions/session_list_model.h"
 #include "sessions/sessions_view.h"
+#include "sessions/trace_import_dialog.h"
+#include "sessions/trace_import_job.h"
 
 #include "plan/job_spec.h"
+#include "plan/units.h"
 #include "store/session_store.h"
 
 #include <QAction>
@@ -29,6 +33,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
+#include <QProgressDialog>
 #include <QPushButton>
 #include <QSettings>
 #include <QStandardPaths>
@@ -133,6 +138,9 @@ void MainWindow::buildMenus()
     file->addAction(tr("Open &Session..."), QKeySequence(tr("Ctrl+Shift+O")), this,
                     [this] { openDialog(tr("Sessions (*.meshbench)")); });
     m_recentMenu = file->addMenu(tr("Open &Recent"));
+    file->addAction(tr("Import &Traces..."), this, &MainWindow::importDialog)
+        ->setToolTip(tr("Read other stacks' per-rank traces (torch.profiler, Nsight Systems, Megatron's expert "
+                        "counts) into a session, and open it"));
     file->addSeparator();
     file->addAction(tr("&Save Job"), QKeySequence::Save, this, [this] { saveJob(false); });
     file->addAction(tr("Save Job &As..."), QKeySequence::SaveAs, this, [this] { saveJob(true); });
@@ -265,6 +273,98 @@ bool MainWindow::openFile(const QString& path)
     addRecentFile(path);
     showMessage(tr("opened %1").arg(path));
     return true;
+}
+
+void MainWindow::importDialog()
+{
+    if (m_import) {
+        showMessage(tr("an import is running already"));
+        return;
+    }
+    TraceImportDialog dialog(m_sessions->model()->directory(), this);
+    if (dialog.exec() == QDialog::Accepted)
+        importTraces(dialog.settings());
+}
+
+bool MainWindow::importTraces(const TraceImportSettings& settings)
+{
+    if (m_import)
+        return false;
+    QDir().mkpath(QFileInfo(settings.sessionPath).absolutePath());
+    m_import = new TraceImportJob(settings, this);
+    m_importProgress = new QProgressDialog(tr("Reading traces..."), tr("Cancel"), 0, 0, this);
+    m_importProgress->setWindowTitle(tr("Import Traces"));
+    m_importProgress->setWindowModality(Qt::WindowModal);
+    m_importProgress->setMinimumDuration(0);
+    m_importProgress->setAutoClose(false);
+    m_importProgress->setAutoReset(false);
+    m_importProgress->setMinimumWidth(420);
+    connect(m_importProgress, &QProgressDialog::canceled, m_import, [this] {
+        m_import->cancel();
+        showMessage(tr("cancelling the import..."));
+    });
+    connect(m_import, &TraceImportJob::progress, m_importProgress, [this](quint64 bytes, quint64 events) {
+        const quint64 total = m_import->totalBytes();
+        const QString read = QString::fromStdString(plan::formatBytes(double(bytes)));
+        const QString of =
+            total > 0 ? tr(" of %1").arg(QString::fromStdString(plan::formatBytes(double(total)))) : QString();
+        m_importProgress->setLabelText(tr("Reading traces: %1%2, %3 events")
+                                           .arg(read, of, QString::fromStdString(plan::withThousands(qint64(events)))));
+        if (total > 0) {
+            m_importProgress->setMaximum(1000);
+            m_importProgress->setValue(int(std::min<quint64>(1000, bytes * 1000 / total)));
+        }
+    });
+    connect(m_import, &TraceImportJob::finished, this, &MainWindow::importEnded);
+    m_import->start();
+    m_importProgress->show();
+    showMessage(tr("importing %1 into %2").arg(settings.paths.join(QStringLiteral(", ")), settings.sessionPath));
+    return true;
+}
+
+void MainWindow::importEnded(bool ok, const QString& sessionPath, const QStringList& lines)
+{
+    const bool cancelled = m_import->isCancelled();
+    // Hidden, not closed (closing would emit canceled()), then gone with the job.
+    m_importProgress->disconnect();
+    m_importProgress->hide();
+    m_importProgress->deleteLater();
+    m_importProgress = nullptr;
+    m_import->deleteLater();
+    m_import = nullptr;
+    const QString why = lines.join(u'\n');
+    if (!ok) {
+        showMessage(cancelled ? lines.value(0) : tr("import failed: %1").arg(lines.value(0)));
+        if (isVisible() && !cancelled)  // the user who cancelled needs no dialog to say so
+            QMessageBox::warning(this, tr("Cannot import"), why);
+        emit importFinished(false, QString(), lines);
+        return;
+    }
+    // Listed and selected in Sessions when written there; open in the Monitor as File > Open does.
+    m_sessions->selectSession(sessionPath);
+    if (!openFile(sessionPath)) {
+        emit importFinished(false, QString(), {tr("%1 was written but does not open").arg(sessionPath)});
+        return;
+    }
+    showMessage(tr("imported %1: %2").arg(sessionPath, lines.value(0)));
+    if (isVisible()) {
+        auto* summary = new QMessageBox(
+            QMessageBox::Information, tr("Traces Imported"),
+            tr("The traces were imported into %1, now open in the Monitor.").arg(sessionPath), QMessageBox::Ok, this);
+        // A long summary (many ranks, many warnings) shows its first lines; Show Details has them all.
+        constexpr int kShownLines = 12;
+        summary->setInformativeText(lines.size() <= kShownLines
+                                        ? why
+                                        : QStringList(lines.mid(0, kShownLines)).join(u'\n') + u'\n' +
+                                              tr("... %1 lines in all (Show Details)").arg(lines.size()));
+        if (lines.size() > kShownLines)
+            summary->setDetailedText(why);
+        summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        summary->setAttribute(Qt::WA_DeleteOnClose);
+        summary->setModal(false);
+        summary->show();
+    }
+    emit importFinished(true, sessionPath, lines);
 }
 
 void MainWindow::saveJob(bool askForPath)

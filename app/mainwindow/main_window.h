@@ -10,6 +10,7 @@ class QAction;
 class QLabel;
 class QMenu;
 class QProgressBar;
+class QProgressDialog;
 class QTabWidget;
 
 namespace meshbench::app {
@@ -18,6 +19,8 @@ class DesignerView;
 class EngineClient;
 class MonitorPage;
 class SessionsView;
+class TraceImportJob;
+struct TraceImportSettings;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -35,6 +38,13 @@ public:
     // the Designer then shows the calibrated plan beside the device table's. False with the
     // reason in the status bar (and a dialog when shown).
     bool calibrateFrom(const QStringList& sessions);
+    // Imports other stacks' traces into a session (File > Import Traces, after its dialog) on a
+    // worker thread, behind a progress dialog of the bytes and events read whose Cancel stops it;
+    // the new session then opens in the Monitor as File > Open opens one, and the import's summary
+    // is shown. importFinished() says how it ended. False (nothing started) while one runs.
+    bool importTraces(const TraceImportSettings& settings);
+    // The import running now, null when none.
+    TraceImportJob* runningImport() const { return m_import; }
     void showArea(Area area);
     // Saves a PNG of the window showing `area` (which stays shown); false with `error`.
     bool grabArea(Area area, const QString& path, QString* error = nullptr);
@@ -55,6 +65,9 @@ public:
 signals:
     // A launch did not start: no engine, a job that does not plan, or the engine's refusal.
     void launchRefused(const QString& why);
+    // An import ended: ok with the session it wrote (open in the Monitor) and its summary, or not
+    // with the reason (nothing opened, no session left).
+    void importFinished(bool ok, const QString& sessionPath, const QStringList& lines);
 
 protected:
     void closeEvent(QCloseEvent* event) override;
@@ -69,6 +82,8 @@ private:
     void showMessage(const QString& text);
     void openDialog(const QString& filter);
     void saveJob(bool askForPath);
+    void importDialog();
+    void importEnded(bool ok, const QString& sessionPath, const QStringList& lines);
 
     EngineClient* m_client;
     QTabWidget* m_tabs;
@@ -86,6 +101,8 @@ private:
     QString m_announcedJob;  // the last job whose end was announced
     QAction* m_oneDevice = nullptr;
     QAction* m_allowRoot = nullptr;
+    TraceImportJob* m_import = nullptr;
+    QProgressDialog* m_importProgress = nullptr;
 };
 
 }  // namespace meshbench::app

@@ -70,8 +70,12 @@ ExpertCounts readExpertCounts(const std::string& path, int rank, const JobContex
         for (std::size_t e = 0; e < local.size(); ++e)
             load.routed[std::size_t(firstExpert) + e] = static_cast<std::uint32_t>(local[e]);
         counts.loads.push_back(std::move(load));
-        if ((counts.lines & 0x3FF) == 0 && options.progress)
-            options.progress(input.fileBytesRead(), counts.lines);
+        if ((counts.lines & 0x3FF) == 0) {
+            if (options.progress)
+                options.progress(input.fileBytesRead(), counts.lines);
+            if (options.cancelled())
+                throw ImportError(path + ": the import was cancelled");
+        }
     }
     if (!input.error().empty())
         throw ImportError(path + ": " + input.error());

@@ -463,8 +463,9 @@ private:
         std::stable_sort(devices.begin(), devices.end(),
                          [&](std::size_t a, std::size_t b) { return launchOf(a) < launchOf(b); });
         std::vector<std::vector<std::size_t>> segments;
-        std::optional<bool> backward;  // the current segment's direction, once a kernel has told it
-        std::size_t lastTold = 0;      // in the current segment, one past the last kernel that told it
+        // The current segment's direction once a kernel has told it: 0 forward, 1 backward, -1 not yet.
+        int backward = -1;
+        std::size_t lastTold = 0;  // in the current segment, one past the last kernel that told it
         bool transferSince = false;
         for (std::size_t i : devices) {
             const std::string_view name = m_names.name(m_trace.device[i].nameId);
@@ -480,18 +481,17 @@ private:
             const std::optional<bool> direction = directionOf(name);
             if (segments.empty() || transferSince) {
                 segments.push_back({});
-                backward.reset();
+                backward = -1;
                 lastTold = 0;
-            } else if (direction && backward && *direction != *backward) {
+            } else if (direction && backward >= 0 && int(*direction) != backward) {
                 std::vector<std::size_t>& current = segments.back();
                 std::vector<std::size_t> moved(current.begin() + std::ptrdiff_t(lastTold), current.end());
                 current.resize(lastTold);
                 segments.push_back(std::move(moved));
-                backward.reset();
             }
             segments.back().push_back(i);
             if (direction) {
-                backward = direction;
+                backward = int(*direction);
                 lastTold = segments.back().size();
             }
             transferSince = false;

@@ -199,12 +199,17 @@ public:
         for (const std::string& file : skipped)
             m_summary.push_back("passed over " + file + ": not a trace");
         m_job = readJob(m_request.jobPath, m_jobText);
-        for (const std::string& path : files)
+        for (const std::string& path : files) {
             readFile(path);
+            if (m_request.read.cancelled())
+                throw ImportError("the import was cancelled; nothing was written");
+        }
         checkRanks();
         align();
         dropPartialSteps();
         measureBubble();
+        if (m_request.read.cancelled())
+            throw ImportError("the import was cancelled; nothing was written");
         write();
         return {m_request.sessionPath, m_summary};
     }
