@@ -91,7 +91,10 @@ set(CPACK_DEBIAN_PACKAGE_MAINTAINER ${MESHBENCH_PACKAGE_MAINTAINER})
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "openmpi-bin")
-set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurm-client, python3-zmq")
+# python3 for the client's package in dist-packages (lintian's python-package-missing-depends-on-python);
+# python3-zmq is what the client speaks over, wanted by whoever reports from a Python program.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "openmpi-bin, python3")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3-zmq")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "slurm-client")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

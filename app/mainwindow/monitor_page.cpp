@@ -8,6 +8,7 @@
 #include "timeline/timeline_loaders.h"
 #include "timeline/timeline_view.h"
 
+#include "live/session_findings.h"
 #include "plan/mesh.h"
 #include "store/session_store.h"
 
@@ -102,6 +103,7 @@ void MonitorPage::follow(const QString& source, const plan::JobSpec& spec)
     m_data->setRows(rowsForMesh(mesh));
     markOverlappedPairs();
     m_rankTimes = std::make_unique<live::RankTimes>(mesh.worldSize());
+    m_storedFindings.reset();
     m_timeline->setFollowLive(true);
     m_title->setText(tr("Following %1").arg(source));
     m_findings->clear();
@@ -123,6 +125,11 @@ bool MonitorPage::showSession(const QString& path, QString* error)
         m_data->loadSession(reader);
         markOverlappedPairs();
         m_rankTimes.reset();
+        try {
+            m_storedFindings = live::sessionFindings(reader, path.toStdString());
+        } catch (const std::exception&) {
+            m_storedFindings.reset();  // what the steps alone say, as for a session of an older build
+        }
         m_timeline->fitAll();
         m_title->setText(tr("Session %1 (%2)").arg(QString::fromStdString(reader.header().name), path));
     } catch (const std::exception& e) {
@@ -157,7 +164,9 @@ void MonitorPage::updateFindings()
     m_findings->clear();
     try {
         const std::vector<live::Finding> found =
-            live::findFindings({*spec, m_state->plan(), m_state->steps(), memory, m_rankTimes.get()});
+            m_storedFindings
+                ? *m_storedFindings
+                : live::findFindings({*spec, m_state->plan(), m_state->steps(), memory, m_rankTimes.get()});
         for (const live::Finding& f : found)
             m_findings->addItem(QString::fromStdString(live::describe(f)));
         if (found.empty())

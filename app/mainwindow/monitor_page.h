@@ -9,6 +9,8 @@
 #include <QWidget>
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 class QLabel;
 class QListWidget;
@@ -66,6 +68,9 @@ private:
     QLabel* m_title;
     QString m_source;
     std::unique_ptr<live::RankTimes> m_rankTimes;
+    // A stored session's findings, from all it holds (live::sessionFindings: an imported trace's
+    // device time and kernels too); none while following a run or a replay.
+    std::optional<std::vector<live::Finding>> m_storedFindings;
 };
 
 }  // namespace meshbench::app

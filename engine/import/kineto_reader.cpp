@@ -168,27 +168,6 @@ bool isDeviceCategory(std::string_view cat)
            cat == "Memset";
 }
 
-// "[0, 1, 2]" or "0,1,2": the ranks a string lists.
-std::vector<int> ranksOf(std::string_view text)
-{
-    std::vector<int> ranks;
-    int value = 0;
-    bool inNumber = false;
-    for (char c : text) {
-        if (c >= '0' && c <= '9') {
-            value = value * 10 + (c - '0');
-            inNumber = true;
-        } else if (inNumber) {
-            ranks.push_back(value);
-            value = 0;
-            inNumber = false;
-        }
-    }
-    if (inNumber)
-        ranks.push_back(value);
-    return ranks;
-}
-
 struct FlowEnds {
     std::int64_t startTs = 0;
     bool started = false;
@@ -337,7 +316,7 @@ private:
             else if (m_key == "pg_desc")
                 m_group.desc = text;
             else if (m_key == "ranks" && !number)  // Kineto writes the list as a string
-                m_group.ranks = ranksOf(text);
+                m_group.ranks = ranksListed(text);
             return true;
         case Frame::GroupRanks:
             if (const auto rank = integerOf(text); number && rank)

@@ -101,26 +101,31 @@ RankTrace readNsysExport(const std::string& path, NameTable& names, const ReadOp
         }
     };
 
+    // The columns every activity table shares: start, end, deviceId, streamId, correlationId.
+    const auto deviceEventOf = [&](sqlite3_stmt* row, std::int32_t nameId, store::DeviceClass deviceClass) {
+        tick();
+        DeviceEvent d;
+        d.beginNs = base + sqlite3_column_int64(row, 0);
+        d.endNs = base + sqlite3_column_int64(row, 1);
+        d.device = sqlite3_column_int(row, 2);
+        d.stream = sqlite3_column_int(row, 3);
+        d.correlation = sqlite3_column_int64(row, 4);
+        d.nameId = nameId;
+        d.deviceClass = deviceClass;
+        if (d.endNs < d.beginNs)
+            throw ImportError(path + ": '" + names.name(nameId) + "' (correlation " + std::to_string(d.correlation) +
+                              ") ends before it begins");
+        return d;
+    };
     if (db.has("CUPTI_ACTIVITY_KIND_KERNEL"))
         db.query("SELECT start, end, deviceId, streamId, correlationId, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL",
                  [&](sqlite3_stmt* row) {
-                     tick();
-                     DeviceEvent d;
-                     d.beginNs = base + sqlite3_column_int64(row, 0);
-                     d.endNs = base + sqlite3_column_int64(row, 1);
-                     d.device = sqlite3_column_int(row, 2);
-                     d.stream = sqlite3_column_int(row, 3);
-                     d.correlation = sqlite3_column_int64(row, 4);
-                     const std::string& name = stringOf(row, 5);
-                     d.nameId = names.id(name);
-                     d.deviceClass = names.kernelClass(d.nameId);
+                     const std::int32_t nameId = names.id(stringOf(row, 5));
+                     DeviceEvent d = deviceEventOf(row, nameId, names.kernelClass(nameId));
                      if (store::isCommunicationClass(d.deviceClass)) {
                          d.collective = static_cast<std::int32_t>(trace.collectives.size());
                          trace.collectives.push_back({});
                      }
-                     if (d.endNs < d.beginNs)
-                         throw ImportError(path + ": kernel '" + name + "' (correlation " +
-                                           std::to_string(d.correlation) + ") ends before it begins");
                      trace.device.push_back(d);
                  });
     for (const auto& [table, deviceClass, label] :
@@ -131,16 +136,7 @@ RankTrace readNsysExport(const std::string& path, NameTable& names, const ReadOp
         const std::int32_t nameId = names.id(label);
         db.query(std::string("SELECT start, end, deviceId, streamId, correlationId FROM ") + table,
                  [&, deviceClass = deviceClass](sqlite3_stmt* row) {
-                     tick();
-                     DeviceEvent d;
-                     d.beginNs = base + sqlite3_column_int64(row, 0);
-                     d.endNs = base + sqlite3_column_int64(row, 1);
-                     d.device = sqlite3_column_int(row, 2);
-                     d.stream = sqlite3_column_int(row, 3);
-                     d.correlation = sqlite3_column_int64(row, 4);
-                     d.nameId = nameId;
-                     d.deviceClass = deviceClass;
-                     trace.device.push_back(d);
+                     trace.device.push_back(deviceEventOf(row, nameId, deviceClass));
                  });
     }
     if (db.has("CUPTI_ACTIVITY_KIND_RUNTIME"))

@@ -44,45 +44,24 @@ std::optional<DeviceClass> classOfDescription(std::string_view desc)
     return std::nullopt;
 }
 
-std::vector<int> ranksOf(std::string_view text)
-{
-    std::vector<int> ranks;
-    int value = 0;
-    bool inNumber = false;
-    for (char c : text) {
-        if (c >= '0' && c <= '9') {
-            value = value * 10 + (c - '0');
-            inNumber = true;
-        } else if (inNumber) {
-            ranks.push_back(value);
-            value = 0;
-            inNumber = false;
-        }
-    }
-    if (inNumber)
-        ranks.push_back(value);
-    std::sort(ranks.begin(), ranks.end());
-    return ranks;
-}
-
 bool isPointToPoint(const CollectiveInfo& c, std::string_view kernelName)
 {
     return c.name == "send" || c.name == "recv" || c.name == "sendrecv" ||
            (c.name.empty() && kernelName.find("SendRecv") != std::string_view::npos);
 }
 
-// The ranks of a collective's group: from its arguments, else from the trace's pg_config.
+// The ranks of a collective's group, sorted: from its arguments, else from the trace's pg_config.
 std::vector<int> groupRanks(const CollectiveInfo& c, const RankTrace& trace)
 {
+    std::vector<int> ranks;
     if (!c.groupRanks.empty())
-        return ranksOf(c.groupRanks);
-    for (const ProcessGroup& g : trace.groups)
-        if (!c.group.empty() && g.name == c.group) {
-            std::vector<int> ranks = g.ranks;
-            std::sort(ranks.begin(), ranks.end());
-            return ranks;
-        }
-    return {};
+        ranks = ranksListed(c.groupRanks);
+    else
+        for (const ProcessGroup& g : trace.groups)
+            if (!c.group.empty() && g.name == c.group)
+                ranks = g.ranks;
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
 }
 
 std::string groupDescription(const CollectiveInfo& c, const RankTrace& trace)

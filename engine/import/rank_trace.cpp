@@ -45,6 +45,26 @@ store::DeviceClass classifyKernel(std::string_view name)
     return store::DeviceClass::OtherCompute;
 }
 
+std::vector<int> ranksListed(std::string_view text)
+{
+    std::vector<int> ranks;
+    int value = 0;
+    bool inNumber = false;
+    for (char c : text) {
+        if (c >= '0' && c <= '9') {
+            value = value * 10 + (c - '0');
+            inNumber = true;
+        } else if (inNumber) {
+            ranks.push_back(value);
+            value = 0;
+            inNumber = false;
+        }
+    }
+    if (inNumber)
+        ranks.push_back(value);
+    return ranks;
+}
+
 void sortTrace(RankTrace& trace)
 {
     std::stable_sort(trace.ranges.begin(), trace.ranges.end(),

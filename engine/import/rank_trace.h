@@ -102,6 +102,9 @@ struct RankTrace {
 // memsets are told by their event's category, not their name.
 store::DeviceClass classifyKernel(std::string_view name);
 
+// The ranks a text lists, in order: "[0, 1, 2]" (torch writes process groups' ranks so) or "0,1,2".
+std::vector<int> ranksListed(std::string_view text);
+
 // Orders ranges by begin, launches by time and device events by begin, as the analysis expects.
 void sortTrace(RankTrace& trace);
 

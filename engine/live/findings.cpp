@@ -6,6 +6,7 @@
 #include "steady_state.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -27,10 +28,7 @@ std::string plural(long long count, const std::string& word)
 std::vector<const StepAggregate*> recentSteps(std::span<const StepAggregate> steps)
 {
     std::vector<const StepAggregate*> recent;
-    const std::size_t from = steps.size() > kWarmupSteps + std::size_t(kRecentSteps)
-                                 ? steps.size() - std::size_t(kRecentSteps)
-                                 : kWarmupSteps;
-    for (std::size_t i = from; i < steps.size(); ++i)
+    for (std::size_t i = firstRecentStep(steps.size()); i < steps.size(); ++i)
         if (!steps[i].partial)
             recent.push_back(&steps[i]);
     return recent;
@@ -634,7 +632,360 @@ nlohmann::json orNull(const std::optional<int>& value)
     return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
 }
 
+// The dimension as the spec's keys and the findings' categories name it.
+const char* dimensionName(store::DeviceClass c)
+{
+    switch (c) {
+    case store::DeviceClass::CommTensor:
+        return "tp";
+    case store::DeviceClass::CommPipeline:
+        return "pp";
+    case store::DeviceClass::CommData:
+        return "dp";
+    case store::DeviceClass::CommExpert:
+        return "ep";
+    default:
+        return "other";
+    }
+}
+
+std::string upper(std::string text)
+{
+    for (char& c : text)
+        c = char(std::toupper(static_cast<unsigned char>(c)));
+    return text;
+}
+
+std::string rankList(const std::vector<int>& ranks)
+{
+    std::string text;
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+        text += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+    return text;
+}
+
+// The device evidence applies to the spec's layout: the same world.
+bool deviceMatches(const FindingsInput& in)
+{
+    return in.device != nullptr && in.device->mesh().worldSize() == plan::Mesh(in.spec.parallel).worldSize();
+}
+
+void lateCollectivesOfRanks(const FindingsInput& in, std::vector<Finding>& out)
+{
+    const DeviceEvidence& ev = *in.device;
+    const plan::Mesh& mesh = ev.mesh();
+    for (int r = 0; r < mesh.worldSize(); ++r)
+        for (int d = 0; d < kCollectiveDims; ++d) {
+            const auto dim = CollectiveDim(d);
+            const std::vector<int> group = mesh.groupOf(groupKindOf(dim), r);
+            std::vector<double> lateness, duration, count, window, computeRatio, compute;
+            for (std::int32_t step : ev.steps()) {
+                const RankStepDevice* mine = ev.at(step, r);
+                if (mine == nullptr || !mine->collectives[std::size_t(d)] || !(mine->windowNs > 0))
+                    continue;
+                const CollectiveTiming& t = *mine->collectives[std::size_t(d)];
+                lateness.push_back(double(t.latenessNs));
+                duration.push_back(double(t.durationNs));
+                count.push_back(double(t.count));
+                window.push_back(double(mine->windowNs));
+                std::vector<double> others;
+                for (int peer : group)
+                    if (const RankStepDevice* p = ev.at(step, peer); peer != r && p != nullptr && p->hasTime)
+                        others.push_back(double(p->computeBusyNs()));
+                if (mine->hasTime && !others.empty() && median(others) > 0) {
+                    computeRatio.push_back(double(mine->computeBusyNs()) / median(others));
+                    compute.push_back(double(mine->computeBusyNs()));
+                }
+            }
+            if (lateness.empty())
+                continue;
+            const double late = median(lateness);
+            const double collective = median(duration);
+            if (!(late > double(kLateCollectiveFloorNs) && late > kLateCollectiveFraction * collective))
+                continue;
+            const double perStep = median(count);
+            const double waitShare = std::min(1.0, late * perStep / median(window));
+            const std::string name = dimensionName(classOf(dim));
+            const plan::MeshCoord c = mesh.coordOf(r);
+            Finding f;
+            f.kind = FindingKind::LateCollectives;
+            f.severity = waitShare;
+            f.rank = r;
+            f.stage = c.pp;
+            f.category = name;
+            f.figures = {{"lateness_s", late * 1e-9},
+                         {"collective_s", collective * 1e-9},
+                         {"collectives", perStep},
+                         {"group_size", double(group.size())},
+                         {"wait_share", waitShare}};
+            std::optional<double> ratio;
+            if (!computeRatio.empty()) {
+                ratio = median(computeRatio);
+                f.figures.push_back({"compute_ratio", *ratio});
+            }
+            f.title = "rank " + std::to_string(r) + " starts its " + upper(name) + " collectives " +
+                      plan::formatSeconds(late * 1e-9) + " after the rest of its " + upper(name) + " group (ranks " +
+                      rankList(group) + "): " + plan::formatPercent(late / collective) + " of the collective's " +
+                      plan::formatSeconds(collective * 1e-9) + ", " + plan::formatNumber("%.0f", perStep) +
+                      " a step, so the group waits " + plan::formatPercent(waitShare) + " of the step for it";
+            // The straggler finding is about how long a rank computes; this one is about when it
+            // arrives, which slow compute explains only in part: every collective realigns the group,
+            // so a rank computing (ratio - 1) more arrives late by about that share of the compute
+            // between two collectives. When that explains under half the lateness, the rest comes
+            // before its kernels start.
+            double explained = 0;
+            if (ratio && perStep > 0)
+                explained = std::max(0.0, *ratio - 1) * median(compute) / perStep;
+            f.figures.push_back({"explained_by_compute_s", explained * 1e-9});
+            const std::string node = "the node of rank " + std::to_string(r);
+            if (explained >= late / 2)
+                f.suggestion = "its compute takes " + plan::formatPercent(*ratio - 1) +
+                               " longer than its group's, which carries it late into each collective: check " + node +
+                               " for throttling and other processes on its cores";
+            else
+                f.suggestion =
+                    std::string(ratio ? "its slower compute (" + plan::formatPercent(std::max(0.0, *ratio - 1)) +
+                                            ") explains " + plan::formatSeconds(explained * 1e-9) + " of it; "
+                                      : "") +
+                    "the rest comes before its kernels start: the host launching them late (Python "
+                    "garbage collection, the data loader, other processes on its cores, CPU and NUMA "
+                    "binding on " +
+                    node + ") or its stream waiting on other work";
+            out.push_back(std::move(f));
+        }
+}
+
+// A rank holding its pipeline back (slower compute, late TP collectives) makes its whole data-
+// parallel replica late at the gradient reduction, so every member of the replica is late against
+// its DP group by the same amount. That is one problem, not one per rank: it is reported once, for
+// the replica, naming the member that computes the most against its own DP peers as the likely
+// cause.
+void lateCollectives(const FindingsInput& in, std::vector<Finding>& out)
+{
+    if (!deviceMatches(in))
+        return;
+    const plan::Mesh& mesh = in.device->mesh();
+    std::vector<Finding> found;
+    lateCollectivesOfRanks(in, found);
+    const int replicaSize = mesh.worldSize() / std::max(1, mesh.dp());
+    std::vector<std::vector<const Finding*>> replicas(std::size_t(std::max(1, mesh.dp())));
+    for (const Finding& f : found)
+        if (f.category == "dp")
+            replicas[std::size_t(mesh.coordOf(*f.rank).dp)].push_back(&f);
+    std::vector<bool> merged(replicas.size(), false);
+    for (std::size_t v = 0; v < replicas.size(); ++v) {
+        const std::vector<const Finding*>& members = replicas[v];
+        if (replicaSize < 2 || int(members.size()) != replicaSize)
+            continue;
+        merged[v] = true;
+        const auto ratio = [](const Finding* f) { return f->figure("compute_ratio").value_or(1.0); };
+        const Finding* cause = *std::max_element(
+            members.begin(), members.end(), [&](const Finding* a, const Finding* b) { return ratio(a) < ratio(b); });
+        std::vector<double> lateness, shares;
+        std::vector<int> ranks;
+        for (const Finding* f : members) {
+            lateness.push_back(*f->figure("lateness_s"));
+            shares.push_back(f->severity);
+            ranks.push_back(*f->rank);
+        }
+        Finding f = *cause;
+        f.severity = median(shares);
+        f.figures.push_back({"replica_ranks", double(ranks.size())});
+        f.title = "data-parallel replica dp " + std::to_string(v) + " (ranks " + rankList(ranks) +
+                  ") starts its DP collectives " + plan::formatSeconds(median(lateness)) +
+                  " after the other replicas (the median member), so they wait " + plan::formatPercent(f.severity) +
+                  " of the step for it";
+        const double excess = ratio(cause) - 1;
+        if (excess > 0)
+            f.title += "; rank " + std::to_string(*cause->rank) + " computes " + plan::formatPercent(excess) +
+                       " more than its DP peers and holds the replica's pipeline back";
+        f.suggestion = "check the node of rank " + std::to_string(*cause->rank) +
+                       " (throttling, other processes on its cores, NUMA binding); a replica waits for its slowest "
+                       "stage and TP peer at every pipeline transfer and TP collective";
+        out.push_back(std::move(f));
+    }
+    for (Finding& f : found)
+        if (f.category != "dp" || !merged[std::size_t(mesh.coordOf(*f.rank).dp)])
+            out.push_back(std::move(f));
+}
+
+std::string exposedSuggestion(const plan::JobSpec& spec, store::DeviceClass c)
+{
+    const plan::ParallelSpec& p = spec.parallel;
+    const plan::Mesh mesh(p);
+    std::vector<std::string> tries;
+    switch (c) {
+    case store::DeviceClass::CommTensor:
+        if (!plan::groupsStayInDomain(mesh, plan::GroupKind::Tensor, spec.cluster))
+            tries.push_back("keep TP inside the NVLink domain (parallel.tp " + std::to_string(p.tp) +
+                            " at most cluster.nvlink_domain " + std::to_string(spec.cluster.nvlinkDomain) +
+                            ", TP innermost)");
+        if (!p.sequenceParallel)
+            tries.push_back("set parallel.sequence_parallel (reduce-scatter and all-gather instead of "
+                            "all-reduce, and the norms split over tp)");
+        if (!p.tpCommOverlap)
+            tries.push_back("set parallel.tp_comm_overlap (Megatron's --tp-comm-overlap pipelines the TP "
+                            "collectives with the GEMMs they feed)");
+        if (p.tp > 1)
+            tries.push_back("lower parallel.tp (now " + std::to_string(p.tp) + ") for more pp or dp");
+        break;
+    case store::DeviceClass::CommData:
+        if (!p.overlapGradReduce)
+            tries.push_back("set parallel.overlap_grad_reduce (each bucket reduced during the backward)");
+        tries.push_back("raise parallel.grad_bucket_mb (now " + plan::formatNumber("%g", p.gradBucketMb) +
+                        ") so that fewer, larger reductions pay the latency");
+        if (p.zero >= 1 && !p.overlapParamGather)
+            tries.push_back("set parallel.overlap_param_gather (the weight all-gather under the forward)");
+        tries.push_back("more parallel.microbatches, which give the reduction more backward to hide under");
+        break;
+    case store::DeviceClass::CommPipeline:
+        tries.push_back("more parallel.microbatches (now " + std::to_string(p.microbatches) +
+                        "), so that each transfer is smaller and more of them overlap compute");
+        if (p.pp > 1)
+            tries.push_back(
+                p.schedule == plan::ScheduleKind::Interleaved
+                    ? "more parallel.virtual_stages (now " + std::to_string(p.virtualStages) + ")"
+                    : std::string("schedule interleaved (its transfers overlap the other chunks' compute)"));
+        if (!plan::groupsStayInDomain(mesh, plan::GroupKind::Pipeline, spec.cluster))
+            tries.push_back("place neighbouring stages in one NVLink domain (parallel.order)");
+        break;
+    case store::DeviceClass::CommExpert:
+        if (!plan::groupsStayInDomain(mesh, plan::GroupKind::Expert, spec.cluster))
+            tries.push_back("keep EP inside the NVLink domain (parallel.ep " + std::to_string(p.ep) +
+                            " within cluster.nvlink_domain " + std::to_string(spec.cluster.nvlinkDomain) + ")");
+        if (p.schedule != plan::ScheduleKind::DualPipeV)
+            tries.push_back("schedule dualpipev (one micro-batch's all-to-all under another's compute, as "
+                            "DeepSeek-V3 does)");
+        if (spec.model.moe.capacityFactor > 1)
+            tries.push_back("lower model.moe.capacity_factor (now " +
+                            plan::formatNumber("%g", spec.model.moe.capacityFactor) + ": fewer padded tokens sent)");
+        break;
+    default:
+        break;
+    }
+    if (tries.empty())
+        return "no layout change in the spec removes it; measure the links against the cluster spec";
+    std::string text = "try ";
+    for (std::size_t i = 0; i < tries.size(); ++i)
+        text += (i == 0 ? "" : i + 1 == tries.size() ? "; or " : "; ") + tries[i];
+    return text;
+}
+
+void exposedCommunication(const FindingsInput& in, std::vector<Finding>& out)
+{
+    if (!deviceMatches(in))
+        return;
+    const DeviceEvidence& ev = *in.device;
+    constexpr store::DeviceClass kDims[] = {store::DeviceClass::CommTensor, store::DeviceClass::CommPipeline,
+                                            store::DeviceClass::CommData, store::DeviceClass::CommExpert};
+    for (store::DeviceClass c : kDims) {
+        // Each rank's median over the steps, then the median rank: what the layout costs the typical
+        // device, not one rank's accident (which the late-collectives finding names).
+        std::vector<double> shares, exposed, windows;
+        int worstRank = -1;
+        double worst = 0;
+        for (int r = 0; r < ev.mesh().worldSize(); ++r) {
+            std::vector<double> share, seconds, window;
+            for (std::int32_t step : ev.steps())
+                if (const RankStepDevice* d = ev.at(step, r); d != nullptr && d->hasTime && d->windowNs > 0) {
+                    const double e = double(d->exposedNs[std::size_t(c)]);
+                    share.push_back(std::min(1.0, e / double(d->windowNs)));
+                    seconds.push_back(e * 1e-9);
+                    window.push_back(double(d->windowNs) * 1e-9);
+                }
+            if (share.empty())
+                continue;
+            shares.push_back(median(share));
+            exposed.push_back(median(seconds));
+            windows.push_back(median(window));
+            if (worstRank < 0 || shares.back() > worst) {
+                worst = shares.back();
+                worstRank = r;
+            }
+        }
+        if (shares.empty())
+            continue;
+        const double share = median(shares);
+        if (!(share > kExposedCommShare))
+            continue;
+        const std::string name = dimensionName(c);
+        Finding f;
+        f.kind = FindingKind::ExposedCommunication;
+        f.severity = share;
+        f.rank = worstRank;
+        f.category = name;
+        f.figures = {
+            {"share", share}, {"exposed_s", median(exposed)}, {"window_s", median(windows)}, {"worst_share", worst}};
+        f.title = upper(name) + " communication is exposed for " + plan::formatPercent(share) +
+                  " of the step's device time (" + plan::formatSeconds(median(exposed)) + " of " +
+                  plan::formatSeconds(median(windows)) + ", the median rank; rank " + std::to_string(worstRank) + " " +
+                  plan::formatPercent(worst) + "): no compute runs under it";
+        f.suggestion = exposedSuggestion(in.spec, c);
+        out.push_back(std::move(f));
+    }
+}
+
+std::optional<Finding> launchBound(const FindingsInput& in)
+{
+    if (!deviceMatches(in))
+        return std::nullopt;
+    const DeviceEvidence& ev = *in.device;
+    struct Rank {
+        int rank = -1;
+        double shortShare = 0, idleShare = 0, gaps = 0, boundaries = 0, meanGap = 0;
+    };
+    std::vector<Rank> bound;
+    for (int r = 0; r < ev.mesh().worldSize(); ++r) {
+        std::vector<double> shortShare, idleShare, gaps, boundaries, meanGap;
+        for (std::int32_t step : ev.steps()) {
+            const RankStepDevice* d = ev.at(step, r);
+            if (d == nullptr || !(d->windowNs > 0) || d->kernels < 2)
+                continue;
+            const double window = double(d->windowNs);
+            shortShare.push_back(double(d->shortGapNs) / window);
+            idleShare.push_back(d->hasTime ? double(d->busyNs[std::size_t(store::DeviceClass::Idle)]) / window
+                                           : double(d->shortGapNs) / window);
+            gaps.push_back(double(d->shortGaps));
+            boundaries.push_back(double(d->shortGaps) / double(d->kernels - 1));
+            meanGap.push_back(d->shortGaps > 0 ? double(d->shortGapNs) / d->shortGaps * 1e-9 : 0.0);
+        }
+        if (shortShare.empty())
+            continue;
+        Rank rank{r, median(shortShare), median(idleShare), median(gaps), median(boundaries), median(meanGap)};
+        if (rank.shortShare > kLaunchGapShare && rank.boundaries > kLaunchGapBoundaries)
+            bound.push_back(rank);
+    }
+    if (bound.empty())
+        return std::nullopt;
+    const Rank& w = *std::max_element(bound.begin(), bound.end(),
+                                      [](const Rank& a, const Rank& b) { return a.shortShare < b.shortShare; });
+    Finding f;
+    f.kind = FindingKind::LaunchBound;
+    f.severity = w.shortShare;
+    f.rank = w.rank;
+    f.stage = ev.mesh().coordOf(w.rank).pp;
+    f.figures = {{"short_gap_share", w.shortShare}, {"idle_share", w.idleShare}, {"short_gaps", w.gaps},
+                 {"gap_boundaries", w.boundaries},  {"mean_gap_s", w.meanGap},   {"ranks", double(bound.size())}};
+    f.title = "the device waits for the host's launches: on rank " + std::to_string(w.rank) + " " +
+              plan::formatPercent(w.shortShare) + " of the step goes in " + plan::formatNumber("%.0f", w.gaps) +
+              " idle gaps under " + plan::formatSeconds(double(kLaunchGapNs) * 1e-9) + " (mean " +
+              plan::formatSeconds(w.meanGap) + ", " + plan::formatPercent(w.boundaries) +
+              " of its kernel boundaries; idle " + plan::formatPercent(w.idleShare) + " in all); " +
+              plural(long(bound.size()), "rank") + " of " + std::to_string(ev.mesh().worldSize()) + " alike";
+    f.suggestion = "capture the step's kernels in CUDA graphs (torch.compile mode=\"reduce-overhead\" or "
+                   "torch.cuda.CUDAGraph: one launch for many kernels), or raise parallel.micro_batch_size (now " +
+                   std::to_string(in.spec.parallel.microBatchSize) +
+                   ") so that each kernel does more per launch; fusing small kernels helps too";
+    return f;
+}
+
 }  // namespace
+
+std::size_t firstRecentStep(std::size_t count)
+{
+    return count > kWarmupSteps + std::size_t(kRecentSteps) ? count - std::size_t(kRecentSteps)
+                                                            : std::min(count, kWarmupSteps);
+}
 
 RankTimes::RankTimes(int worldSize, int keepSteps) : m_world(worldSize)
 {
@@ -701,6 +1052,12 @@ std::string_view findingKindName(FindingKind kind)
         return "bubble_above_plan";
     case FindingKind::StepTimeOffPlan:
         return "step_time_off_plan";
+    case FindingKind::LateCollectives:
+        return "late_collectives";
+    case FindingKind::ExposedCommunication:
+        return "exposed_communication";
+    case FindingKind::LaunchBound:
+        return "launch_bound";
     }
     return "unknown";
 }
@@ -728,6 +1085,10 @@ std::vector<Finding> findFindings(const FindingsInput& input)
     if (auto f = bubbleAbovePlan(input, recent))
         findings.push_back(std::move(*f));
     if (auto f = stepTimeOffPlan(input, recent))
+        findings.push_back(std::move(*f));
+    lateCollectives(input, findings);
+    exposedCommunication(input, findings);
+    if (auto f = launchBound(input))
         findings.push_back(std::move(*f));
     std::stable_sort(findings.begin(), findings.end(),
                      [](const Finding& a, const Finding& b) { return a.severity > b.severity; });

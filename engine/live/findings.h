@@ -18,11 +18,18 @@
 //                      threshold, 1 at the capacity, where the run dies
 //   bubble above plan  measured - planned bubble: pipeline time idle beyond the plan
 //   step time off plan |measured - planned| / the larger: the step time the plan does not explain
+//   late collectives   lateness x collectives per step / step window: the share of the step the
+//                      rank's group waits for it
+//   exposed comm       exposed time of the dimension / step window: the device waiting on it alone
+//   launch bound       short idle gaps / step window: device time lost between launches
+// The last three read device time and kernels (an imported trace's, DeviceEvidence): the recent
+// steps of those the device time holds, chosen by the same rule.
 //
 // Entries that do not belong to the spec's layout (a stage, rank or layer out of range, expert
 // arrays of another size, non-finite figures) are skipped, never trusted.
 
 #include "aggregator.h"
+#include "device_evidence.h"
 
 #include "plan/job_spec.h"
 #include "plan/planner.h"
@@ -68,6 +75,33 @@ constexpr double kStepOffPlanRatio = 0.25;
 // beyond jitter and points at a link slower than the spec's.
 constexpr double kCommOverPlanPoints = 0.05;
 
+// A rank whose collectives start late holds its group in them: each peer waits inside the kernel
+// for the last member. The late start must exceed both a floor and a fraction of the collective:
+//   the floor: the import aligns the ranks' clocks to within 5 µs (issue 29's bound), so two ranks'
+//   begins can be 10 µs apart from the clocks alone, plus a few µs of launch-to-start jitter; twice
+//   that is beyond both.
+constexpr std::int64_t kLateCollectiveFloorNs = 20'000;
+//   the fraction: peers spending a quarter of the collective waiting for one rank is a wait of the
+//   collective's own order, where moving the rank or fixing its host is worth it; below, shortening
+//   the transfer (a faster link, overlap) gains more.
+constexpr double kLateCollectiveFraction = 0.25;
+// Exposed communication of one dimension above a tenth of the step: a tenth of the throughput is
+// worth a layout or overlap change (the remedies below each cost memory or a schedule change);
+// under it, the exposed part is mostly the last DP bucket and the first TP collective of a layer,
+// which overlap cannot hide.
+constexpr double kExposedCommShare = 0.10;
+// Launch-bound when the idle gaps under kLaunchGapNs add up to a tenth of the step's device window
+// AND are many: at least a quarter of the boundaries between consecutive kernels. A few short gaps
+// (a synchronisation, an event wait) are not the host falling behind; a quarter of all boundaries
+// is a host that cannot keep ahead of the device. The tenth is where capturing the step in CUDA
+// graphs (one launch for its kernels) pays for the static shapes and memory it requires.
+constexpr double kLaunchGapShare = 0.10;
+constexpr double kLaunchGapBoundaries = 0.25;
+
+// Index of the first of `count` steps (in step order) that findings read: the last kRecentSteps
+// after warm-up (see above).
+std::size_t firstRecentStep(std::size_t count);
+
 // Compute (F, B and W) time per rank and step, summed from the ranks' spans, for stragglers.
 // Keeps the newest `keepSteps` steps; spans of older steps are ignored.
 class RankTimes {
@@ -105,9 +139,19 @@ private:
     std::vector<StepAggregate> m_steps;
 };
 
-enum class FindingKind { BoundingStage, Straggler, HotExpert, MemoryPressure, BubbleAbovePlan, StepTimeOffPlan };
+enum class FindingKind {
+    BoundingStage,
+    Straggler,
+    HotExpert,
+    MemoryPressure,
+    BubbleAbovePlan,
+    StepTimeOffPlan,
+    LateCollectives,
+    ExposedCommunication,
+    LaunchBound,
+};
 // "bounding_stage", "straggler", "hot_expert", "memory_pressure", "bubble_above_plan",
-// "step_time_off_plan".
+// "step_time_off_plan", "late_collectives", "exposed_communication", "launch_bound".
 std::string_view findingKindName(FindingKind kind);
 
 // A measured figure: seconds, bytes or ratios (a share is 0..1, an overload 1.3 means 30% over).
@@ -131,6 +175,20 @@ struct FindingFigure {
 //                    oversubscribed (ranks_per_node, cores), slow_stage (stage, stage_ratio and
 //                    others_ratio: measured / planned busy), slow_link (comm_share,
 //                    planned_comm_share), device_rate (none). The causes are tried in that order.
+//   LateCollectives  (category: the dimension, "tp", "dp" or "ep") lateness_s (the rank's begin
+//                    minus its group's other members' median begin, median over the step's
+//                    collectives and the steps), collective_s (the collective's median duration),
+//                    collectives (per step), group_size, wait_share (the severity), compute_ratio
+//                    (its compute busy time / its group's median) when the device time has it,
+//                    explained_by_compute_s (the lateness its slower compute accounts for). When a
+//                    whole data-parallel replica is late at its DP collectives, one finding for it:
+//                    the figures of its member computing the most (rank), replica_ranks, and the
+//                    severity of the median member
+//   ExposedCommunication (category: "tp", "pp", "dp" or "ep") share (the median rank's), exposed_s
+//                    and window_s (the median rank's per step), worst_share of the worst rank (rank)
+//   LaunchBound      (rank: the worst) short_gap_share, idle_share, short_gaps (per step),
+//                    gap_boundaries (short gaps / kernel boundaries), mean_gap_s, ranks (how many
+//                    ranks are launch-bound)
 struct Finding {
     FindingKind kind = FindingKind::BoundingStage;
     double severity = 0;
@@ -142,18 +200,20 @@ struct Finding {
     std::optional<int> layer;
     std::optional<int> expert;
     std::optional<std::string> category;  // MemoryPressure: the largest memory category;
-                                          // StepTimeOffPlan: the cause
+                                          // StepTimeOffPlan: the cause; LateCollectives,
+                                          // ExposedCommunication: the dimension
 
     std::optional<double> figure(std::string_view key) const;
 };
 
 struct FindingsInput {
-    const plan::JobSpec& spec;             // must pass plan::validateLayout
-    const plan::Plan* plan = nullptr;      // optional: the planned per-stage imbalance
-    std::span<const StepAggregate> steps;  // in step order, from the run's first step (see above)
-    std::span<const RankMemory> memory;    // the latest per rank
-    const RankTimes* rankTimes = nullptr;  // optional: without it, no stragglers
-    int coresPerNode = 0;                  // 0: std::thread::hardware_concurrency() of this machine
+    const plan::JobSpec& spec;               // must pass plan::validateLayout
+    const plan::Plan* plan = nullptr;        // optional: the planned per-stage imbalance
+    std::span<const StepAggregate> steps;    // in step order, from the run's first step (see above)
+    std::span<const RankMemory> memory;      // the latest per rank
+    const RankTimes* rankTimes = nullptr;    // optional: without it, no stragglers
+    int coresPerNode = 0;                    // 0: std::thread::hardware_concurrency() of this machine
+    const DeviceEvidence* device = nullptr;  // optional: without it, none of the last three kinds
 };
 
 // Sorted by severity, worst first. Throws std::invalid_argument when the spec's layout is invalid.

@@ -2,15 +2,39 @@
 
 #include "import/import_error.h"
 #include "import/trace_import.h"
+#include "live/session_findings.h"
+#include "store/session_store.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
 namespace meshbench::service {
 
 namespace {
+
+// What the imported session shows, as `run` ends with its findings. engine/import does not see
+// engine/live (the findings' layer), so they are read back from the written session here. The import
+// itself succeeded: a session whose findings cannot be computed says why and still exits 0.
+void printFindings(const std::string& sessionPath)
+{
+    try {
+        const store::SessionReader reader(sessionPath);
+        const std::vector<live::Finding> findings = live::sessionFindings(reader, sessionPath);
+        if (findings.empty()) {
+            std::cout << "findings: nothing stands out\n";
+            return;
+        }
+        std::cout << "findings:\n";
+        constexpr std::size_t kMaxFindings = 8;  // the worst, as `run` prints them; the GUI lists them all
+        for (std::size_t i = 0; i < std::min(findings.size(), kMaxFindings); ++i)
+            std::cout << "  " << live::describe(findings[i]) << "\n";
+    } catch (const std::exception& e) {
+        std::cout << "findings unavailable: " << e.what() << "\n";
+    }
+}
 
 int runImport(import::ImportRequest request)
 {
@@ -19,6 +43,7 @@ int runImport(import::ImportRequest request)
         const import::ImportResult result = import::importTraces(request);
         for (const std::string& line : result.summary)
             std::cout << line << "\n";
+        printFindings(result.sessionPath);
         return 0;
     } catch (const import::ImportError& e) {
         std::cerr << "meshbench-engine import: " << e.what() << "\n";

@@ -15,6 +15,10 @@
 #include "monitor/run_state.h"
 #elif defined(PROBE_LIVE_SERVICE)
 #include "service/server.h"
+#elif defined(PROBE_IMPORT_OWN)
+#include "import/trace_import.h"
+#elif defined(PROBE_QT)
+#include <qobject.h>
 #elif defined(PROBE_AGENT_LAYOUT)
 #include "agent/layout/parameters.h"
 #elif defined(PROBE_AGENT_PARALLEL)

@@ -29,6 +29,7 @@ echo "package $deb"
 dpkg-deb --info "$deb"
 depends="$(dpkg-deb --field "$deb" Depends)"
 grep -q 'openmpi-bin' <<< "$depends" || fail "Depends lacks openmpi-bin"
+grep -q 'python3' <<< "$depends" || fail "Depends lacks python3 (the Python client's package)"
 grep -q 'libqt6widgets6' <<< "$depends" || fail "Depends lacks Qt (did dpkg-shlibdeps run?)"
 
 root="$(mktemp -d "$build_dir/tests/deb-root.XXXXXX")"
