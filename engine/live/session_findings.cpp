@@ -22,18 +22,19 @@ std::vector<Finding> sessionFindings(const store::SessionReader& reader, const s
             rankTimes.add(rank, *span);
         return true;
     };
-    handlers.steps = [&steps](std::vector<StepAggregate> done, bool) {
+    handlers.steps = [&steps](const std::vector<StepAggregate>& done, bool) {
         for (const StepAggregate& step : done)
             steps.add(step);
     };
-    handlers.memory = [&memory](std::vector<RankMemory> changed) {
-        for (RankMemory& m : changed)
-            memory[m.rank] = std::move(m);
+    handlers.memory = [&memory](const std::vector<RankMemory>& changed) {
+        for (const RankMemory& m : changed)
+            memory[m.rank] = m;
     };
     replay.play(handlers);
     std::vector<RankMemory> latest;
-    for (auto& [rank, m] : memory)
-        latest.push_back(std::move(m));
+    latest.reserve(memory.size());
+    for (const auto& [rank, m] : memory)
+        latest.push_back(m);
     const std::optional<DeviceEvidence> device = readDeviceEvidence(reader, mesh);
     return findFindings(
         {replay.spec(), &replay.plan(), steps.steps(), latest, &rankTimes, 0, device ? &*device : nullptr});
