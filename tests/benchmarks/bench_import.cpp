@@ -59,6 +59,7 @@ Run measure(const std::vector<std::string>& argv, const fs::path& outFile)
             pinned[2] = std::to_string(cpu);
     pinned.insert(pinned.end(), argv.begin(), argv.end());
     std::vector<char*> args;
+    args.reserve(pinned.size() + 1);
     for (std::string& a : pinned)
         args.push_back(a.data());
     args.push_back(nullptr);
@@ -105,8 +106,9 @@ int benchMain(int argc, char** argv)
 
     std::printf("writing a %.1f GB trace of 8 ranks (make_gpu_traces.py --big-gb) ...\n", gigabytes);
     std::fflush(stdout);
-    measure({"python3", MESHBENCH_SOURCE_DIR "/tests/import/make_gpu_traces.py", (dir / "traces").string(), "--case",
-             "1f1b", "--big-gb", std::to_string(gigabytes), "--no-verify"},
+    const std::string generator = std::string(MESHBENCH_SOURCE_DIR) + "/tests/import/make_gpu_traces.py";
+    measure({"python3", generator, (dir / "traces").string(), "--case", "1f1b", "--big-gb", std::to_string(gigabytes),
+             "--no-verify"},
             dir / "generate.out");
     std::vector<std::string> files;
     std::uintmax_t bytes = 0;

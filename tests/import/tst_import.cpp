@@ -48,6 +48,7 @@ void writeText(const std::string& path, const std::string& text)
 
 // The generator's output for one case, in a folder of its own.
 struct Generated {
+    explicit Generated(std::string folder) : dir(std::move(folder)) {}
     std::string dir;
     json answers;
     std::vector<std::string> kineto, nsys;
@@ -69,8 +70,7 @@ private:
     {
         if (auto found = m_cases.find(name); found != m_cases.end())
             return found->second;
-        Generated g;
-        g.dir = file("case-" + name);
+        Generated& g = m_cases.try_emplace(name, file("case-" + name)).first->second;  // filled in place
         const ProcessRun run = runProcess(
             "python3", {QStringLiteral(MESHBENCH_SOURCE_DIR "/tests/import/make_gpu_traces.py"),
                         QString::fromStdString(g.dir), "--case", QString::fromStdString(name), "--seed", "1"});
@@ -81,7 +81,7 @@ private:
             g.kineto.push_back(g.dir + "/rank" + std::to_string(r) + "_trace.json.gz");
             g.nsys.push_back(g.dir + "/report." + std::to_string(r) + ".sqlite");
         }
-        return m_cases.emplace(name, std::move(g)).first->second;
+        return g;
     }
 
     std::string importInto(const std::vector<std::string>& paths, const std::optional<std::string>& job,
@@ -125,7 +125,7 @@ private:
     // A small trace of torch.profiler's object form around `events`, as rank 0 of 1.
     std::string objectTrace(const std::string& name, const std::string& events)
     {
-        const std::string path = file(name);
+        std::string path = file(name);
         writeText(path, R"({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},
                         "baseTimeNanoseconds": 1700000000000000000, "traceEvents": [)" +
                             events + "]}");

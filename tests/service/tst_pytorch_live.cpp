@@ -421,7 +421,8 @@ private slots:
                 std::vector<std::int64_t> sum(kExperts, 0), sumDropped(kExperts, 0);
                 std::int64_t tokens = 0;
                 for (int d = 0; d < kDp; ++d) {
-                    const json& own = logs[std::size_t(layer * kDp + d)]["steps"][std::size_t(step - 1)];
+                    const json& own = logs[static_cast<std::size_t>(layer) * kDp + static_cast<std::size_t>(d)]["steps"]
+                                          [std::size_t(step - 1)];
                     for (int e = 0; e < kExperts; ++e) {
                         sum[std::size_t(e)] += own["routed_local"][std::size_t(e)].get<std::int64_t>();
                         sumDropped[std::size_t(e)] += own["dropped_local"][std::size_t(e)].get<std::int64_t>();
@@ -449,7 +450,9 @@ private slots:
             // The last stage's replicas' own losses, averaged.
             double mean = 0;
             for (int d = 0; d < kDp; ++d)
-                mean += logs[std::size_t((kPp - 1) * kDp + d)]["steps"][i]["local_loss"].get<double>();
+                mean += logs[static_cast<std::size_t>(kPp - 1) * kDp + static_cast<std::size_t>(d)]["steps"][i]
+                            ["local_loss"]
+                                .get<double>();
             QVERIFY(std::abs(metrics.reals[i][1] - mean / kDp) <= 1e-6 * std::abs(mean));
         }
 

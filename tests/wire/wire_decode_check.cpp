@@ -4,6 +4,8 @@
 // refuses prints {"frame": N, "error": ...} and makes the exit status 1. Other programs that speak the
 // wire format (the Python client, tests/python) check their frames with it.
 
+#include "common/guarded_main.h"
+
 #include "wire/record_fields.h"
 #include "wire/telemetry.h"
 
@@ -64,9 +66,7 @@ nlohmann::json toJson(const Record& record)
         record);
 }
 
-}  // namespace
-
-int main(int argc, char** argv)
+int checkMain(int argc, char** argv)
 {
     if (argc != 2) {
         std::cerr << "usage: wire_decode_check FILE (frames as u32 little-endian length + bytes)\n";
@@ -109,4 +109,10 @@ int main(int argc, char** argv)
         }
     }
     return status;
+}
+}  // namespace
+
+int main(int argc, char** argv)
+{
+    return meshbench::testing::guardedMain("wire_decode_check", 2, [&] { return checkMain(argc, argv); });
 }
