@@ -3,6 +3,8 @@
 // figures are worked out below, and once on a real import of tests/import/make_gpu_traces.py's
 // traces, whose straggler is known.
 
+#include "common/finding_checks.h"
+
 #include "common/process_run.h"
 
 #include "import/trace_import.h"
@@ -162,19 +164,9 @@ QByteArray listed(const std::vector<Finding>& findings)
     return text;
 }
 
-bool near(double actual, double expected, double tolerance = 1e-9)
-{
-    return std::abs(actual - expected) <= tolerance * std::max(1.0, std::abs(expected));
-}
+bool near(double actual, double expected, double tolerance = 1e-9) { return nearFigure(actual, expected, tolerance); }
 
-#define CHECK_FIGURE(finding, key, expected)                                                                           \
-    do {                                                                                                               \
-        const std::optional<double> actual_ = (finding).figure(key);                                                   \
-        const double expected_ = (expected);                                                                           \
-        QVERIFY2(actual_.has_value(), key " is missing");                                                              \
-        QVERIFY2(near(*actual_, expected_),                                                                            \
-                 qPrintable(QString(key " %1 != %2").arg(*actual_, 0, 'g', 17).arg(expected_, 0, 'g', 17)));           \
-    } while (false)
+#define CHECK_FIGURE(finding, key, expected) CHECK_FIGURE_WITHIN(finding, key, expected, 1e-9)
 
 bool mentions(const std::string& text, const std::string& part)
 {

@@ -1,3 +1,5 @@
+#include "common/finding_checks.h"
+
 #include "live/findings.h"
 
 #include "plan/mesh.h"
@@ -152,19 +154,9 @@ void addRankStep(live::RankTimes& times, std::uint32_t rank, int stepNumber, std
     times.add(rank, optimizer);
 }
 
-bool near(double actual, double expected, double tolerance = 1e-12)
-{
-    return std::abs(actual - expected) <= tolerance * std::max(1.0, std::abs(expected));
-}
+bool near(double actual, double expected, double tolerance = 1e-12) { return nearFigure(actual, expected, tolerance); }
 
-#define CHECK_FIGURE(finding, key, expected)                                                                           \
-    do {                                                                                                               \
-        const std::optional<double> actual_ = (finding).figure(key);                                                   \
-        const double expected_ = (expected);                                                                           \
-        QVERIFY2(actual_.has_value(), key " is missing");                                                              \
-        QVERIFY2(near(*actual_, expected_),                                                                            \
-                 qPrintable(QString(key " %1 != %2").arg(*actual_, 0, 'g', 17).arg(expected_, 0, 'g', 17)));           \
-    } while (false)
+#define CHECK_FIGURE(finding, key, expected) CHECK_FIGURE_WITHIN(finding, key, expected, 1e-12)
 
 QByteArray listed(const std::vector<Finding>& findings)
 {
