@@ -169,12 +169,6 @@ plan::JobSpec inferredSpec(int world, int stages, int microbatches, int chunks)
     return spec;
 }
 
-std::string layoutOf(const plan::ParallelSpec& p)
-{
-    return "dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " ep" +
-           std::to_string(p.ep) + " " + std::string(plan::scheduleName(p.schedule));
-}
-
 std::string micros(std::int64_t ns) { return plan::formatNumber("%.1f us", double(ns) / 1000); }
 
 std::string percent(double ratio) { return plan::formatNumber("%.2f%%", 100 * ratio); }
@@ -517,7 +511,7 @@ private:
         header.name = m_spec.name.empty() ? "imported traces" : m_spec.name;
         header.jobSpec = m_specInferred ? plan::toJson(m_spec).dump(2) : m_jobText;
         header.planJson = plan::planToJson(m_plan).dump();
-        header.layout = layoutOf(m_spec.parallel) + " (imported)";
+        header.layout = plan::layoutWords(m_spec.parallel) + " (imported)";
         header.createdNs = first;
         header.engineVersion = MESHBENCH_VERSION;
         const plan::Mesh mesh(m_spec.parallel);

@@ -301,6 +301,13 @@ std::string overlapLetters(const ParallelSpec& p)
     return letters.empty() ? "-" : letters;
 }
 
+std::string layoutWords(const ParallelSpec& p)
+{
+    return "dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " ep" +
+           std::to_string(p.ep) + " " + std::string(scheduleName(p.schedule)) +
+           (p.zero > 0 ? " zero" + std::to_string(p.zero) : "");
+}
+
 std::string searchToText(const SearchResult& result, const JobSpec& spec)
 {
     std::ostringstream out;

@@ -23,6 +23,8 @@ std::string planToText(const Plan& plan);
 // The overlaps a layout runs, as the search table keys them: g the data-parallel reduction, p
 // ZeRO's weight gather, t the TP collectives ("g,p,t"); "-" for none.
 std::string overlapLetters(const ParallelSpec& p);
+// A layout in a few words, as sessions are listed by it: "dp2 pp2 tp2 ep1 1f1b zero1".
+std::string layoutWords(const ParallelSpec& p);
 std::string searchToText(const SearchResult& result, const JobSpec& spec);
 std::string errorsToText(const std::vector<SpecError>& errors);
 

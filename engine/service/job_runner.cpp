@@ -43,13 +43,6 @@ constexpr const char* kTelemetryKeysVariable = "MESHBENCH_TELEMETRY_KEYS";
 
 using Environment = std::vector<std::pair<std::string, std::string>>;
 
-std::string layoutWords(const plan::ParallelSpec& p)
-{
-    return "dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " tp" + std::to_string(p.tp) + " ep" +
-           std::to_string(p.ep) + " " + std::string(plan::scheduleName(p.schedule)) +
-           (p.zero > 0 ? " zero" + std::to_string(p.zero) : "");
-}
-
 // Keeps the figures of the summary, and what its findings read, while passing everything on to
 // the caller's observer.
 class SummaryObserver : public RunObserver {
@@ -236,7 +229,7 @@ store::SessionHeader Run::header() const
     h.name = m_request.spec.name;
     h.jobSpec = m_request.specText;
     h.planJson = plan::planToJson(m_plan).dump();
-    h.layout = layoutWords(m_request.spec.parallel) + (m_request.oneDevice ? " on one device" : "");
+    h.layout = plan::layoutWords(m_request.spec.parallel) + (m_request.oneDevice ? " on one device" : "");
     h.createdNs = wire::wallAlignedNowNs();
     h.engineVersion = MESHBENCH_VERSION;
     for (std::uint32_t r = 0; r < m_world; ++r) {
