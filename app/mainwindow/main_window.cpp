@@ -113,7 +113,7 @@ MainWindow::MainWindow(EngineClient* client, QWidget* parent)
             [this](const QString& source, const QString& path) {
                 try {
                     const store::SessionReader reader(path.toStdString());
-                    m_monitor->follow(source, live::sessionSpecAsRun(reader));
+                    m_monitor->follow(source, live::sessionSpecAsRun(reader), &reader);
                     showArea(Area::Monitor);
                 } catch (const std::exception& e) {
                     showMessage(tr("cannot replay %1: %2").arg(path, QString::fromUtf8(e.what())));

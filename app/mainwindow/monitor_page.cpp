@@ -92,7 +92,7 @@ MonitorPage::MonitorPage(EngineClient* client, QWidget* parent)
 
 MonitorPage::~MonitorPage() = default;
 
-void MonitorPage::follow(const QString& source, const plan::JobSpec& spec)
+void MonitorPage::follow(const QString& source, const plan::JobSpec& spec, const store::SessionReader* replayed)
 {
     m_source = source;
     m_state->clear();
@@ -101,6 +101,8 @@ void MonitorPage::follow(const QString& source, const plan::JobSpec& spec)
     const plan::Mesh mesh(spec.parallel);
     m_data->clear();
     m_data->setRows(rowsForMesh(mesh));
+    if (replayed)
+        m_data->showKernelsOf(*replayed);
     markOverlappedPairs();
     m_rankTimes = std::make_unique<live::RankTimes>(mesh.worldSize());
     m_storedFindings.reset();

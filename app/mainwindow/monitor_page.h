@@ -34,8 +34,10 @@ public:
     explicit MonitorPage(EngineClient* client, QWidget* parent = nullptr);
     ~MonitorPage() override;
 
-    // Follows `source` ("job-N" or "replay-N") of the live feed from now on.
-    void follow(const QString& source, const plan::JobSpec& spec);
+    // Follows `source` ("job-N" or "replay-N") of the live feed from now on. A replay gives its
+    // session, whose kernels (an imported trace's) the timeline shows under the rows as it zooms in.
+    // Throws store::StoreError when that session's kernels cannot be read.
+    void follow(const QString& source, const plan::JobSpec& spec, const store::SessionReader* replayed = nullptr);
     // Shows a stored session as a whole; false with `error` when it cannot be read.
     bool showSession(const QString& path, QString* error = nullptr);
 

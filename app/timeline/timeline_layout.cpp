@@ -21,7 +21,7 @@ bool TimelineLayout::isStageCollapsed(int stage) const
     return std::find(m_collapsed.begin(), m_collapsed.end(), stage) != m_collapsed.end();
 }
 
-void TimelineLayout::build(const TimelineStore* store)
+void TimelineLayout::build(const TimelineStore* store, bool kernelLanes)
 {
     m_lines.clear();
     int y = 0;
@@ -46,6 +46,12 @@ void TimelineLayout::build(const TimelineStore* store)
             line.height = m_rowHeight;
             y += line.height;
             m_lines.push_back(line);
+            if (kernelLanes) {
+                line.kernels = true;
+                line.top = y;
+                y += line.height;
+                m_lines.push_back(line);
+            }
         }
     }
     m_contentHeight = y;
@@ -63,8 +69,23 @@ const TimelineLayout::Line* TimelineLayout::lineAt(int y) const
 
 const TimelineLayout::Line* TimelineLayout::lineOfRow(int row) const
 {
-    const auto it = std::find_if(m_lines.begin(), m_lines.end(), [row](const Line& line) { return line.row == row; });
+    const auto it = std::find_if(m_lines.begin(), m_lines.end(),
+                                 [row](const Line& line) { return line.row == row && !line.kernels; });
     return row < 0 || it == m_lines.end() ? nullptr : &*it;
+}
+
+const TimelineLayout::Line* TimelineLayout::kernelLineOfRow(int row) const
+{
+    const auto it = std::find_if(m_lines.begin(), m_lines.end(),
+                                 [row](const Line& line) { return line.row == row && line.kernels; });
+    return row < 0 || it == m_lines.end() ? nullptr : &*it;
+}
+
+std::pair<int, int> TimelineLayout::streamLane(int height, int index, int count)
+{
+    const int inner = std::max(1, height - 2);
+    count = std::max(1, count);
+    return {1 + inner * index / count, 1 + inner * (index + 1) / count};
 }
 
 int TimelineLayout::bandHeight(const TimelineStore* overlay) const
@@ -90,7 +111,7 @@ std::optional<TimelineLayout::Hit> TimelineLayout::hitAt(int y, double x, const 
                                                          std::int64_t overlayOffset) const
 {
     const Line* line = lineAt(y);
-    if (!line || line->row < 0)
+    if (!line || line->row < 0 || line->kernels)
         return std::nullopt;
     const TimelineRow& measured = data.row(std::size_t(line->row));
     const int band = bandHeight(overlay);

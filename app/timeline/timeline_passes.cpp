@@ -10,6 +10,13 @@
 
 namespace meshbench::app {
 
+const KernelWindow* TimelineFrame::legibleKernels() const
+{
+    if (!kernels || !kernelsLegible(scale.t0, scale.t1, scale.pixels))
+        return nullptr;
+    return kernels->window();
+}
+
 void TimelineBackgroundPass::paint(QPainter& painter, const TimelineFrame& frame)
 {
     // The row strips cover their part of the plot with their own background: fill only the rest.
@@ -71,8 +78,12 @@ void TimelineSpansPass::paint(QPainter& painter, const TimelineFrame& frame)
             }
             continue;
         }
-        const TimelineRow& row = frame.data->row(std::size_t(line.row));
         rows.clear(origin, line.height);
+        if (line.kernels) {
+            paintKernelLane(rows, frame, line);
+            continue;
+        }
+        const TimelineRow& row = frame.data->row(std::size_t(line.row));
         if (band > 0)
             if (const TimelineRow* predicted = TimelineLayout::overlayRowFor(row, frame.overlay))
                 rows.paintRow(*predicted, frame.overlayOffset, 1, band, nullptr);
@@ -87,6 +98,21 @@ void TimelineSpansPass::paint(QPainter& painter, const TimelineFrame& frame)
         painter.drawStaticText(QPointF(plot.left(), frameTop) + label.pos, *label.text);
     }
     painter.restore();
+}
+
+void TimelineSpansPass::paintKernelLane(TimelineRowPainter& rows, const TimelineFrame& frame,
+                                        const TimelineLayout::Line& line)
+{
+    const KernelWindow* window = frame.legibleKernels();
+    if (!window)
+        return;
+    const int rank = frame.data->row(std::size_t(line.row)).info().rank;
+    const int count = int(frame.kernels->streams(rank).size());
+    for (const KernelLane& lane : window->lanes(rank)) {
+        const auto [top, bottom] =
+            TimelineLayout::streamLane(line.height, frame.kernels->laneOf(rank, lane.stream), count);
+        rows.paintKernels(lane, top, bottom - top);
+    }
 }
 
 void TimelineSelectionPass::paint(QPainter& painter, const TimelineFrame& frame)
@@ -148,6 +174,9 @@ void TimelineLabelsPass::paint(QPainter& painter, const TimelineFrame& frame)
                        .arg(line.stage)
                        .arg(line.rowCount)
                        .arg(line.rowCount == 1 ? tr("row") : tr("rows"));
+        } else if (line.kernels) {
+            painter.setPen(frame.palette.color(QPalette::PlaceholderText));
+            text = kernelLaneLabel(frame, frame.data->row(std::size_t(line.row)).info().rank);
         } else {
             painter.setPen(frame.palette.color(QPalette::WindowText));
             text = QString::fromStdString(frame.data->row(std::size_t(line.row)).info().label);
@@ -156,6 +185,28 @@ void TimelineLabelsPass::paint(QPainter& painter, const TimelineFrame& frame)
                          painter.fontMetrics().elidedText(text, Qt::ElideRight, box.width()));
     }
     painter.setClipping(false);
+}
+
+// What a kernel lane shows, or why it shows nothing.
+QString TimelineLabelsPass::kernelLaneLabel(const TimelineFrame& frame, int rank)
+{
+    const TimelineKernels& kernels = *frame.kernels;
+    if (!kernelsLegible(frame.scale.t0, frame.scale.t1, frame.scale.pixels))
+        return tr("kernels \u00b7 zoom in");
+    if (!kernels.error().isEmpty())
+        return tr("kernels \u00b7 unreadable");
+    if (!kernels.window())
+        return tr("kernels \u00b7 reading");
+    const std::span<const std::int32_t> streams = kernels.streams(rank);
+    if (streams.empty())
+        return tr("kernels \u00b7 none yet");
+    if (streams.size() > 3)
+        return tr("kernels \u00b7 %1 streams").arg(streams.size());
+    QStringList ids;
+    for (const std::int32_t stream : streams)
+        ids << QString::number(stream);
+    return (streams.size() == 1 ? tr("kernels \u00b7 stream %1") : tr("kernels \u00b7 streams %1"))
+        .arg(ids.join(QStringLiteral(", ")));
 }
 
 }  // namespace meshbench::app

@@ -4,12 +4,14 @@
 //   TimelineBackgroundPass  around the rows: the ruler strip, the label column, the space below the
 //                           rows; the placeholder text when there are no spans
 //   TimelineSpansPass       the rows' spans, the overlay's bands, the collapsed stages' summaries,
-//                           micro-batch numbers
+//                           micro-batch numbers; the kernel lanes' kernels where they are legible
 //   TimelineSelectionPass   the shade over a range being selected
 //   TimelineAxisPass        the ruler's ticks and labels, its grid lines over the rows
-//   TimelineLabelsPass      the row labels and stage headers in the label column
+//   TimelineLabelsPass      the row labels and stage headers in the label column, the kernel lanes'
+//                           state (zoom in, reading, their streams)
 // Only the background pass draws without spans.
 
+#include "timeline/timeline_kernels.h"
 #include "timeline/timeline_layout.h"
 #include "timeline/timeline_zoom.h"
 
@@ -28,6 +30,8 @@ class QPainter;
 
 namespace meshbench::app {
 
+class TimelineRowPainter;
+
 struct TimelineFrame {
     QRect widget;     // the whole view
     QRect plot;       // the time axis: the ruler above it, the label column to its left
@@ -37,6 +41,7 @@ struct TimelineFrame {
     const TimelineStore* data = nullptr;  // nullptr when there are no spans
     const TimelineStore* overlay = nullptr;
     std::int64_t overlayOffset = 0;
+    const TimelineKernels* kernels = nullptr;      // an imported session's; the layout then has kernel lanes
     QString placeholder;                           // shown without spans
     std::optional<std::pair<int, int>> selection;  // [x0, x1) being selected
     QPalette palette;
@@ -44,6 +49,8 @@ struct TimelineFrame {
 
     // Where a line of the layout begins, in widget coordinates.
     int top(const TimelineLayout::Line& line) const { return plot.top() + line.top - scroll; }
+    // The kernels to draw at this zoom: nullptr where they are not legible or none were read yet.
+    const KernelWindow* legibleKernels() const;
 };
 
 class TimelinePass {
@@ -62,6 +69,8 @@ public:
     void paint(QPainter& painter, const TimelineFrame& frame) override;
 
 private:
+    static void paintKernelLane(TimelineRowPainter& rows, const TimelineFrame& frame, const TimelineLayout::Line& line);
+
     QImage m_frame;                      // the rows' pixels, kept between paints to spare the allocation
     std::vector<QStaticText> m_numbers;  // micro-batch labels, made on first use
 };
@@ -80,6 +89,9 @@ class TimelineLabelsPass : public TimelinePass {
     Q_DECLARE_TR_FUNCTIONS(TimelineLabelsPass)
 public:
     void paint(QPainter& painter, const TimelineFrame& frame) override;
+
+private:
+    static QString kernelLaneLabel(const TimelineFrame& frame, int rank);
 };
 
 }  // namespace meshbench::app

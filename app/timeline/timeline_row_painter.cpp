@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace meshbench::app {
 
@@ -23,7 +24,7 @@ TimelineRowPainter::TimelineRowPainter(QImage& frame, int columns, std::int64_t 
     for (int c = 0; c < kKindClasses; ++c)
         for (int level = 0; level <= kLevels; ++level)
             m_summaryColor[std::size_t(c)][std::size_t(level)] =
-                blend(TimelineStyle::classColor(KindClass(c)).rgb(), 95 + 160 * level / kLevels);
+                busyColor(TimelineStyle::classColor(KindClass(c)), double(level) / kLevels);
 }
 
 void TimelineRowPainter::clear(int origin, int height)
@@ -79,6 +80,59 @@ void TimelineRowPainter::paintSummary(const std::vector<const TimelineRow*>& row
             sum.covered += one.covered;
         }
         markColumn(col, sum);
+    }
+}
+
+void TimelineRowPainter::paintKernels(const KernelLane& lane, int top, int height)
+{
+    m_top = top;
+    m_bottom = std::min(m_height, top + height);
+    const std::vector<store::KernelRow>& kernels = lane.kernels;
+    const std::int64_t stop = columnBegin(m_t0, m_columns);
+    int nextFree = 0;  // columns before it have their mark
+    std::size_t i = lane.scanStart(m_t0);
+    while (i < kernels.size() && kernels[i].beginNs < stop) {
+        const store::KernelRow& k = kernels[i];
+        const double xb = double(k.beginNs - m_t0) / m_nsPerPx;
+        const double xe = double(k.endNs - m_t0) / m_nsPerPx;
+        if (xe <= nextFree) {
+            ++i;
+            continue;
+        }
+        if (xe - xb >= 1.0) {
+            const int left = std::max(nextFree, int(std::lround(xb)));
+            const int right = std::min(m_columns, int(std::lround(xe)));
+            if (right > left && k.deviceClass != store::DeviceClass::Idle) {
+                const QColor color = TimelineStyle::deviceClassColor(k.deviceClass);
+                fill(left, right, m_top, m_bottom, color.rgb());
+                if (xe - xb >= 4)  // a darker left edge tells back-to-back kernels of one class apart
+                    fill(left, left + 1, m_top, m_bottom, color.darker(150).rgb());
+            }
+            nextFree = std::max(nextFree, right);
+            ++i;
+            continue;
+        }
+        // Narrower than a pixel: one mark for the column, the class busiest in it, then on to the first
+        // kernel that begins after it (or the last one in it, when that one runs on).
+        const int col = std::max(nextFree, int(std::floor(xb)));
+        if (col >= m_columns)
+            break;
+        const std::int64_t c0 = columnBegin(m_t0, col), c1 = columnBegin(m_t0, col + 1);
+        std::array<std::int64_t, store::kDeviceClasses> busy{};
+        std::size_t next = i;
+        for (; next < kernels.size() && kernels[next].beginNs < c1; ++next) {
+            const std::int64_t overlap = std::min(kernels[next].endNs, c1) - std::max(kernels[next].beginNs, c0);
+            if (overlap > 0 && kernels[next].deviceClass != store::DeviceClass::Idle)
+                busy[std::size_t(kernels[next].deviceClass)] += overlap;
+        }
+        const auto busiest = std::max_element(busy.begin(), busy.end());
+        if (*busiest > 0) {
+            const std::int64_t total = std::accumulate(busy.begin(), busy.end(), std::int64_t(0));
+            const QColor color = TimelineStyle::deviceClassColor(store::DeviceClass(busiest - busy.begin()));
+            fill(col, col + 1, m_top, m_bottom, busyColor(color, std::min(1.0, double(total) / double(c1 - c0))));
+        }
+        nextFree = col + 1;
+        i = kernels[next - 1].endNs > c1 ? next - 1 : next;
     }
 }
 
@@ -168,6 +222,14 @@ TimelineRowPainter::Summary TimelineRowPainter::columnSummary(const TimelineRow&
     if (next && (i == row.size() || row.begin(i) >= c1))
         *next = i;
     return s;
+}
+
+// A column busy for `fraction` of its time: the colour over the background, more opaque the busier
+// (in kLevels steps, from a faint 95/255 so that a little work still shows).
+QRgb TimelineRowPainter::busyColor(const QColor& color, double fraction) const
+{
+    const int level = int(std::lround(std::clamp(fraction, 0.0, 1.0) * kLevels));
+    return blend(color.rgb(), 95 + 160 * level / kLevels);
 }
 
 void TimelineRowPainter::markColumn(int col, const Summary& s)

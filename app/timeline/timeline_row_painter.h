@@ -8,8 +8,10 @@
 // At most one mark per pixel column per row: a span at least a pixel wide is a block (a darker left
 // edge, an overlapped F&B pair's border, its micro-batch number); where spans are narrower, the column
 // takes the colour of the kind that is busiest in it (from the row's level-of-detail buckets), its
-// opacity the busy fraction.
+// opacity the busy fraction. A stream's kernels (an imported session's) are painted the same way,
+// coloured by device class.
 
+#include "timeline/kernel_window.h"
 #include "timeline/timeline_store.h"
 
 #include <QColor>
@@ -46,6 +48,8 @@ public:
                   const std::vector<QStaticText>* numbers);
     // One strip summing several rows: every column from the summaries (a collapsed stage).
     void paintSummary(const std::vector<const TimelineRow*>& rows, int top, int height);
+    // The kernels of one stream, on the painter's own time (kernels carry no offset).
+    void paintKernels(const KernelLane& lane, int top, int height);
 
 private:
     static constexpr int kLevels = 8;  // busy fraction in eighths
@@ -58,6 +62,7 @@ private:
     void walk(const TimelineRow& row, std::int64_t rt0, int first, int last, const std::vector<QStaticText>* numbers);
     int summaryLevel(const TimelineRow& row) const;
     QRgb blend(QRgb color, int alpha) const;
+    QRgb busyColor(const QColor& color, double fraction) const;
     Summary columnSummary(const TimelineRow& row, std::size_t from, std::int64_t c0, std::int64_t c1,
                           std::optional<std::size_t>* next = nullptr) const;
     void markColumn(int col, const Summary& s);

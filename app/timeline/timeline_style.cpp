@@ -96,4 +96,33 @@ QColor TimelineStyle::classColor(KindClass cls)
     return kindColor(wire::SpanKind::Idle);
 }
 
+QColor TimelineStyle::deviceClassColor(store::DeviceClass cls)
+{
+    switch (cls) {
+    case store::DeviceClass::Gemm:
+        return QColor(0x1F, 0x5F, 0xA8);
+    case store::DeviceClass::Attention:
+        return QColor(0x7B, 0x4F, 0xB5);
+    case store::DeviceClass::OtherCompute:
+        return QColor(0x7F, 0xA6, 0xC9);
+    case store::DeviceClass::CommTensor:
+        return QColor(0xE0, 0x5A, 0x1B);
+    case store::DeviceClass::CommPipeline:
+        return kindColor(wire::SpanKind::SendActivation);
+    case store::DeviceClass::CommData:
+        return kindColor(wire::SpanKind::DataParallelReduce);
+    case store::DeviceClass::CommExpert:
+        return QColor(0xC7, 0x2E, 0x4F);
+    case store::DeviceClass::CommOther:
+        return QColor(0xA6, 0x8A, 0x5B);
+    case store::DeviceClass::Memcpy:
+        return QColor(0x3C, 0x9A, 0x4A);
+    case store::DeviceClass::Memset:
+        return QColor(0x9C, 0xCF, 0x8E);
+    case store::DeviceClass::Idle:
+        break;
+    }
+    return kindColor(wire::SpanKind::Idle);
+}
+
 }  // namespace meshbench::app

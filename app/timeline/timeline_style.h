@@ -4,6 +4,8 @@
 
 #include "timeline/timeline_store.h"
 
+#include "store/imported_trace.h"
+
 #include <QColor>
 #include <QString>
 
@@ -25,6 +27,9 @@ public:
     static QColor chunkColor(wire::SpanKind kind, int chunk);
     static QColor pairBorderColor();
     static QColor classColor(KindClass cls);
+    // A device kernel's class: compute in blues and purple, each parallel dimension's communication
+    // in its own warm colour (pipeline and data parallel near their spans' colours), copies in greens.
+    static QColor deviceClassColor(store::DeviceClass cls);
     // Data-parallel reductions are hatched: a light fill of their colour with a dark pixel on
     // every fourth diagonal, so they read as communication next to solid compute.
     struct Hatch {

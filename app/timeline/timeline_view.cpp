@@ -32,6 +32,7 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent), m_scroll(new QScr
     m_scroll->hide();
     connect(m_scroll, &QScrollBar::valueChanged, this, qOverload<>(&QWidget::update));
     connect(&m_zoom, &TimelineZoom::rangeChanged, this, [this](std::int64_t t0, std::int64_t t1) {
+        showKernels();
         update();
         emit visibleRangeChanged(t0, t1);
     });
@@ -91,9 +92,12 @@ QRect TimelineView::plotArea() const
     return QRect(kLabelWidth, kRulerHeight, std::max(1, right - kLabelWidth), std::max(1, height() - kRulerHeight));
 }
 
-QRect TimelineView::rowRect(int row) const
+QRect TimelineView::rowRect(int row) const { return lineRect(m_layout.lineOfRow(row)); }
+
+QRect TimelineView::kernelLaneRect(int row) const { return lineRect(m_layout.kernelLineOfRow(row)); }
+
+QRect TimelineView::lineRect(const TimelineLayout::Line* line) const
 {
-    const TimelineLayout::Line* line = m_layout.lineOfRow(row);
     if (!line)
         return {};
     const QRect plot = plotArea();
@@ -139,8 +143,25 @@ void TimelineView::onDataChanged()
 
 void TimelineView::onDataReset()
 {
+    TimelineKernels* kernels = m_data ? m_data->kernels() : nullptr;
+    if (m_kernels != kernels) {
+        if (m_kernels)
+            disconnect(m_kernels, nullptr, this, nullptr);
+        m_kernels = kernels;
+        if (m_kernels)
+            connect(m_kernels, &TimelineKernels::loaded, this, qOverload<>(&QWidget::update));
+    }
     relayout();
     m_zoom.resetData(dataRange());
+    showKernels();
+}
+
+void TimelineView::showKernels()
+{
+    if (!m_kernels)
+        return;
+    const auto [t0, t1] = m_zoom.range();
+    m_kernels->show(t0, t1, plotArea().width());
 }
 
 void TimelineView::setStageCollapsed(int stage, bool collapsed)
@@ -157,7 +178,7 @@ void TimelineView::setRowHeight(int pixels)
 
 void TimelineView::relayout()
 {
-    m_layout.build(m_data ? &m_data->store() : nullptr);
+    m_layout.build(m_data ? &m_data->store() : nullptr, m_kernels != nullptr);
     const int viewport = height() - kRulerHeight;
     const int extra = m_layout.contentHeight() - viewport;
     m_scroll->setVisible(extra > 0);
@@ -172,6 +193,7 @@ void TimelineView::resizeEvent(QResizeEvent*)
     const int w = m_scroll->sizeHint().width();
     m_scroll->setGeometry(width() - w, kRulerHeight, w, height() - kRulerHeight);
     relayout();
+    showKernels();  // the same range over other widths may cross the kernels' threshold
 }
 
 void TimelineView::paintEvent(QPaintEvent*)
@@ -186,6 +208,7 @@ void TimelineView::paintEvent(QPaintEvent*)
     frame.data = m_data && !m_data->store().empty() ? &m_data->store() : nullptr;
     frame.overlay = m_overlay ? &m_overlay->store() : nullptr;
     frame.overlayOffset = m_overlayOffset;
+    frame.kernels = m_kernels;
     frame.placeholder = m_data ? tr("No spans yet") : tr("No timeline");
     if (m_drag == Drag::Select)
         frame.selection = std::pair(std::min(m_pressPos.x(), m_selectX), std::max(m_pressPos.x(), m_selectX));
@@ -212,17 +235,26 @@ std::optional<TimelineLayout::Hit> TimelineView::hitAt(QPoint pos) const
                           m_data->store(), m_overlay ? &m_overlay->store() : nullptr, m_overlayOffset);
 }
 
+QString TimelineView::formatTime(std::int64_t ns) const
+{
+    return QStringLiteral("%1 (%2 ns)").arg(formatDuration(ns - m_data->store().beginTime())).arg(ns);
+}
+
 QString TimelineView::toolTipTextAt(QPoint pos) const
 {
+    if (const TimelineLayout::Line* line = lineAt(pos.y()); line && line->kernels && pos.x() < kLabelWidth)
+        return tr("Kernels are read and drawn at %1 per pixel or closer; now %2 per pixel.")
+            .arg(formatDuration(std::llround(kKernelMaxNsPerPixel)),
+                 formatDuration(std::llround(m_zoom.scale(plotArea().width()).nsPerPixel())));
+    int rank = 0;
+    if (const store::KernelRow* kernel = kernelAt(pos, &rank))
+        return kernelToolTip(*kernel, rank);
     const auto hit = hitAt(pos);
     if (!hit)
         return {};
     const TimelineSpan s = hit->row->span(hit->index);
     const std::int64_t offset = hit->predicted ? m_overlayOffset : 0;
-    const std::int64_t origin = m_data->store().beginTime();
-    const auto time = [&](std::int64_t t) {
-        return QStringLiteral("%1 (%2 ns)").arg(formatDuration(t + offset - origin)).arg(t + offset);
-    };
+    const auto time = [&](std::int64_t t) { return formatTime(t + offset); };
     QStringList lines;
     if (hit->predicted)
         lines << tr("predicted by the planner");
@@ -240,6 +272,45 @@ QString TimelineView::toolTipTextAt(QPoint pos) const
     lines << QStringLiteral("peer: %1").arg(s.peer >= 0 ? QString::number(s.peer) : tr("none"));
     if (s.overlapped)
         lines << tr("half of an overlapped F&B pair (dualpipev)");
+    return lines.join(QLatin1Char('\n'));
+}
+
+// The kernel drawn under `pos` (within kHoverTolerancePx), and its rank.
+const store::KernelRow* TimelineView::kernelAt(QPoint pos, int* rank) const
+{
+    const QRect plot = plotArea();
+    const TimelineLayout::Line* line = lineAt(pos.y());
+    if (!m_kernels || !line || !line->kernels || !plot.contains(pos))
+        return nullptr;
+    const TimeScale scale = m_zoom.scale(plot.width());
+    const KernelWindow* window = m_kernels->window();
+    if (!window || !kernelsLegible(scale.t0, scale.t1, scale.pixels))
+        return nullptr;
+    *rank = m_data->store().row(std::size_t(line->row)).info().rank;
+    const int y = pos.y() - plot.top() + m_scroll->value() - line->top;
+    const int count = int(m_kernels->streams(*rank).size());
+    for (const KernelLane& lane : window->lanes(*rank)) {
+        const auto [top, bottom] =
+            TimelineLayout::streamLane(line->height, m_kernels->laneOf(*rank, lane.stream), count);
+        if (y >= top && y < bottom)
+            return lane.near(scale.time(pos.x() - plot.left()),
+                             std::llround(TimelineLayout::kHoverTolerancePx * scale.nsPerPixel()));
+    }
+    return nullptr;
+}
+
+QString TimelineView::kernelToolTip(const store::KernelRow& kernel, int rank) const
+{
+    QStringList lines;
+    lines << QStringLiteral("kernel: %1").arg(m_kernels->name(kernel.nameId));
+    lines << QStringLiteral("rank: %1").arg(rank);
+    lines << QStringLiteral("class: %1").arg(QString::fromUtf8(store::deviceClassName(kernel.deviceClass)));
+    lines << QStringLiteral("stream: %1").arg(kernel.stream);
+    lines << QStringLiteral("device: %1").arg(kernel.device);
+    lines << QStringLiteral("step: %1").arg(kernel.step >= 0 ? QString::number(kernel.step) : tr("none"));
+    lines << QStringLiteral("begin: %1").arg(formatTime(kernel.beginNs));
+    lines << QStringLiteral("end: %1").arg(formatTime(kernel.endNs));
+    lines << QStringLiteral("duration: %1").arg(formatDuration(kernel.endNs - kernel.beginNs));
     return lines.join(QLatin1Char('\n'));
 }
 

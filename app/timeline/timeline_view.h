@@ -2,7 +2,10 @@
 // The timeline widget: one row per rank grouped by pipeline stage (collapsible: a collapsed stage is
 // one summary row), spans coloured by kind, a time ruler, zoom/pan/zoom-to-selection with a history,
 // hover tooltips, follow-live, and an optional predicted timeline (the planner's) drawn as a thin band
-// at the top of each row.
+// at the top of each row. An imported session's device kernels get a lane under each row, split by
+// stream and coloured by device class, filled only where the view is zoomed in far enough
+// (kernel_window.h): zoomed out nothing about kernels is read or drawn, and the lane's label says
+// to zoom in.
 //
 // The view handles input and wires three parts together: TimelineZoom (the visible range, its
 // clamping, history and follow-live), TimelineLayout (rows, their y offsets, hit tests) and the
@@ -63,6 +66,8 @@ public:
     // Where the store's row `row` is drawn (its plot part, in widget coordinates); empty when its
     // stage is collapsed or there is no such row.
     QRect rowRect(int row) const;
+    // Where the kernel lane under row `row` is drawn; empty without kernels or when collapsed.
+    QRect kernelLaneRect(int row) const;
     // The range moves below are steps in the zoom history (see TimelineZoom) and turn follow-live off.
     void setVisibleRange(std::int64_t t0, std::int64_t t1);
     std::pair<std::int64_t, std::int64_t> visibleRange() const { return m_zoom.range(); }
@@ -83,7 +88,8 @@ public:
     void setRowHeight(int pixels);
     int rowHeight() const { return m_layout.rowHeight(); }
 
-    // Every field of the span under `pos` (within 2 px), in lines "name: value"; empty when none.
+    // Every field of the span or kernel under `pos` (within 2 px), in lines "name: value"; empty when
+    // none. Over a kernel lane's label: when kernels show.
     QString toolTipTextAt(QPoint pos) const;
 
 signals:
@@ -108,9 +114,15 @@ private:
     void zoomAround(double factor, double x, TimelineZoom::Gesture gesture);
     const TimelineLayout::Line* lineAt(int y) const;
     std::optional<TimelineLayout::Hit> hitAt(QPoint pos) const;
+    QRect lineRect(const TimelineLayout::Line* line) const;
+    void showKernels();
+    const store::KernelRow* kernelAt(QPoint pos, int* rank) const;
+    QString kernelToolTip(const store::KernelRow& kernel, int rank) const;
+    QString formatTime(std::int64_t ns) const;
 
     QPointer<const TimelineData> m_data;
     QPointer<const TimelineData> m_overlay;
+    QPointer<TimelineKernels> m_kernels;  // the data's, connected
     std::int64_t m_overlayOffset = 0;
     TimelineZoom m_zoom;
     TimelineLayout m_layout;
