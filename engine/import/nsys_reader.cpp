@@ -1,6 +1,7 @@
 #include "nsys_reader.h"
 
 #include "import_error.h"
+#include "megatron_ranges.h"
 #include "trace_input.h"
 
 #include <sqlite3.h>
@@ -154,7 +155,7 @@ RankTrace readNsysExport(const std::string& path, NameTable& names, const ReadOp
                          sqlite3_column_type(row, 3) != SQLITE_NULL ? Export::text(row, 3) : stringOf(row, 4);
                      if (sqlite3_column_type(row, 1) == SQLITE_NULL)
                          return;  // a range never closed
-                     if (!options.steps.step(name) && !parseOpName(name))
+                     if (!options.steps.step(name) && !parseOpName(name) && !parseMegatronRange(name))
                          return;
                      trace.ranges.push_back({names.id(name), base + sqlite3_column_int64(row, 0),
                                              base + sqlite3_column_int64(row, 1),

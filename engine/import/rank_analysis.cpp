@@ -1,6 +1,7 @@
 #include "rank_analysis.h"
 
 #include "import_error.h"
+#include "megatron_ranges.h"
 #include "op_names.h"
 
 #include "plan/measured_bubble.h"
@@ -161,6 +162,12 @@ std::int64_t overlapOf(const std::vector<TimeInterval>& a, const std::vector<Tim
     return total;
 }
 
+// One of Megatron-LM's ranges (megatron_ranges.h): a p2p call or a schedule phase.
+struct MegatronCall {
+    const HostRange* range;
+    MegatronRange call;
+};
+
 class Analysis {
 public:
     Analysis(const RankTrace& trace, int rank, const NameTable& names, const JobContext& job, const StepMarker& steps)
@@ -177,6 +184,8 @@ public:
         indexLaunches();
         placeKernels();
         readOps();
+        if (m_opCount == 0)
+            readMegatronOps();
         if (m_opCount == 0 && m_trace.hasDeviceEvents())
             inferOps();
         pipelineTransfers();
@@ -226,9 +235,9 @@ private:
 
     void indexLaunches()
     {
-        m_launchNs.reserve(m_trace.launches.size());
+        m_launchOf.reserve(m_trace.launches.size());
         for (const Launch& l : m_trace.launches)
-            m_launchNs.emplace(l.correlation, l.ns);
+            m_launchOf.emplace(l.correlation, &l);
         for (std::size_t i = 0; i < m_trace.device.size(); ++i)
             if (m_trace.device[i].correlation >= 0)
                 m_deviceByCorrelation.emplace(m_trace.device[i].correlation, i);
@@ -243,8 +252,8 @@ private:
         std::map<std::string, std::int64_t> orderInGroup;
         for (std::size_t i = 0; i < m_trace.device.size(); ++i) {
             const DeviceEvent& d = m_trace.device[i];
-            const auto launch = m_launchNs.find(d.correlation);
-            const int index = stepIndexAt(launch != m_launchNs.end() ? launch->second : d.beginNs);
+            const auto launch = m_launchOf.find(d.correlation);
+            const int index = stepIndexAt(launch != m_launchOf.end() ? launch->second->ns : d.beginNs);
             m_stepOfDevice[i] = index;
             DeviceClass deviceClass = d.deviceClass;
             if (d.collective >= 0) {
@@ -378,6 +387,154 @@ private:
         }
     }
 
+    // Megatron-LM's NVTX ranges: an op runs between two p2p calls of its step, and its kernels are
+    // those launched then, on any thread (torch's autograd engine launches a backward from a
+    // thread of its own). Where an F and a B run back to back (the interleaved steady state), the B
+    // begins at the first launch from another thread than the schedule's. Micro-batches and chunks
+    // are the job's schedule's, in order; without --job, micro-batches in order and chunk 0.
+    void readMegatronOps()
+    {
+        std::vector<MegatronCall> phases;
+        for (const HostRange& r : m_trace.ranges)
+            if (const std::optional<MegatronRange> m = parseMegatronRange(m_names.name(r.nameId)))
+                (m->isCall() ? m_megatronCalls : phases).push_back({&r, *m});
+        if (m_megatronCalls.empty())
+            return;
+        std::vector<plan::Op> scheduled[2];  // the stage's forwards and backwards, in schedule order
+        if (m_job.spec && m_out.stage >= 0)
+            for (const plan::Op& op : plan::buildStageOps(m_job.spec->parallel.scheduleShape(), m_out.stage))
+                if (op.kind == plan::OpKind::Forward || op.kind == plan::OpKind::Backward)
+                    scheduled[op.kind == plan::OpKind::Backward].push_back(op);
+        const bool fromSchedule = !scheduled[0].empty();
+        std::vector<std::vector<const MegatronCall*>> callsOfStep(m_out.steps.size());
+        for (const MegatronCall& c : m_megatronCalls)
+            if (const int index = stepIndexAt(c.range->beginNs); index >= 0)
+                callsOfStep[std::size_t(index)].push_back(&c);
+        const int before = m_opCount;
+        for (std::size_t s = 0; s < m_out.steps.size(); ++s) {
+            std::vector<wire::SpanRecord> ops;
+            int hostOnly = 0;
+            std::string problem;
+            std::int64_t previousEnd = m_out.steps[s].hostBeginNs;
+            for (const MegatronCall* c : callsOfStep[s]) {
+                const std::vector<wire::SpanKind> kinds = opsBeforeCall(c->call, phaseOf(*c, phases));
+                const TimeInterval window{previousEnd, c->range->beginNs};
+                previousEnd = c->range->endNs;
+                if (kinds.empty())
+                    continue;
+                const std::vector<std::pair<const Launch*, std::size_t>> launched = workLaunchedIn(window);
+                // Where the B begins among the launches; all of them belong to the one op otherwise.
+                std::size_t cut = launched.size();
+                if (kinds.size() == 2) {
+                    cut = std::find_if(launched.begin(), launched.end(),
+                                       [&](const auto& l) { return l.first->thread != c->range->thread; }) -
+                          launched.begin();
+                    if (cut == 0 || cut == launched.size()) {
+                        problem = "an F and a B ran between two Megatron p2p calls and no launch from another "
+                                  "thread tells where the B began";
+                        break;
+                    }
+                }
+                for (std::size_t k = 0; k < kinds.size(); ++k) {
+                    const auto first = launched.begin() + std::ptrdiff_t(k == 0 ? 0 : cut);
+                    const auto last = k + 1 < kinds.size() ? launched.begin() + std::ptrdiff_t(cut) : launched.end();
+                    wire::SpanRecord span;
+                    span.kind = kinds[k];
+                    span.beginNs = window.beginNs;
+                    span.endNs = window.endNs;
+                    hostOnly += first == last ? 1 : 0;
+                    for (auto l = first; l != last; ++l) {
+                        const DeviceEvent& e = m_trace.device[l->second];
+                        const bool firstKernel = l == first;
+                        span.beginNs = firstKernel ? e.beginNs : std::min(span.beginNs, e.beginNs);
+                        span.endNs = firstKernel ? e.endNs : std::max(span.endNs, e.endNs);
+                    }
+                    ops.push_back(span);
+                }
+            }
+            const int step = m_out.steps[s].step;
+            int count[2] = {0, 0};
+            for (const wire::SpanRecord& op : ops)
+                ++count[op.kind == wire::SpanKind::Backward];
+            if (problem.empty() && fromSchedule &&
+                (count[0] != int(scheduled[0].size()) || count[1] != int(scheduled[1].size())))
+                problem = "found " + std::to_string(count[0]) + " forwards and " + std::to_string(count[1]) +
+                          " backwards between Megatron p2p calls, the job's schedule has " +
+                          std::to_string(scheduled[0].size()) + " and " + std::to_string(scheduled[1].size());
+            if (!problem.empty()) {
+                m_out.warnings.emplace_back(step, "rank " + std::to_string(m_out.rank) + ", step " +
+                                                      std::to_string(step) + ": " + problem +
+                                                      "; its ops are not stored");
+                continue;
+            }
+            if (hostOnly > 0)
+                m_out.warnings.emplace_back(step, "rank " + std::to_string(m_out.rank) + ", step " +
+                                                      std::to_string(step) + ": " + std::to_string(hostOnly) +
+                                                      " Megatron ops launched no device work; their host time "
+                                                      "stands for their device time");
+            int next[2] = {0, 0};
+            for (wire::SpanRecord& op : ops) {
+                const int backward = op.kind == wire::SpanKind::Backward;
+                const int index = next[backward]++;
+                op.step = step;
+                op.stage = static_cast<std::int16_t>(std::max(m_out.stage, 0));
+                op.microbatch = fromSchedule ? scheduled[backward][std::size_t(index)].microbatch : index;
+                op.chunk = static_cast<std::int16_t>(fromSchedule ? scheduled[backward][std::size_t(index)].chunk : 0);
+                m_out.spans.push_back(op);
+                ++m_out.steps[s].ops;
+                ++m_opCount;
+            }
+        }
+        if (m_opCount == before)
+            return;
+        m_out.recognised.push_back(std::to_string(m_opCount - before) +
+                                   " pipeline ops from Megatron-LM's NVTX ranges (p2p calls" +
+                                   (phases.empty() ? std::string(")") : std::string(" and schedule phases)")));
+        if (!fromSchedule)
+            m_out.inferred.push_back("micro-batches numbered in the order Megatron ran them, chunk 0 (no --job)");
+    }
+
+    // The schedule phase (the latest one begun, if it holds the call) that a p2p call ran in.
+    static MegatronPhase phaseOf(const MegatronCall& c, const std::vector<MegatronCall>& phases)
+    {
+        auto after = std::upper_bound(phases.begin(), phases.end(), c.range->beginNs,
+                                      [](std::int64_t t, const MegatronCall& p) { return t < p.range->beginNs; });
+        if (after == phases.begin())
+            return MegatronPhase::None;
+        const HostRange& p = *(after - 1)->range;
+        return p.thread == c.range->thread && c.range->endNs <= p.endNs ? (after - 1)->call.phase : MegatronPhase::None;
+    }
+
+    // The device work launched inside a host interval, on any thread, in launch order, as a named
+    // op's range would hold it, less the kernels known to be data-parallel reductions (launched by
+    // gradient hooks while a backward runs) or pipeline transfers.
+    std::vector<std::pair<const Launch*, std::size_t>> workLaunchedIn(const TimeInterval& window) const
+    {
+        std::vector<std::pair<const Launch*, std::size_t>> out;
+        const auto& launches = m_trace.launches;
+        auto l = std::lower_bound(launches.begin(), launches.end(), window.beginNs,
+                                  [](const Launch& launch, std::int64_t t) { return launch.ns < t; });
+        for (; l != launches.end() && l->ns <= window.endNs; ++l) {
+            auto [begin, end] = m_deviceByCorrelation.equal_range(l->correlation);
+            for (auto d = begin; d != end; ++d)
+                if (m_classOfDevice[d->second] != DeviceClass::CommData &&
+                    m_classOfDevice[d->second] != DeviceClass::CommPipeline)
+                    out.emplace_back(&*l, d->second);
+        }
+        return out;
+    }
+
+    // The Megatron p2p call whose range holds a launch on its thread, if any.
+    const MegatronCall* megatronCallOf(const Launch& launch) const
+    {
+        auto after = std::upper_bound(m_megatronCalls.begin(), m_megatronCalls.end(), launch.ns,
+                                      [](std::int64_t t, const MegatronCall& c) { return t < c.range->beginNs; });
+        if (after == m_megatronCalls.begin())
+            return nullptr;
+        const MegatronCall& c = *(after - 1);
+        return launch.ns <= c.range->endNs && launch.thread == c.range->thread ? &c : nullptr;
+    }
+
     // Without op names: the schedule's op order for this rank's stage, over the step's kernels in
     // launch order, cut where a pipeline transfer was launched and where the kernels' names turn
     // from forward to backward (the last stage runs a micro-batch's F and B back to back). The
@@ -431,8 +588,8 @@ private:
 
     std::int64_t launchOf(std::size_t device) const
     {
-        const auto launch = m_launchNs.find(m_trace.device[device].correlation);
-        return launch != m_launchNs.end() ? launch->second : m_trace.device[device].beginNs;
+        const auto launch = m_launchOf.find(m_trace.device[device].correlation);
+        return launch != m_launchOf.end() ? launch->second->ns : m_trace.device[device].beginNs;
     }
 
     // Where the direction turns, the kernels after the last one that told the old direction (a
@@ -513,10 +670,31 @@ private:
             if (peerStage < 0)
                 span.kind = send ? wire::SpanKind::SendActivation : wire::SpanKind::RecvActivation;
             span.peerRank = peer;
+            if (peer < 0)
+                megatronTransfer(d, span);
             span.beginNs = d.beginNs;
             span.endNs = d.endNs;
             m_out.spans.push_back(span);
         }
+    }
+
+    // A transfer whose kernel says neither its direction nor its peer (nsys) but was launched in
+    // a Megatron p2p call: the call's direction, and its peer from the mesh (Megatron's
+    // P2PCommunicator sends forward to pipeline rank + 1 and backward to rank - 1, both modulo pp).
+    void megatronTransfer(const DeviceEvent& d, wire::SpanRecord& span) const
+    {
+        const auto launch = m_launchOf.find(d.correlation);
+        const MegatronCall* call = launch != m_launchOf.end() ? megatronCallOf(*launch->second) : nullptr;
+        const std::optional<wire::SpanKind> kind = call ? transferOfCall(call->call) : std::nullopt;
+        if (!kind)
+            return;
+        span.kind = *kind;
+        if (!m_job.mesh || m_out.stage < 0 || m_job.pp() < 2)
+            return;
+        const bool towardsLater = *kind == wire::SpanKind::SendActivation || *kind == wire::SpanKind::RecvGradient;
+        const std::vector<int> pipeline = m_job.mesh->groupOf(plan::GroupKind::Pipeline, m_out.rank);
+        const int pp = static_cast<int>(pipeline.size());
+        span.peerRank = pipeline[std::size_t((m_out.stage + (towardsLater ? 1 : pp - 1)) % pp)];
     }
 
     void deviceTime()
@@ -571,11 +749,12 @@ private:
     const JobContext& m_job;
     const StepMarker& m_marker;
     RankAnalysis m_out;
-    std::unordered_map<std::int64_t, std::int64_t> m_launchNs;
+    std::unordered_map<std::int64_t, const Launch*> m_launchOf;
     std::unordered_multimap<std::int64_t, std::size_t> m_deviceByCorrelation;
     std::vector<int> m_stepOfDevice;
     std::vector<DeviceClass> m_classOfDevice;
     std::vector<std::vector<std::size_t>> m_devicesOfStep;  // device events by step index, in begin order
+    std::vector<MegatronCall> m_megatronCalls;              // in begin order
     int m_opCount = 0;
     bool m_namedTransfers = false;
 };

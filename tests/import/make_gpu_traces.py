@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Synthetic GPU traces of a pipeline-parallel job, with the answers an importer must find.
 
-    make_gpu_traces.py OUTDIR --case {1f1b,interleaved,unannotated} [--steps 3] [--seed N]
+    make_gpu_traces.py OUTDIR --case {1f1b,interleaved,unannotated,megatron,megatron-interleaved} [--steps 3]
+                       [--seed N]
     make_gpu_traces.py OUTDIR --big-gb X [--case ...] [--seed N]
 
 Pure Python 3, standard library only. The generator simulates one job (8 GPUs on one node,
@@ -12,6 +13,15 @@ on one true clock, and writes what two profilers would have recorded of it:
   rank{R}_trace.json.gz     torch.profiler (Kineto) trace of rank R, in rank R's own (skewed) clock
   report.{R}.sqlite         the same timeline as an Nsight Systems SQLite export (schema 3.11-like)
   answers.json              what the importer must compute, worked out here from the true timeline
+
+megatron, megatron-interleaved: the job as Megatron-LM runs it with --nvtx-ranges (interleaved: 6
+micro-batches, since with m = p Megatron runs them all in the warm-up), as nsys exports only, with no
+clock skew (one node's reports share its clock; nsys kernels carry no communicator to align by):
+Megatron's p2p calls (megatron/core/pipeline_parallel/p2p_communication.py) and the interleaved
+schedule's phases (schedules.py) as NVTX push/pop ranges named as megatron/core/utils.py names them;
+every send/recv kernel launched inside its call's range; backward kernels launched from a second host
+thread (torch's autograd device thread). torch.profiler does not record torch.cuda.nvtx ranges, so no
+Kineto traces are written for these cases.
 
 --big-gb X writes rank{R}_trace.json (uncompressed, streamed to disk) with as many whole steps as
 it takes for the eight files to reach X * 10^9 bytes together, and an answers.json without the
@@ -98,6 +108,15 @@ import time
 PP, TP, DP, EP = 2, 2, 2, 1
 WORLD = PP * TP * DP
 M = 4                 # micro-batches per step and replica
+M_MEGATRON_INTERLEAVED = 6   # with m = p Megatron runs every interleaved micro-batch in the warm-up
+
+
+def is_interleaved(case):
+    return case in ("interleaved", "megatron-interleaved")
+
+
+def microbatches(case):
+    return M_MEGATRON_INTERLEAVED if case == "megatron-interleaved" else M
 DEVICES_PER_NODE = 8
 FIRST_STEP = 10       # the partial step the trace starts in; whole steps follow
 
@@ -161,7 +180,7 @@ def pg_for(kind, rank):
 
 
 def job_spec(case):
-    interleaved = case == "interleaved"
+    interleaved = is_interleaved(case)
     return {
         "name": "synthetic import test: %s, pp 2 x tp 2 x dp 2 on one H100 node" % case,
         "model": {"layers": 8, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
@@ -169,7 +188,7 @@ def job_spec(case):
                   "tied_embeddings": False},
         "parallel": {"dp": DP, "pp": PP, "tp": TP, "ep": EP, "zero": 0, "sequence_parallel": False,
                      "recompute": "selective", "schedule": "interleaved" if interleaved else "1f1b",
-                     "virtual_stages": 2 if interleaved else 1, "microbatches": M,
+                     "virtual_stages": 2 if interleaved else 1, "microbatches": microbatches(case),
                      "micro_batch_size": 1, "order": "tp-dp-pp", "grad_bucket_mb": 25,
                      "overlap_grad_reduce": True},
         "precision": {"grads": "fp32"},
@@ -244,6 +263,116 @@ def stage_ops(kind, p, m, v, stage):
         backward(table[i][0], v - 1 - table[i][1])
     for k in range(total - warm, total):
         backward(table[k][0], v - 1 - table[k][1])
+    return ops
+
+
+MEGATRON_P2P = "megatron.core.pipeline_parallel.p2p_communication."
+MEGATRON_PHASE = "megatron.core.pipeline_parallel.schedules.forward_backward_pipelining_with_interleaving."
+
+
+def megatron_program(kind, p, m, v, stage):
+    """What Megatron-LM's schedule does on a physical stage with --nvtx-ranges, in order (the calls of
+    megatron/core/pipeline_parallel/schedules.py without overlap_p2p_comm): ("push"/"pop", phase range),
+    ("call", p2p range name, [transfers as stage_ops writes them]), ("op", F/B, mb, chunk).  A call's
+    range is pushed even where it moves nothing (the first stage's recv_forward)."""
+    last_vs = p * v - 1
+
+    def transfer(k, mb, chunk, step):
+        vs = chunk * p + stage + step
+        if vs < 0 or vs > last_vs or vs % p == stage:
+            return []
+        return [(k, mb, chunk, vs % p)]
+
+    def recv_act(x):
+        return transfer("recv-act", x[0], x[1], -1)
+
+    def send_act(x):
+        return transfer("send-act", x[0], x[1], +1)
+
+    def recv_grad(x):
+        return transfer("recv-grad", x[0], x[1], +1)
+
+    def send_grad(x):
+        return transfer("send-grad", x[0], x[1], -1)
+
+    prog = []
+
+    def call(name, transfers):
+        prog.append(("call", MEGATRON_P2P + name, transfers))
+
+    warm = warmup_count(kind, p, m, v, stage)
+    if kind == "1f1b":   # forward_backward_pipelining_without_interleaving: no phase ranges
+        for i in range(warm):
+            call("recv_forward", recv_act((i, 0)))
+            prog.append(("op", "F", i, 0))
+            call("send_forward", send_act((i, 0)))
+        if m - warm > 0:
+            call("recv_forward", recv_act((warm, 0)))
+        for i in range(m - warm):
+            f, b = (warm + i, 0), (i, 0)
+            prog.append(("op", "F", f[0], 0))
+            call("send_forward_recv_backward", send_act(f) + recv_grad(b))
+            prog.append(("op", "B", b[0], 0))
+            if i == m - warm - 1:
+                call("send_backward", send_grad(b))
+            else:
+                call("send_backward_recv_forward", send_grad(b) + recv_act((warm + i + 1, 0)))
+        for i in range(m - warm, m):
+            call("recv_backward", recv_grad((i, 0)))
+            prog.append(("op", "B", i, 0))
+            call("send_backward", send_grad((i, 0)))
+        return prog
+    table = []
+    for first in range(0, m, p):
+        for chunk in range(v):
+            for mb in range(first, min(first + p, m)):
+                table.append((mb, chunk))
+    total = len(table)
+
+    def fwd(k):
+        return table[k]
+
+    def bwd(k):
+        return (table[k][0], v - 1 - table[k][1])
+
+    all_warm = warm == total
+    prog.append(("push", MEGATRON_PHASE + "warmup"))
+    call("recv_forward", recv_act(fwd(0)))
+    for k in range(warm):
+        prog.append(("op", "F") + fwd(k))
+        nxt = recv_act(fwd(k + 1)) if k + 1 < total else []
+        if k == warm - 1 and not all_warm:
+            call("send_forward_backward_recv_forward_backward", send_act(fwd(k)) + nxt + recv_grad(bwd(0)))
+        else:
+            call("send_forward_recv_forward", send_act(fwd(k)) + nxt)
+    prog.append(("pop", MEGATRON_PHASE + "warmup"))
+    prog.append(("push", MEGATRON_PHASE + "steady"))
+    for i in range(total - warm):
+        f = warm + i
+        prog.append(("op", "F") + fwd(f))
+        prog.append(("op", "B") + bwd(i))
+        nxt = recv_act(fwd(f + 1)) if i < total - warm - 1 else []
+        call("send_forward_backward_recv_forward_backward",
+             send_act(fwd(f)) + send_grad(bwd(i)) + nxt + (recv_grad(bwd(i + 1)) if i + 1 < total else []))
+    prog.append(("pop", MEGATRON_PHASE + "steady"))
+    prog.append(("push", MEGATRON_PHASE + "cooldown"))
+    if all_warm:
+        call("recv_backward", recv_grad(bwd(0)))
+    for k in range(total - warm, total):
+        prog.append(("op", "B") + bwd(k))
+        call("send_backward_recv_backward", send_grad(bwd(k)) + (recv_grad(bwd(k + 1)) if k + 1 < total else []))
+    prog.append(("pop", MEGATRON_PHASE + "cooldown"))
+    return prog
+
+
+def program_ops(prog):
+    """A Megatron program as stage_ops's op list (transfers in call order)."""
+    ops = []
+    for item in prog:
+        if item[0] == "call":
+            ops.extend(item[2])
+        elif item[0] == "op":
+            ops.append((item[1], item[2], item[3], -1))
     return ops
 
 
@@ -341,7 +470,7 @@ class Kernel:
 
 
 class CpuEvent:
-    __slots__ = ("name", "cat", "begin", "end", "args", "corr", "ext", "kernel", "nvtx")
+    __slots__ = ("name", "cat", "begin", "end", "args", "corr", "ext", "kernel", "nvtx", "tid")
 
     def __init__(self, name, cat, begin, end, args=None):
         self.name = name
@@ -353,11 +482,13 @@ class CpuEvent:
         self.ext = None
         self.kernel = None
         self.nvtx = None
+        self.tid = None       # the host thread; None: the rank's main thread
 
 
 class StepRecord:
     """What one rank did in one step (true times)."""
-    __slots__ = ("step", "rank", "begin", "end", "cpu", "kernels", "ops", "nccl_ranges", "mark")
+    __slots__ = ("step", "rank", "begin", "end", "cpu", "kernels", "ops", "nccl_ranges", "mark", "megatron",
+                 "thread")
 
     def __init__(self, step, rank):
         self.step = step
@@ -367,6 +498,8 @@ class StepRecord:
         self.ops = []        # (kind, mb, chunk, annot_begin, annot_end, ext)
         self.nccl_ranges = []  # (name, begin, end) host ranges around NCCL launches
         self.mark = None
+        self.megatron = []   # (name, begin, end) Megatron-LM's NVTX ranges (megatron cases)
+        self.thread = None   # the thread launching now; None: the main thread
 
 
 class Simulator:
@@ -374,9 +507,15 @@ class Simulator:
         self.case = case
         self.rng = random.Random(seed)
         rng = self.rng
-        self.v = 2 if case == "interleaved" else 1
-        self.sched = "interleaved" if case == "interleaved" else "1f1b"
-        self.ops = [stage_ops(self.sched, PP, M, self.v, s) for s in range(PP)]
+        self.v = 2 if is_interleaved(case) else 1
+        self.sched = "interleaved" if is_interleaved(case) else "1f1b"
+        self.m = microbatches(case)
+        self.megatron = case.startswith("megatron")
+        if self.megatron:
+            self.programs = [megatron_program(self.sched, PP, self.m, self.v, s) for s in range(PP)]
+            self.ops = [program_ops(prog) for prog in self.programs]
+        else:
+            self.ops = [stage_ops(self.sched, PP, self.m, self.v, s) for s in range(PP)]
         self.layers_per_op = 2 if self.v == 1 else 1
         self.f_ns = 1.0 * MS / self.v
         self.b_ns = 2.0 * MS / self.v
@@ -387,10 +526,14 @@ class Simulator:
             s = rng.randint(-500 * US, 500 * US)
             if s != 0 and all(abs(s - o) > 10 * US for o in skews):
                 skews.append(s)
-        self.skew = skews
+        # Megatron cases: nsys on one node, where every report's clock is the node's (nsys exports
+        # carry no communicator to align clocks by).
+        self.skew = [0] * WORLD if self.megatron else skews
         self.straggler = rng.choice([r for r in range(1, WORLD)])
         self.pid = [100000 + 37 * r + rng.randrange(0, 30) for r in range(WORLD)]
         self.tid = list(self.pid)
+        # torch's autograd engine runs a CUDA backward on a device thread of its own
+        self.autograd_tid = [t + 3 for t in self.tid]
         self.corr = [0] * WORLD
         self.ext = [0] * WORLD
         self.pg_seq = {}       # (pg name, rank) -> collectives so far
@@ -470,6 +613,7 @@ class Simulator:
         ev = CpuEvent(api, "cuda_runtime", t, t + dur)
         ev.corr = k.corr
         ev.kernel = k
+        ev.tid = rec.thread
         rec.cpu.append(ev)
         rec.kernels.append(k)
         return t + dur + self.u(5, 13)
@@ -544,7 +688,33 @@ class Simulator:
         last_b = max(i for i, o in enumerate(ops) if o[0] == "B")
         mid_kernel = end_kernel = None
         barrier = None
-        for i, (kind, mb, chunk, peer) in enumerate(ops):
+        if self.megatron:   # the op list with Megatron's ranges around its calls and phases
+            seq = []
+            for item in self.programs[stage]:
+                if item[0] == "call":
+                    seq.append(("call-begin", item[1]))
+                    seq.extend(("x", x) for x in item[2])
+                    seq.append(("call-end", item[1]))
+                elif item[0] == "op":
+                    seq.append(("x", (item[1], item[2], item[3], -1)))
+                else:
+                    seq.append(item)
+        else:
+            seq = [("x", o) for o in ops]
+        opened = {}
+        i = -1
+        for what, item in seq:
+            if what in ("push", "call-begin"):
+                t += self.u(2, 6)
+                opened[item] = t
+                t += self.u(2, 6)
+                continue
+            if what in ("pop", "call-end"):
+                t += self.u(2, 6)
+                rec.megatron.append((item, opened.pop(item), t))
+                continue
+            i += 1
+            kind, mb, chunk, peer = item
             t += self.u(20, 55)
             if kind in ("recv-act", "recv-grad"):
                 k = Kernel(rank, STREAM_RECV, NCCL_P2P, "recv")
@@ -557,6 +727,8 @@ class Simulator:
                 t = self.nccl(rec, k, t, "pp", PP_NELEMS, "BFloat16", peer=peer_rank(rank, peer), send=True)
                 continue
             ext = self.next_ext(rank)
+            if self.megatron and kind == "B":
+                rec.thread = self.autograd_tid[rank]
             a_begin = t
             t += self.u(6, 14)
             prev = None
@@ -592,9 +764,14 @@ class Simulator:
                 end_kernel = prev
             t += self.u(4, 9)
             rec.ops.append((kind, mb, chunk, a_begin, t, ext))
+            rec.thread = None
             t += self.u(2, 5)
-        # data-parallel gradient buckets, then the optimizer
+        # data-parallel gradient buckets (Megatron's interleaved schedule: in its misc phase), then the optimizer
         t += self.u(15, 30)
+        misc = MEGATRON_PHASE + "misc" if self.megatron and self.sched == "interleaved" else None
+        if misc:
+            opened[misc] = t
+            t += self.u(2, 6)
         buckets = []
         for dep in (mid_kernel, end_kernel):
             ev = CpuEvent("cudaStreamWaitEvent", "cuda_runtime", t, t + self.u(1, 3))
@@ -605,6 +782,9 @@ class Simulator:
             k.deps = [dep]
             t = self.nccl(rec, k, t, "dp", DP_BUCKET_NELEMS, "Float")
             buckets.append(k)
+        if misc:
+            t += self.u(2, 6)
+            rec.megatron.append((misc, opened.pop(misc), t))
         t += self.u(30, 60)
         prev = None
         for name, ns in ((ADAM, 180 * US), (ADAM, 170 * US), (CAST, 40 * US)):
@@ -804,6 +984,11 @@ RULES = [
     "embedding_backward_feature_kernel; the nn GEMM and the TP all-reduce go either way). The k-th F of a step "
     "on a rank is micro-batch k, and so is the k-th B; stage = the rank's pp coordinate in job.json's mesh "
     "(order tp-dp-pp). The send/recv kernels' Src/Dst Rank and Seq confirm the pairing.",
+    "Megatron cases: an op is the device work launched (any thread) between two consecutive Megatron p2p call "
+    "ranges of a step; the call after it says which: send_forward* follows an F, send_backward* a B, "
+    "send_forward_backward_recv_forward_backward an F then a B in the steady phase (an F in the warm-up), recv_* "
+    "nothing; the B of an F+B pair begins at the first launch from the autograd thread. Micro-batch and chunk: "
+    "the stage's schedule in order.",
     "Op span (ops[].begin_ns/end_ns): first kernel begin to last kernel end of the op's kernels.",
     "Bubble: engine/plan/measured_bubble: pipeline spans of a rank = its F/B op spans and its pipeline "
     "send/recv kernels (ncclDevKernel_SendRecv) of the step; window = earliest pipeline span begin to latest "
@@ -1118,6 +1303,10 @@ class SqliteWriter:
                                self.gtid if etype == 60 else None, None if use_text else self.sid(text), domain,
                                None, None, None, None, None, None, None, None))
 
+    @property
+    def kernels(self):
+        return len(self.kernel_rows)
+
     def step(self, rec, annotated, cut):
         sim = self.sim
         t0, t1 = self.t0, self.t1
@@ -1141,9 +1330,13 @@ class SqliteWriter:
         for name, nb, ne in rec.nccl_ranges:
             if inside(nb, ne):
                 self.nvtx(self.l(nb), self.l(ne), 59, name, domain=1)
+        for name, nb, ne in rec.megatron:   # torch.cuda.nvtx.range_push / range_pop: push-pop ranges
+            if inside(nb, ne):
+                self.nvtx(self.l(nb), self.l(ne), 59, name)
         for ev in rec.cpu:
             if inside(ev.begin, ev.end):
-                self.runtime_rows.append((self.l(ev.begin), self.l(ev.end), 0, self.gtid, ev.corr,
+                gtid = self.gtid if ev.tid is None else (self.gpid | ev.tid)
+                self.runtime_rows.append((self.l(ev.begin), self.l(ev.end), 0, gtid, ev.corr,
                                           self.sid(NSYS_API[ev.name]), 0, None))
         for k in rec.kernels:
             if not inside(k.start, k.end):
@@ -1191,8 +1384,8 @@ def cut_points(sim, first_recs, last_recs):
 
 def base_answers(case, sim, steps):
     return {
-        "case": case, "world": WORLD, "pp": PP, "tp": TP, "dp": DP, "ep": EP, "m": M, "virtual": sim.v,
-        "schedule": sim.sched, "annotated": case != "unannotated",
+        "case": case, "world": WORLD, "pp": PP, "tp": TP, "dp": DP, "ep": EP, "m": sim.m, "virtual": sim.v,
+        "schedule": sim.sched, "annotated": case in ("1f1b", "interleaved"), "megatron_nvtx": sim.megatron,
         "rank_order": "tp-dp-pp: rank = tp + 2*dp + 4*pp (engine/plan/mesh.cpp Mesh::rankOf)",
         "steps": steps, "dropped_partial_steps": [FIRST_STEP, steps[-1] + 1 if steps else FIRST_STEP + 1],
         "ranks": {str(r): {"stage": coord_of(r)["pp"], "tp": coord_of(r)["tp"], "dp": coord_of(r)["dp"],
@@ -1207,7 +1400,7 @@ def base_answers(case, sim, steps):
 def generate(outdir, case, steps, seed):
     os.makedirs(outdir, exist_ok=True)
     sim = Simulator(case, seed)
-    annotated = case != "unannotated"
+    annotated = case in ("1f1b", "interleaved")
     all_recs = [sim.step(FIRST_STEP + i) for i in range(steps + 2)]
     windows = cut_points(sim, all_recs[0], all_recs[-1])
     whole = [FIRST_STEP + 1 + i for i in range(steps)]
@@ -1216,12 +1409,16 @@ def generate(outdir, case, steps, seed):
         f.write("\n")
     kineto, sqlw = [], []
     for r in range(WORLD):
-        kineto.append(KinetoWriter(os.path.join(outdir, "rank%d_trace.json.gz" % r), sim, r, windows[r], True))
+        # Megatron's ranges are torch.cuda.nvtx calls, which go to NVTX only: torch.profiler does not
+        # record them (Kineto has no NVTX activity), so the megatron cases are nsys exports only.
+        if not sim.megatron:
+            kineto.append(KinetoWriter(os.path.join(outdir, "rank%d_trace.json.gz" % r), sim, r, windows[r], True))
         sqlw.append(SqliteWriter(os.path.join(outdir, "report.%d.sqlite" % r), sim, r, windows[r]))
     for i, recs in enumerate(all_recs):
         cut = "first" if i == 0 else "last" if i == len(all_recs) - 1 else None
         for r in range(WORLD):
-            kineto[r].step(recs[r], annotated, cut)
+            if kineto:
+                kineto[r].step(recs[r], annotated, cut)
             sqlw[r].step(recs[r], annotated, cut)
     for w in kineto:
         w.close()
@@ -1239,7 +1436,7 @@ def generate(outdir, case, steps, seed):
         ans["bubble"][n] = bubble
         ans["comm"][n] = comm
         ans["comm_sqlite"][n] = comm_sql
-    ans["kernels"] = {str(r): kineto[r].kernels for r in range(WORLD)}
+    ans["kernels"] = {str(r): (kineto or sqlw)[r].kernels for r in range(WORLD)}
     with open(os.path.join(outdir, "answers.json"), "w") as f:
         json.dump(ans, f, indent=1)
         f.write("\n")
@@ -1249,7 +1446,7 @@ def generate(outdir, case, steps, seed):
 def generate_big(outdir, case, seed, gb):
     os.makedirs(outdir, exist_ok=True)
     sim = Simulator(case, seed)
-    annotated = case != "unannotated"
+    annotated = case in ("1f1b", "interleaved")
     target = int(gb * 1e9)
     with open(os.path.join(outdir, "job.json"), "w") as f:
         json.dump(job_spec(case), f, indent=2)
@@ -1458,10 +1655,43 @@ def verify(outdir):
     return True
 
 
+def verify_megatron(outdir):
+    """The nsys exports of a megatron case: every pipeline SendRecv kernel launched inside one of
+    Megatron's p2p call ranges, no compute kernel launched inside one, each whole step holding its
+    stage's calls, and the kernel counts of answers.json."""
+    with open(os.path.join(outdir, "answers.json")) as f:
+        ans = json.load(f)
+    for r in range(WORLD):
+        stage = ans["ranks"][str(r)]["stage"]
+        prog = megatron_program(ans["schedule"], PP, ans["m"], ans["virtual"], stage)
+        calls_per_step = sum(1 for item in prog if item[0] == "call")
+        db = sqlite3.connect(os.path.join(outdir, "report.%d.sqlite" % r))
+        nv = db.execute("SELECT n.start, n.end, COALESCE(n.text, s.value) FROM NVTX_EVENTS n "
+                        "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59 AND n.domainId = 0").fetchall()
+        calls = sorted((b, e) for b, e, t in nv if t.startswith(MEGATRON_P2P))
+        steps = db.execute("SELECT n.start, n.end FROM NVTX_EVENTS n WHERE n.eventType = 60").fetchall()
+        for n, (b, e) in enumerate(sorted(steps)[1:-1]):
+            inside = sum(1 for cb, ce in calls if b <= cb and ce <= e)
+            assert inside == calls_per_step, (r, n, inside, calls_per_step)
+        rows = db.execute("SELECT r.start, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+                          "ON r.correlationId = k.correlationId JOIN StringIds s ON s.id = k.demangledName").fetchall()
+        for launch, name in rows:
+            in_call = any(cb <= launch <= ce for cb, ce in calls)
+            if name == NCCL_P2P:
+                assert in_call, (r, launch)
+            elif not name.startswith("ncclDevKernel"):
+                assert not in_call, (r, launch, name)
+        count = db.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        assert count == ans["kernels"][str(r)]
+        db.close()
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
-    ap.add_argument("--case", choices=("1f1b", "interleaved", "unannotated"), default="1f1b")
+    ap.add_argument("--case", choices=("1f1b", "interleaved", "unannotated", "megatron", "megatron-interleaved"),
+                    default="1f1b")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--big-gb", type=float, default=None,
@@ -1472,13 +1702,15 @@ def main():
         ap.error("--steps must be at least 1")
     t = time.time()
     if a.big_gb is not None:
+        if a.case.startswith("megatron"):
+            ap.error("--big-gb writes Kineto traces, and the megatron cases are nsys exports only")
         ans = generate_big(a.outdir, a.case, a.seed, a.big_gb)
         print("wrote %d whole steps, %d bytes in %.1f s" % (len(ans["steps"]), sum(ans["bytes"].values()),
                                                             time.time() - t))
         return 0
     generate(a.outdir, a.case, a.steps, a.seed)
     if not a.no_verify:
-        verify(a.outdir)
+        (verify_megatron if a.case.startswith("megatron") else verify)(a.outdir)
     print("wrote %s (%s, %d steps, seed %d) in %.2f s%s" % (a.outdir, a.case, a.steps, a.seed, time.time() - t,
                                                           "" if a.no_verify else ", verified"))
     return 0

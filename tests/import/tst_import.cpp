@@ -286,6 +286,50 @@ private slots:
         QCOMPARE(reader.importSources().front().rank, 0);
     }
 
+    // Megatron-LM's --nvtx-ranges (p2p calls and the interleaved schedule's phases) in nsys exports
+    // of one node, whose reports share its clock: the ops, their device spans and the bubble per
+    // stage as the generator's answers give them, and each transfer's peer on the other stage.
+    void megatronNvtxRangesGiveTheOps_data()
+    {
+        QTest::addColumn<QString>("name");
+        QTest::newRow("1f1b") << "megatron";
+        QTest::newRow("interleaved") << "megatron-interleaved";
+    }
+
+    void megatronNvtxRangesGiveTheOps()
+    {
+        QFETCH(QString, name);
+        const Generated& g = generated(name.toStdString());
+        const std::string session = importInto(g.nsys, g.job(), "megatron-" + name.toStdString() + ".meshbench");
+        checkAgainstAnswers(g, session, true);
+        store::SessionReader reader(session);
+        for (const store::ImportSource& source : reader.importSources())
+            QVERIFY2(source.recognised.find("pipeline ops from Megatron-LM's NVTX ranges") != std::string::npos,
+                     source.recognised.c_str());
+        const json& ranks = g.answers["ranks"];
+        const bool interleaved = g.answers["virtual"].get<int>() > 1;
+        int transfers = 0;
+        reader.spans(
+            std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+            [&](const store::StoredSpan& s) {
+                if (wire::isComputeKind(s.span.kind) || !wire::isPipelineKind(s.span.kind))
+                    return;
+                ++transfers;
+                QVERIFY(s.span.peerRank >= 0);
+                const json& self = ranks.at(std::to_string(s.rank));
+                const json& peer = ranks.at(std::to_string(s.span.peerRank));
+                QCOMPARE(peer["tp"], self["tp"]);
+                QCOMPARE(peer["dp"], self["dp"]);
+                QVERIFY(peer["stage"] != self["stage"]);
+                // In 1F1B the first stage only sends activations and receives gradients.
+                const bool first = self["stage"].get<int>() == 0;
+                if (!interleaved)
+                    QVERIFY(s.span.kind == (first ? wire::SpanKind::SendActivation : wire::SpanKind::SendGradient) ||
+                            s.span.kind == (first ? wire::SpanKind::RecvGradient : wire::SpanKind::RecvActivation));
+            });
+        QVERIFY(transfers > 0);
+    }
+
     void partialStepsAreDroppedAndSaid()
     {
         const Generated& g = generated("1f1b");
