@@ -6,6 +6,7 @@
 #include "kineto_reader.h"
 #include "nsys_reader.h"
 #include "rank_analysis.h"
+#include "rank_file.h"
 #include "trace_input.h"
 
 #include "plan/measured_bubble.h"
@@ -33,17 +34,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool isTraceName(const std::string& name)
-{
-    for (const char* ending : {".json", ".json.gz", ".sqlite", ".jsonl", ".jsonl.gz"})
-        if (name.ends_with(ending))
-            return true;
-    return false;
-}
-
-enum class Format { Kineto, Nsys, ExpertCounts };
-Format formatOf(const std::string& path);
-
 // The files to read: those named, and in the folders named every trace file (other JSON, such as a
 // job spec or a config beside the traces, is passed over and counted in `skipped`).
 std::vector<std::string> listInputs(const std::vector<std::string>& paths, std::vector<std::string>& skipped)
@@ -69,18 +59,6 @@ std::vector<std::string> listInputs(const std::vector<std::string>& paths, std::
         }
     }
     return files;
-}
-
-Format formatOf(const std::string& path)
-{
-    char magic[16] = {};
-    std::ifstream file(path, std::ios::binary);
-    file.read(magic, sizeof magic);
-    if (std::string_view(magic, sizeof magic) == std::string_view("SQLite format 3\0", 16))
-        return Format::Nsys;
-    if (path.ends_with(".jsonl") || path.ends_with(".jsonl.gz") || looksLikeExpertCounts(path))
-        return Format::ExpertCounts;
-    return Format::Kineto;
 }
 
 // The rank a file's name gives: the first group of `pattern` (or its whole match) over the name.
@@ -258,8 +236,7 @@ private:
             if (!m_job.mesh || m_job.mesh->coordOf(input.rank).tp == 0)
                 m_expertLoads[input.rank] = std::move(counts.loads);
         } else {
-            RankTrace trace = input.format == Format::Nsys ? readNsysExport(path, m_names, options)
-                                                           : readKinetoTrace(path, m_names, options);
+            RankTrace trace = readRankTrace(path, input.format, m_names, options);
             input.rank = rankOf(path, input.format, trace.rank);
             input.world = trace.worldSize;
             if (m_job.mesh && input.world && *input.world != m_job.mesh->worldSize())
@@ -267,26 +244,12 @@ private:
                                   " ranks, but the job (--job) has " + std::to_string(m_job.mesh->worldSize()) +
                                   "; give the job spec of the traced run");
             input.analysis = analyseRank(trace, input.rank, m_names, m_job, m_request.read.steps);
-            input.source.format = trace.format;
-            input.source.digest = trace.digest;
-            input.source.recognised = joined(input.analysis.recognised);
-            std::vector<std::string> inferred = input.analysis.inferred;
-            if (!trace.rank)
-                inferred.insert(inferred.begin(), "rank " + std::to_string(input.rank) + " from the file name");
-            input.source.inferred = joined(inferred);
+            input.source = importSource(path, trace, input.analysis);
             m_eventsBefore += trace.events;
         }
         input.source.rank = input.rank;
         m_bytesBefore += size;
         m_inputs.push_back(std::move(input));
-    }
-
-    static std::string joined(const std::vector<std::string>& parts)
-    {
-        std::string text;
-        for (const std::string& p : parts)
-            text += (text.empty() ? "" : "; ") + p;
-        return text;
     }
 
     void checkRanks()

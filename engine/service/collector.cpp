@@ -1,9 +1,14 @@
 #include "collector.h"
 
+#include "live_trace_importer.h"
+
 #include "wire/endpoints.h"
 #include "wire/host_name.h"
+#include "wire/trace_handover.h"
 #include "wire/wall_clock.h"
 
+#include <algorithm>
+#include <limits>
 #include <variant>
 
 namespace meshbench::service {
@@ -77,14 +82,26 @@ void Collector::receive()
         if (!accepted.batch)
             continue;
         const wire::Batch& batch = *accepted.batch;
-        for (const wire::Record& record : batch.records)
-            if (const auto* log = std::get_if<wire::LogRecord>(&record); log && log->level == wire::LogLevel::Error)
-                m_lastError[batch.rank] = log->text;
+        const std::uint32_t rank = batch.rank;
+        std::int64_t latestEnd = std::numeric_limits<std::int64_t>::min();
+        for (const wire::Record& record : batch.records) {
+            if (const auto* log = std::get_if<wire::LogRecord>(&record)) {
+                if (log->level == wire::LogLevel::Error)
+                    m_lastError[rank] = log->text;
+                if (std::optional<std::string> trace = wire::handedOverTrace(log->text); trace && m_traces)
+                    m_traces->handedOver(rank, std::move(*trace), log->timeNs);
+            } else if (const auto* span = std::get_if<wire::SpanRecord>(&record)) {
+                latestEnd = std::max(latestEnd, span->endNs);
+            }
+        }
         m_aggregator.add(batch);
         m_observer.batchArrived(batch);
         m_records += batch.records.size();
         if (m_writer)
             m_writer->append(std::move(*accepted.batch));
+        // After the batch is queued for the store: what the importer then reads of the rank includes it.
+        if (m_traces && latestEnd > std::numeric_limits<std::int64_t>::min())
+            m_traces->heard(rank, latestEnd);
     }
     takeAggregates();
 }

@@ -17,6 +17,8 @@
 
 namespace meshbench::service {
 
+class LiveTraceImporter;
+
 // Done to a listening socket before it binds (`name` says which, for refusals): CURVE, when the run
 // is reachable from off this machine.
 using SocketSetup = std::function<void(zmq::socket_t& socket, const std::string& name)>;
@@ -36,6 +38,8 @@ public:
     zmq::socket_t& socket() { return m_socket; }
     // Records go to this session from now on.
     void attach(store::SessionWriter& writer) { m_writer = &writer; }
+    // Traces the ranks hand over go to `importer` from now on (none: they are only logged).
+    void handTracesTo(LiveTraceImporter* importer) { m_traces = importer; }
 
     // Handles the frames that have arrived (a bounded number, so that other work gets its turn),
     // then hands the aggregates that became final to the observer.
@@ -46,7 +50,6 @@ public:
     void engineLog(wire::LogLevel level, std::string text);
 
     const Ingest& ingest() const { return m_ingest; }
-    // The last error line a rank logged, or empty.
     // The last error line each rank logged, empty for none.
     std::span<const std::string> lastErrors() const { return m_lastError; }
     std::uint64_t records() const { return m_records; }
@@ -59,6 +62,7 @@ private:
     live::LiveAggregator& m_aggregator;
     RunObserver& m_observer;
     store::SessionWriter* m_writer = nullptr;
+    LiveTraceImporter* m_traces = nullptr;
     std::uint64_t m_engineSequence = 0;
     std::uint64_t m_records = 0;
     int m_problems = 0;

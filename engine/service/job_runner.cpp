@@ -7,6 +7,7 @@
 #include "launcher.h"
 #include "launcher_report.h"
 #include "live/steady_state.h"
+#include "live_trace_importer.h"
 #include "wire/curve_keys.h"
 #include "wire/endpoints.h"
 #include "wire/wall_clock.h"
@@ -190,6 +191,12 @@ private:
     std::optional<char> launchedProcessState(std::uint32_t rank) const;
     bool launcherCrashed() const { return m_job && m_launcherReport.crashPid == m_job->pid(); }
     void noteNewlyHeardRanks(LaunchedProcess& job);
+    // What the importer of handed-over traces has to say, into the session's log.
+    void logImports(LiveTraceImporter& traces)
+    {
+        for (auto& [level, text] : traces.takeMessages())
+            m_collector.engineLog(level, std::move(text));
+    }
     // What to do when mpirun failed because this engine runs as root; empty otherwise.
     std::string rootHint() const;
     const RankLiveness& liveness(std::uint32_t rank) const { return m_collector.ingest().liveness(rank); }
@@ -276,7 +283,7 @@ Environment Run::rankEnvironment(const std::string& collector) const
 
 std::vector<std::string> Run::launchCommand(const std::string& collector, const Environment& environment) const
 {
-    const std::vector<std::string> program = rankCommand(collector);
+    std::vector<std::string> program = rankCommand(collector);
     if (m_request.oneDevice)
         return program;
     const plan::LaunchSpec& launch = m_request.spec.launch;
@@ -403,6 +410,8 @@ RunResult Run::execute()
     const std::string collector = m_collector.endpoint();
     m_writer = std::make_unique<store::SessionWriter>(m_request.sessionPath, header());
     m_collector.attach(*m_writer);
+    LiveTraceImporter traces(*m_writer, m_spec);
+    m_collector.handTracesTo(&traces);
     m_result.sessionPath = m_writer->path();
     m_observer.started(m_writer->path(), collector, int(m_world));
 
@@ -438,6 +447,7 @@ RunResult Run::execute()
                 items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
         zmq::poll(items, std::chrono::milliseconds(100));
         m_collector.receive();
+        logImports(traces);
         noteNewlyHeardRanks(*job);
         if (job->stdoutFd() >= 0)
             readLauncher(*job, job->stdoutFd(), wire::LogLevel::Info);
@@ -522,6 +532,10 @@ RunResult Run::execute()
         if (verdict->outcome == store::Outcome::Failed)
             m_collector.engineLog(wire::LogLevel::Error, verdict->cause);
     }
+    // Traces handed over are imported before the session is closed; a stop by the user abandons them.
+    traces.finish(verdict->outcome == store::Outcome::Stopped);
+    m_collector.handTracesTo(nullptr);
+    logImports(traces);
     // Steps still open (the last ones of a failed run) are kept as they are.
     m_collector.flushAggregates();
     for (std::uint32_t r = 0; r < m_world; ++r) {

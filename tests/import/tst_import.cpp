@@ -7,7 +7,10 @@
 #include "common/process_run.h"
 
 #include "import/import_error.h"
+#include "import/live_alignment.h"
+#include "import/rank_file.h"
 #include "import/trace_import.h"
+#include "plan/job_spec.h"
 #include "plan/measured_bubble.h"
 #include "store/session_store.h"
 
@@ -19,7 +22,9 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -489,6 +494,100 @@ private slots:
         QCOMPARE(loads[0].rank, 0u);
         QCOMPARE(loads[0].record.layer, 1);
         QCOMPARE(loads[0].record.routed, (std::vector<std::uint32_t>{7, 30}));
+    }
+
+    // A trace handed over by a running rank (import/live_alignment.h) lands on the rank's live ops by
+    // one step shift and one clock offset: the latest shift under which its last step began before the
+    // hand-over. The live ops here are the trace's own, as a run reports them 3 steps on and on a clock
+    // 1.5 s ahead, and before them the same steps once more, so that an earlier shift matches every op too.
+    void aHandedOverTraceLandsOnTheLiveSteps()
+    {
+        const Generated& g = generated("1f1b");
+        constexpr int kRank = 5;
+        import::NameTable names;
+        const import::ReadOptions options;
+        const import::RankTrace trace = import::readRankTrace(g.kineto[kRank], import::Format::Kineto, names, options);
+        import::JobContext job;
+        job.spec = plan::parseJobSpec(readText(g.dir + "/job.json")).spec;
+        QVERIFY(job.spec);
+        job.mesh.emplace(job.spec->parallel);
+        const import::RankAnalysis traced = import::analyseRank(trace, kRank, names, job, options.steps);
+        QVERIFY(!traced.spans.empty() && !traced.kernels.empty() && !traced.deviceTime.empty());
+        std::set<int> steps;
+        std::int64_t first = INT64_MAX, last = INT64_MIN;
+        for (const wire::SpanRecord& s : traced.spans) {
+            steps.insert(s.step);
+            first = std::min(first, s.beginNs);
+            last = std::max(last, s.endNs);
+        }
+        constexpr int kShift = 3;
+        constexpr std::int64_t kOffset = 1'500'000'123;
+        const int repeat = int(steps.size());
+        const std::int64_t period = last - first + 1'000'000;
+        std::vector<wire::SpanRecord> live;
+        for (const wire::SpanRecord& s : traced.spans) {
+            wire::SpanRecord now = s;
+            now.step += kShift;
+            now.beginNs += kOffset;
+            now.endNs += kOffset;
+            wire::SpanRecord before = now;
+            before.step -= repeat;
+            before.beginNs -= period;
+            before.endNs -= period;
+            live.push_back(before);
+            live.push_back(now);
+        }
+        const std::int64_t handed = last + kOffset + 1'000'000;
+        const import::LiveAlignment a = import::alignToLive(traced.spans, live, handed);
+        QCOMPARE(a.stepShift, kShift);
+        QCOMPARE(a.offsetNs, kOffset);
+        QCOMPARE(a.residualNs, std::int64_t(0));
+        QCOMPARE(a.matchedOps, int(traced.spans.size()));
+        QCOMPARE(a.firstStep, *steps.begin() + kShift);
+        QCOMPARE(a.lastStep, *steps.rbegin() + kShift);
+
+        // Every kernel moves by the offset and its step by the shift (one outside every step stays
+        // outside); the device time moves to the live steps.
+        import::RankAnalysis moved = traced;
+        import::moveOntoLive(moved, a);
+        QCOMPARE(moved.kernels.size(), traced.kernels.size());
+        for (std::size_t i = 0; i < traced.kernels.size(); ++i) {
+            QCOMPARE(moved.kernels[i].beginNs, traced.kernels[i].beginNs + kOffset);
+            QCOMPARE(moved.kernels[i].endNs, traced.kernels[i].endNs + kOffset);
+            QCOMPARE(moved.kernels[i].step, traced.kernels[i].step < 0 ? -1 : traced.kernels[i].step + kShift);
+        }
+        QCOMPARE(moved.deviceTime.size(), traced.deviceTime.size());
+        for (std::size_t i = 0; i < traced.deviceTime.size(); ++i) {
+            QCOMPARE(moved.deviceTime[i].step, traced.deviceTime[i].step + kShift);
+            QCOMPARE(moved.deviceTime[i].busyNs, traced.deviceTime[i].busyNs);
+        }
+
+        // Handed over before the later repeat's last step began: the trace is the earlier repeat.
+        std::int64_t lastStepBegin = INT64_MAX;
+        for (const wire::SpanRecord& s : live)
+            if (s.step == *steps.rbegin() + kShift)
+                lastStepBegin = std::min(lastStepBegin, s.beginNs);
+        const import::LiveAlignment earlier = import::alignToLive(traced.spans, live, lastStepBegin);
+        QCOMPARE(earlier.stepShift, kShift - repeat);
+        QCOMPARE(earlier.offsetNs, kOffset - period);
+
+        // Refused, saying why: another stage's ops, and a trace that names none.
+        std::vector<wire::SpanRecord> otherStage = live;
+        for (wire::SpanRecord& s : otherStage)
+            s.stage = std::int16_t(1 - s.stage);
+        const auto refusedAlignment = [](const std::vector<wire::SpanRecord>& ops,
+                                         const std::vector<wire::SpanRecord>& reported, std::int64_t at) {
+            try {
+                import::alignToLive(ops, reported, at);
+            } catch (const import::ImportError& e) {
+                return std::string(e.what());
+            }
+            return std::string("accepted");
+        };
+        QVERIFY(
+            mentions(refusedAlignment(traced.spans, otherStage, handed),
+                     {std::to_string(traced.spans.size()) + " pipeline ops", "at most 0 of them", "of another rank"}));
+        QVERIFY(mentions(refusedAlignment({}, live, handed), {"names no pipeline op"}));
     }
 
     void theCommandLineSaysWhatIsWrong()

@@ -19,8 +19,9 @@ send/recv (sends are isend, waited for at the step's end, so that two stages nev
 blocking send); then the data-parallel all-reduce of the gradients and an SGD step. Every op is wrapped
 both in `with mb.op(...)` (the live client) and in record_function("PP:{stage}{action}{microbatch}")
 (torch.distributed.pipelining's names), and the steps run in torch.profiler.profile with a schedule
-(wait 0, warm-up 1, then every other step active), whose trace each rank exports with
-export_chrome_trace to TRACE_DIR/rank-R.json.
+(wait 0, warm-up 1, then every step but the last active, once), whose trace meshbench.profiler_handler
+exports to TRACE_DIR/rankR.stepN.1.pt.trace.json and hands to the engine while the last step runs.
+Rank 0 first hands over two paths the engine must refuse (relative, and absent).
 
 What the program itself knows goes to LOG_DIR/rank-R.json (rewritten after every step): for each step
 its number as the live client numbers it, the loss it reported (mean over the data-parallel replicas),
@@ -181,14 +182,15 @@ def main() -> int:
             json.dump(log, f)
         os.replace(path + ".part", path)
 
-    def export_trace(prof):
-        prof.export_chrome_trace(os.path.join(args.trace_dir, f"rank-{rank}.json"))
-
     with meshbench.connect() as mb, torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
-        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps - 1),
-        on_trace_ready=export_trace,
+        schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps - 2, repeat=1),
+        on_trace_ready=meshbench.profiler_handler(mb, directory=args.trace_dir),
     ) as prof:
+        if rank == 0:
+            # Hand-overs the engine must refuse, saying why, and then go on with the run.
+            mb.log(meshbench.IMPORT_PREFIX + "relative/rank0.json")
+            mb.log(meshbench.IMPORT_PREFIX + os.path.join(os.path.abspath(args.trace_dir), "absent", "rank0.json"))
         for _ in range(steps):
             step = mb.step_number
             inputs, outputs, sends = {}, {}, []

@@ -10,6 +10,9 @@
 //     peers whose send/recv broke with it, and no process of the job is left.
 //   * The same run's torch.profiler traces, imported: every op's span is the live span of the same
 //     (rank, step, stage, micro-batch, kind).
+//   * Handed over live (meshbench.profiler_handler): each rank's trace is imported into the running
+//     session, its steps and clock placed on the rank's live ops; the two paths the program hands over
+//     that the engine must refuse (relative, absent) are refused in words, and the run goes on.
 // Skipped where /usr/bin/python3 has no torch or zmq (python3-torch, python3-zmq).
 
 #include "live/session_replay.h"
@@ -51,9 +54,11 @@ constexpr int kMicroBatchSize = 2;
 constexpr int kSeq = 8;
 constexpr int kSteps = 5;
 constexpr int kExperts = 4;
-// The profiler's schedule in the program: wait 0, warm-up 1, then the other steps active. The
-// warm-up step's ops are not recorded.
+// The profiler's schedule in the program: wait 0, warm-up 1, then every step but the last active,
+// once. The warm-up step's ops are not recorded; the trace is handed over while the last step runs.
 constexpr int kFirstTracedStep = 2;
+constexpr int kLastTracedStep = kSteps - 1;
+constexpr int kTracedSteps = kLastTracedStep - kFirstTracedStep + 1;
 
 std::string readFile(const std::string& path)
 {
@@ -196,6 +201,13 @@ struct ProgramRun {
     QString session() const { return dir + "/live.meshbench"; }
     QString logs() const { return dir + "/logs"; }
     QString traces() const { return dir + "/traces"; }
+    // The trace meshbench.profiler_handler wrote for `rank` (rankR.stepN.1.pt.trace.json), or empty.
+    QString trace(int rank) const
+    {
+        const QStringList found =
+            QDir(traces()).entryList({QString("rank%1.step*.pt.trace.json").arg(rank)}, QDir::Files);
+        return found.size() == 1 ? QDir(traces()).absoluteFilePath(found.front()) : QString();
+    }
     json log(int rank) const
     {
         return json::parse(readFile((logs() + QString("/rank-%1.json").arg(rank)).toStdString()));
@@ -500,12 +512,12 @@ private slots:
         const ProgramRun& run = *m_live;
         const QString imported = m_dir.filePath("imported.meshbench");
         const ProcessRun import = runProcess(kEngine, {"import", run.traces(), "--job", run.job(), "--rank-from",
-                                                       "rank-([0-9]+)\\.json", "--session", imported});
+                                                       "rank([0-9]+)\\.step", "--session", imported});
         QVERIFY2(import.exitCode == 0, qPrintable(import.out + import.err));
         QCOMPARE(testing::integrityCheck(imported.toStdString()), std::string("ok"));
 
         // Steps: the profiler's first step is its warm-up, whose ops it does not record, so the trace
-        // holds live steps 2..5. Its ProfilerStep#N ranges are numbered by torch, differently by
+        // holds live steps 2..4. Its ProfilerStep#N ranges are numbered by torch, differently by
         // version (1.13's step() names the range it opens after the step it closes: live step k is
         // ProfilerStep#(k-2); 2.x names it ProfilerStep#(k-1)), so imported steps are matched to live
         // steps in order.
@@ -513,7 +525,7 @@ private slots:
         std::set<int> importedSteps;
         for (const auto& [key, span] : importedSpans)
             importedSteps.insert(std::get<1>(key));
-        QCOMPARE(int(importedSteps.size()), kSteps - kFirstTracedStep + 1);
+        QCOMPARE(int(importedSteps.size()), kTracedSteps);
         std::map<int, int> liveStep;
         for (int step : importedSteps)
             liveStep[step] = kFirstTracedStep + int(liveStep.size());
@@ -523,7 +535,8 @@ private slots:
         // CPU trace).
         std::map<int, std::vector<std::pair<std::string, Span>>> ranges;  // per rank, in trace order
         for (int rank = 0; rank < kWorld; ++rank) {
-            const json trace = json::parse(readFile((run.traces() + QString("/rank-%1.json").arg(rank)).toStdString()));
+            QVERIFY2(!run.trace(rank).isEmpty(), qPrintable(QString("rank %1 wrote no one trace").arg(rank)));
+            const json trace = json::parse(readFile(run.trace(rank).toStdString()));
             QVERIFY(trace.is_array());
             for (const json& event : trace) {
                 const std::string name = event.value("name", "");
@@ -537,7 +550,8 @@ private slots:
 
         // Live spans of the traced steps, of the kinds the trace names (F, B and the sends and receives).
         std::map<OpKey, Span> liveSpans;
-        for (const auto& [key, span] : spansOf(run.session(), "step >= " + std::to_string(kFirstTracedStep)))
+        for (const auto& [key, span] : spansOf(run.session(), "step BETWEEN " + std::to_string(kFirstTracedStep) +
+                                                                  " AND " + std::to_string(kLastTracedStep)))
             if (isPipelineKind(std::get<4>(key)))
                 liveSpans.emplace(key, span);
 
@@ -572,7 +586,7 @@ private slots:
                                            return std::get<4>(k) == int(wire::SpanKind::Forward) ||
                                                   std::get<4>(k) == int(wire::SpanKind::Backward);
                                        })),
-                     (kSteps - kFirstTracedStep + 1) * kMicrobatches * 2);
+                     kTracedSteps * kMicrobatches * 2);
 
             // What "the same span" means here. The live client reads its clock (monotonic, put on the
             // wall clock once) and the profiler its own (the wall clock, relative to the profiler's
@@ -602,6 +616,87 @@ private slots:
                                     .arg(rank)
                                     .arg(atLeast)
                                     .arg(atMost)));
+        }
+    }
+
+    void handedOverTracesAreImportedLive()
+    {
+        QVERIFY2(liveRun(), qPrintable(m_liveOutput));
+        const ProgramRun& run = *m_live;
+        const store::SessionReader reader(run.session().toStdString());
+
+        // Rank 0's two paths the engine must not read are refused, each saying why; the run went on.
+        std::vector<std::string> engineLines;
+        for (const auto& log : reader.logs())
+            if (log.rank == store::kEngineRank)
+                engineLines.push_back(log.record.text);
+        const auto said = [&](const std::string& a, const std::string& b) {
+            return std::any_of(engineLines.begin(), engineLines.end(), [&](const std::string& line) {
+                return line.find(a) != std::string::npos && line.find(b) != std::string::npos;
+            });
+        };
+        QVERIFY(said("rank 0's trace relative/rank0.json was not imported", "not absolute"));
+        QVERIFY(said("absent/rank0.json was not imported", "no such file on the engine's host"));
+
+        // Each rank's trace, once, as the file is (its digest as the offline import takes it).
+        std::map<std::string, std::string> digests;
+        const QString offline = m_dir.filePath("digests.meshbench");
+        QVERIFY(runProcess(kEngine, {"import", run.traces(), "--job", run.job(), "--rank-from", "rank([0-9]+)\\.step",
+                                     "--session", offline})
+                    .exitCode == 0);
+        for (const store::ImportSource& source : store::SessionReader(offline.toStdString()).importSources())
+            digests[source.path] = source.digest;
+        const std::vector<store::ImportSource> sources = reader.importSources();
+        QCOMPARE(int(sources.size()), kWorld);
+        std::map<int, const store::ImportSource*> byRank;
+        for (const store::ImportSource& source : sources)
+            QVERIFY(byRank.emplace(source.rank, &source).second);
+
+        // Placed by the live ops: the steps the profiler's schedule traced, and one clock offset that puts
+        // each of its ops on its own live op, nearer to it than to the same op of a neighbouring step.
+        const std::map<OpKey, Span> live = spansOf(run.session());
+        const QRegularExpression placed(QString("steps (\\d+)-(\\d+) and clock offset (-?[0-9.]+) us"));
+        for (int rank = 0; rank < kWorld; ++rank) {
+            QVERIFY(byRank.count(rank));
+            const store::ImportSource& source = *byRank[rank];
+            QCOMPARE(QString::fromStdString(source.path), run.trace(rank));
+            QCOMPARE(source.format, std::string("kineto-array"));
+            QCOMPARE(source.digest, digests.at(source.path));
+            const QRegularExpressionMatch match = placed.match(QString::fromStdString(source.inferred));
+            QVERIFY2(match.hasMatch(), source.inferred.c_str());
+            QCOMPARE(match.captured(1).toInt(), kFirstTracedStep);
+            QCOMPARE(match.captured(2).toInt(), kLastTracedStep);
+            const auto offset = std::int64_t(std::llround(match.captured(3).toDouble() * 1000));
+
+            // The trace's PP: ranges in order, and the rank's live ops of the traced steps in order:
+            // the same ops (theProfilerTracesImportToTheLiveSpans checks the names).
+            std::vector<Span> ranges;
+            for (const json& event : json::parse(readFile(source.path)))
+                if (event.value("name", "").rfind("PP:", 0) == 0)
+                    ranges.push_back({event["ts"].get<std::int64_t>() * 1000,
+                                      (event["ts"].get<std::int64_t>() + event["dur"].get<std::int64_t>()) * 1000});
+            std::vector<std::pair<Span, OpKey>> mine;
+            for (const auto& [key, span] : live)
+                if (std::get<0>(key) == rank && isPipelineKind(std::get<4>(key)) &&
+                    std::get<1>(key) >= kFirstTracedStep && std::get<1>(key) <= kLastTracedStep)
+                    mine.push_back({span, key});
+            std::sort(mine.begin(), mine.end(),
+                      [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
+            QCOMPARE(ranges.size(), mine.size());
+            for (std::size_t i = 0; i < mine.size(); ++i) {
+                const auto& [span, key] = mine[i];
+                const std::int64_t distance = std::llabs(span.begin - (ranges[i].begin + offset));
+                for (int neighbour : {std::get<1>(key) - 1, std::get<1>(key) + 1}) {
+                    OpKey other = key;
+                    std::get<1>(other) = neighbour;
+                    if (const auto at = live.find(other); at != live.end())
+                        QVERIFY2(distance < std::llabs(at->second.begin - (ranges[i].begin + offset)),
+                                 qPrintable(QString("rank %1: op %2 of the trace is placed nearer step %3's")
+                                                .arg(rank)
+                                                .arg(i)
+                                                .arg(neighbour)));
+                }
+            }
         }
     }
 };
