@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -59,6 +60,72 @@ double checkedBusySeconds(const std::string& path, std::uint32_t rank, int step,
                                     ": the spans' times are damaged (or in another unit than the steps'); "
                                     "calibrate from another session");
     return seconds;
+}
+
+// An imported trace's device time per stage and step by kind of kernel (none for our agent's runs):
+// the mean over the stage's traced ranks of their counted steps.
+std::vector<plan::MeasuredKernels> stageKernels(const store::SessionReader& reader, const std::string& path,
+                                                const plan::JobSpec& spec, const std::map<int, double>& stepSeconds,
+                                                int firstCounted)
+{
+    const std::vector<store::DeviceTimeRow> rows = reader.deviceTime();
+    if (rows.empty())
+        return {};
+    std::map<int, int> stageOf;
+    for (const store::RankInfo& r : reader.header().ranks)
+        stageOf[r.rank] = r.pp;
+    std::vector<plan::MeasuredKernels> stages(std::size_t(spec.parallel.pp));
+    std::map<int, std::set<int>> stepsOf;  // per rank, its counted steps with device time
+    for (const store::DeviceTimeRow& row : rows) {
+        if (row.step < firstCounted || !stepSeconds.count(row.step))
+            continue;
+        const auto stage = stageOf.find(row.rank);
+        if (stage == stageOf.end() || stage->second < 0 || stage->second >= spec.parallel.pp)
+            throw std::invalid_argument(path + ": device time of rank " + std::to_string(row.rank) +
+                                        ", which the session's layout does not have; the session is damaged");
+        if (row.busyNs < 0 || row.exposedNs < 0 || row.exposedNs > row.busyNs)
+            throw std::invalid_argument(path + ": rank " + std::to_string(row.rank) + "'s device time in step " +
+                                        std::to_string(row.step) + " is damaged (busy " + std::to_string(row.busyNs) +
+                                        " ns, exposed " + std::to_string(row.exposedNs) +
+                                        " ns); calibrate from another session");
+        plan::MeasuredKernels& k = stages[std::size_t(stage->second)];
+        const double seconds = double(row.busyNs) * 1e-9;
+        switch (row.deviceClass) {
+        case store::DeviceClass::Gemm:
+            k.gemm += seconds;
+            break;
+        case store::DeviceClass::Attention:
+            k.attention += seconds;
+            break;
+        case store::DeviceClass::OtherCompute:
+            k.streaming += seconds;
+            break;
+        case store::DeviceClass::CommTensor:
+            k.tensorComm += seconds;
+            break;
+        case store::DeviceClass::CommData:
+            k.dataComm += seconds;
+            break;
+        case store::DeviceClass::CommExpert:
+            k.expertComm += seconds;
+            break;
+        default:
+            break;  // pipeline transfers, unplaced collectives, copies, idle: no rate of the table's
+        }
+        stepsOf[row.rank].insert(row.step);
+    }
+    std::vector<int> rankSteps(stages.size(), 0);
+    for (const auto& [rank, steps] : stepsOf) {
+        ++stages[std::size_t(stageOf[rank])].ranks;
+        rankSteps[std::size_t(stageOf[rank])] += int(steps.size());
+    }
+    for (std::size_t s = 0; s < stages.size(); ++s)
+        if (rankSteps[s] > 0) {
+            plan::MeasuredKernels& k = stages[s];
+            for (double* field : {&k.gemm, &k.attention, &k.streaming, &k.tensorComm, &k.dataComm, &k.expertComm})
+                *field /= rankSteps[s];
+        }
+    return stages;
 }
 
 }  // namespace
@@ -152,6 +219,7 @@ plan::MeasuredRun measureSession(const std::string& path)
     for (int s = 0; s < pp; ++s)
         if (count[std::size_t(s)] > 0)
             run.stageComputeSeconds.push_back(sum[std::size_t(s)] / count[std::size_t(s)]);
+    run.stageKernels = stageKernels(reader, path, run.spec, stepSeconds, firstCounted);
     return run;
 }
 

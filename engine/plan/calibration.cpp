@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 
 namespace meshbench::plan {
@@ -44,6 +45,207 @@ double stepError(const std::vector<MeasuredRun>& runs, const CalibrationSpec& ca
     return sum / double(runs.size());
 }
 
+std::string sourcesOf(const std::vector<MeasuredRun>& runs)
+{
+    std::string names;
+    for (const MeasuredRun& run : runs)
+        names += (names.empty() ? "" : ", ") + run.source;
+    return names;
+}
+
+// The fit must describe the device that ran: every rate finite, none above its peak, none below the
+// table's floor. `device` says how far from its table the fit put the device, for the message.
+void checkBounds(const std::vector<MeasuredRun>& runs, const CalibrationSpec& cal, const std::string& device)
+{
+    ClusterSpec datasheet = runs.front().spec.cluster;
+    datasheet.calibration = {};
+    const std::vector<SpecError> errors = calibrationBoundsErrors(datasheet, cal);
+    if (errors.empty())
+        return;
+    std::string message =
+        sourcesOf(runs) + ": the fitted rates cannot be " + datasheet.device.kind + " rates (" + device + "):";
+    for (const SpecError& e : errors)
+        message += "\n  " + e.path + ": " + e.message;
+    throw std::invalid_argument(message + "\nno device runs faster than its peak, nor this far below its table: "
+                                          "the session's spans and steps are damaged or timed in the wrong unit, "
+                                          "or cluster.device is not the device that ran them; calibrate from an "
+                                          "undamaged session of a run on this device");
+}
+
+// Planned seconds per step of one kind of work, summed over the traced stages of every run, with
+// `cal` applied; `work` gives a stage's seconds per step from its model.
+double plannedWith(const std::vector<MeasuredRun>& runs, const CalibrationSpec& cal,
+                   const std::function<double(const CostModel&, const JobSpec&, int stage)>& work)
+{
+    double sum = 0;
+    for (const MeasuredRun& run : runs) {
+        JobSpec spec = run.spec;
+        spec.cluster.calibration = cal;
+        spec.cluster.calibration.source = "fit";
+        const Mesh mesh(spec.parallel);
+        const CostModel model(spec, linkClasses(mesh, spec.cluster));
+        for (int s = 0; s < spec.parallel.pp; ++s)
+            if (run.stageKernels[std::size_t(s)].ranks > 0)
+                sum += work(model, spec, s);
+    }
+    return sum;
+}
+
+// The rate (`field` of the calibration) at which the planned time meets the measured one, by
+// bisection on its log (planned time falls as the rate rises), from a bracket far wider than the
+// device's bounds, which checkBounds applies after. Throws when no rate in the bracket meets it.
+double fitRate(const std::vector<MeasuredRun>& runs, CalibrationSpec& cal, double CalibrationSpec::*field, double table,
+               double measured, const std::function<double(const CostModel&, const JobSpec&, int stage)>& work,
+               const std::string& what)
+{
+    const double reach = std::log(kSlowestCalibration * kSlowestCalibration);
+    double low = std::log(table) - reach, high = std::log(table) + reach;
+    const auto plannedAt = [&](double logRate) {
+        cal.*field = std::exp(logRate);
+        return plannedWith(runs, cal, work);
+    };
+    if (plannedAt(low) < measured || plannedAt(high) > measured)
+        throw std::invalid_argument(sourcesOf(runs) + ": no " + what + " rate within " +
+                                    formatNumber("%.0f", std::exp(reach)) + " times the table's meets the " +
+                                    formatNumber("%.3f ms", measured * 1e3) +
+                                    " its kernels took per step; the trace's kernels or the job spec (--job) are "
+                                    "not of one run");
+    for (int i = 0; i < 100 && high - low > kFitPrecision; ++i) {
+        const double mid = 0.5 * (low + high);
+        (plannedAt(mid) > measured ? low : high) = mid;
+    }
+    cal.*field = std::exp(0.5 * (low + high));
+    return cal.*field;
+}
+
+// Each rate fitted to its own kernels (calibration.h); the order matters where one kind of work
+// depends on two rates: element-wise kernels on the memory bandwidth alone, GEMMs on it too (a
+// skinny GEMM is memory-bound), so the bandwidth is fitted first.
+CalibrationResult calibrateFromKernels(const std::vector<MeasuredRun>& runs)
+{
+    for (const MeasuredRun& run : runs)
+        if (int(run.stageKernels.size()) != run.spec.parallel.pp)
+            throw std::invalid_argument(run.source + " has kernels for " + std::to_string(run.stageKernels.size()) +
+                                        " of its " + std::to_string(run.spec.parallel.pp) +
+                                        " pipeline stages; its session is damaged");
+    const JobSpec& first = runs.front().spec;
+    ClusterSpec datasheet = first.cluster;
+    datasheet.calibration = {};
+    const Performance table = devicePerformance(datasheet, ranksPerNode(first));
+
+    CalibrationResult result;
+    CalibrationSpec& cal = result.calibration;
+    const auto measuredOf = [&](double MeasuredKernels::*kind) {
+        double sum = 0;
+        for (const MeasuredRun& run : runs)
+            for (const MeasuredKernels& k : run.stageKernels)
+                sum += k.ranks > 0 ? k.*kind : 0.0;
+        return sum;
+    };
+    const auto perStep = [](double StageWork::*kind) {
+        return [kind](const CostModel& model, const JobSpec& spec, int stage) {
+            return spec.parallel.microbatches * (model.stageWork(stage).*kind);
+        };
+    };
+    const auto ms = [](double seconds) { return formatNumber("%.3f ms", seconds * 1e3); };
+    const auto f3 = [](double value) { return formatNumber("%.3f", value); };
+    struct DeviceRate {
+        double MeasuredKernels::*measured;
+        double StageWork::*planned;
+        double CalibrationSpec::*field;
+        double table;
+        const char* kernels;
+        const char* rate;
+        double shownScale;
+        const char* unit;
+    };
+    const DeviceRate rates[] = {
+        {&MeasuredKernels::streaming, &StageWork::streaming, &CalibrationSpec::memoryBandwidth,
+         table.device.memoryBandwidth, "element-wise", "memory bandwidth", 1e9, " GB/s"},
+        {&MeasuredKernels::attention, &StageWork::attention, &CalibrationSpec::attentionEfficiency,
+         table.device.attentionEfficiency, "attention", "attention efficiency", 1, ""},
+        {&MeasuredKernels::gemm, &StageWork::gemm, &CalibrationSpec::matmulEfficiency, table.device.matmulEfficiency,
+         "GEMM", "matmul efficiency", 1, ""},
+    };
+    for (const DeviceRate& r : rates) {
+        const double measured = measuredOf(r.measured);
+        const double planned = plannedWith(runs, cal, perStep(r.planned));
+        if (measured <= 0 || planned <= 0) {
+            result.report.push_back(std::string(r.kernels) + " kernels: none traced; " + r.rate +
+                                    " kept from the table");
+            continue;
+        }
+        const double fitted = fitRate(runs, cal, r.field, r.table, measured, perStep(r.planned), r.rate);
+        result.report.push_back(std::string(r.kernels) + " kernels: " + ms(measured) +
+                                " per step over the traced stages, " + ms(planned) +
+                                " planned from the table: " + r.rate + " " + f3(r.table / r.shownScale) + " -> " +
+                                f3(fitted / r.shownScale) + r.unit);
+    }
+
+    // The collectives, per network tier: the dimensions whose groups the tier carries.
+    using Work = std::function<double(const CostModel&, const JobSpec&, int stage)>;
+    struct Collective {
+        double MeasuredKernels::*measured;
+        GroupLink LinkClasses::*link;
+        const char* name;
+        Work planned;
+    };
+    const Collective collectives[] = {
+        {&MeasuredKernels::tensorComm, &LinkClasses::tensor, "tensor-parallel",
+         [](const CostModel& model, const JobSpec& spec, int stage) {
+             const StageWork w = model.stageWork(stage);
+             return spec.parallel.microbatches * (w.tensorComm + w.tensorCommHidden);
+         }},
+        {&MeasuredKernels::dataComm, &LinkClasses::data, "data-parallel",
+         [](const CostModel& model, const JobSpec&, int stage) {
+             const DataParallelCosts dp = model.dataParallelCosts(stage);
+             return dp.reduce + dp.gather + dp.layerGathers;
+         }},
+        {&MeasuredKernels::expertComm, &LinkClasses::expert, "expert-parallel",
+         [](const CostModel& model, const JobSpec& spec, int stage) {
+             return spec.parallel.microbatches * model.stageWork(stage).expertComm;
+         }},
+    };
+    for (const bool inside : {true, false}) {
+        std::vector<const Collective*> carried;
+        std::string names;
+        for (const Collective& c : collectives) {
+            bool here = true;
+            for (const MeasuredRun& run : runs)
+                here = here && (linkClasses(Mesh(run.spec.parallel), run.spec.cluster).*c.link).insideDomain == inside;
+            if (here && measuredOf(c.measured) > 0) {
+                carried.push_back(&c);
+                names += (names.empty() ? "" : " and ") + std::string(c.name);
+            }
+        }
+        if (carried.empty())
+            continue;
+        const Work planned = [&carried](const CostModel& model, const JobSpec& spec, int stage) {
+            double sum = 0;
+            for (const Collective* c : carried)
+                sum += c->planned(model, spec, stage);
+            return sum;
+        };
+        double measured = 0;
+        for (const Collective* c : carried)
+            measured += measuredOf(c->measured);
+        const double before = plannedWith(runs, cal, planned);
+        if (before <= 0)
+            continue;
+        const LinkPerformance& link = table.link(inside);
+        const double fitted = fitRate(
+            runs, cal, inside ? &CalibrationSpec::intraBandwidth : &CalibrationSpec::interBandwidth, link.busBandwidth,
+            measured, planned, std::string(inside ? "intra" : "inter") + "-node bus bandwidth");
+        result.report.push_back(names + " collectives: " + ms(measured) + " per step over the traced stages, " +
+                                ms(before) + " planned from the table: " + (inside ? "intra" : "inter") +
+                                "-node bus bandwidth " + f3(link.busBandwidth / 1e9) + " -> " + f3(fitted / 1e9) +
+                                " GB/s");
+    }
+    cal.source = sourcesOf(runs);
+    checkBounds(runs, cal, "fitted to their kernels");
+    return result;
+}
+
 }  // namespace
 
 CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
@@ -51,16 +253,18 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
     if (runs.empty())
         throw std::invalid_argument("give at least one session to calibrate from");
     const std::string& kind = runs.front().spec.cluster.device.kind;
-    double measured = 0, planned = 0;
-    double volume = 0, seconds = 0;
-    int spans = 0;
-    bool insideDomain = true;
-    std::vector<std::string> sources;
-    for (const MeasuredRun& run : runs) {
+    for (const MeasuredRun& run : runs)
         if (run.spec.cluster.device.kind != kind)
             throw std::invalid_argument(run.source + " ran on '" + run.spec.cluster.device.kind + "', " +
                                         runs.front().source + " on '" + kind +
                                         "': calibrate one device kind at a time");
+    if (std::all_of(runs.begin(), runs.end(), [](const MeasuredRun& run) { return !run.stageKernels.empty(); }))
+        return calibrateFromKernels(runs);
+    double measured = 0, planned = 0;
+    double volume = 0, seconds = 0;
+    int spans = 0;
+    bool insideDomain = true;
+    for (const MeasuredRun& run : runs) {
         JobSpec datasheet = run.spec;
         datasheet.cluster.calibration = {};
         const Mesh mesh(datasheet.parallel);
@@ -95,7 +299,6 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
             ++spans;
         }
         insideDomain = insideDomain && links.data.insideDomain;
-        sources.push_back(run.source);
     }
     if (measured <= 0 || planned <= 0)
         throw std::invalid_argument(runs.front().source + " holds no forward or backward spans to fit the device to");
@@ -118,9 +321,7 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
         (stepError(runs, scaled(table, std::exp(mid))) > 0 ? high : low) = mid;
     }
     const double slowdown = std::exp(0.5 * (low + high));
-    std::string names;
-    for (const std::string& source : sources)
-        names += (names.empty() ? "" : ", ") + source;
+    const std::string names = sourcesOf(runs);
     const auto f3 = [](double value) { return formatNumber("%.3f", value); };
     const auto f2 = [](double value) { return formatNumber("%.2f", value); };
     const auto g3 = [](double value) { return formatNumber("%.3g", value); };
@@ -162,18 +363,7 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
                                 " ms: " + (insideDomain ? "intra-node" : "inter-node") + " bus bandwidth " +
                                 f3(before.busBandwidth / 1e9) + " -> " + f3(bandwidth / 1e9) + " GB/s");
     }
-    // The fit must describe the device that ran: every rate finite, none above its peak, none
-    // below the table's floor.
-    if (const std::vector<SpecError> errors = calibrationBoundsErrors(datasheetCluster, cal); !errors.empty()) {
-        std::string message = names + ": the fitted rates cannot be " + first.cluster.device.kind +
-                              " rates (a device at " + g3(1.0 / slowdown) + " of its table's):";
-        for (const SpecError& e : errors)
-            message += "\n  " + e.path + ": " + e.message;
-        throw std::invalid_argument(message + "\nno device runs faster than its peak, nor this far below its table: "
-                                              "the session's spans and steps are damaged or timed in the wrong unit, "
-                                              "or cluster.device is not the device that ran them; calibrate from an "
-                                              "undamaged session of a run on this device");
-    }
+    checkBounds(runs, cal, "a device at " + g3(1.0 / slowdown) + " of its table's");
     return result;
 }
 

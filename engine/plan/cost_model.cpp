@@ -384,6 +384,10 @@ CostModel::LayerCosts CostModel::layerCosts(bool moe) const
     costs.tensorComm = 2.0 * tpForward + (p.recompute == Recompute::Full ? tpForward : 0.0);
     costs.tensorCommHidden = 2.0 * tpHidden;
     costs.expertComm = 2.0 * epPass + (p.recompute == Recompute::Full ? epPass : 0.0);
+    const bool full = p.recompute == Recompute::Full;
+    costs.gemm = forwardGemms + inputGradGemms + weightGradGemms + (full ? forwardGemms : 0.0);
+    costs.attention = attentionForward + attentionBackward + (p.recompute != Recompute::None ? attentionForward : 0.0);
+    costs.streaming = elementwiseForward + elementwiseBackward + (full ? elementwiseForward : 0.0);
     return costs;
 }
 
@@ -403,11 +407,17 @@ StageWork CostModel::virtualStageWork(int virtualStage) const
     w.tensorComm = denseLayers * m_dense.tensorComm + moeLayers * m_moe.tensorComm;
     w.tensorCommHidden = denseLayers * m_dense.tensorCommHidden + moeLayers * m_moe.tensorCommHidden;
     w.expertComm = denseLayers * m_dense.expertComm + moeLayers * m_moe.expertComm;
+    w.gemm = denseLayers * m_dense.gemm + moeLayers * m_moe.gemm;
+    w.attention = denseLayers * m_dense.attention + moeLayers * m_moe.attention;
+    w.streaming = denseLayers * m_dense.streaming + moeLayers * m_moe.streaming;
     const double tokens = double(m.seqLen) * p.microBatchSize, h = double(m.hidden);
     if (virtualStage == 0) {
         // Embedding lookup (write the rows) and its gradient's scatter-add.
-        w.forward += streamTime(d, tokens * h * d.activationBytes);
-        w.weightGrad += streamTime(d, 2.0 * tokens * h * d.activationBytes);
+        const double lookup = streamTime(d, tokens * h * d.activationBytes);
+        const double scatterAdd = streamTime(d, 2.0 * tokens * h * d.activationBytes);
+        w.forward += lookup;
+        w.weightGrad += scatterAdd;
+        w.streaming += lookup + scatterAdd;
     }
     if (virtualStage == p.pp * p.virtualStages - 1) {
         // Final norm, the output layer's three GEMMs (2 b s h V FLOPs each, the V / (2 L h) term of
@@ -418,11 +428,16 @@ StageWork CostModel::virtualStageWork(int virtualStage) const
         const double vocab = double(m.vocab) / p.tp;
         const double logits = tokens * vocab;
         const double e = d.activationBytes;
-        w.forward += streamTime(d, 2.0 * tokens * h * e) + gemmTime(d, tokens, vocab, h) +
-                     6.0 * streamTime(d, logits * (e + 36.0) / 6.0);
-        w.backward += 2.0 * streamTime(d, logits * (12.0 + e) / 2.0) + gemmTime(d, tokens, h, vocab) +
-                      streamTime(d, 4.0 * tokens * h * e);
-        w.weightGrad += gemmTime(d, h, vocab, tokens);
+        const double norm = streamTime(d, 2.0 * tokens * h * e), loss = 6.0 * streamTime(d, logits * (e + 36.0) / 6.0);
+        const double lossGrad = 2.0 * streamTime(d, logits * (12.0 + e) / 2.0);
+        const double normGrad = streamTime(d, 4.0 * tokens * h * e);
+        const double forwardGemm = gemmTime(d, tokens, vocab, h), inputGradGemm = gemmTime(d, tokens, h, vocab);
+        const double weightGradGemm = gemmTime(d, h, vocab, tokens);
+        w.forward += norm + forwardGemm + loss;
+        w.backward += lossGrad + inputGradGemm + normGrad;
+        w.weightGrad += weightGradGemm;
+        w.gemm += forwardGemm + inputGradGemm + weightGradGemm;
+        w.streaming += norm + loss + lossGrad + normGrad;
     }
     w.compute = w.total() - w.tensorComm - w.expertComm;
     return w;
@@ -441,6 +456,9 @@ StageWork CostModel::stageWork(int stage) const
         sum.tensorComm += w.tensorComm;
         sum.tensorCommHidden += w.tensorCommHidden;
         sum.expertComm += w.expertComm;
+        sum.gemm += w.gemm;
+        sum.attention += w.attention;
+        sum.streaming += w.streaming;
     }
     return sum;
 }

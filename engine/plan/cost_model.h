@@ -63,7 +63,12 @@ struct StageWork {
     double forward = 0;
     double backward = 0;  // input gradient (plus recomputation)
     double weightGrad = 0;
-    double compute = 0;           // forward + backward + weightGrad minus the communication below
+    double compute = 0;  // forward + backward + weightGrad minus the communication below
+    // The compute by the kind of kernel that runs it (gemm + attention + streaming = compute): what a
+    // profiler's kernels measure apart, so that calibration can fit each rate to its own kernels.
+    double gemm = 0;
+    double attention = 0;
+    double streaming = 0;         // element-wise kernels: norms, residuals, rotary, activation, permutes, loss
     double tensorComm = 0;        // exposed TP collectives
     double tensorCommHidden = 0;  // TP collectives overlapped with GEMMs (tp_comm_overlap)
     double expertComm = 0;
@@ -122,6 +127,7 @@ public:
 private:
     struct LayerCosts {
         double forward = 0, backward = 0, weightGrad = 0, tensorComm = 0, tensorCommHidden = 0, expertComm = 0;
+        double gemm = 0, attention = 0, streaming = 0;
     };
     LayerCosts layerCosts(bool moe) const;
     StageWork virtualStageWork(int virtualStage) const;

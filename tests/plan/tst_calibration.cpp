@@ -10,6 +10,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -40,6 +41,45 @@ MeasuredRun runAt(const JobSpec& spec, double slowdown)
     run.spec = spec;
     run.stageComputeSeconds = {slowdown * spec.parallel.microbatches * model.stageWork(0).total()};
     run.stepSeconds = slowdown * makePlan(spec).step.total;
+    return run;
+}
+
+JobSpec resourceJob(const char* name)
+{
+    std::ifstream file(std::string(MESHBENCH_SOURCE_DIR "/resources/jobs/") + name);
+    const LoadResult loaded = loadJobSpec(nlohmann::json::parse(file));
+    if (!loaded.valid())
+        qFatal("%s does not load", name);
+    return *loaded.spec;
+}
+
+// A traced run of `spec` on a device and network whose true rates are `truth`: each stage's kernels
+// by kind take what the planner prices them at with those rates (`traced` stages only).
+MeasuredRun tracedRunAt(const JobSpec& spec, const CalibrationSpec& truth, const std::vector<bool>& traced)
+{
+    JobSpec real = spec;
+    real.cluster.calibration = truth;
+    const Mesh mesh(real.parallel);
+    const CostModel model(real, linkClasses(mesh, real.cluster));
+    MeasuredRun run;
+    run.source = "traced";
+    run.spec = spec;
+    run.stepSeconds = makePlan(real).step.total;
+    const double m = real.parallel.microbatches;
+    for (int s = 0; s < real.parallel.pp; ++s) {
+        const StageWork w = model.stageWork(s);
+        const DataParallelCosts dp = model.dataParallelCosts(s);
+        MeasuredKernels k;
+        if (traced[std::size_t(s)])
+            k = {1,
+                 m * w.gemm,
+                 m * w.attention,
+                 m * w.streaming,
+                 m * (w.tensorComm + w.tensorCommHidden),
+                 dp.reduce + dp.gather + dp.layerGathers,
+                 m * w.expertComm};
+        run.stageKernels.push_back(k);
+    }
     return run;
 }
 
@@ -112,6 +152,64 @@ private slots:
         MeasuredRun run = runAt(oneDevice(), 1.0);
         run.stageComputeSeconds[0] = std::nan("");
         QVERIFY(throwsSaying(run, "its spans are damaged"));
+    }
+
+    // Kernels measured by kind (an imported trace's) give each rate apart: the fit finds the rates the
+    // run's device and network really had, each to the fit's precision, though every one differs from
+    // the table by its own factor. Mixtral's layout puts its tensor-parallel groups inside a node and its
+    // data-parallel groups across nodes, so both tiers are fitted.
+    void kernelsFitEachRateToItsOwnKernels()
+    {
+        const JobSpec spec = resourceJob("mixtral-8x7b.json");
+        const Performance table = devicePerformance(spec.cluster, ranksPerNode(spec));
+        CalibrationSpec truth;
+        truth.source = "truth";
+        truth.matmulEfficiency = 0.8 * table.device.matmulEfficiency;
+        truth.attentionEfficiency = 0.55 * table.device.attentionEfficiency;
+        truth.memoryBandwidth = 0.7 * table.device.memoryBandwidth;
+        truth.intraBandwidth = 0.75 * table.intra.busBandwidth;
+        truth.interBandwidth = 0.5 * table.inter.busBandwidth;
+        const auto near = [](double fitted, double expected) {
+            return std::abs(std::log(fitted / expected)) <= kFitPrecision;
+        };
+        // The kinds of kernel split a stage's compute whole, whatever is recomputed.
+        for (const Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+            JobSpec variant = spec;
+            variant.parallel.recompute = recompute;
+            const CostModel model(variant, linkClasses(Mesh(variant.parallel), variant.cluster));
+            for (int s = 0; s < variant.parallel.pp; ++s) {
+                const StageWork w = model.stageWork(s);
+                QVERIFY(std::abs(w.gemm + w.attention + w.streaming - w.compute) <= 1e-12 * w.compute);
+            }
+        }
+        for (const std::vector<bool>& traced : {std::vector<bool>{true, true}, std::vector<bool>{false, true}}) {
+            const CalibrationResult result = calibrate({tracedRunAt(spec, truth, traced)});
+            const CalibrationSpec& fitted = result.calibration;
+            for (const std::string& line : result.report)
+                qInfo("%s", line.c_str());
+            QVERIFY(near(fitted.matmulEfficiency, truth.matmulEfficiency));
+            QVERIFY(near(fitted.attentionEfficiency, truth.attentionEfficiency));
+            QVERIFY(near(fitted.memoryBandwidth, truth.memoryBandwidth));
+            QVERIFY(near(fitted.intraBandwidth, truth.intraBandwidth));
+            QVERIFY(near(fitted.interBandwidth, truth.interBandwidth));
+            QCOMPARE(fitted.kernelOverhead, -1.0);  // the table's: no kernel kind measures it apart
+        }
+
+        // A kind of kernel the trace does not hold keeps the table's rate, and says so.
+        MeasuredRun run = tracedRunAt(spec, truth, {true, true});
+        for (MeasuredKernels& k : run.stageKernels)
+            k.attention = 0;
+        const CalibrationResult result = calibrate({run});
+        QCOMPARE(result.calibration.attentionEfficiency, 0.0);
+        QVERIFY(std::any_of(result.report.begin(), result.report.end(), [](const std::string& line) {
+            return line == "attention kernels: none traced; attention efficiency kept from the table";
+        }));
+
+        // Kernels a device at its rates could not run so fast: refused, naming the rate and its bound.
+        run = tracedRunAt(spec, truth, {true, true});
+        for (MeasuredKernels& k : run.stageKernels)
+            k.gemm /= 2;
+        QVERIFY(throwsSaying(run, "matmul_efficiency"));
     }
 
     void boundsNameEachRateOutsideThem()
