@@ -162,6 +162,47 @@ std::int64_t overlapOf(const std::vector<TimeInterval>& a, const std::vector<Tim
     return total;
 }
 
+// Device time per step and class from the rank's kernels (those of a step: launched inside it), and
+// the idle time of the step's device span; communication counts as exposed where no compute ran.
+void measureDeviceTime(RankAnalysis& out)
+{
+    out.deviceTime.clear();
+    std::map<int, std::vector<const store::KernelRow*>> byStep;
+    for (const store::KernelRow& k : out.kernels)
+        if (k.step >= 0)
+            byStep[k.step].push_back(&k);
+    for (const StepWindow& w : out.steps) {
+        const auto kernels = byStep.find(w.step);
+        if (kernels == byStep.end())
+            continue;
+        std::vector<std::vector<TimeInterval>> byClass(store::kDeviceClasses);
+        std::vector<TimeInterval> compute, all;
+        for (const store::KernelRow* k : kernels->second) {
+            const TimeInterval interval{k->beginNs, k->endNs};
+            byClass[static_cast<std::size_t>(k->deviceClass)].push_back(interval);
+            if (isComputeClass(k->deviceClass))
+                compute.push_back(interval);
+            all.push_back(interval);
+        }
+        const std::vector<TimeInterval> computeUnion = merged(std::move(compute));
+        const std::vector<TimeInterval> busy = merged(std::move(all));
+        for (int c = 0; c < store::kDeviceClasses; ++c) {
+            const auto deviceClass = static_cast<DeviceClass>(c);
+            if (deviceClass == DeviceClass::Idle)
+                continue;
+            const std::vector<TimeInterval> u = merged(std::move(byClass[static_cast<std::size_t>(c)]));
+            if (u.empty())
+                continue;
+            const std::int64_t length = lengthOf(u);
+            const std::int64_t exposed =
+                store::isCommunicationClass(deviceClass) ? length - overlapOf(u, computeUnion) : length;
+            out.deviceTime.push_back({out.rank, w.step, deviceClass, length, exposed});
+        }
+        const std::int64_t idle = (w.deviceEndNs - w.deviceBeginNs) - lengthOf(busy);
+        out.deviceTime.push_back({out.rank, w.step, DeviceClass::Idle, idle, idle});
+    }
+}
+
 // One of Megatron-LM's ranges (megatron_ranges.h): a p2p call or a schedule phase.
 struct MegatronCall {
     const HostRange* range;
@@ -261,6 +302,9 @@ private:
                 const std::string_view name = m_names.name(d.nameId);
                 deviceClass = dimensionOf(c, name, m_out.rank, m_trace, m_job);
                 noteCollective(c, name, d.endNs, orderInGroup);
+                if (!c.communicator.empty())
+                    m_out.communicatorUses.push_back({m_out.kernels.size(), c.communicator, c.name, c.peer,
+                                                      launch != m_launchOf.end() ? launch->second->ns : d.beginNs});
             }
             m_classOfDevice[i] = deviceClass;
             if (index >= 0) {
@@ -699,38 +743,8 @@ private:
 
     void deviceTime()
     {
-        if (!m_trace.hasDeviceEvents())
-            return;
-        for (std::size_t s = 0; s < m_out.steps.size(); ++s) {
-            std::vector<std::vector<TimeInterval>> byClass(store::kDeviceClasses);
-            std::vector<TimeInterval> compute, all;
-            for (std::size_t i : m_devicesOfStep[s]) {
-                const TimeInterval interval{m_trace.device[i].beginNs, m_trace.device[i].endNs};
-                byClass[static_cast<std::size_t>(m_classOfDevice[i])].push_back(interval);
-                if (isComputeClass(m_classOfDevice[i]))
-                    compute.push_back(interval);
-                all.push_back(interval);
-            }
-            if (all.empty())
-                continue;
-            const std::vector<TimeInterval> computeUnion = merged(std::move(compute));
-            const std::vector<TimeInterval> busy = merged(std::move(all));
-            const StepWindow& w = m_out.steps[s];
-            for (int c = 0; c < store::kDeviceClasses; ++c) {
-                const auto deviceClass = static_cast<DeviceClass>(c);
-                if (deviceClass == DeviceClass::Idle)
-                    continue;
-                const std::vector<TimeInterval> u = merged(std::move(byClass[static_cast<std::size_t>(c)]));
-                if (u.empty())
-                    continue;
-                const std::int64_t length = lengthOf(u);
-                const std::int64_t exposed =
-                    store::isCommunicationClass(deviceClass) ? length - overlapOf(u, computeUnion) : length;
-                m_out.deviceTime.push_back({m_out.rank, w.step, deviceClass, length, exposed});
-            }
-            const std::int64_t idle = (w.deviceEndNs - w.deviceBeginNs) - lengthOf(busy);
-            m_out.deviceTime.push_back({m_out.rank, w.step, DeviceClass::Idle, idle, idle});
-        }
+        if (m_trace.hasDeviceEvents())
+            measureDeviceTime(m_out);
     }
 
     void describe()
@@ -765,6 +779,97 @@ RankAnalysis analyseRank(const RankTrace& trace, int rank, const NameTable& name
                          const StepMarker& steps)
 {
     return Analysis(trace, rank, names, job, steps).run();
+}
+
+std::vector<std::string> placeCommunicators(const std::vector<RankAnalysis*>& ranks, const JobContext& job)
+{
+    std::map<std::string, std::vector<int>> members;  // sorted
+    for (const RankAnalysis* r : ranks)
+        for (const CommunicatorUse& u : r->communicatorUses) {
+            std::vector<int>& m = members[u.communicator];
+            if (m.empty() || m.back() != r->rank)
+                m.push_back(r->rank);
+        }
+    if (members.empty())
+        return {};
+    for (auto& [communicator, m] : members) {
+        std::sort(m.begin(), m.end());
+        m.erase(std::unique(m.begin(), m.end()), m.end());
+    }
+    constexpr std::pair<plan::GroupKind, DeviceClass> kKinds[] = {
+        {plan::GroupKind::Tensor, DeviceClass::CommTensor},   {plan::GroupKind::Pipeline, DeviceClass::CommPipeline},
+        {plan::GroupKind::Expert, DeviceClass::CommExpert},   {plan::GroupKind::Data, DeviceClass::CommData},
+        {plan::GroupKind::ExpertData, DeviceClass::CommData},
+    };
+    // The dimension whose group (of this rank) holds every member: exactly the group when every
+    // rank was traced, a part of it when only some were. Several dimensions: not told.
+    const auto dimensionOfMembers = [&](const std::vector<int>& m, int rank) {
+        std::optional<DeviceClass> found;
+        if (!job.mesh || m.size() < 2)
+            return DeviceClass::CommOther;
+        for (const auto& [kind, deviceClass] : kKinds) {
+            const std::vector<int> group = job.mesh->groupOf(kind, rank);
+            if (!std::all_of(m.begin(), m.end(),
+                             [&](int r) { return std::find(group.begin(), group.end(), r) != group.end(); }))
+                continue;
+            if (found && *found != deviceClass)
+                return DeviceClass::CommOther;
+            found = deviceClass;
+        }
+        return found.value_or(DeviceClass::CommOther);
+    };
+
+    std::map<DeviceClass, int> placed;  // communicators by class
+    for (const auto& [communicator, m] : members)
+        ++placed[dimensionOfMembers(m, m.front())];
+    int keyed = 0;
+    for (RankAnalysis* r : ranks) {
+        if (r->communicatorUses.empty())
+            continue;
+        const int firstStep = r->steps.empty() ? -1 : r->steps.front().step;
+        // Per step, the calls on each communicator (and, for sends and receives, each direction).
+        std::map<std::pair<int, std::string>, std::vector<const CommunicatorUse*>> calls;
+        for (const CommunicatorUse& u : r->communicatorUses) {
+            store::KernelRow& k = r->kernels[u.kernel];
+            const std::vector<int>& m = members[u.communicator];
+            k.deviceClass = dimensionOfMembers(m, r->rank);
+            if (k.step < 0 || m.size() < 2)
+                continue;
+            std::string key = "nccl " + u.communicator;
+            if (u.call == "send" || u.call == "recv") {
+                // NCCL numbers a communicator's ranks as torch's group lists them: in order of rank.
+                const auto me = std::find(m.begin(), m.end(), r->rank) - m.begin();
+                if (u.peer < 0 || u.peer >= int(m.size()) || u.peer == me)
+                    continue;
+                const int peer = m[std::size_t(u.peer)];
+                key += u.call == "send" ? " " + std::to_string(r->rank) + ">" + std::to_string(peer)
+                                        : " " + std::to_string(peer) + ">" + std::to_string(r->rank);
+            }
+            calls[{k.step, key}].push_back(&u);
+        }
+        for (auto& [stepKey, uses] : calls) {
+            std::stable_sort(uses.begin(), uses.end(), [](const CommunicatorUse* a, const CommunicatorUse* b) {
+                return a->launchNs < b->launchNs;
+            });
+            const bool fromEnd = stepKey.first == firstStep;
+            for (std::size_t i = 0; i < uses.size(); ++i) {
+                const std::string place = fromEnd ? "-" + std::to_string(uses.size() - i) : "+" + std::to_string(i);
+                r->collectives.push_back({stepKey.second + " step " + std::to_string(stepKey.first) + place,
+                                          r->kernels[uses[i]->kernel].endNs});
+                ++keyed;
+            }
+        }
+        measureDeviceTime(*r);
+    }
+    std::string classes;
+    for (const auto& [deviceClass, count] : placed)
+        classes += (classes.empty() ? "" : ", ") + std::to_string(count) + " " +
+                   std::string(store::deviceClassName(deviceClass));
+    return {std::to_string(members.size()) +
+            " NCCL communicators named by NCCL's NVTX ranges, placed by the ranks "
+            "that use them" +
+            (job.mesh ? "" : " (no --job: their dimension is not known)") + ": " + classes + "; " +
+            std::to_string(keyed) + " NCCL calls matched across ranks for the clock alignment"};
 }
 
 std::vector<int> partialSteps(const std::vector<const RankAnalysis*>& ranks)

@@ -40,6 +40,16 @@ struct CollectiveEnd {
     std::int64_t endNs = 0;
 };
 
+// A communication kernel that names its NCCL communicator but not the ranks in it (nsys: NCCL's
+// NVTX payload), placed once every rank is read (placeCommunicators).
+struct CommunicatorUse {
+    std::size_t kernel = 0;  // into RankAnalysis::kernels
+    std::string communicator;
+    std::string call;        // "allreduce", "send", "recv", ...
+    std::int32_t peer = -1;  // send/recv: the peer's rank within the communicator
+    std::int64_t launchNs = 0;
+};
+
 struct RankAnalysis {
     int rank = 0;
     int stage = -1;  // pipeline coordinate; -1 unknown
@@ -48,6 +58,7 @@ struct RankAnalysis {
     std::vector<store::KernelRow> kernels;
     std::vector<store::DeviceTimeRow> deviceTime;
     std::vector<CollectiveEnd> collectives;
+    std::vector<CommunicatorUse> communicatorUses;  // in launch order
     std::vector<std::string> recognised;
     std::vector<std::string> inferred;
     std::vector<std::pair<int, std::string>> warnings;  // by step: said only for steps kept
@@ -56,6 +67,17 @@ struct RankAnalysis {
 // Throws ImportError when the trace contradicts the job (a stage the mesh does not have).
 RankAnalysis analyseRank(const RankTrace& trace, int rank, const NameTable& names, const JobContext& job,
                          const StepMarker& steps);
+
+// The communicators that NCCL kernels name without their ranks (nsys exports), placed across ranks:
+// a communicator's members are the ranks whose traces use it, matched against the job's mesh for
+// the parallel dimension (without --job they stay comm-other). Every member issues a
+// communicator's calls in one order (NCCL requires it), so the k-th call of a step on one
+// communicator is the same collective on each member (the trace's first step, cut at its start,
+// is counted from its end), and the k-th send from a to b meets the k-th receive on b from a:
+// each gets a key for the clock alignment. The ranks' device time is measured again with the
+// placed classes. Returns what it did, for the import's summary; nothing when no kernel names a
+// communicator.
+std::vector<std::string> placeCommunicators(const std::vector<RankAnalysis*>& ranks, const JobContext& job);
 
 // Steps that are partial on some rank at either end of its trace: fewer pipeline ops than the
 // rank's fullest step between the ends, or fewer device events than the median one. A step dropped

@@ -48,8 +48,8 @@ struct Launch {
     std::int64_t thread = 0;
 };
 
-// What a communication kernel says of itself (torch's NCCL kernel arguments). Empty fields are
-// unknown.
+// What a communication kernel says of itself (torch's NCCL kernel arguments, or NCCL's own NVTX
+// range around its launch in an nsys export). Empty fields are unknown.
 struct CollectiveInfo {
     std::string name;        // "allreduce", "send", "recv", "all_to_all", ...
     std::string group;       // Process Group Name
@@ -62,6 +62,8 @@ struct CollectiveInfo {
     std::int32_t groupSize = -1;
     std::int32_t srcRank = -1;
     std::int32_t dstRank = -1;
+    std::string communicator;  // NCCL's communicator hash, the same on every member
+    std::int32_t peer = -1;    // send/recv: the peer's rank within the communicator
 };
 
 struct DeviceEvent {

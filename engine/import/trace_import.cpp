@@ -293,11 +293,14 @@ private:
 
     void align()
     {
-        std::vector<const RankAnalysis*> ranks;
-        for (const RankInput& input : m_inputs)
+        std::vector<RankAnalysis*> ranks;
+        for (RankInput& input : m_inputs)
             if (input.format != Format::ExpertCounts)
                 ranks.push_back(&input.analysis);
-        m_offsets = alignClocks(ranks);
+        // nsys: which ranks share an NCCL communicator is known only now that every rank is read.
+        for (const std::string& line : placeCommunicators(ranks, m_job))
+            m_summary.push_back(line);
+        m_offsets = alignClocks({ranks.begin(), ranks.end()}, m_job);
         for (RankInput& input : m_inputs) {
             if (input.format == Format::ExpertCounts)
                 continue;
@@ -318,7 +321,10 @@ private:
             m_summary.push_back("rank " + std::to_string(input.rank) + ": clock offset " + micros(offset.offsetNs) +
                                 (offset.collectives > 0 ? ", residual " + micros(offset.residualNs) + " over " +
                                                               std::to_string(offset.collectives) + " collectives"
-                                                        : ", not aligned (no collective shared with another rank)"));
+                                 : offset.transfers > 0
+                                     ? ", within " + micros(offset.residualNs) + " (bounded by " +
+                                           std::to_string(offset.transfers) + " pipeline send/recv pairs)"
+                                     : ", not aligned (no collective or send/recv pair shared with another rank)"));
         }
     }
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Synthetic GPU traces of a pipeline-parallel job, with the answers an importer must find.
 
-    make_gpu_traces.py OUTDIR --case {1f1b,interleaved,unannotated,megatron,megatron-interleaved} [--steps 3]
-                       [--seed N]
+    make_gpu_traces.py OUTDIR --case {1f1b,interleaved,unannotated,megatron,megatron-interleaved,cpu-array}
+                       [--steps 3] [--seed N]
     make_gpu_traces.py OUTDIR --big-gb X [--case ...] [--seed N]
 
 Pure Python 3, standard library only. The generator simulates one job (8 GPUs on one node,
@@ -22,6 +22,12 @@ schedule's phases (schedules.py) as NVTX push/pop ranges named as megatron/core/
 every send/recv kernel launched inside its call's range; backward kernels launched from a second host
 thread (torch's autograd device thread). torch.profiler does not record torch.cuda.nvtx ranges, so no
 Kineto traces are written for these cases.
+
+cpu-array: torch 1.13's CPU-only traces of a pp 4 job (tp 1, dp 1, 8 micro-batches, 1F1B) on the CPU
+backend, written as rank-R.json (a bare JSON array of host ranges, times in us from each rank's own
+profiler start): ProfilerStep#N and PP:{stage}{F|B|SEND_F|RECV_F|SEND_B|RECV_B}{mb} ranges, every step
+whole. There are no collectives; sends are isend, receives block until the data arrived. The ranks'
+clocks differ by their profilers' starts (answers' clock_offset_ns).
 
 --big-gb X writes rank{R}_trace.json (uncompressed, streamed to disk) with as many whole steps as
 it takes for the eight files to reach X * 10^9 bytes together, and an answers.json without the
@@ -86,10 +92,13 @@ The SQLite exports
   (pid << 24) | tid, globalPid = pid << 24.  Runtime names are nsys's (cudaLaunchKernel_v7000, ...).
   NVTX: eventType 75 creates domain 1 "NCCL"; 60 (start/end) ProfilerStep#N per step; 59 push/pop
   pipeline ranges named as meshbench's agent names spans ("F mb3 chunk0"; annotated cases only);
-  59 ranges ncclAllReduce / ncclSend / ncclRecv in domain 1 around each NCCL launch; a mark (34)
+  59 ranges ncclAllReduce / ncclSend / ncclRecv in domain 1 around each NCCL launch, each with NCCL's
+  extended payload as nsys exports it, JSON in jsonText or via jsonTextId -> StringIds (mixed):
+  {"NCCL communicator ID": commHash, "Message size [bytes]": n, "Reduction operation": "Sum"} or, for
+  send/recv, "Peer rank" (the peer's rank in the pair's 2-rank communicator); a mark (34)
   "dataloader: batch ready" per step.  Names are in `text` or via `textId` -> StringIds, mixed.
-  Kernels carry no communicator: answers.json's comm_sqlite gives pp (SendRecv kernels are all
-  pipeline traffic here) and the all-reduce total, and marks tp / dp "unknown-by-args".
+  Kernels carry no communicator; the ranges' payloads name it, so answers.json's comm holds for the
+  exports too (a communicator's dimension: the ranks whose exports use it, matched to the mesh).
 """
 
 import argparse
@@ -496,7 +505,7 @@ class StepRecord:
         self.cpu = []        # CpuEvent: runtime calls
         self.kernels = []    # Kernel, in launch order
         self.ops = []        # (kind, mb, chunk, annot_begin, annot_end, ext)
-        self.nccl_ranges = []  # (name, begin, end) host ranges around NCCL launches
+        self.nccl_ranges = []  # (name, begin, end, payload JSON) NCCL's own ranges around its launches
         self.mark = None
         self.megatron = []   # (name, begin, end) Megatron-LM's NVTX ranges (megatron cases)
         self.thread = None   # the thread launching now; None: the main thread
@@ -505,6 +514,8 @@ class StepRecord:
 class Simulator:
     def __init__(self, case, seed):
         self.case = case
+        self.seed = seed
+        self.comm_hashes = {}
         self.rng = random.Random(seed)
         rng = self.rng
         self.v = 2 if is_interleaved(case) else 1
@@ -541,6 +552,14 @@ class Simulator:
         self.xfer = {}         # group key -> (transfer ns, members)
         self.host_t = [self.epoch0 + rng.randrange(0, 200 * US) for _ in range(WORLD)]
         self.check_p2p_orders()
+
+    def comm_hash(self, key):
+        """A communicator's commHash (NCCL hashes its unique id): any 64-bit number, one per communicator."""
+        h = self.comm_hashes.get(key)
+        if h is None:
+            h = random.Random("%s/%s" % (self.seed, key)).getrandbits(64)
+            self.comm_hashes[key] = h
+        return h
 
     def check_p2p_orders(self):
         # NCCL matches the k-th send a->b with the k-th recv on b from a: the schedules must agree.
@@ -657,9 +676,18 @@ class Simulator:
                 x = self.u(28, 48)
             self.xfer[group] = [x, members, {}]
         name = {"tp": "ncclAllReduce", "dp": "ncclAllReduce"}.get(kind, "ncclSend" if send else "ncclRecv")
+        # NCCL's payload (src/include/nvtx_payload_schemas.h): the communicator's hash, the same on every
+        # member; torch runs a pair's sends and receives on a 2-rank communicator of its own, ranked in
+        # order of global rank, so the peer's rank in it is 0 or 1.
+        if kind in ("tp", "dp"):
+            payload = {"NCCL communicator ID": self.comm_hash(pg["pg_name"]), "Message size [bytes]": nelems * (4 if dtype == "Float" else 2),
+                       "Reduction operation": "Sum"}
+        else:
+            payload = {"NCCL communicator ID": self.comm_hash("p2p %d %d" % (min(rank, peer), max(rank, peer))),
+                       "Message size [bytes]": nelems * 2, "Peer rank": 0 if peer < rank else 1}
         r0 = t
         t = self.launch(rec, k, t + self.u(1, 2))
-        rec.nccl_ranges.append((name, r0, k.launch_end + self.u(0.5, 1.5)))
+        rec.nccl_ranges.append((name, r0, k.launch_end + self.u(0.5, 1.5), json.dumps(payload)))
         if rank == self.straggler:
             k.min_start += self.u(15, 40)
         return t
@@ -997,8 +1025,8 @@ RULES = [
     "Comm: per rank and step, tp / pp / dp = length of the union of that dimension's NCCL kernels of the step "
     "(dimension from the kernel's Process Group Description); *_exposed = that union minus its overlap with "
     "the union of the rank's compute kernels (every non-NCCL kernel; memcpy/memset are not kernels).",
-    "comm_sqlite: nsys kernels carry no communicator: pp = SendRecv kernels (only pipeline traffic uses them "
-    "here), allreduce = union of all AllReduce kernels; tp and dp are 'unknown-by-args'.",
+    "nsys: NCCL kernels carry no communicator; NCCL's NVTX range around each launch names it (payload "
+    "'NCCL communicator ID'), and the ranks whose exports use a communicator are its group: comm is the same.",
     "Collectives: all members of one collective end at the same true time (start times differ).",
     "kernels: number of cat 'kernel' events in rank R's Kineto trace = rows of CUPTI_ACTIVITY_KIND_KERNEL in "
     "report.R.sqlite (memcpy/memset not counted); partial steps included.",
@@ -1296,12 +1324,15 @@ class SqliteWriter:
             self.strings[s] = i
         return i
 
-    def nvtx(self, start, end, etype, text, domain=0, force_text=False, range_id=None):
+    def nvtx(self, start, end, etype, text, domain=0, force_text=False, range_id=None, payload=None):
         use_text = force_text or self.nvtx_rng.random() < 0.5
+        json_inline = payload is not None and self.nvtx_rng.random() < 0.5
         self.nvtx_rows.append((start, end, etype, range_id, None, None if etype == 75 else 0xff76b900,
                                text if use_text else None, self.gtid,
                                self.gtid if etype == 60 else None, None if use_text else self.sid(text), domain,
-                               None, None, None, None, None, None, None, None))
+                               None, None, None, None, None, None,
+                               self.sid(payload) if payload is not None and not json_inline else None,
+                               payload if json_inline else None))
 
     @property
     def kernels(self):
@@ -1327,9 +1358,9 @@ class SqliteWriter:
             for kind, mb, chunk, ab, ae, ext in rec.ops:
                 if inside(ab, ae):
                     self.nvtx(self.l(ab), self.l(ae), 59, "%s mb%d chunk%d" % (kind, mb, chunk))
-        for name, nb, ne in rec.nccl_ranges:
+        for name, nb, ne, payload in rec.nccl_ranges:
             if inside(nb, ne):
-                self.nvtx(self.l(nb), self.l(ne), 59, name, domain=1)
+                self.nvtx(self.l(nb), self.l(ne), 59, name, domain=1, payload=payload)
         for name, nb, ne in rec.megatron:   # torch.cuda.nvtx.range_push / range_pop: push-pop ranges
             if inside(nb, ne):
                 self.nvtx(self.l(nb), self.l(ne), 59, name)
@@ -1428,14 +1459,12 @@ def generate(outdir, case, steps, seed):
     ans["ops"] = []
     ans["bubble"] = {}
     ans["comm"] = {}
-    ans["comm_sqlite"] = {}
     for recs in all_recs[1:-1]:
         ops, bubble, comm, comm_sql = step_answers(recs, sim.v)
         n = str(recs[0].step)
         ans["ops"].extend(ops)
         ans["bubble"][n] = bubble
         ans["comm"][n] = comm
-        ans["comm_sqlite"][n] = comm_sql
     ans["kernels"] = {str(r): (kineto or sqlw)[r].kernels for r in range(WORLD)}
     with open(os.path.join(outdir, "answers.json"), "w") as f:
         json.dump(ans, f, indent=1)
@@ -1483,6 +1512,107 @@ def generate_big(outdir, case, seed, gb):
     ans["comm"] = comm
     ans["kernels"] = {str(r): writers[r].kernels for r in range(WORLD)}
     ans["bytes"] = {str(r): writers[r].bytes for r in range(WORLD)}
+    with open(os.path.join(outdir, "answers.json"), "w") as f:
+        json.dump(ans, f, indent=1)
+        f.write("\n")
+    return ans
+
+
+# ---------------------------------------------------------------------------------------------
+# cpu-array: torch 1.13's CPU-only traces (no Kineto: a bare JSON array of host ranges, times in us
+# from each rank's profiler start), of a pp 4 job on the CPU backend. No collectives: the ranks are
+# aligned by their PP:{stage}SEND_*/RECV_* ranges. Sends are isend (the range posts it); a receive
+# blocks until the data arrived (8-20 us after the send began), so its range ends after that.
+
+CPU_PP, CPU_M = 4, 8
+
+
+def cpu_job_spec():
+    spec = job_spec("1f1b")
+    spec["name"] = "synthetic import test: cpu-array, pp 4 on the CPU backend (torch 1.13 traces)"
+    spec["parallel"].update({"dp": 1, "pp": CPU_PP, "tp": 1, "microbatches": CPU_M})
+    spec["cluster"]["devices_per_node"] = CPU_PP
+    spec["backend"] = "cpu"
+    return spec
+
+
+def generate_cpu_array(outdir, steps, seed):
+    os.makedirs(outdir, exist_ok=True)
+    rng = random.Random(seed)
+    p, m = CPU_PP, CPU_M
+    ops = [stage_ops("1f1b", p, m, 1, s) for s in range(p)]   # rank = stage (tp = dp = 1)
+    epoch = 1718000000 * 1000 * MS + rng.randrange(0, 10 ** 9)
+    start = [epoch + rng.randrange(0, 5 * MS) for _ in range(p)]   # each profiler's start, true clock
+    t = [epoch + 10 * MS + rng.randrange(0, 300 * US) for _ in range(p)]
+    speed = [rng.uniform(0.97, 1.03) for _ in range(p)]
+    events = [[] for _ in range(p)]   # (name, true begin, true end)
+    ans = {"case": "cpu-array", "world": p, "pp": p, "tp": 1, "dp": 1, "ep": 1, "m": m, "virtual": 1,
+           "schedule": "1f1b", "annotated": True, "megatron_nvtx": False,
+           "steps": [FIRST_STEP + i for i in range(steps)], "dropped_partial_steps": [],
+           "ranks": {str(r): {"stage": r, "tp": 0, "dp": 0, "clock_skew_ns": -(start[r] - start[0]),
+                              "clock_offset_ns": start[r] - start[0]} for r in range(p)},
+           "ops": [], "bubble": {},
+           "rules": ["Times: ns on rank 0's clock, which counts from rank 0's profiler start; rank R's trace "
+                     "counts from its own, clock_offset_ns later.",
+                     "A RECV_* range ends after the matching send began (a blocking receive).",
+                     "Op span: its PP: range. Bubble: as for the GPU cases, over the PP: ranges (F/B busy; "
+                     "F, B, SEND_*, RECV_* span the window)."]}
+    for step in ans["steps"]:
+        sent = {}
+        pos = [0] * p
+        begin = list(t)
+        spans = [[] for _ in range(p)]
+        for r in range(p):
+            t[r] += rng.randint(50 * US, 150 * US)
+        while any(pos[r] < len(ops[r]) for r in range(p)):
+            progress = False
+            for r in range(p):
+                while pos[r] < len(ops[r]):
+                    kind, mb, _, peer = ops[r][pos[r]]
+                    b = t[r]
+                    if kind.startswith("recv"):
+                        key = ("F" if kind == "recv-act" else "B", mb, peer)
+                        if key not in sent:
+                            break
+                        arrival = sent[key] + rng.randint(8 * US, 20 * US)
+                        e = max(b + rng.randint(5 * US, 12 * US), arrival + rng.randint(2 * US, 6 * US))
+                        name = "PP:%dRECV_%s%d" % (r, key[0], mb)
+                    elif kind.startswith("send"):
+                        e = b + rng.randint(10 * US, 30 * US)
+                        sent[("F" if kind == "send-act" else "B", mb, r)] = b
+                        name = "PP:%dSEND_%s%d" % (r, "F" if kind == "send-act" else "B", mb)
+                    else:
+                        e = b + int((4 if kind == "F" else 8) * MS * speed[r] * rng.uniform(0.97, 1.03))
+                        name = "PP:%d%s%d" % (r, kind, mb)
+                        ans["ops"].append({"rank": r, "step": step, "stage": r, "chunk": 0, "microbatch": mb,
+                                           "kind": kind, "begin_ns": b - start[0], "end_ns": e - start[0]})
+                    events[r].append((name, b, e))
+                    spans[r].append((kind, b, e))
+                    t[r] = e + rng.randint(3 * US, 10 * US)
+                    pos[r] += 1
+                    progress = True
+            if not progress:
+                raise RuntimeError("the cpu-array schedule deadlocked")
+        for r in range(p):
+            t[r] += rng.randint(300 * US, 600 * US)   # the optimizer
+            events[r].append(("ProfilerStep#%d" % step, begin[r], t[r]))
+            t[r] += rng.randint(5 * US, 20 * US)
+        lo = min(b for sp in spans for _, b, _ in sp)
+        hi = max(e for sp in spans for _, _, e in sp)
+        busy = [union([(b, e) for k, b, e in spans[r] if k in ("F", "B")])[0] for r in range(p)]
+        ans["bubble"][str(step)] = {"per_stage": [(hi - lo - busy[r]) / (hi - lo) for r in range(p)],
+                                    "overall": sum(hi - lo - x for x in busy) / (p * (hi - lo)),
+                                    "window_begin_ns": lo - start[0], "window_end_ns": hi - start[0]}
+    for r in range(p):
+        tid = 1000 + r
+        rows = ['{"name": %s, "ph": "X", "ts": %s, "dur": %s, "tid": %d, "pid": "CPU functions", "args": {}}'
+                % (jstr(name), fmt_us(b - start[r]), fmt_us(e - b), tid)
+                for name, b, e in sorted(events[r], key=lambda x: (x[1], -x[2]))]
+        with open(os.path.join(outdir, "rank-%d.json" % r), "w") as f:
+            f.write("[" + ",\n".join(rows) + "]\n")
+    with open(os.path.join(outdir, "job.json"), "w") as f:
+        json.dump(cpu_job_spec(), f, indent=2)
+        f.write("\n")
     with open(os.path.join(outdir, "answers.json"), "w") as f:
         json.dump(ans, f, indent=1)
         f.write("\n")
@@ -1690,7 +1820,8 @@ def verify_megatron(outdir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
-    ap.add_argument("--case", choices=("1f1b", "interleaved", "unannotated", "megatron", "megatron-interleaved"),
+    ap.add_argument("--case", choices=("1f1b", "interleaved", "unannotated", "megatron", "megatron-interleaved",
+                                       "cpu-array"),
                     default="1f1b")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
@@ -1707,6 +1838,10 @@ def main():
         ans = generate_big(a.outdir, a.case, a.seed, a.big_gb)
         print("wrote %d whole steps, %d bytes in %.1f s" % (len(ans["steps"]), sum(ans["bytes"].values()),
                                                             time.time() - t))
+        return 0
+    if a.case == "cpu-array":
+        generate_cpu_array(a.outdir, a.steps, a.seed)
+        print("wrote %s (cpu-array, %d steps, seed %d)" % (a.outdir, a.steps, a.seed))
         return 0
     generate(a.outdir, a.case, a.steps, a.seed)
     if not a.no_verify:

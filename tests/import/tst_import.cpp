@@ -281,11 +281,15 @@ private slots:
         QCOMPARE(sources.front().digest.size(), std::size_t(9 + 32));
     }
 
+    // nsys kernels name no communicator; NCCL's own NVTX ranges around their launches do (payload
+    // "NCCL communicator ID"), and the ranks using a communicator are its group: the exports are
+    // aligned as closely as the Kineto traces, and communication is placed by dimension.
     void nsysExportsGiveTheSameOps()
     {
         const Generated& g = generated("1f1b");
         const std::string session = importInto(g.nsys, g.job(), "nsys.meshbench");
-        checkAgainstAnswers(g, session, false);
+        checkAgainstAnswers(g, session, true);
+        checkCommunication(g, session);
         store::SessionReader reader(session);
         QCOMPARE(reader.importSources().front().format, std::string("nsys-sqlite"));
         QCOMPARE(reader.importSources().front().rank, 0);
@@ -476,6 +480,98 @@ private slots:
         QCOMPARE(spans[1].kind, wire::SpanKind::Backward);
         QCOMPARE(spans[1].endNs - spans[1].beginNs, std::int64_t(41125));
         QCOMPARE(reader.importSources().front().format, std::string("kineto-array"));
+    }
+
+    // torch 1.13's CPU-only traces have no collectives: their clocks (each counts from its own
+    // profiler's start) are aligned by the pipeline's send/recv ranges. Each offset must lie within
+    // the bound the import states for it of the injected one, every op likewise, and the bubble
+    // per stage within what those bounds allow: the window's ends move by at most the largest
+    // bound each, and a stage's bubble (window - busy) / window by at most 2 bound / window.
+    void cpuArrayTracesAlignBySendRecvPairs()
+    {
+        const Generated& g = generated("cpu-array");
+        const json& a = g.answers;
+        std::vector<std::string> paths;
+        paths.reserve(a["world"].get<std::size_t>());
+        for (int r = 0; r < a["world"].get<int>(); ++r)
+            paths.push_back(g.dir + "/rank-" + std::to_string(r) + ".json");
+        import::ImportRequest request;
+        request.paths = paths;
+        request.jobPath = g.job();
+        request.sessionPath = file("cpu-array.meshbench");
+        request.rankFrom = "rank-(\\d+)";
+        const import::ImportResult result = import::importTraces(request);
+        QVERIFY(std::any_of(result.summary.begin(), result.summary.end(), [](const std::string& line) {
+            return line.find("rank 3: clock offset") != std::string::npos &&
+                   line.find("pipeline send/recv pairs") != std::string::npos;
+        }));
+        store::SessionReader reader(request.sessionPath);
+        std::map<int, std::pair<std::int64_t, std::int64_t>> offsets;  // offset, bound
+        for (const auto& o : reader.clockOffsets())
+            offsets[int(o.rank)] = {o.record.offsetNs, o.record.roundTripNs};  // an import stores its bound there
+        QCOMPARE(int(offsets.size()), a["world"].get<int>());
+        std::int64_t widest = 0;
+        for (const auto& [rank, info] : a["ranks"].items()) {
+            const auto [offset, bound] = offsets.at(std::stoi(rank));
+            const std::int64_t injected = info["clock_offset_ns"].get<std::int64_t>();
+            QVERIFY2(std::llabs(offset - injected) <= bound,
+                     qPrintable(QString("rank %1: offset %2 ns, bound %3 ns, injected %4 ns")
+                                    .arg(rank.c_str())
+                                    .arg(offset)
+                                    .arg(bound)
+                                    .arg(injected)));
+            QVERIFY(rank == "0" || bound > 0);
+            widest = std::max(widest, bound);
+        }
+        using Key = std::tuple<int, int, int, int>;  // rank, step, microbatch, kind
+        std::map<Key, wire::SpanRecord> stored;
+        reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), {},
+                     [&](const store::StoredSpan& s) {
+                         if (wire::isComputeKind(s.span.kind))
+                             stored[{int(s.rank), s.span.step, s.span.microbatch, int(s.span.kind)}] = s.span;
+                     });
+        QCOMPARE(stored.size(), a["ops"].size());
+        for (const json& op : a["ops"]) {
+            const int rank = op["rank"].get<int>();
+            const int kind = int(op["kind"] == "F" ? wire::SpanKind::Forward : wire::SpanKind::Backward);
+            const auto found = stored.find({rank, op["step"].get<int>(), op["microbatch"].get<int>(), kind});
+            QVERIFY2(found != stored.end(), qPrintable(QString::fromStdString("no op " + op.dump())));
+            QVERIFY2(std::llabs(found->second.beginNs - op["begin_ns"].get<std::int64_t>()) <= offsets.at(rank).second,
+                     qPrintable(QString::fromStdString(op.dump())));
+            QCOMPARE(found->second.endNs - found->second.beginNs,
+                     op["end_ns"].get<std::int64_t>() - op["begin_ns"].get<std::int64_t>());
+        }
+        const int pp = a["pp"].get<int>();
+        int steps = 0;
+        for (const auto& m : reader.stepMetrics()) {
+            const json& expected = a["bubble"][std::to_string(m.record.step)];
+            std::vector<plan::RankPipelinePhase> phases;
+            for (const auto& [rank, info] : a["ranks"].items()) {
+                std::vector<wire::SpanRecord> spans;
+                const std::uint32_t r = std::uint32_t(std::stoi(rank));
+                reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(),
+                             std::span(&r, 1), [&](const store::StoredSpan& s) {
+                                 if (s.span.step == m.record.step)
+                                     spans.push_back(s.span);
+                             });
+                phases.push_back(plan::rankPipelinePhase(info["stage"].get<int>(), spans));
+            }
+            const plan::MeasuredBubble bubble = plan::measuredBubble(phases, pp);
+            const double window =
+                double(expected["window_end_ns"].get<std::int64_t>() - expected["window_begin_ns"].get<std::int64_t>());
+            const double allowed = 2.0 * double(widest) / window;
+            for (int stage = 0; stage < pp; ++stage)
+                QVERIFY2(std::abs(bubble.stages[std::size_t(stage)].value() -
+                                  expected["per_stage"][stage].get<double>()) <= allowed,
+                         qPrintable(QString("step %1 stage %2: bubble %3, expected %4 within %5")
+                                        .arg(m.record.step)
+                                        .arg(stage)
+                                        .arg(bubble.stages[std::size_t(stage)].value())
+                                        .arg(expected["per_stage"][stage].get<double>())
+                                        .arg(allowed)));
+            ++steps;
+        }
+        QCOMPARE(steps, int(a["steps"].size()));
     }
 
     void megatronExpertCountsBecomeExpertLoads()
