@@ -1,6 +1,7 @@
 #include "failure_verdict.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -70,6 +71,9 @@ private:
     std::optional<store::SessionOutcome> ownVerdict() const;
     // The cause once the launcher has ended (or, without `exit`, while it goes on regardless).
     store::SessionOutcome launcherVerdict(const std::optional<ExitStatus>& exit) const;
+    // A launch command's rank that failed, by the word of the shell it ran under; `ended` is how the
+    // launcher ended, in words.
+    store::SessionOutcome rankExitVerdict(const RankExit& exited, const std::string& ended) const;
     // The host whose launch the launcher could not reach, named, when no rank there was ever heard.
     std::optional<store::SessionOutcome> unreachableHostVerdict() const;
     // What became of every rank once `silent` went quiet (for its heartbeat timeout): each heard
@@ -411,6 +415,27 @@ std::optional<store::SessionOutcome> Judge::unreachableHostVerdict() const
     return failedJob(cause);
 }
 
+store::SessionOutcome Judge::rankExitVerdict(const RankExit& exited, const std::string& ended) const
+{
+    const auto rank = std::uint32_t(exited.rank);
+    const RankLiveness& live = liveness(rank);
+    if (live.state == wire::RankState::Terminated)
+        return failedRank(rank, terminatedRankCause(rank));
+    const ExitStatus& status = exited.status;
+    std::string cause =
+        rankWords(rank) + (status.signal != 0 ? " was killed by signal " + std::to_string(status.signal) + " (" +
+                                                    signalWords(status.signal) + ")"
+                                              : " exited with status " + std::to_string(status.code));
+    cause += live.everHeard ? " after its last heartbeat, at step " + std::to_string(live.completedSteps) + " of " +
+                                  std::to_string(e.lastStep)
+                            : std::string(" before reporting anything");
+    if (!exited.lastStderr.empty())
+        cause += " (its last stderr line: " + exited.lastStderr + ")";
+    if (status.signal == SIGKILL)  // nothing but the kernel or another process sends it
+        cause += ": by hand, or by the out-of-memory killer (see dmesg)";
+    return failedRank(rank, cause + ended);
+}
+
 store::SessionOutcome Judge::launcherVerdict(const std::optional<ExitStatus>& exit) const
 {
     const std::string& launcher = e.launcherName;
@@ -418,6 +443,12 @@ store::SessionOutcome Judge::launcherVerdict(const std::optional<ExitStatus>& ex
         return *own;
     if (std::optional<store::SessionOutcome> unreachable = unreachableHostVerdict())
         return *unreachable;
+    const std::string ended = exit ? "; " + launcher + " " + exit->describe() : std::string();
+    // A launch command's shell says how its rank ended, unless it was killed with it (mpirun then
+    // saw the shell end on a signal, and says so).
+    if (const std::optional<RankExit>& exited = e.launcher.firstRankExit;
+        exited && e.launcher.signal == 0 && std::uint32_t(exited->rank) < m_world)
+        return rankExitVerdict(*exited, ended);
     if (e.launcher.rank >= 0 && std::uint32_t(e.launcher.rank) < m_world) {
         const auto rank = std::uint32_t(e.launcher.rank);
         if (liveness(rank).state == wire::RankState::Terminated)
@@ -460,7 +491,6 @@ store::SessionOutcome Judge::launcherVerdict(const std::optional<ExitStatus>& ex
                          " signalled, or the whole job: kill, scancel, a time limit)");
     }
     // Without the launcher's end, a rank counts as gone only once it has been silent for the timeout.
-    const std::string ended = exit ? "; " + launcher + " " + exit->describe() : std::string();
     // A host lost whole outweighs a rank elsewhere that the launcher's teardown ended before it could
     // speak (on a busy machine it may not get to): the lost host's rank is named, widened to the host.
     std::optional<std::uint32_t> silent;

@@ -287,6 +287,11 @@ std::vector<std::string> Run::launchCommand(const std::string& collector, const 
     if (m_request.oneDevice)
         return program;
     const plan::LaunchSpec& launch = m_request.spec.launch;
+    // A launch command may fail before it reports anything, which neither launcher reliably says of
+    // a rank: its shell says how it ended, and the launcher tags its lines with the rank, so that the
+    // verdict names the rank, its status and its last stderr line (launcher_report.h).
+    if (launch.enabled())
+        program = launchedUnderShell(program, m_request.slurm ? "SLURM_PROCID" : "OMPI_COMM_WORLD_RANK");
     // A launch command's ranks start in its folder; the agent's wherever the launcher puts them.
     const std::string folder = !launch.enabled()    ? std::string()
                                : launch.cwd.empty() ? specFolder().string()
@@ -304,6 +309,8 @@ std::vector<std::string> Run::launchCommand(const std::string& collector, const 
                                       m_request.spec.name.empty() ? "meshbench" : m_request.spec.name};
         if (!folder.empty())
             argv.push_back("--chdir=" + folder);
+        if (launch.enabled())
+            argv.push_back("--label");
         argv.insert(argv.end(), m_request.mpirunArgs.begin(), m_request.mpirunArgs.end());
         argv.insert(argv.end(), program.begin(), program.end());
         return argv;
@@ -313,6 +320,8 @@ std::vector<std::string> Run::launchCommand(const std::string& collector, const 
         argv.insert(argv.end(), {"-x", name});
     if (!folder.empty())
         argv.insert(argv.end(), {"-wdir", folder});
+    if (launch.enabled())
+        argv.push_back("--tag-output");
     // Without a host list the ranks share this machine, which may have fewer cores than ranks.
     const bool hostsGiven =
         std::any_of(m_request.mpirunArgs.begin(), m_request.mpirunArgs.end(), [](const std::string& a) {
@@ -337,8 +346,9 @@ void Run::readLauncher(LaunchedProcess& job, int fd, wire::LogLevel level)
     // session at debug level, off the terminal.
     static const std::string forwarded =
         "mpirun: Forwarding signal " + std::to_string(wire::kEngineStopSignal) + " to job";
+    const bool fromStderr = fd == job.stderrFd();
     for (std::string& line : job.readLines(fd)) {
-        readLauncherLine(line, m_launcherReport);
+        readLauncherLine(line, m_launcherReport, fromStderr);
         const bool ours = m_orderlyStop || (m_teardownNs != 0 && line == forwarded);
         m_collector.engineLog(ours ? wire::LogLevel::Debug : level, std::move(line));
     }

@@ -69,10 +69,17 @@ struct Scenario {
         processStates[rank] = letter;
         return *this;
     }
-    Scenario& said(const std::vector<std::string>& lines)
+    Scenario& said(const std::vector<std::string>& lines, bool fromStderr = true)
     {
         for (const std::string& line : lines)
-            service::readLauncherLine(line, launcher);
+            service::readLauncherLine(line, launcher, fromStderr);
+        return *this;
+    }
+    // A launch command's job in which no rank ever reported.
+    Scenario& noneHeard()
+    {
+        for (RankLiveness& live : ranks)
+            live.everHeard = false, live.pid = 0;
         return *this;
     }
 
@@ -314,6 +321,110 @@ void TestFailureVerdict::verdicts_data()
         c.outcome = Outcome::Failed, c.failedRank = 1;
         c.cause = "rank 1 (dp0 pp1 tp0 ep0, n1 pid 101) exited with status 143";
         row("the rank mpirun saw end the job, by its exit code", c);
+    }
+    {
+        // A launch command's rank that fails before it reports anything: its shell says so, in the
+        // lines mpirun tags with the rank (--tag-output: every piece written, as Python writes its
+        // traceback's last line), and its last stderr line is its own.
+        const std::string lastLine = "[1,1]<stderr>:ModuleNotFoundError[1,1]<stderr>:: [1,1]<stderr>:No module "
+                                     "named 'torch'[1,1]<stderr>:";
+        Case c{Scenario(kOneHost)};
+        c.scenario.noneHeard()
+            .said({"[1,0]<stderr>:loading the data", "[1,1]<stderr>:Traceback (most recent call last):",
+                   "[1,1]<stderr>:  File \"train.py\", line 1, in <module>", lastLine, "[1,0]<stderr>:still loading",
+                   "[1,1]<stderr>:", "[1,1]<stderr>:meshbench-launch: rank 1 exited with status 3",
+                   "--------------------------------------------------------------------------",
+                   "Primary job  terminated normally, but 1 process returned",
+                   "a non-zero exit code. Per user-direction, the job has been aborted."})
+            .said({"[1,1]<stdout>:its output, not its errors"}, false);
+        c.exit = ExitStatus{3, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 1;
+        c.cause = "rank 1 (dp0 pp1 tp0 ep0) exited with status 3 before reporting anything (its last stderr line: "
+                  "ModuleNotFoundError: No module named 'torch'); mpirun exited with status 3";
+        row("a launch command's rank that failed before reporting anything", c);
+    }
+    {
+        // mpirun names no rank; the first shell to say its rank failed is the cause, the rest are
+        // consequences.
+        Case c{Scenario(kOneHost)};
+        c.scenario.noneHeard().said({"[1,0]<stderr>:meshbench-launch: rank 0 exited with status 2",
+                                     "[1,2]<stderr>:peer hung up",
+                                     "[1,2]<stderr>:meshbench-launch: rank 2 exited with status 1"});
+        c.exit = ExitStatus{2, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 0;
+        c.cause =
+            "rank 0 (dp0 pp0 tp0 ep0) exited with status 2 before reporting anything; mpirun exited with status 2";
+        row("a launch command's rank 0, which mpirun does not name", c);
+    }
+    {
+        // srun labels its tasks' lines (--label), on its stdout and its stderr alike; only stderr's
+        // count.
+        Case c{Scenario(kOneHost)};
+        c.scenario.launcherName = "srun";
+        c.scenario.noneHeard()
+            .said({"1: ImportError: cannot import name 'Trainer' from 'trainer'"})
+            .said({"1: a line of its output"}, false)
+            .said({"1: meshbench-launch: rank 1 exited with status 1",
+                   "srun: error: n1: task 1: Exited with exit code 1"});
+        c.exit = ExitStatus{1, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 1;
+        c.cause = "rank 1 (dp0 pp1 tp0 ep0) exited with status 1 before reporting anything (its last stderr line: "
+                  "ImportError: cannot import name 'Trainer' from 'trainer'); srun exited with status 1";
+        row("a launch command's task that failed before reporting anything, under srun", c);
+    }
+    {
+        // A rank that reported, killed alone: its shell outlives it and says so, after its own word
+        // of the kill (dash's "Killed"), which is not the rank's last line.
+        Case c{Scenario(kOneHost)};
+        c.scenario.said({"[1,2]<stderr>:allocating 12 GiB for the optimizer state", "[1,2]<stderr>:Killed",
+                         "[1,2]<stderr>:meshbench-launch: rank 2 exited with status 137"});
+        c.exit = ExitStatus{137, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 2;
+        c.cause = "rank 2 (dp1 pp0 tp0 ep0, n1 pid 102) was killed by signal 9 (Killed) after its last heartbeat, at "
+                  "step 3 of 10 (its last stderr line: allocating 12 GiB for the optimizer state): by hand, or by the "
+                  "out-of-memory killer (see dmesg); mpirun exited with status 137";
+        row("a launch command's rank killed after it reported", c);
+    }
+    {
+        Case c{Scenario(kOneHost)};
+        c.scenario.ended(2, RankState::Failed, 1, kSecond).lastErrors[2] = "CUDA out of memory";
+        c.scenario.said({"[1,2]<stderr>:RuntimeError: CUDA out of memory",
+                         "[1,2]<stderr>:meshbench-launch: rank 2 exited with status 1"});
+        c.exit = ExitStatus{1, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 2;
+        c.cause = "rank 2 (dp1 pp0 tp0 ep0, n1 pid 102) failed (exit status 1): CUDA out of memory";
+        row("a launch command's rank that said it failed is named by its own word", c);
+    }
+    {
+        // A rank killed with its shell (its whole process group) cannot be named by it: mpirun saw
+        // the shell end on the signal, before another rank's shell said it failed in consequence.
+        Case c{Scenario(kOneHost)};
+        c.scenario.said({"[1,0]<stderr>:meshbench-launch: rank 0 exited with status 1",
+                         "mpirun noticed that process rank 3 with PID 0 on node n1 exited on signal 9 (Killed)."});
+        c.exit = ExitStatus{137, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 3;
+        c.cause = "rank 3 (dp1 pp1 tp0 ep0, n1 pid 103) killed by signal 9 (Killed): by hand, or by the out-of-memory "
+                  "killer (see dmesg)";
+        row("a launch command's rank killed with its shell", c);
+    }
+    {
+        Case c{Scenario(kOneHost)};
+        c.scenario.launcherName = "srun";
+        c.scenario.said({"srun: error: n1: task 2: Segmentation fault (core dumped)",
+                         "srun: error: n1: tasks 0-1: Killed", "srun: error: n1: task 3: Killed"});
+        c.exit = ExitStatus{139, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 2;
+        c.cause = "rank 2 (dp1 pp0 tp0 ep0, n1 pid 102) killed by signal 11 (Segmentation fault)";
+        row("the task srun saw end the step, by a signal", c);
+    }
+    {
+        Case c{Scenario(kOneHost)};
+        c.scenario.launcherName = "srun";
+        c.scenario.said({"srun: error: n1: task 1: Exited with exit code 4", "srun: error: n1: task 0: Killed"});
+        c.exit = ExitStatus{4, 0};
+        c.outcome = Outcome::Failed, c.failedRank = 1;
+        c.cause = "rank 1 (dp0 pp1 tp0 ep0, n1 pid 101) exited with status 4";
+        row("the task srun saw end the step, by its exit code", c);
     }
     {
         Case c{Scenario(kOneHost)};
