@@ -116,7 +116,7 @@ JobContext readJob(const std::optional<std::string>& path, std::string& text)
 }
 
 // A spec for a session imported without --job: the pipeline as the traces show it, every other
-// rank data-parallel, on one node, over a placeholder model (GPT-2 small's shape: Radford et al.
+// rank data-parallel, on DGX H100 nodes, over a placeholder model (GPT-2 small's shape: Radford et al.
 // 2019) since a trace does not describe its model. It lets the Monitor draw the stages; the session
 // says the layout was inferred, and its plan means nothing without --job.
 plan::JobSpec inferredSpec(int world, int stages, int microbatches, int chunks)
@@ -137,10 +137,13 @@ plan::JobSpec inferredSpec(int world, int stages, int microbatches, int chunks)
         spec.model.layers = 12 * pp * virtualStages;
         spec.parallel.microbatches = plan::admittedMicrobatches(spec.parallel.scheduleShape());
     };
-    spec.cluster.nodes = 1;
-    spec.cluster.devicesPerNode = world;
-    spec.cluster.nvlinkDomain = world;
-    spec.cluster.device = *plan::devicePreset("h100-sxm");
+    // DGX H100 nodes of 8 with their links, so that the findings' figures have rates to stand on; a
+    // world that fills no whole number of them is one node of its size.
+    spec.cluster = *plan::clusterPreset("dgx-h100");
+    spec.cluster.preset.clear();
+    if (world % spec.cluster.devicesPerNode != 0)
+        spec.cluster.devicesPerNode = spec.cluster.nvlinkDomain = world;
+    spec.cluster.nodes = world / spec.cluster.devicesPerNode;
     shape(stages > 0 && world % stages == 0 ? stages : 1, std::max(chunks, 1));
     if (!plan::validateLayout(spec).empty())
         shape(1, 1);

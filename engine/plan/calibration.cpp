@@ -53,6 +53,15 @@ std::string sourcesOf(const std::vector<MeasuredRun>& runs)
     return names;
 }
 
+// The rates of the device table (no calibration) for the runs' cluster.
+Performance tableOf(const std::vector<MeasuredRun>& runs)
+{
+    const JobSpec& first = runs.front().spec;
+    ClusterSpec datasheet = first.cluster;
+    datasheet.calibration = {};
+    return devicePerformance(datasheet, ranksPerNode(first));
+}
+
 // The fit must describe the device that ran: every rate finite, none above its peak, none below the
 // table's floor. `device` says how far from its table the fit put the device, for the message.
 void checkBounds(const std::vector<MeasuredRun>& runs, const CalibrationSpec& cal, const std::string& device)
@@ -128,10 +137,7 @@ CalibrationResult calibrateFromKernels(const std::vector<MeasuredRun>& runs)
             throw std::invalid_argument(run.source + " has kernels for " + std::to_string(run.stageKernels.size()) +
                                         " of its " + std::to_string(run.spec.parallel.pp) +
                                         " pipeline stages; its session is damaged");
-    const JobSpec& first = runs.front().spec;
-    ClusterSpec datasheet = first.cluster;
-    datasheet.calibration = {};
-    const Performance table = devicePerformance(datasheet, ranksPerNode(first));
+    const Performance table = tableOf(runs);
 
     CalibrationResult result;
     CalibrationSpec& cal = result.calibration;
@@ -303,10 +309,7 @@ CalibrationResult calibrate(const std::vector<MeasuredRun>& runs)
     if (measured <= 0 || planned <= 0)
         throw std::invalid_argument(runs.front().source + " holds no forward or backward spans to fit the device to");
 
-    const JobSpec& first = runs.front().spec;
-    ClusterSpec datasheetCluster = first.cluster;
-    datasheetCluster.calibration = {};
-    const Performance table = devicePerformance(datasheetCluster, ranksPerNode(first));
+    const Performance table = tableOf(runs);
 
     CalibrationResult result;
     CalibrationSpec& cal = result.calibration;

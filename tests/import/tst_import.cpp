@@ -10,6 +10,8 @@
 #include "import/live_alignment.h"
 #include "import/rank_file.h"
 #include "import/trace_import.h"
+#include "live/session_measurements.h"
+#include "live/steady_state.h"
 #include "plan/job_spec.h"
 #include "plan/measured_bubble.h"
 #include "store/session_store.h"
@@ -137,6 +139,24 @@ private:
         return path;
     }
 
+    // The bubble of `step` from a session's stored spans, by the planner's definition, as the Monitor
+    // measures it, over the ranks the answers list.
+    static plan::MeasuredBubble storedBubble(const store::SessionReader& reader, const json& answers, int step)
+    {
+        std::vector<plan::RankPipelinePhase> phases;
+        for (const auto& [rank, info] : answers["ranks"].items()) {
+            std::vector<wire::SpanRecord> spans;
+            const std::uint32_t r = std::uint32_t(std::stoi(rank));
+            reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(),
+                         std::span(&r, 1), [&](const store::StoredSpan& s) {
+                             if (s.span.step == step)
+                                 spans.push_back(s.span);
+                         });
+            phases.push_back(plan::rankPipelinePhase(info["stage"].get<int>(), spans));
+        }
+        return plan::measuredBubble(phases, answers["pp"].get<int>());
+    }
+
     // Checks a session imported from the case's Kineto traces against its answers.
     void checkAgainstAnswers(const Generated& g, const std::string& session, bool aligned)
     {
@@ -193,18 +213,7 @@ private:
         for (const auto& m : reader.stepMetrics()) {
             steps.insert(m.record.step);
             const json& expected = a["bubble"][std::to_string(m.record.step)];
-            std::vector<plan::RankPipelinePhase> phases;
-            for (const auto& [rank, info] : a["ranks"].items()) {
-                std::vector<wire::SpanRecord> spans;
-                const std::uint32_t r = std::uint32_t(std::stoi(rank));
-                reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(),
-                             std::span(&r, 1), [&](const store::StoredSpan& s) {
-                                 if (s.span.step == m.record.step)
-                                     spans.push_back(s.span);
-                             });
-                phases.push_back(plan::rankPipelinePhase(info["stage"].get<int>(), spans));
-            }
-            const plan::MeasuredBubble bubble = plan::measuredBubble(phases, pp);
+            const plan::MeasuredBubble bubble = storedBubble(reader, a, m.record.step);
             if (!aligned)
                 continue;
             for (int stage = 0; stage < pp; ++stage)
@@ -284,6 +293,43 @@ private slots:
     // nsys kernels name no communicator; NCCL's own NVTX ranges around their launches do (payload
     // "NCCL communicator ID"), and the ranks using a communicator are its group: the exports are
     // aligned as closely as the Kineto traces, and communication is placed by dimension.
+    // What calibrate reads of an imported session (live::measureSession): per stage, the device time
+    // per step of each kind of collective, the mean over the stage's ranks of the steps after
+    // warm-up, as the generator's answers give it rank by rank.
+    void calibrationReadsTheKernelsPerStage()
+    {
+        const Generated& g = generated("1f1b");
+        const std::string session = importInto(g.kineto, g.job(), "calibration.meshbench");
+        const plan::MeasuredRun run = live::measureSession(session);
+        const json& a = g.answers;
+        const int pp = a["pp"].get<int>();
+        QCOMPARE(int(run.stageKernels.size()), pp);
+        std::vector<int> steps;
+        for (const json& step : a["steps"])
+            steps.push_back(step.get<int>());
+        steps.erase(steps.begin(), steps.begin() + std::ptrdiff_t(live::firstSteadyStep(steps.size())));
+        for (int stage = 0; stage < pp; ++stage) {
+            double tp = 0, dp = 0;
+            int ranks = 0;
+            for (const auto& [rank, info] : a["ranks"].items()) {
+                if (info["stage"].get<int>() != stage)
+                    continue;
+                ++ranks;
+                for (int step : steps) {
+                    const json& comm = a["comm"][std::to_string(step)][rank];
+                    tp += comm["tp"].get<double>() * 1e-9;
+                    dp += comm["dp"].get<double>() * 1e-9;
+                }
+            }
+            const plan::MeasuredKernels& k = run.stageKernels[std::size_t(stage)];
+            QCOMPARE(k.ranks, ranks);
+            const double count = double(ranks) * double(steps.size());
+            QVERIFY2(std::abs(k.tensorComm - tp / count) <= 1e-12, qPrintable(QString::number(k.tensorComm)));
+            QVERIFY2(std::abs(k.dataComm - dp / count) <= 1e-12, qPrintable(QString::number(k.dataComm)));
+            QVERIFY(k.gemm > 0 && k.attention >= 0 && k.streaming > 0);
+        }
+    }
+
     void nsysExportsGiveTheSameOps()
     {
         const Generated& g = generated("1f1b");
@@ -545,18 +591,7 @@ private slots:
         int steps = 0;
         for (const auto& m : reader.stepMetrics()) {
             const json& expected = a["bubble"][std::to_string(m.record.step)];
-            std::vector<plan::RankPipelinePhase> phases;
-            for (const auto& [rank, info] : a["ranks"].items()) {
-                std::vector<wire::SpanRecord> spans;
-                const std::uint32_t r = std::uint32_t(std::stoi(rank));
-                reader.spans(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(),
-                             std::span(&r, 1), [&](const store::StoredSpan& s) {
-                                 if (s.span.step == m.record.step)
-                                     spans.push_back(s.span);
-                             });
-                phases.push_back(plan::rankPipelinePhase(info["stage"].get<int>(), spans));
-            }
-            const plan::MeasuredBubble bubble = plan::measuredBubble(phases, pp);
+            const plan::MeasuredBubble bubble = storedBubble(reader, a, m.record.step);
             const double window =
                 double(expected["window_end_ns"].get<std::int64_t>() - expected["window_begin_ns"].get<std::int64_t>());
             const double allowed = 2.0 * double(widest) / window;
@@ -711,6 +746,16 @@ private slots:
         QVERIFY2(good.out.contains(QRegularExpression("step 11: [0-9.]+ ms, bubble [0-9.]+% \\(stages .*\\); planned")),
                  qPrintable(good.out + good.err));
         QVERIFY(good.out.contains("passed over " + QString::fromStdString(folder) + "/answers.json"));
+
+        // Without --job the layout is inferred (on DGX H100 nodes with their links), and the findings
+        // still have rates to stand on.
+        const ProcessRun inferred =
+            runProcess(QStringLiteral(MESHBENCH_ENGINE), {"import", QString::fromStdString(folder), "--session",
+                                                          QString::fromStdString(file("cli-inferred.meshbench"))});
+        QCOMPARE(inferred.exitCode, 0);
+        QVERIFY2(!inferred.out.contains("findings unavailable"), qPrintable(inferred.out));
+        QVERIFY2(inferred.out.contains("(the layout was inferred: give --job to set it)"), qPrintable(inferred.out));
+        QVERIFY2(inferred.out.contains("findings:\n  "), qPrintable(inferred.out));
     }
 };
 
