@@ -67,6 +67,34 @@ private slots:
         QVERIFY(launchedWithSrun);
     }
 
+    // A launch command that fails on one task before it reports anything, the others waiting for an
+    // hour: the run fails naming that task's rank, its status and its last stderr line (the wrapper's
+    // line and srun's --label, launcher_report.h), and the other tasks are taken down with the step.
+    void aLaunchCommandFailingOnOneTaskIsNamed()
+    {
+        QTemporaryDir dir;
+        std::ifstream in(kDemo.toStdString());
+        nlohmann::json doc = nlohmann::json::parse(in);
+        doc["launch"] = {{"command",
+                          {"/bin/sh", "-c",
+                           "if [ \"$SLURM_PROCID\" = 3 ]; then echo 'reading shard 3: no such file' >&2; exit 4; fi; "
+                           "exec sleep 3600"}}};
+        const QString job = dir.filePath("failing-launch.json"), session = dir.filePath("failing.meshbench");
+        std::ofstream(job.toStdString()) << doc.dump();
+        const ProcessRun run = runProcess(kEngine, {"run", job, "--slurm", "--session", session});
+        QCOMPARE(run.exitCode, 3);
+        const store::SessionOutcome outcome = store::SessionReader(session.toStdString()).outcome();
+        QCOMPARE(outcome.outcome, store::Outcome::Failed);
+        QCOMPARE(outcome.failedRank, 3);
+        const QString cause = QString::fromStdString(outcome.cause);
+        QVERIFY2(cause.startsWith("rank 3 "), qPrintable(cause));
+        QVERIFY2(cause.contains("exited with status 4 before reporting anything (its last stderr line: reading shard "
+                                "3: no such file)"),
+                 qPrintable(cause));
+        QCOMPARE(testing::integrityCheck(session.toStdString()), std::string("ok"));
+        QTRY_VERIFY_WITH_TIMEOUT(runProcess("squeue", {"-h"}).out.trimmed().isEmpty(), 60000);
+    }
+
     // scancel of the running job: the session is stopped, with Slurm's word for it, and sound.
     void scancelStopsTheRun()
     {
