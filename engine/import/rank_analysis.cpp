@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 #include <span>
 #include <unordered_map>
 
@@ -357,10 +358,18 @@ private:
                                       [](const Launch& l, std::int64_t t) { return l.ns < t; });
         std::optional<TimeInterval> span;
         for (auto l = first; l != launches.end() && l->ns <= r.endNs; ++l) {
-            if (l->thread != r.thread)
+            // torch's autograd engine launches a CUDA backward from a device thread of its own while
+            // the range's thread waits in backward(): a thread that runs no op of its own works for
+            // the op whose range is open, but for the data-parallel reductions its gradient hooks
+            // launch and pipeline transfers.
+            const bool helper = l->thread != r.thread && !m_opThreads.count(l->thread);
+            if (l->thread != r.thread && !helper)
                 continue;
             auto [begin, end] = m_deviceByCorrelation.equal_range(l->correlation);
             for (auto d = begin; d != end; ++d) {
+                if (helper && (m_classOfDevice[d->second] == DeviceClass::CommData ||
+                               m_classOfDevice[d->second] == DeviceClass::CommPipeline))
+                    continue;
                 const DeviceEvent& e = m_trace.device[d->second];
                 span = span ? TimeInterval{std::min(span->beginNs, e.beginNs), std::max(span->endNs, e.endNs)}
                             : TimeInterval{e.beginNs, e.endNs};
@@ -383,6 +392,9 @@ private:
     {
         const int stages = pp();
         bool hostOnly = false;
+        for (const HostRange& r : m_trace.ranges)
+            if (parseOpName(m_names.name(r.nameId)))
+                m_opThreads.insert(r.thread);
         for (const HostRange& r : m_trace.ranges) {
             const std::optional<OpName> op = parseOpName(m_names.name(r.nameId));
             if (!op)
@@ -767,6 +779,7 @@ private:
     std::unordered_multimap<std::int64_t, std::size_t> m_deviceByCorrelation;
     std::vector<int> m_stepOfDevice;
     std::vector<DeviceClass> m_classOfDevice;
+    std::set<std::int64_t> m_opThreads;                     // host threads that run named ops
     std::vector<std::vector<std::size_t>> m_devicesOfStep;  // device events by step index, in begin order
     std::vector<MegatronCall> m_megatronCalls;              // in begin order
     int m_opCount = 0;

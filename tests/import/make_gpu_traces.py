@@ -505,7 +505,7 @@ class StepRecord:
         self.cpu = []        # CpuEvent: runtime calls
         self.kernels = []    # Kernel, in launch order
         self.ops = []        # (kind, mb, chunk, annot_begin, annot_end, ext)
-        self.nccl_ranges = []  # (name, begin, end, payload JSON) NCCL's own ranges around its launches
+        self.nccl_ranges = []  # (name, begin, end, payload JSON, thread) NCCL's own ranges around its launches
         self.mark = None
         self.megatron = []   # (name, begin, end) Megatron-LM's NVTX ranges (megatron cases)
         self.thread = None   # the thread launching now; None: the main thread
@@ -687,7 +687,8 @@ class Simulator:
                        "Message size [bytes]": nelems * 2, "Peer rank": 0 if peer < rank else 1}
         r0 = t
         t = self.launch(rec, k, t + self.u(1, 2))
-        rec.nccl_ranges.append((name, r0, k.launch_end + self.u(0.5, 1.5), json.dumps(payload)))
+        # pushed by the thread that calls NCCL, the one that launches its kernel
+        rec.nccl_ranges.append((name, r0, k.launch_end + self.u(0.5, 1.5), json.dumps(payload), rec.thread))
         if rank == self.straggler:
             k.min_start += self.u(15, 40)
         return t
@@ -755,7 +756,7 @@ class Simulator:
                 t = self.nccl(rec, k, t, "pp", PP_NELEMS, "BFloat16", peer=peer_rank(rank, peer), send=True)
                 continue
             ext = self.next_ext(rank)
-            if self.megatron and kind == "B":
+            if kind == "B":  # torch's autograd engine launches a CUDA backward from its device thread
                 rec.thread = self.autograd_tid[rank]
             a_begin = t
             t += self.u(6, 14)
@@ -1324,11 +1325,11 @@ class SqliteWriter:
             self.strings[s] = i
         return i
 
-    def nvtx(self, start, end, etype, text, domain=0, force_text=False, range_id=None, payload=None):
+    def nvtx(self, start, end, etype, text, domain=0, force_text=False, range_id=None, payload=None, tid=None):
         use_text = force_text or self.nvtx_rng.random() < 0.5
         json_inline = payload is not None and self.nvtx_rng.random() < 0.5
         self.nvtx_rows.append((start, end, etype, range_id, None, None if etype == 75 else 0xff76b900,
-                               text if use_text else None, self.gtid,
+                               text if use_text else None, self.gtid if tid is None else (self.gpid | tid),
                                self.gtid if etype == 60 else None, None if use_text else self.sid(text), domain,
                                None, None, None, None, None, None,
                                self.sid(payload) if payload is not None and not json_inline else None,
@@ -1358,9 +1359,9 @@ class SqliteWriter:
             for kind, mb, chunk, ab, ae, ext in rec.ops:
                 if inside(ab, ae):
                     self.nvtx(self.l(ab), self.l(ae), 59, "%s mb%d chunk%d" % (kind, mb, chunk))
-        for name, nb, ne, payload in rec.nccl_ranges:
+        for name, nb, ne, payload, tid in rec.nccl_ranges:
             if inside(nb, ne):
-                self.nvtx(self.l(nb), self.l(ne), 59, name, domain=1, payload=payload)
+                self.nvtx(self.l(nb), self.l(ne), 59, name, domain=1, payload=payload, tid=tid)
         for name, nb, ne in rec.megatron:   # torch.cuda.nvtx.range_push / range_pop: push-pop ranges
             if inside(nb, ne):
                 self.nvtx(self.l(nb), self.l(ne), 59, name)
