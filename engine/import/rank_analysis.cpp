@@ -649,11 +649,19 @@ private:
     }
 
     // Where the direction turns, the kernels after the last one that told the old direction (a
-    // GEMM, a layer norm: names that say neither) go with the new op.
+    // GEMM, a layer norm: names that say neither) go with the new op. A kernel whose name says
+    // neither is told by its launching thread where the trace has launches: torch's autograd engine
+    // launches a CUDA backward from a device thread of its own, so a kernel launched from another
+    // thread than the step's first compute kernel is a backward's.
     std::vector<TimeInterval> segmentsOf(std::vector<std::size_t> devices) const
     {
         std::stable_sort(devices.begin(), devices.end(),
                          [&](std::size_t a, std::size_t b) { return launchOf(a) < launchOf(b); });
+        std::optional<std::int64_t> mainThread;
+        const auto threadOf = [&](std::size_t device) -> std::optional<std::int64_t> {
+            const auto launch = m_launchOf.find(m_trace.device[device].correlation);
+            return launch != m_launchOf.end() ? std::optional(launch->second->thread) : std::nullopt;
+        };
         std::vector<std::vector<std::size_t>> segments;
         // The current segment's direction once a kernel has told it: 0 forward, 1 backward, -1 not yet.
         int backward = -1;
@@ -670,7 +678,12 @@ private:
             }
             if (!isComputeClass(c) && c != DeviceClass::CommTensor)
                 continue;
-            const std::optional<bool> direction = directionOf(name);
+            std::optional<bool> direction = directionOf(name);
+            const std::optional<std::int64_t> thread = threadOf(i);
+            if (!mainThread && isComputeClass(c))
+                mainThread = thread;
+            if (!direction && thread && mainThread)
+                direction = *thread != *mainThread;
             if (segments.empty() || transferSince) {
                 segments.push_back({});
                 backward = -1;

@@ -107,6 +107,7 @@ import io
 import json
 import os
 import random
+import re
 import sqlite3
 import sys
 import time
@@ -1010,7 +1011,9 @@ RULES = [
     "of definite direction disagrees with the current op's (forward only: indexSelectLargeIndex, "
     "vectorized_layer_norm_kernel, flash_fwd_kernel, silu_kernel, the tn GEMM, cunn_SoftMaxForward; backward only: "
     "cunn_SoftMaxBackward, layer_norm_grad_input_kernel_vectorized, flash_bwd_*, silu_backward_kernel, the nt GEMM, "
-    "embedding_backward_feature_kernel; the nn GEMM and the TP all-reduce go either way). The k-th F of a step "
+    "embedding_backward_feature_kernel; a kernel whose name says neither, as the nn GEMM, the TP all-reduce and "
+    "every kernel under --neutral-kernel-names, is a backward's when launched from another thread than the "
+    "ProfilerStep's: torch's autograd thread). The k-th F of a step "
     "on a rank is micro-batch k, and so is the k-th B; stage = the rank's pp coordinate in job.json's mesh "
     "(order tp-dp-pp). The send/recv kernels' Src/Dst Rank and Seq confirm the pairing.",
     "Megatron cases: an op is the device work launched (any thread) between two consecutive Megatron p2p call "
@@ -1053,8 +1056,14 @@ def args_json(pairs):
                                       json.dumps(v))) for k, v in pairs) + "}"
 
 
+# --neutral-kernel-names: kernel names (Kineto's and nsys's) that say no direction, as many real kernels' do (cuBLAS's, a
+# fused one's), so that only the launching thread tells a backward's kernels (autograd's own thread).
+DIRECTION_WORDS = re.compile(r"fwd|bwd|forward|backward|grad", re.IGNORECASE)
+
+
 class KinetoWriter:
-    def __init__(self, path, sim, rank, window, gz):
+    def __init__(self, path, sim, rank, window, gz, neutral_names=False):
+        self.neutral_names = neutral_names
         self.sim = sim
         self.rank = rank
         self.skew = sim.skew[rank]
@@ -1146,8 +1155,8 @@ class KinetoWriter:
             ext = k.ext if (k is not None and k.ext is not None) else ext_step
             self.event('{"ph":"X","cat":"cuda_runtime","name":"%s","pid":%d,"tid":%d,"ts":%s,"dur":%s,'
                        '"args":{"cbid":%d,"correlation":%d,"External id":%d}}'
-                       % (ev.name, pid, tid, fmt_us(self.l(ev.begin)), fmt_us(ev.end - ev.begin),
-                          CBID.get(ev.name, 0), ev.corr, ext))
+                       % (ev.name, pid, tid if ev.tid is None else ev.tid, fmt_us(self.l(ev.begin)),
+                          fmt_us(ev.end - ev.begin), CBID.get(ev.name, 0), ev.corr, ext))
             if k is not None:
                 kept.add(k.corr)
         for k in rec.kernels:
@@ -1171,7 +1180,8 @@ class KinetoWriter:
                            '"External id":%d,"queued":0,"device":%d,"context":1,"stream":%d,"correlation":%d,'
                            '"registers per thread":%d,"shared memory":%d,"blocks per SM":%.6f,"warps per SM":%.6f,'
                            '"grid":[%d, %d, %d],"block":[%d, %d, %d],"est. achieved occupancy %%":%d}}'
-                           % (jstr(k.name), self.dev, k.stream, fmt_us(self.l(k.start)), fmt_us(k.end - k.start),
+                           % (jstr(DIRECTION_WORDS.sub("x", k.name) if self.neutral_names else k.name), self.dev,
+                              k.stream, fmt_us(self.l(k.start)), fmt_us(k.end - k.start),
                               extra, ext, self.dev, k.stream, k.corr, regs, ssm + dsm,
                               grid[0] * grid[1] * grid[2] / 132.0,
                               grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2] / 32 / 132.0,
@@ -1253,7 +1263,8 @@ CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER
 
 
 class SqliteWriter:
-    def __init__(self, path, sim, rank, window):
+    def __init__(self, path, sim, rank, window, neutral_names=False):
+        self.neutral_names = neutral_names
         if os.path.exists(path):
             os.remove(path)
         self.sim = sim
@@ -1383,7 +1394,8 @@ class SqliteWriter:
                 grid, block, regs, ssm, dsm = LAUNCH[k.name]
                 self.grid_id += 1
                 self.kernel_rows.append((self.l(k.start), self.l(k.end), self.dev, 1, k.stream, k.corr, self.gpid,
-                                         self.sid(k.name), self.sid(SHORT[k.name]), None, 0, 0, regs,
+                                         self.sid(DIRECTION_WORDS.sub("x", k.name) if self.neutral_names else k.name),
+                                         self.sid(SHORT[k.name]), None, 0, 0, regs,
                                          grid[0], grid[1], grid[2], block[0], block[1], block[2], ssm, dsm, 0, 0,
                                          self.grid_id, ssm + dsm, None, 1))
 
@@ -1429,7 +1441,7 @@ def base_answers(case, sim, steps):
     }
 
 
-def generate(outdir, case, steps, seed):
+def generate(outdir, case, steps, seed, neutral_names=False):
     os.makedirs(outdir, exist_ok=True)
     sim = Simulator(case, seed)
     annotated = case in ("1f1b", "interleaved")
@@ -1444,8 +1456,9 @@ def generate(outdir, case, steps, seed):
         # Megatron's ranges are torch.cuda.nvtx calls, which go to NVTX only: torch.profiler does not
         # record them (Kineto has no NVTX activity), so the megatron cases are nsys exports only.
         if not sim.megatron:
-            kineto.append(KinetoWriter(os.path.join(outdir, "rank%d_trace.json.gz" % r), sim, r, windows[r], True))
-        sqlw.append(SqliteWriter(os.path.join(outdir, "report.%d.sqlite" % r), sim, r, windows[r]))
+            kineto.append(KinetoWriter(os.path.join(outdir, "rank%d_trace.json.gz" % r), sim, r, windows[r], True,
+                                       neutral_names))
+        sqlw.append(SqliteWriter(os.path.join(outdir, "report.%d.sqlite" % r), sim, r, windows[r], neutral_names))
     for i, recs in enumerate(all_recs):
         cut = "first" if i == 0 else "last" if i == len(all_recs) - 1 else None
         for r in range(WORLD):
@@ -1660,6 +1673,8 @@ def verify(outdir):
                      for e in evs if e.get("cat") == "user_annotation" and e["name"].startswith("PP:")]
         assert bool(pp_ranges) == annotated
         launches = {e["args"]["correlation"]: ns(e["ts"]) for e in evs if e.get("cat") == "cuda_runtime"}
+        launch_tid = {e["args"]["correlation"]: e["tid"] for e in evs if e.get("cat") == "cuda_runtime"}
+        main_tid = next(e["tid"] for e in evs if e.get("cat") == "user_annotation")
         kernels = [e for e in evs if e.get("cat") == "kernel"]
         assert len(kernels) == ans["kernels"][str(r)]
         kernels_by_rank[r] = sorted((ns(k["ts"]), ns(k["ts"]) + int(round(k["dur"] * 1000)), k["name"])
@@ -1717,6 +1732,8 @@ def verify(outdir):
                     cur = None
                     continue
                 d = DIRECTION.get(nm)
+                if d is None:  # a name that says neither: autograd's own thread launches a backward
+                    d = "F" if launch_tid[k["args"]["correlation"]] == main_tid else "B"
                 boundary = (cur is None or cur["step"] != step or any(cur["last"] < p < lt for p in p2p_launch)
                             or (d is not None and cur["kind"] is not None and d != cur["kind"]))
                 if boundary:
@@ -1824,6 +1841,8 @@ def main():
     ap.add_argument("--case", choices=("1f1b", "interleaved", "unannotated", "megatron", "megatron-interleaved",
                                        "cpu-array"),
                     default="1f1b")
+    ap.add_argument("--neutral-kernel-names", action="store_true",
+                    help="kernel names without fwd/bwd/forward/backward/grad (for the unannotated case)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--big-gb", type=float, default=None,
@@ -1844,7 +1863,7 @@ def main():
         generate_cpu_array(a.outdir, a.steps, a.seed)
         print("wrote %s (cpu-array, %d steps, seed %d)" % (a.outdir, a.steps, a.seed))
         return 0
-    generate(a.outdir, a.case, a.steps, a.seed)
+    generate(a.outdir, a.case, a.steps, a.seed, a.neutral_kernel_names)
     if not a.no_verify:
         (verify_megatron if a.case.startswith("megatron") else verify)(a.outdir)
     print("wrote %s (%s, %d steps, seed %d) in %.2f s%s" % (a.outdir, a.case, a.steps, a.seed, time.time() - t,

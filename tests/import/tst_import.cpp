@@ -78,9 +78,17 @@ private:
         if (auto found = m_cases.find(name); found != m_cases.end())
             return found->second;
         Generated& g = m_cases.try_emplace(name, file("case-" + name)).first->second;  // filled in place
-        const ProcessRun run = runProcess(
-            "python3", {QStringLiteral(MESHBENCH_SOURCE_DIR "/tests/import/make_gpu_traces.py"),
-                        QString::fromStdString(g.dir), "--case", QString::fromStdString(name), "--seed", "1"});
+        // "CASE-neutral": the case with kernel names that say no direction (--neutral-kernel-names).
+        const bool neutral = name.ends_with("-neutral");
+        QStringList args = {QStringLiteral(MESHBENCH_SOURCE_DIR "/tests/import/make_gpu_traces.py"),
+                            QString::fromStdString(g.dir),
+                            "--case",
+                            QString::fromStdString(neutral ? name.substr(0, name.size() - 8) : name),
+                            "--seed",
+                            "1"};
+        if (neutral)
+            args << "--neutral-kernel-names";
+        const ProcessRun run = runProcess("python3", args);
         if (run.exitCode != 0)
             qFatal("make_gpu_traces.py failed: %s", qPrintable(run.err));
         g.answers = json::parse(readText(g.dir + "/answers.json"));
@@ -262,6 +270,9 @@ private slots:
         QTest::newRow("1f1b") << "1f1b";
         QTest::newRow("interleaved") << "interleaved";
         QTest::newRow("unannotated 1f1b") << "unannotated";
+        // Kernels named as cuBLAS and fused kernels are, saying no direction: only the launching
+        // thread tells a backward's (autograd's own).
+        QTest::newRow("unannotated 1f1b, neutral kernel names") << "unannotated-neutral";
     }
 
     void kinetoTracesMatchTheirAnswers()
