@@ -140,6 +140,20 @@ QPoint centreOf(const TimelineView& view, const store::KernelRow& kernel, const 
     return {int(view.xForTime((kernel.beginNs + kernel.endNs) / 2)), lane.top() + (top + bottom) / 2};
 }
 
+// A stored session's timeline as the Monitor shows it, with a plot kPlotWidth pixels wide.
+struct ShownSession {
+    store::SessionReader reader;
+    TimelineData data;
+    TimelineView view;
+
+    explicit ShownSession(const QString& path) : reader(path.toStdString())
+    {
+        data.loadSession(reader);
+        view.setData(&data);
+        view.resize(view.plotArea().left() + kPlotWidth, 400);
+    }
+};
+
 }  // namespace
 
 class TestTimelineKernels : public QObject {
@@ -180,14 +194,11 @@ void TestTimelineKernels::legibilityIsOneRule()
 
 void TestTimelineKernels::zoomedOutNothingIsReadOrDrawn()
 {
-    const store::SessionReader reader(m_withKernels.toStdString());
-    TimelineData data;
-    data.loadSession(reader);
+    ShownSession shown(m_withKernels);
+    TimelineData& data = shown.data;
+    TimelineView& view = shown.view;
     TimelineKernels* kernels = data.kernels();
     QVERIFY(kernels);
-    TimelineView view;
-    view.setData(&data);
-    view.resize(view.plotArea().left() + kPlotWidth, 400);
     QCOMPARE(view.plotArea().width(), kPlotWidth);
     // Fitted: 100 ms over 1000 px, 100 us per pixel.
     QCOMPARE(view.visibleRange(), std::make_pair(kStart, kStart + kLength));
@@ -211,14 +222,11 @@ void TestTimelineKernels::zoomedOutNothingIsReadOrDrawn()
 
 void TestTimelineKernels::zoomedInTheWindowsKernelsAreReadAndDrawn()
 {
-    const store::SessionReader reader(m_withKernels.toStdString());
-    TimelineData data;
-    data.loadSession(reader);
+    ShownSession shown(m_withKernels);
+    TimelineData& data = shown.data;
+    TimelineView& view = shown.view;
     TimelineKernels* kernels = data.kernels();
     QVERIFY(kernels);
-    TimelineView view;
-    view.setData(&data);
-    view.resize(view.plotArea().left() + kPlotWidth, 400);
     QCOMPARE(kernels->reads(), 0);
 
     // 2 ms over 1000 px: 2 us per pixel, legible.
@@ -300,13 +308,10 @@ void TestTimelineKernels::zoomedInTheWindowsKernelsAreReadAndDrawn()
 
 void TestTimelineKernels::sessionWithoutKernelsIsLaidOutAsBefore()
 {
-    const store::SessionReader reader(m_withoutKernels.toStdString());
-    TimelineData data;
-    data.loadSession(reader);
+    ShownSession shown(m_withoutKernels);
+    TimelineData& data = shown.data;
+    TimelineView& view = shown.view;
     QVERIFY(!data.kernels());
-    TimelineView view;
-    view.setData(&data);
-    view.resize(view.plotArea().left() + kPlotWidth, 400);
     view.setVisibleRange(kStart + 20'000'000, kStart + 22'000'000);
     QVERIFY(view.kernelLaneRect(0).isEmpty());
     QVERIFY(view.kernelLaneRect(1).isEmpty());
